@@ -1,0 +1,1 @@
+"""Metastore-driven replica placement: the placement function, the etcd protocol, the driver."""

@@ -1,0 +1,5 @@
+"""``python -m placement`` is ``placectl``."""
+
+from placement.cli import main
+
+main()

@@ -1,0 +1,43 @@
+"""Immutable domain types shared by the placement function, the metastore layer and the CLI.
+
+No I/O and no protobuf here: servicers and the CLI convert at the edges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+#: Ordered replica list of one partition; the first member is the preferred primary.
+Peers = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node that may hold replicas: unique ``name``, selector/failure-domain ``attributes``.
+
+    ``weight`` scales the node's share of replicas (1.0 = an ordinary node); it must be > 0.
+    """
+
+    name: str
+    attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    weight: float = 1.0
+
+    def matches(self, selector: Mapping[str, str]) -> bool:
+        """True when every ``key=value`` of ``selector`` is one of this node's attributes."""
+        return all(self.attributes.get(k) == v for k, v in selector.items())
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneSpec:
+    """What a zone asks for: ``partitions`` × ``replicas`` on the nodes its selector matches.
+
+    ``failure_domain`` names a node attribute (e.g. ``rack``); replicas of one partition go to
+    distinct values of it whenever possible.
+    """
+
+    name: str
+    partitions: int
+    replicas: int
+    node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
+    failure_domain: str | None = None

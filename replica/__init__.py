@@ -1,0 +1,1 @@
+"""Replica agents: host partition replicas and execute Rebalance/CancelRebalance idempotently."""

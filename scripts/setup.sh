@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the product and its tests need on a fresh Debian machine, idempotently:
+# etcd (Debian's etcd-server), Java 17 (for PySpark), and the Python dependencies in .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+
+need_apt=()
+command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need_apt+=(etcd-client)
+if ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then need_apt+=(openjdk-17-jre-headless); fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]} with apt-get" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e '.[dev]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi

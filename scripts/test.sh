@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing (etcd, Java 17, the Python dependencies in
+# .venv), checks lint, types and generated code, then runs every test tier with pytest.
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh tests/unit -k placement`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH"
+ruff check .
+ruff format --check .
+mypy
+status=0
+pytest -q -p no:cacheprovider "$@" || status=$?
+# pytest's 5 means "no tests collected": that is a failure here, never a silent pass.
+exit "$status"
