@@ -23,8 +23,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
-  .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev]'
+  log=.venv/pip-install.log
+  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e '.[dev]'; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: pip install failed (full log above)" >&2
+    exit 1
+  fi
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
