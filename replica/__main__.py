@@ -1,0 +1,40 @@
+"""``python -m replica --node NAME --listen HOST:PORT --data-dir DIR``: run one replica agent.
+
+Exit status: 0 after SIGTERM/SIGINT, 1 after a fatal store error, 2 for bad input (one line on
+stderr naming the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from placement.errors import PlacementError
+from replica.server import serve
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m replica", description=__doc__)
+    parser.add_argument("--node", required=True, help="this node's name (1-64 of [A-Za-z0-9_.-])")
+    parser.add_argument("--listen", required=True, help="HOST:PORT to serve on; port 0 = any free")
+    parser.add_argument("--data-dir", required=True, type=Path, help="directory of agent.db")
+    parser.add_argument("--grace", type=float, default=5.0, help="seconds for in-flight RPCs")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    try:
+        return asyncio.run(serve(args.node, args.listen, args.data_dir, grace=args.grace))
+    except PlacementError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Run one replica agent: ``ReplicaService`` plus standard health checking and reflection.
+
+Startup: bind → lock and open the data dir → resume unfinished catch-ups → serve → SERVING →
+announce. Shutdown (SIGTERM/SIGINT or a fatal store error): NOT_SERVING →
+``server.stop(grace)`` lets in-flight RPCs finish → stop catch-ups (they resume on restart) →
+close the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from placement.errors import InvalidInput
+from placement.v1 import replica_pb2, replica_pb2_grpc
+from replica.protocol import validate_name
+from replica.service import CatchUp, ReplicaAgent, ReplicaServicer, SerialStore
+from replica.store import AgentStore
+
+SERVICE_NAME: str = replica_pb2.DESCRIPTOR.services_by_name["ReplicaService"].full_name
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:0`` for IPv6); port 0 asks the kernel for a free one."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InvalidInput("--listen", f"{listen!r} is not HOST:PORT", "e.g. 127.0.0.1:0")
+    return host, int(port)
+
+
+class RunningAgent:
+    """A started agent; ``port`` is the bound one (useful with port 0)."""
+
+    def __init__(
+        self,
+        node: str,
+        host: str,
+        port: int,
+        server: grpc.aio.Server,
+        agent: ReplicaAgent,
+        health_servicer: health.aio.HealthServicer,
+    ) -> None:
+        self.node = node
+        self.host = host
+        self.port = port
+        self._server = server
+        self._agent = agent
+        self._health = health_servicer
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def stop(self, grace: float) -> None:
+        await self._health.enter_graceful_shutdown()
+        await self._server.stop(grace)
+        await self._agent.close()
+
+
+async def start_agent(
+    node: str,
+    listen: str,
+    data_dir: Path,
+    *,
+    catch_up: CatchUp | None = None,
+    on_fatal: Callable[[BaseException], None] | None = None,
+) -> RunningAgent:
+    """Bind ``listen``, open the data dir, start serving; raises ``PlacementError`` on bad input.
+
+    Binding comes first so that a bad or taken address leaves the data dir untouched.
+    """
+    validate_name("--node", node)
+    host, port = parse_listen(listen)
+    # SO_REUSEPORT (gRPC's default on Linux) would let a second agent share the port silently.
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as e:
+        raise InvalidInput("--listen", f"cannot bind {listen}: {e}", "pick a free port") from e
+    try:
+        store = await asyncio.to_thread(AgentStore.open, data_dir, node)
+    except BaseException:
+        await server.stop(None)
+        raise
+    agent = ReplicaAgent(node, SerialStore(store), catch_up=catch_up, on_fatal=on_fatal)
+    try:
+        await agent.start()
+        replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaServicer(agent), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+        )
+        await server.start()
+    except BaseException:
+        await server.stop(None)
+        await agent.close()
+        raise
+    for service in ("", SERVICE_NAME):
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    return RunningAgent(node, host, bound, server, agent, health_servicer)
+
+
+async def serve(
+    node: str,
+    listen: str,
+    data_dir: Path,
+    *,
+    grace: float = 5.0,
+    catch_up: CatchUp | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> int:
+    """Run an agent until SIGTERM/SIGINT (exit status 0) or a fatal store error (1).
+
+    Announces ``agent NODE listening on HOST:PORT`` once it serves (tests and scripts wait for it).
+    """
+    stop = asyncio.Event()
+    fatal: list[BaseException] = []
+
+    def on_fatal(error: BaseException) -> None:
+        fatal.append(error)
+        stop.set()
+
+    running = await start_agent(node, listen, data_dir, catch_up=catch_up, on_fatal=on_fatal)
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        line = f"agent {node} listening on {running.address}"
+        if announce is None:
+            print(line, flush=True)
+        else:
+            announce(line)
+        await stop.wait()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await running.stop(grace)
+    return 1 if fatal else 0

@@ -1,0 +1,295 @@
+"""The replica agent's I/O shell: ``ReplicaAgent`` (async, domain) and ``ReplicaServicer`` (gRPC).
+
+``ReplicaAgent`` runs each decision of ``replica.protocol`` under a per-partition lock:
+load → decide → stop superseded catch-ups → persist (one transaction) → start catch-ups → answer.
+Persisting before answering means an answer the driver saw survives any crash of the agent.
+Concurrent duplicates queue on the lock, so they see the first one's record and cause no effect.
+
+Store calls run on one dedicated thread, in submission order. That FIFO order is what makes
+``StopCatchUp`` safe: a store write a cancelled catch-up already submitted runs before the
+decision that discards its replica.
+
+A failed commit leaves memory and disk possibly disagreeing, so the agent fail-stops
+(``on_fatal``); a restart rebuilds everything from the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeAlias, TypeVar
+
+import grpc
+
+from placement.errors import InvalidInput, PlacementError
+from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
+from replica.protocol import (
+    CancelOutcome,
+    Decision,
+    Effect,
+    MoveRequest,
+    PartitionRecord,
+    Phase,
+    RebalanceOutcome,
+    StartCatchUp,
+    StopCatchUp,
+    on_cancel,
+    on_move_finished,
+    on_rebalance,
+    resume_effects,
+    validate_partition_key,
+    validate_request,
+)
+from replica.store import AgentStore
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+OutcomeT = TypeVar("OutcomeT")
+Key = tuple[str, int]
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+
+#: Brings this node's replica of ``job.partition`` up to date from ``job.sources``, writing
+#: through the store it is given. Must be idempotent and resumable (it is restarted after a
+#: crash) and must stop when cancelled. Returning = caught up; raising = the move FAILED.
+CatchUp = Callable[[StartCatchUp, "SerialStore"], Awaitable[None]]
+
+
+class UnknownPartition(PlacementError):
+    """This agent holds no record of the partition."""
+
+
+class SerialStore:
+    """Runs every ``AgentStore`` call on one thread, first submitted first executed."""
+
+    def __init__(self, store: AgentStore) -> None:
+        self.store = store
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-store")
+
+    async def call(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def close(self) -> None:
+        await self.call(self.store.close)
+        self._executor.shutdown(wait=True)
+
+
+async def record_catch_up(job: StartCatchUp, db: SerialStore) -> None:
+    """The catch-up of this issue: there is no partition data yet, so catching up is creating
+    the durable (partial) replica record. The data issue replaces it with a snapshot + log-tail
+    copy from ``job.sources`` into that record."""
+    await db.call(db.store.begin_replica, job.zone, job.partition)
+
+
+class ReplicaAgent:
+    """One node's replicas: decisions serialised per partition, persisted before answering."""
+
+    def __init__(
+        self,
+        node: str,
+        db: SerialStore,
+        *,
+        catch_up: CatchUp | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.node = node
+        self._db = db
+        self._catch_up: CatchUp = catch_up if catch_up is not None else record_catch_up
+        self._on_fatal = on_fatal
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self._tasks: dict[Key, tuple[int, asyncio.Task[None]]] = {}
+        self._inflight: set[asyncio.Task[object]] = set()
+        self._closed = False
+
+    async def start(self) -> None:
+        """Restart the catch-ups of moves that were in progress when the agent last stopped."""
+        for record in await self._db.call(self._db.store.records):
+            self._start_catch_ups(resume_effects(record, self.node))
+
+    async def close(self) -> None:
+        """Stop background catch-ups (they resume on restart) and close the store."""
+        self._closed = True
+        tasks = [task for _, task in self._tasks.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._inflight, return_exceptions=True)
+        await self._db.close()
+
+    async def rebalance(self, request: MoveRequest) -> Decision[RebalanceOutcome]:
+        validate_request(request, self.node)
+        return await self._decide(request.key, lambda rec: on_rebalance(rec, request, self.node))
+
+    async def cancel(self, request: MoveRequest) -> Decision[CancelOutcome]:
+        validate_request(request, self.node)
+        return await self._decide(request.key, lambda rec: on_cancel(rec, request, self.node))
+
+    async def state(self, zone: str, partition: int) -> PartitionRecord:
+        validate_partition_key(zone, partition)
+        record = await self._db.call(self._db.store.load, zone, partition)
+        if record is None:
+            raise UnknownPartition(f"no record of partition {zone}/{partition} on this node")
+        return record
+
+    async def _decide(
+        self, key: Key, decide: Callable[[PartitionRecord | None], Decision[OutcomeT]]
+    ) -> Decision[OutcomeT]:
+        """Run one decision to its end even if the caller goes away (an RPC cancelled by its
+        deadline must not leave a committed move without its catch-up task)."""
+        if self._closed:
+            raise PlacementError("agent is shutting down")
+        task = asyncio.create_task(self._decide_now(key, decide))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return await asyncio.shield(task)
+
+    async def _decide_now(
+        self, key: Key, decide: Callable[[PartitionRecord | None], Decision[OutcomeT]]
+    ) -> Decision[OutcomeT]:
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            before = await self._db.call(self._db.store.load, *key)
+            decision = decide(before)
+            if decision.record == before and not decision.effects:
+                return decision
+            await self._stop_catch_ups(decision.effects)
+            try:
+                await self._db.call(self._db.store.commit, decision.record, decision.effects)
+            except Exception as e:
+                log.critical("cannot persist %s/%s: %s; stopping the agent", *key, e)
+                if self._on_fatal is not None:
+                    self._on_fatal(e)
+                raise
+            self._start_catch_ups(decision.effects)
+            return decision
+
+    async def _stop_catch_ups(self, effects: tuple[Effect, ...]) -> None:
+        for effect in effects:
+            if not isinstance(effect, StopCatchUp):
+                continue
+            key = (effect.zone, effect.partition)
+            running = self._tasks.get(key)
+            if running is None or running[0] != effect.revision:
+                continue
+            del self._tasks[key]
+            running[1].cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running[1]
+
+    def _start_catch_ups(self, effects: tuple[Effect, ...]) -> None:
+        for effect in effects:
+            if isinstance(effect, StartCatchUp) and not self._closed:
+                key = (effect.zone, effect.partition)
+                task = asyncio.create_task(self._run_catch_up(effect), name=f"catch-up {key}")
+                self._tasks[key] = (effect.revision, task)
+
+    async def _run_catch_up(self, job: StartCatchUp) -> None:
+        key = (job.zone, job.partition)
+        try:
+            try:
+                await self._catch_up(job, self._db)
+                succeeded = True
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("catch-up of %s/%s at revision %d failed", *key, job.revision)
+                succeeded = False
+            await self._decide(
+                key, lambda rec: on_move_finished(_existing(rec), job.revision, succeeded=succeeded)
+            )
+        except PlacementError as e:
+            log.warning("catch-up of %s/%s at revision %d not recorded: %s", *key, job.revision, e)
+        finally:
+            running = self._tasks.get(key)
+            if running is not None and running[1] is asyncio.current_task():
+                del self._tasks[key]
+
+
+def _existing(record: PartitionRecord | None) -> PartitionRecord:
+    if record is None:
+        raise UnknownPartition("partition record vanished")  # records are never deleted
+    return record
+
+
+_REBALANCE_OUTCOMES: dict[RebalanceOutcome, replica_pb2.RebalanceOutcome.ValueType] = {
+    RebalanceOutcome.ACCEPTED: replica_pb2.ACCEPTED,
+    RebalanceOutcome.DONE: replica_pb2.DONE,
+    RebalanceOutcome.STALE: replica_pb2.STALE,
+    RebalanceOutcome.FAILED: replica_pb2.FAILED,
+}
+_CANCEL_OUTCOMES: dict[CancelOutcome, replica_pb2.CancelOutcome.ValueType] = {
+    CancelOutcome.CANCELLED: replica_pb2.CANCELLED,
+    CancelOutcome.NOTHING_TO_CANCEL: replica_pb2.NOTHING_TO_CANCEL,
+    CancelOutcome.ALREADY_DONE: replica_pb2.ALREADY_DONE,
+    CancelOutcome.CANCEL_STALE: replica_pb2.CANCEL_STALE,
+}
+
+
+def _move_request(
+    msg: replica_pb2.RebalanceRequest | replica_pb2.CancelRebalanceRequest,
+) -> MoveRequest:
+    return MoveRequest(
+        zone=msg.partition.zone,
+        partition=msg.partition.partition,
+        old_peers=tuple(msg.old_peers.names),
+        new_peers=tuple(msg.new_peers.names),
+        revision=msg.revision,
+        epoch=msg.epoch,
+    )
+
+
+class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
+    """Protobuf ↔ domain at the edge; errors to status codes in one place (``_call``)."""
+
+    def __init__(self, agent: ReplicaAgent) -> None:
+        self._agent = agent
+
+    async def Rebalance(
+        self, request: replica_pb2.RebalanceRequest, context: Context
+    ) -> replica_pb2.RebalanceResponse:
+        d = await _call(context, self._agent.rebalance(_move_request(request)))
+        return replica_pb2.RebalanceResponse(
+            outcome=_REBALANCE_OUTCOMES[d.outcome],
+            accepted_revision=d.record.accepted_revision,
+            accepted_epoch=d.record.accepted_epoch,
+            detail=d.detail,
+        )
+
+    async def CancelRebalance(
+        self, request: replica_pb2.CancelRebalanceRequest, context: Context
+    ) -> replica_pb2.CancelRebalanceResponse:
+        d = await _call(context, self._agent.cancel(_move_request(request)))
+        return replica_pb2.CancelRebalanceResponse(
+            outcome=_CANCEL_OUTCOMES[d.outcome],
+            accepted_revision=d.record.accepted_revision,
+            accepted_epoch=d.record.accepted_epoch,
+            detail=d.detail,
+        )
+
+    async def GetPartitionState(
+        self, request: replica_pb2.GetPartitionStateRequest, context: Context
+    ) -> replica_pb2.GetPartitionStateResponse:
+        ref = request.partition
+        record = await _call(context, self._agent.state(ref.zone, ref.partition))
+        move = record.move
+        return replica_pb2.GetPartitionStateResponse(
+            current_peers=common_pb2.Peers(names=record.config),
+            rebalance_in_progress=move is not None and move.phase is Phase.IN_PROGRESS,
+            accepted_revision=record.accepted_revision,
+            accepted_epoch=record.accepted_epoch,
+        )
+
+
+async def _call(context: Context, work: Awaitable[T]) -> T:
+    """The one translation table from domain errors to gRPC status codes."""
+    try:
+        return await work
+    except InvalidInput as e:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+    except UnknownPartition as e:
+        await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+    except PlacementError as e:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+    raise AssertionError("unreachable: context.abort raises")

@@ -1,0 +1,511 @@
+"""A real replica agent subprocess over real gRPC: idempotence, staleness, crash recovery, cancel.
+
+Most tests run the real entry point ``python -m replica``. Tests that need a move to *stay* in
+progress run the same ``serve()`` with one injected ``CatchUp`` (the seam the data issue fills):
+it creates the partial replica like the real one, then finishes only once the test opens a gate
+file — a stand-in for a long data copy that the test controls, never a timed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
+from replica.protocol import PartitionRecord, Phase
+from replica.store import AgentStore, ReplicaRow
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 20.0 * float(os.environ.get("TEST_TIMEOUT_MULTIPLIER", "1"))
+CALL_TIMEOUT = 10.0
+ZONE = "orders"
+
+_GATED_AGENT = """
+import asyncio, sys
+from pathlib import Path
+from replica.server import serve
+from replica.service import record_catch_up
+
+gate = Path(sys.argv[4])
+
+async def gated_catch_up(job, db):
+    await record_catch_up(job, db)
+    while not gate.exists():
+        await asyncio.sleep(0.01)
+
+sys.exit(asyncio.run(serve(sys.argv[1], sys.argv[2], Path(sys.argv[3]), catch_up=gated_catch_up)))
+"""
+
+
+class Agent:
+    """One agent process, its channel and stub; ``gate`` exists only for gated agents."""
+
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        port: int,
+        data_dir: Path,
+        log: Path,
+        gate: Path | None,
+    ) -> None:
+        self.proc = proc
+        self.port = port
+        self.data_dir = data_dir
+        self.log = log
+        self.gate = gate
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = replica_pb2_grpc.ReplicaServiceStub(self.channel)
+
+    def open_gate(self) -> None:
+        assert self.gate is not None
+        self.gate.touch()
+
+    async def kill(self) -> None:
+        """SIGKILL: a crash, no graceful anything."""
+        self.proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(self.proc.wait(), TIMEOUT)
+        await self.channel.close()
+
+    async def terminate(self) -> int:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(self.proc.wait(), TIMEOUT)
+        await self.channel.close()
+        return code
+
+
+class Agents:
+    """Starts agents on free ports; at teardown stops them with SIGTERM (must exit 0) and fails
+    on any traceback in their logs."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[Agent] = []
+
+    async def start(self, data_dir: Path, *, node: str = "n1", gated: bool = False) -> Agent:
+        index = len(self.started)
+        log = self.tmp_path / f"agent{index}.log"
+        gate = self.tmp_path / f"gate{index}" if gated else None
+        args = ["--node", node, "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
+        if gate is None:
+            command = [sys.executable, "-m", "replica", *args]
+        else:
+            command = [
+                sys.executable,
+                "-c",
+                _GATED_AGENT,
+                node,
+                "127.0.0.1:0",
+                str(data_dir),
+                str(gate),
+            ]
+        with log.open("ab") as err:
+            proc = await asyncio.create_subprocess_exec(
+                *command,
+                cwd=ROOT,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()
+        if not line.startswith(f"agent {node} listening on 127.0.0.1:"):
+            await proc.wait()
+            pytest.fail(
+                f"agent did not start (exit {proc.returncode}): {line!r}\n{log.read_text()}"
+            )
+        agent = Agent(proc, int(line.rsplit(":", 1)[1]), data_dir, log, gate)
+        self.started.append(agent)
+        return agent
+
+    async def close(self) -> None:
+        for agent in self.started:
+            if agent.proc.returncode is None:
+                assert await agent.terminate() == 0, agent.log.read_text()
+        for agent in self.started:
+            text = agent.log.read_text()
+            assert "Traceback" not in text, text
+
+
+@pytest.fixture
+async def agents(tmp_path: Path) -> AsyncIterator[Agents]:
+    pool = Agents(tmp_path)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+def rebalance_request(
+    partition: int, old: list[str], new: list[str], revision: int, epoch: int = 1
+) -> replica_pb2.RebalanceRequest:
+    return replica_pb2.RebalanceRequest(
+        partition=common_pb2.PartitionRef(zone=ZONE, partition=partition),
+        old_peers=common_pb2.Peers(names=old),
+        new_peers=common_pb2.Peers(names=new),
+        revision=revision,
+        epoch=epoch,
+    )
+
+
+def cancel_request(
+    partition: int, old: list[str], new: list[str], revision: int, epoch: int = 1
+) -> replica_pb2.CancelRebalanceRequest:
+    return replica_pb2.CancelRebalanceRequest(
+        partition=common_pb2.PartitionRef(zone=ZONE, partition=partition),
+        old_peers=common_pb2.Peers(names=old),
+        new_peers=common_pb2.Peers(names=new),
+        revision=revision,
+        epoch=epoch,
+    )
+
+
+#: n1 joins (it has to catch up) / n1 leaves (nothing to copy: done at once, replica kept).
+JOIN = (["n2", "n3"], ["n1", "n2"])
+LEAVE = (["n1", "n2"], ["n2", "n3"])
+
+
+async def state(agent: Agent, partition: int) -> replica_pb2.GetPartitionStateResponse:
+    ref = common_pb2.PartitionRef(zone=ZONE, partition=partition)
+    answer: replica_pb2.GetPartitionStateResponse = await agent.stub.GetPartitionState(
+        replica_pb2.GetPartitionStateRequest(partition=ref), timeout=CALL_TIMEOUT
+    )
+    return answer
+
+
+async def known(agent: Agent, partition: int) -> replica_pb2.GetPartitionStateResponse | None:
+    """The partition's state, or None when the agent answers NOT_FOUND."""
+    try:
+        return await state(agent, partition)
+    except grpc.aio.AioRpcError as e:
+        if e.code() != grpc.StatusCode.NOT_FOUND:
+            raise
+        return None
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out after {TIMEOUT}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def finished(agent: Agent, partition: int) -> None:
+    async def done() -> bool:
+        return not (await state(agent, partition)).rebalance_in_progress
+
+    await eventually(done, f"partition {partition} to finish its move")
+
+
+def journal(data_dir: Path, partition: int) -> list[str]:
+    store = AgentStore.inspect(data_dir)
+    try:
+        return [entry.effect for entry in store.journal(ZONE, partition)]
+    finally:
+        store.close()
+
+
+def inspect(data_dir: Path, partition: int) -> tuple[PartitionRecord | None, ReplicaRow | None]:
+    """(record, replica row) as persisted on disk."""
+    store = AgentStore.inspect(data_dir)
+    try:
+        return store.load(ZONE, partition), store.replica(ZONE, partition)
+    finally:
+        store.close()
+
+
+# --- the server ----------------------------------------------------------------------------------
+
+
+async def test_health_is_serving_and_reflection_lists_the_replica_service(
+    agents: Agents, tmp_path: Path
+) -> None:
+    agent = await agents.start(tmp_path / "data")
+    health = health_pb2_grpc.HealthStub(agent.channel)
+    for service in ("", "placement.v1.ReplicaService"):
+        answer = await health.Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=CALL_TIMEOUT
+        )
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    call = reflection_pb2_grpc.ServerReflectionStub(agent.channel).ServerReflectionInfo(
+        timeout=CALL_TIMEOUT
+    )
+    await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+    listed = await call.read()
+    await call.done_writing()
+    names = {s.name for s in listed.list_services_response.service}
+    assert {"placement.v1.ReplicaService", "grpc.health.v1.Health"} <= names
+
+
+# --- idempotence and staleness -------------------------------------------------------------------
+
+
+async def test_twenty_concurrent_identical_rebalances_answer_alike_and_act_once(
+    agents: Agents, tmp_path: Path
+) -> None:
+    agent = await agents.start(tmp_path / "data", gated=True)
+    request = rebalance_request(0, *JOIN, revision=7, epoch=3)
+    answers = await asyncio.gather(
+        *(agent.stub.Rebalance(request, timeout=CALL_TIMEOUT) for _ in range(20))
+    )
+    assert {a.outcome for a in answers} == {replica_pb2.ACCEPTED}
+    assert {(a.accepted_revision, a.accepted_epoch) for a in answers} == {(7, 3)}
+    assert (await state(agent, 0)).rebalance_in_progress
+    assert journal(agent.data_dir, 0) == ["StartCatchUp"]
+
+    agent.open_gate()
+    await finished(agent, 0)
+    replays = await asyncio.gather(
+        *(agent.stub.Rebalance(request, timeout=CALL_TIMEOUT) for _ in range(20))
+    )
+    assert all(r == replays[0] for r in replays)
+    assert replays[0].outcome == replica_pb2.DONE
+    assert journal(agent.data_dir, 0) == ["StartCatchUp", "CreateReplica"]
+    final = await state(agent, 0)
+    assert list(final.current_peers.names) == JOIN[1]
+
+
+async def test_older_revision_is_stale_and_a_replay_is_answered_identically(
+    agents: Agents, tmp_path: Path
+) -> None:
+    agent = await agents.start(tmp_path / "data")
+    first = await agent.stub.Rebalance(
+        rebalance_request(1, *LEAVE, revision=10, epoch=2), timeout=CALL_TIMEOUT
+    )
+    assert first.outcome == replica_pb2.DONE
+    replay = await agent.stub.Rebalance(
+        rebalance_request(1, *LEAVE, revision=10, epoch=2), timeout=CALL_TIMEOUT
+    )
+    assert replay == first
+    older = await agent.stub.Rebalance(
+        rebalance_request(1, *LEAVE, revision=9, epoch=5), timeout=CALL_TIMEOUT
+    )
+    assert older.outcome == replica_pb2.STALE
+    assert (older.accepted_revision, older.accepted_epoch) == (10, 2)
+    lower_epoch = await agent.stub.Rebalance(
+        rebalance_request(1, *LEAVE, revision=10, epoch=1), timeout=CALL_TIMEOUT
+    )
+    assert lower_epoch.outcome == replica_pb2.STALE
+    adopted = await agent.stub.Rebalance(
+        rebalance_request(1, *LEAVE, revision=10, epoch=4), timeout=CALL_TIMEOUT
+    )
+    assert (adopted.outcome, adopted.accepted_epoch) == (replica_pb2.DONE, 4)
+    now = await state(agent, 1)
+    assert (now.accepted_revision, now.accepted_epoch, list(now.current_peers.names)) == (
+        10,
+        4,
+        LEAVE[1],
+    )
+    assert journal(agent.data_dir, 1) == []
+
+
+# --- crashes -------------------------------------------------------------------------------------
+
+
+async def test_sigkill_mid_rebalance_then_restart_resumes_and_keeps_the_accepted_revision(
+    agents: Agents, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    agent = await agents.start(data, gated=True)
+    joining = await agent.stub.Rebalance(
+        rebalance_request(0, *JOIN, revision=20, epoch=2), timeout=CALL_TIMEOUT
+    )
+    leaving = await agent.stub.Rebalance(
+        rebalance_request(1, *LEAVE, revision=21, epoch=2), timeout=CALL_TIMEOUT
+    )
+    assert (joining.outcome, leaving.outcome) == (replica_pb2.ACCEPTED, replica_pb2.DONE)
+    await agent.kill()
+
+    record, replica = inspect(data, 0)
+    assert isinstance(record, PartitionRecord)
+    assert record.move is not None
+    assert record.move.phase is Phase.IN_PROGRESS
+    assert isinstance(replica, ReplicaRow)
+    assert not replica.complete, "the catch-up left a partial replica"
+
+    again = await agents.start(data)  # the real entry point; its catch-up completes at once
+    await finished(again, 0)
+    older = await again.stub.Rebalance(
+        rebalance_request(0, *JOIN, revision=19, epoch=9), timeout=CALL_TIMEOUT
+    )
+    assert (older.outcome, older.accepted_revision, older.accepted_epoch) == (
+        replica_pb2.STALE,
+        20,
+        2,
+    )
+    same = await again.stub.Rebalance(
+        rebalance_request(1, *LEAVE, revision=21, epoch=2), timeout=CALL_TIMEOUT
+    )
+    assert same == leaving
+    resumed = await again.stub.Rebalance(
+        rebalance_request(0, *JOIN, revision=20, epoch=2), timeout=CALL_TIMEOUT
+    )
+    assert (resumed.outcome, resumed.accepted_revision, resumed.accepted_epoch) == (
+        replica_pb2.DONE,
+        20,
+        2,
+    )
+    assert journal(data, 0) == ["StartCatchUp", "CreateReplica"]
+    assert (await state(again, 0)).accepted_revision == 20
+
+
+async def test_every_answer_given_before_a_sigkill_survives_it(
+    agents: Agents, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    agent = await agents.start(data)
+    partitions = range(200)
+    calls = {
+        p: asyncio.ensure_future(
+            agent.stub.Rebalance(
+                rebalance_request(p, *JOIN, revision=100 + p), timeout=CALL_TIMEOUT
+            )
+        )
+        for p in partitions
+    }
+    pending = set(calls.values())
+    while len(pending) > len(calls) - 20:
+        _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    await agent.kill()
+    await asyncio.gather(*calls.values(), return_exceptions=True)
+    answered = {p: c.result() for p, c in calls.items() if not c.cancelled() and not c.exception()}
+    assert len(answered) < len(calls), "the kill came too late to interrupt anything"
+
+    again = await agents.start(data)
+    for p in partitions:
+        if await known(again, p) is None:
+            assert p not in answered, f"partition {p} lost the revision it accepted"
+            continue
+        await finished(again, p)
+        after = await state(again, p)
+        assert after.accepted_revision == 100 + p
+        assert list(after.current_peers.names) == JOIN[1]
+        assert journal(data, p).count("CreateReplica") == 1
+
+
+# --- cancel --------------------------------------------------------------------------------------
+
+
+async def test_cancel_outcomes(agents: Agents, tmp_path: Path) -> None:
+    agent = await agents.start(tmp_path / "data", gated=True)
+    stub = agent.stub
+
+    accepted = await stub.Rebalance(rebalance_request(0, *JOIN, revision=30), timeout=CALL_TIMEOUT)
+    assert accepted.outcome == replica_pb2.ACCEPTED
+    cancelled = await stub.CancelRebalance(
+        cancel_request(0, *JOIN, revision=30), timeout=CALL_TIMEOUT
+    )
+    assert cancelled.outcome == replica_pb2.CANCELLED
+    assert (
+        await stub.CancelRebalance(cancel_request(0, *JOIN, revision=30), timeout=CALL_TIMEOUT)
+        == cancelled
+    )
+    resend = await stub.Rebalance(
+        rebalance_request(0, *JOIN, revision=30, epoch=2), timeout=CALL_TIMEOUT
+    )
+    assert resend.outcome == replica_pb2.STALE
+    assert "cancelled" in resend.detail
+    back = await state(agent, 0)
+    assert (list(back.current_peers.names), back.rebalance_in_progress) == (JOIN[0], False)
+    assert inspect(agent.data_dir, 0)[1] is None, "the partial replica must be discarded"
+
+    nothing = await stub.CancelRebalance(
+        cancel_request(1, *JOIN, revision=31), timeout=CALL_TIMEOUT
+    )
+    assert nothing.outcome == replica_pb2.NOTHING_TO_CANCEL
+    late = await stub.Rebalance(rebalance_request(1, *JOIN, revision=31), timeout=CALL_TIMEOUT)
+    assert late.outcome == replica_pb2.STALE
+
+    done = await stub.Rebalance(rebalance_request(2, *LEAVE, revision=32), timeout=CALL_TIMEOUT)
+    assert done.outcome == replica_pb2.DONE
+    already = await stub.CancelRebalance(
+        cancel_request(2, *LEAVE, revision=32), timeout=CALL_TIMEOUT
+    )
+    assert already.outcome == replica_pb2.ALREADY_DONE
+
+    stale = await stub.CancelRebalance(
+        cancel_request(2, *LEAVE, revision=31, epoch=7), timeout=CALL_TIMEOUT
+    )
+    assert (stale.outcome, stale.accepted_revision) == (replica_pb2.CANCEL_STALE, 32)
+
+    agent.open_gate()  # the stopped catch-up must not come back and complete the cancelled move
+    await stub.Rebalance(rebalance_request(3, *JOIN, revision=33), timeout=CALL_TIMEOUT)
+    await finished(agent, 3)
+    assert journal(agent.data_dir, 0) == ["StartCatchUp", "StopCatchUp", "DiscardReplica"]
+    assert list((await state(agent, 0)).current_peers.names) == JOIN[0]
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "revision", "epoch", "field"),
+    [
+        (["n2"], ["n1"], 0, 1, "revision"),
+        (["n2"], ["n1"], -4, 1, "revision"),
+        (["n2"], ["n1"], 5, 0, "epoch"),
+        (["n1"], [], 5, 1, "new_peers"),
+        (["n2", "n2"], ["n1"], 5, 1, "old_peers"),
+        (["n2"], ["n1", "n1"], 5, 1, "new_peers"),
+        (["n2"], ["n3"], 5, 1, "new_peers"),
+    ],
+)
+async def test_invalid_requests_are_rejected_naming_the_field_and_persist_nothing(
+    agents: Agents,
+    tmp_path: Path,
+    old: list[str],
+    new: list[str],
+    revision: int,
+    epoch: int,
+    field: str,
+) -> None:
+    agent = await agents.start(tmp_path / "data")
+    with pytest.raises(grpc.aio.AioRpcError) as rebalance:
+        await agent.stub.Rebalance(
+            rebalance_request(0, old, new, revision, epoch), timeout=CALL_TIMEOUT
+        )
+    with pytest.raises(grpc.aio.AioRpcError) as cancel:
+        await agent.stub.CancelRebalance(
+            cancel_request(0, old, new, revision, epoch), timeout=CALL_TIMEOUT
+        )
+    for err in (rebalance, cancel):
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (err.value.details() or "").startswith(f"{field}: ")
+    with pytest.raises(grpc.aio.AioRpcError) as missing:
+        await state(agent, 0)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    assert inspect(agent.data_dir, 0) == (None, None)
+
+
+async def test_unusable_data_dirs_fail_with_the_path_named(agents: Agents, tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "agent.db").write_bytes(b"this is not a database" * 100)
+    busy = tmp_path / "busy"
+    await agents.start(busy)
+    for data_dir, problem in (
+        (corrupt, "unreadable"),
+        (busy, "another agent uses this data directory"),
+    ):
+        args = ["--node", "n1", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
+        proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "replica", *args),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+        assert proc.returncode == 2
+        assert str(data_dir / "agent.db") in err.decode()
+        assert problem in err.decode()
+        assert out == b""
