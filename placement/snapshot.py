@@ -134,7 +134,9 @@ def _unique(field: str, names: list[str]) -> None:
     seen: set[str] = set()
     for i, name in enumerate(names):
         if name in seen:
-            raise InvalidInput(f"{field}[{i}].name", f"duplicate name {name!r}", "names must be unique")
+            raise InvalidInput(
+                f"{field}[{i}].name", f"duplicate name {name!r}", "names must be unique"
+            )
         seen.add(name)
 
 

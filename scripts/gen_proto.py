@@ -21,7 +21,7 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 PACKAGE = Path("placement") / "v1"
-INIT = '"""Generated protobuf/gRPC code for proto/placement/v1 — do not edit; run scripts/gen_proto.py."""\n'
+INIT = '"""Generated from proto/placement/v1 — do not edit; run scripts/gen_proto.py."""\n'
 
 
 def generate(out_root: Path) -> Path:

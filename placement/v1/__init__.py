@@ -1,1 +1,1 @@
-"""Generated protobuf/gRPC code for proto/placement/v1 — do not edit; run scripts/gen_proto.py."""
+"""Generated from proto/placement/v1 — do not edit; run scripts/gen_proto.py."""

@@ -35,7 +35,9 @@ def test_plans_the_example_snapshot(tmp_path: Path) -> None:
     for zone_in, zone_out in zip(snapshot["zones"], plan["zones"], strict=True):
         selector = zone_in.get("node_selector", {})
         eligible = {
-            name for name, n in nodes.items() if all(n["attributes"].get(k) == v for k, v in selector.items())
+            name
+            for name, n in nodes.items()
+            if all(n["attributes"].get(k) == v for k, v in selector.items())
         }
         assignments = zone_out["assignments"]
         assert sorted(assignments, key=int) == [str(p) for p in range(zone_in["partitions"])]
@@ -49,8 +51,16 @@ def test_plans_the_example_snapshot(tmp_path: Path) -> None:
     for peers in orders["assignments"].values():
         assert "node-c9" not in peers
         assert len({nodes[p]["attributes"]["rack"] for p in peers}) == 3
+    # sessions: fresh zone on the ssd nodes; node-c1 has weight 2, so each node's load is within
+    # one replica of its weighted share S·w/W.
     sessions = plan["zones"][1]["summary"]
-    assert sessions["spread"] <= 1 and sessions["moves"] == 16 * 2
+    assert sessions["moves"] == 16 * 2
+    ssd = {
+        name: n.get("weight", 1) for name, n in nodes.items() if n["attributes"]["tier"] == "ssd"
+    }
+    total_weight = sum(ssd.values())
+    for name, load in sessions["load"].items():
+        assert abs(load - 16 * 2 * ssd[name] / total_weight) < 1, (name, load)
 
 
 def test_same_input_same_plan(tmp_path: Path) -> None:
@@ -109,14 +119,18 @@ def test_unreadable_snapshot(tmp_path: Path, content: str) -> None:
     src.write_bytes(content.encode("latin-1"))
     result = placectl("plan", "--input", str(src), "--output", str(out))
     assert result.returncode == 2
-    assert "--input" in result.stderr and "Traceback" not in result.stderr
+    assert "--input" in result.stderr
+    assert "Traceback" not in result.stderr
     assert not out.exists()
 
 
 def test_missing_snapshot_file(tmp_path: Path) -> None:
-    result = placectl("plan", "--input", str(tmp_path / "nope.json"), "--output", str(tmp_path / "p"))
+    result = placectl(
+        "plan", "--input", str(tmp_path / "nope.json"), "--output", str(tmp_path / "p")
+    )
     assert result.returncode == 2
-    assert "--input" in result.stderr and "cannot read" in result.stderr
+    assert "--input" in result.stderr
+    assert "cannot read" in result.stderr
 
 
 def test_failed_plan_keeps_an_existing_output(tmp_path: Path) -> None:
@@ -128,6 +142,8 @@ def test_failed_plan_keeps_an_existing_output(tmp_path: Path) -> None:
 
 
 def test_unknown_engine_is_a_usage_error(tmp_path: Path) -> None:
-    result = placectl("plan", "--input", str(EXAMPLE), "--output", str(tmp_path / "p"), "--engine", "x")
+    result = placectl(
+        "plan", "--input", str(EXAMPLE), "--output", str(tmp_path / "p"), "--engine", "x"
+    )
     assert result.returncode == 2
     assert "--engine" in result.stderr

@@ -1,0 +1,430 @@
+"""The placement function: zone spec + eligible nodes + current assignment → ordered replica sets.
+
+Pure: no I/O, no clock, no randomness (ties are broken by deterministic hashes of the zone,
+node names and partition ids). The CLI, the driver and the Spark pipeline all call :func:`place`.
+
+Guarantees (design/placement.md states them exactly; tests/unit/test_placement*.py checks them):
+
+* every partition gets ``R' = min(R, N)`` distinct eligible nodes;
+* node loads are within 1 of their water-filled weighted share (±1 when unweighted);
+* with a failure-domain attribute, partitions span ``min(R', D)`` domains, domain totals are
+  water-filled, node loads are within 1 of their share inside their domain;
+* node ``i`` leads ``⌊ℓ_i/R'⌋`` or ``⌈ℓ_i/R'⌉`` partitions (its replica load ``ℓ_i``);
+* without failure domains, the number of new (partition, node) pairs is the minimum over all
+  assignments with those loads (a min-cost flow, see :mod:`placement.placement_core`);
+* the same input in any order gives the same output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+from numpy.typing import NDArray
+
+from placement.errors import InvalidInput
+from placement.model import Node, Peers, ZoneSpec
+from placement.placement_core import CoreProblem, Pairs, solve
+from placement.placement_hash import mix64, name_key
+from placement.placement_primary import choose_primaries
+from placement.placement_targets import Targets, weighted_targets
+
+I64 = NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The target of one zone.
+
+    ``assignments[p]`` lists partition ``p``'s nodes: the preferred primary first, then the other
+    members in name order. ``loads`` and ``primary_loads`` count replicas and preferred primaries
+    per eligible node (zero included), in name order.
+    """
+
+    assignments: tuple[Peers, ...]
+    loads: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
+    primary_loads: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
+
+
+def place(
+    zone: ZoneSpec, nodes: Sequence[Node], current: Mapping[int, Sequence[str]] | None = None
+) -> Placement:
+    """Balanced replica sets for ``zone`` that keep as much of ``current`` as balance allows.
+
+    ``nodes`` are filtered by ``zone.node_selector``; current members that are not eligible have
+    left and their replicas are re-placed; current entries for partitions ``≥ P`` are ignored.
+    Raises :class:`InvalidInput` for P < 1, R < 1, weights ≤ 0, duplicate names, no eligible node.
+    """
+    _check_zone(zone)
+    _check_nodes(nodes)
+    eligible = sorted((n for n in nodes if n.matches(zone.node_selector)), key=lambda n: n.name)
+    if not eligible:
+        raise InvalidInput(
+            "nodes",
+            f"no eligible node for zone {zone.name}",
+            f"register nodes matching the selector {dict(zone.node_selector)} "
+            "or relax the zone's node_selector",
+        )
+    ctx = _Context.build(zone, eligible, current or {})
+    if zone.failure_domain is None:
+        pairs = _solve_flat(ctx)
+    else:
+        pairs = _solve_domains(ctx, zone.failure_domain)
+    members = _members_matrix(pairs, ctx.partitions, ctx.width)
+    load = np.bincount(members.ravel(), minlength=len(eligible))
+    primary = choose_primaries(members, load, ctx.cur_primary, ctx.row_key)
+    return _assemble(ctx.names, members, primary, load)
+
+
+def count_moves(current: Mapping[int, Sequence[str]], new: Sequence[Peers]) -> int:
+    """Number of (partition, node) pairs of ``new`` that ``current`` does not have."""
+    moves = 0
+    for partition, peers in enumerate(new):
+        before = set(current.get(partition, ()))
+        moves += sum(1 for name in set(peers) if name not in before)
+    return moves
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+
+def _check_zone(zone: ZoneSpec) -> None:
+    if zone.partitions < 1:
+        raise InvalidInput(
+            "zone.partitions",
+            f"zone {zone.name} has {zone.partitions} partitions",
+            "use at least 1 partition",
+        )
+    if zone.replicas < 1:
+        raise InvalidInput(
+            "zone.replicas",
+            f"zone {zone.name} asks for {zone.replicas} replicas",
+            "use at least 1 replica",
+        )
+
+
+def _check_nodes(nodes: Sequence[Node]) -> None:
+    seen: set[str] = set()
+    for k, node in enumerate(nodes):
+        if node.name in seen:
+            raise InvalidInput(
+                f"nodes[{k}].name",
+                f"duplicate node name {node.name!r}",
+                "give every node a unique name",
+            )
+        seen.add(node.name)
+        if not (math.isfinite(node.weight) and node.weight > 0):
+            raise InvalidInput(
+                f"nodes[{k}].weight",
+                f"node {node.name} has weight {node.weight}",
+                "use a finite weight above 0 (1.0 = an ordinary node)",
+            )
+
+
+# --- the problem in index space ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """A zone's problem with nodes as indices 0..N-1 in name order.
+
+    ``cur_*`` are the valid current pairs (deduplicated, eligible nodes, partitions < P), sorted.
+    """
+
+    zone: str
+    names: list[str]
+    weights: list[float]
+    attributes: list[Mapping[str, str]]
+    partitions: int
+    width: int
+    row_key: NDArray[np.uint64]
+    node_key: NDArray[np.uint64]
+    cur_row: I64
+    cur_node: I64
+    cur_first: NDArray[np.bool_]
+    cur_primary: I64
+
+    @staticmethod
+    def build(
+        zone: ZoneSpec, eligible: list[Node], current: Mapping[int, Sequence[str]]
+    ) -> _Context:
+        names = [n.name for n in eligible]
+        rows, nodes, firsts, primary = _parse_current(
+            current, zone.partitions, {name: i for i, name in enumerate(names)}
+        )
+        order = np.lexsort((nodes, rows))
+        return _Context(
+            zone=zone.name,
+            names=names,
+            weights=[n.weight for n in eligible],
+            attributes=[n.attributes for n in eligible],
+            partitions=zone.partitions,
+            width=min(zone.replicas, len(eligible)),
+            row_key=mix64(np.arange(zone.partitions, dtype=np.uint64), name_key(zone.name)),
+            node_key=np.asarray([name_key(zone.name, n) for n in names], dtype=np.uint64),
+            cur_row=rows[order],
+            cur_node=nodes[order],
+            cur_first=firsts[order],
+            cur_primary=primary,
+        )
+
+    @property
+    def total(self) -> int:
+        return self.partitions * self.width
+
+
+def _parse_current(
+    current: Mapping[int, Sequence[str]], partitions: int, index: Mapping[str, int]
+) -> tuple[I64, I64, NDArray[np.bool_], I64]:
+    """Valid current pairs, whether each is its row's primary, and every row's current primary.
+
+    The primary is the first listed member, only when that node is still eligible.
+    """
+    rows: list[int] = []
+    nodes: list[int] = []
+    firsts: list[bool] = []
+    primary = np.full(partitions, -1, dtype=np.int64)
+    for row, peers in current.items():
+        if not 0 <= row < partitions:
+            continue
+        seen: set[int] = set()
+        for position, name in enumerate(peers):
+            i = index.get(name)
+            if i is None or i in seen:
+                continue
+            seen.add(i)
+            rows.append(row)
+            nodes.append(i)
+            firsts.append(position == 0)
+            if position == 0:
+                primary[row] = i
+    return (
+        np.asarray(rows, dtype=np.int64),
+        np.asarray(nodes, dtype=np.int64),
+        np.asarray(firsts, dtype=np.bool_),
+        primary,
+    )
+
+
+def _solve_flat(ctx: _Context) -> Pairs:
+    """No failure domain: one core problem over all eligible nodes, each capped at P."""
+    _, targets = weighted_targets(ctx.weights, ctx.total, hi=[ctx.partitions] * len(ctx.names))
+    return solve(
+        CoreProblem(
+            demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
+            targets=targets,
+            cur_row=ctx.cur_row,
+            cur_node=ctx.cur_node,
+            cur_first=ctx.cur_first,
+            row_key=ctx.row_key,
+            node_key=ctx.node_key,
+        )
+    )
+
+
+# --- failure domains -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Domains:
+    """Eligible nodes grouped by failure-domain value (a node without it is its own domain)."""
+
+    labels: list[str]
+    of_node: I64
+    nodes: list[I64]
+    weights: list[float]
+
+    @staticmethod
+    def build(ctx: _Context, attribute: str) -> _Domains:
+        labels_of = [
+            f"={a[attribute]}" if attribute in a else f"node:{name}"
+            for a, name in zip(ctx.attributes, ctx.names, strict=True)
+        ]
+        labels = sorted(set(labels_of))
+        position = {label: d for d, label in enumerate(labels)}
+        of_node = np.asarray([position[label] for label in labels_of], dtype=np.int64)
+        nodes = [np.flatnonzero(of_node == d) for d in range(len(labels))]
+        weights = [sum(ctx.weights[i] for i in members.tolist()) for members in nodes]
+        return _Domains(labels, of_node, nodes, weights)
+
+
+def _solve_domains(ctx: _Context, attribute: str) -> Pairs:
+    """Hierarchical: domains per partition first (sticky), then nodes inside each domain (sticky).
+
+    With ``D ≥ R'`` domains a partition takes ``R'`` distinct domains (a domain holds at most one
+    replica of it). With ``D < R'`` every partition takes every domain and the remaining replicas
+    go to domains with more nodes, at most ``min(size, R' − D + 1)`` per domain.
+    """
+    dom = _Domains.build(ctx, attribute)
+    if len(dom.labels) >= ctx.width:
+        rows, doms = _domains_distinct(ctx, dom)
+    else:
+        rows, doms = _domains_all(ctx, dom)
+    out_rows: list[I64] = []
+    out_nodes: list[I64] = []
+    for d in range(len(dom.labels)):
+        mine = doms == d
+        r, n = _inside_domain(ctx, dom, d, rows[mine])
+        out_rows.append(r)
+        out_nodes.append(n)
+    return np.concatenate(out_rows), np.concatenate(out_nodes)
+
+
+def _domain_keys(ctx: _Context, labels: list[str]) -> NDArray[np.uint64]:
+    return np.asarray([name_key(ctx.zone, "domain", label) for label in labels], dtype=np.uint64)
+
+
+def _domain_pairs(ctx: _Context, dom: _Domains) -> tuple[I64, I64, NDArray[np.bool_], I64]:
+    """Current (row, domain) pairs with their multiplicity, and which hold the row's primary."""
+    code = ctx.cur_row * len(dom.labels) + dom.of_node[ctx.cur_node]
+    codes, counts = np.unique(code, return_counts=True)
+    first = np.isin(codes, code[ctx.cur_first])
+    return codes // len(dom.labels), codes % len(dom.labels), first, counts
+
+
+def _domains_distinct(ctx: _Context, dom: _Domains) -> Pairs:
+    """Level 1 with ``D ≥ R'``: the core with domains as nodes, each capped at P."""
+    n_dom = len(dom.labels)
+    _, targets = weighted_targets(dom.weights, ctx.total, hi=[ctx.partitions] * n_dom)
+    rows, doms, first, _ = _domain_pairs(ctx, dom)
+    return solve(
+        CoreProblem(
+            demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
+            targets=targets,
+            cur_row=rows,
+            cur_node=doms,
+            cur_first=first,
+            row_key=ctx.row_key,
+            node_key=_domain_keys(ctx, dom.labels),
+        )
+    )
+
+
+def _domains_all(ctx: _Context, dom: _Domains) -> Pairs:
+    """Level 1 with ``D < R'``: domain ``d`` becomes ``m_d`` virtual nodes ``d#0..``.
+
+    ``d#0`` has target P (every partition spans every domain); the others split the rest of the
+    domain's water-filled total, following the current multiplicities where possible. The
+    result lists a domain once per replica it holds.
+    """
+    n_dom, extra = len(dom.labels), ctx.width - len(dom.labels)
+    cap = [min(len(members), extra + 1) for members in dom.nodes]
+    rows, doms, first, counts = _domain_pairs(ctx, dom)
+    counts = np.minimum(counts, np.asarray(cap)[doms])
+    totals = _domain_totals(ctx, dom, cap, np.bincount(np.repeat(doms, counts), minlength=n_dom))
+    virtual_of: list[list[int]] = []
+    targets: list[int] = []
+    labels: list[str] = []
+    for d in range(n_dom):
+        held = [int(np.count_nonzero((doms == d) & (counts > k))) for k in range(1, cap[d])]
+        split = _split_sticky(totals[d] - ctx.partitions, held, ctx.partitions)
+        virtual_of.append(list(range(len(targets), len(targets) + cap[d])))
+        targets.extend([ctx.partitions, *split])
+        labels.extend(f"{dom.labels[d]}#{k}" for k in range(cap[d]))
+    v_rows = np.repeat(rows, counts)
+    offsets = np.concatenate([np.arange(c) for c in counts.tolist()]) if len(counts) else rows
+    base = np.asarray([v[0] for v in virtual_of], dtype=np.int64)
+    v_nodes = base[np.repeat(doms, counts)] + offsets
+    v_first = np.repeat(first, counts) & (offsets == 0)
+    order = np.lexsort((v_nodes, v_rows))
+    out_rows, out_virtual = solve(
+        CoreProblem(
+            demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
+            targets=Targets.exact(targets),
+            cur_row=v_rows[order],
+            cur_node=v_nodes[order],
+            cur_first=v_first[order],
+            row_key=ctx.row_key,
+            node_key=_domain_keys(ctx, labels),
+        )
+    )
+    domain_of_virtual = np.repeat(np.arange(n_dom), cap)
+    return out_rows, domain_of_virtual[out_virtual]
+
+
+def _domain_totals(ctx: _Context, dom: _Domains, cap: list[int], held: I64) -> list[int]:
+    """Water-filled domain totals in ``[P, m_d·P]``; ``+1`` to domains holding most above floor."""
+    p = ctx.partitions
+    _, t = weighted_targets(dom.weights, ctx.total, hi=[c * p for c in cap], lo=[p] * len(cap))
+    cand = np.flatnonzero(t.eligible)
+    order = np.lexsort((_domain_keys(ctx, dom.labels)[cand], t.floor[cand] - held[cand]))
+    totals = t.floor.copy()
+    totals[cand[order[: t.extra]]] += 1
+    return [int(x) for x in totals.tolist()]
+
+
+def _split_sticky(total: int, held: list[int], cap: int) -> list[int]:
+    """Split ``total`` over slots capped at ``cap``, as close as possible to ``held``."""
+    split = [min(h, cap) for h in held]
+    missing = total - sum(split)
+    k = 0
+    while missing > 0:
+        step = min(cap - split[k], missing)
+        split[k] += step
+        missing -= step
+        k += 1
+    k = len(split) - 1
+    while missing < 0:
+        step = min(split[k], -missing)
+        split[k] -= step
+        missing += step
+        k -= 1
+    return split
+
+
+def _inside_domain(ctx: _Context, dom: _Domains, d: int, rows: I64) -> Pairs:
+    """Level 2: the domain's replicas of ``rows`` (a repeated row = more replicas) on its nodes."""
+    nodes = dom.nodes[d]
+    part_rows, demand = np.unique(rows, return_counts=True)
+    if part_rows.size == 0:
+        return part_rows, part_rows
+    weights = [ctx.weights[i] for i in nodes.tolist()]
+    cap = len(part_rows)
+    _, targets = weighted_targets(weights, int(demand.sum()), hi=[cap] * len(weights))
+    local_node = np.full(len(ctx.names), -1, dtype=np.int64)
+    local_node[nodes] = np.arange(len(nodes))
+    mine = (dom.of_node[ctx.cur_node] == d) & np.isin(ctx.cur_row, part_rows)
+    out_rows, out_nodes = solve(
+        CoreProblem(
+            demand=demand.astype(np.int64),
+            targets=targets,
+            cur_row=np.searchsorted(part_rows, ctx.cur_row[mine]).astype(np.int64),
+            cur_node=local_node[ctx.cur_node[mine]],
+            cur_first=ctx.cur_first[mine],
+            row_key=mix64(ctx.row_key[part_rows], name_key(ctx.zone, dom.labels[d])),
+            node_key=ctx.node_key[nodes],
+        )
+    )
+    return part_rows[out_rows], nodes[out_nodes]
+
+
+# --- output --------------------------------------------------------------------------------------
+
+
+def _members_matrix(pairs: Pairs, partitions: int, width: int) -> I64:
+    """Rows × width node indices, each row sorted (= name order)."""
+    rows, nodes = pairs
+    if len(rows) != partitions * width:
+        raise AssertionError("placement: wrong number of replicas")
+    matrix: I64 = np.sort(nodes[np.argsort(rows, kind="stable")].reshape(partitions, width), axis=1)
+    if width > 1 and (matrix[:, 1:] == matrix[:, :-1]).any():
+        raise AssertionError("placement: a node twice in one partition")
+    return matrix
+
+
+def _assemble(names: list[str], members: I64, primary: I64, load: I64) -> Placement:
+    """Primary first, the others in name order; names instead of indices."""
+    rows, width = members.shape
+    others = members[members != primary[:, None]].reshape(rows, width - 1)
+    ordered = np.concatenate([primary[:, None], others], axis=1)
+    table = np.asarray(names, dtype=object)[ordered].tolist()
+    assignments = tuple(map(tuple, table))
+    primaries = np.bincount(primary, minlength=len(names))
+    return Placement(
+        assignments=assignments,
+        loads=MappingProxyType(dict(zip(names, load.tolist(), strict=True))),
+        primary_loads=MappingProxyType(dict(zip(names, primaries.tolist(), strict=True))),
+    )

@@ -1,0 +1,107 @@
+"""Exact load targets: weighted water-filling with per-node bounds, then floor/ceil rounding.
+
+The real-valued share of node ``i`` is ``t_i = clamp(λ·w_i, lo_i, hi_i)`` with the one ``λ`` that
+makes ``Σ t_i == total``. Bounds come from the problem (a node holds at most one replica of a
+partition, so ``hi_i = P``; a failure domain that every partition must span has ``lo = P``).
+Arithmetic is done in :class:`~fractions.Fraction` so that no float rounding decides who gets
+the extra replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """Integer targets: node ``i`` ends with ``floor[i]``, or ``floor[i] + 1`` if ``eligible[i]``.
+
+    Exactly ``extra`` nodes take the ``+ 1``, so the targets sum to the total. Every integer load
+    vector within 1 of the real shares (and summing to the total) is of this form.
+    """
+
+    floor: NDArray[np.int64]
+    eligible: NDArray[np.bool_]
+    extra: int
+
+    @staticmethod
+    def exact(loads: Sequence[int]) -> Targets:
+        """Targets that allow exactly ``loads`` and nothing else."""
+        return Targets(
+            np.asarray(loads, dtype=np.int64), np.zeros(len(loads), dtype=np.bool_), extra=0
+        )
+
+
+def water_fill(
+    weights: Sequence[Fraction], lo: Sequence[int], hi: Sequence[int], total: int
+) -> list[Fraction]:
+    """Shares ``clamp(λ·w_i, lo_i, hi_i)`` summing to ``total`` (needs ``Σlo ≤ total ≤ Σhi``).
+
+    A sweep over the breakpoints ``lo_i/w_i`` and ``hi_i/w_i``: O(n log n), exact.
+    """
+    n = len(weights)
+    if not sum(lo) <= total <= sum(hi):
+        raise ValueError("water_fill: total outside [Σlo, Σhi]")
+    if len(set(weights)) <= 1 and len(set(lo)) <= 1 and len(set(hi)) <= 1:
+        share = Fraction(total, n)
+        return [min(max(share, Fraction(lo[0])), Fraction(hi[0]))] * n
+    lam = _fill_level(weights, lo, hi, total)
+    shares = [
+        Fraction(hi[i])
+        if lam is None
+        else min(max(lam * weights[i], Fraction(lo[i])), Fraction(hi[i]))
+        for i in range(n)
+    ]
+    if sum(shares) != total:
+        raise AssertionError("water_fill: shares do not sum to the total")
+    return shares
+
+
+def _fill_level(
+    weights: Sequence[Fraction], lo: Sequence[int], hi: Sequence[int], total: int
+) -> Fraction | None:
+    """The level λ of :func:`water_fill`; ``None`` when every node sits at its upper bound."""
+    base = Fraction(sum(lo))
+    if base == total:
+        return Fraction(0)
+    events: list[tuple[Fraction, int, int]] = []
+    for i, w in enumerate(weights):
+        events.append((lo[i] / w, 0, i))
+        events.append((hi[i] / w, 1, i))
+    events.sort()
+    slope = Fraction(0)
+    for level, kind, i in events:
+        if base + slope * level >= total:
+            return (total - base) / slope
+        if kind == 0:
+            base -= lo[i]
+            slope += weights[i]
+        else:
+            base += hi[i]
+            slope -= weights[i]
+    return None
+
+
+def round_shares(shares: Sequence[Fraction], total: int) -> Targets:
+    """Floor/ceil targets of real shares summing to ``total``."""
+    floor = [s.numerator // s.denominator for s in shares]
+    eligible = [s.denominator != 1 for s in shares]
+    return Targets(
+        np.asarray(floor, dtype=np.int64),
+        np.asarray(eligible, dtype=np.bool_),
+        extra=total - sum(floor),
+    )
+
+
+def weighted_targets(
+    weights: Sequence[float], total: int, hi: Sequence[int], lo: Sequence[int] | None = None
+) -> tuple[list[Fraction], Targets]:
+    """Water-filled shares of ``total`` by weight within ``[lo, hi]``, and their integer targets."""
+    fractions = [Fraction(w) for w in weights]
+    shares = water_fill(fractions, lo if lo is not None else [0] * len(weights), hi, total)
+    return shares, round_shares(shares, total)
