@@ -107,3 +107,14 @@ def main(argv: list[str] | None = None) -> None:
         fail(str(e))
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+from placement.cli_driver import driver as _driver_group  # noqa: E402
+
+cli.add_command(_driver_group)
+
+
+from placement.cli_ops import COMMANDS as _OPS_COMMANDS  # noqa: E402
+
+for _command in _OPS_COMMANDS:
+    cli.add_command(_command)

@@ -34,6 +34,10 @@ class ZoneSpec:
 
     ``failure_domain`` names a node attribute (e.g. ``rack``); replicas of one partition go to
     distinct values of it whenever possible.
+
+    ``scale_up_delay`` / ``scale_down_delay`` (seconds, >= 0) hold down data-node changes: a node
+    that joins (leaves) the zone's matching set counts only after it has been there (gone) that
+    long, so membership that flaps back within the delay moves nothing (``placement.datanodes``).
     """
 
     name: str
@@ -41,3 +45,5 @@ class ZoneSpec:
     replicas: int
     node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
     failure_domain: str | None = None
+    scale_up_delay: float = 0.0
+    scale_down_delay: float = 0.0

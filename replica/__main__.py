@@ -1,4 +1,5 @@
-"""``python -m replica --node NAME --listen HOST:PORT --data-dir DIR``: run one replica agent.
+"""``python -m replica --node NAME --listen HOST:PORT --data-dir DIR [--etcd ENDPOINTS [--prefix P]
+[--attribute K=V ...]]``: run one replica agent (with ``--etcd`` it registers its node record).
 
 Exit status: 0 after SIGTERM/SIGINT, 1 after a fatal store error, 2 for bad input (one line on
 stderr naming the field).
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from placement.errors import PlacementError
+from replica.registration import parse_attributes
 from replica.server import serve
 
 
@@ -23,6 +25,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--listen", required=True, help="HOST:PORT to serve on; port 0 = any free")
     parser.add_argument("--data-dir", required=True, type=Path, help="directory of agent.db")
     parser.add_argument("--grace", type=float, default=5.0, help="seconds for in-flight RPCs")
+    parser.add_argument("--etcd", help="etcd HOST:PORT[,...]: register this node there")
+    parser.add_argument("--prefix", default="/placement", help="metastore key prefix")
+    parser.add_argument(
+        "--attribute", action="append", default=[], help="KEY=VALUE node attribute (repeatable)"
+    )
+    parser.add_argument("--lease-ttl", type=int, default=5, help="registration lease seconds")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
@@ -30,7 +38,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     try:
-        return asyncio.run(serve(args.node, args.listen, args.data_dir, grace=args.grace))
+        attributes = parse_attributes(args.attribute)
+        return asyncio.run(
+            serve(
+                args.node,
+                args.listen,
+                args.data_dir,
+                grace=args.grace,
+                etcd=args.etcd,
+                prefix=args.prefix,
+                attributes=attributes,
+                lease_ttl=args.lease_ttl,
+            )
+        )
     except PlacementError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from placement.codec import NodeRecord, encode_node
 from placement.errors import InvalidInput
+from placement.etcd import EtcdClient
+from placement.keys import KeySpace
 from placement.v1 import replica_pb2, replica_pb2_grpc
 from replica.protocol import validate_name
+from replica.registration import Registration
 from replica.service import CatchUp, ReplicaAgent, ReplicaServicer, SerialStore
 from replica.store import AgentStore
 
@@ -115,11 +119,21 @@ async def serve(
     grace: float = 5.0,
     catch_up: CatchUp | None = None,
     announce: Callable[[str], None] | None = None,
+    etcd: str | None = None,
+    prefix: str = "/placement",
+    attributes: Mapping[str, str] | None = None,
+    lease_ttl: int = 5,
 ) -> int:
     """Run an agent until SIGTERM/SIGINT (exit status 0) or a fatal store error (1).
 
-    Announces ``agent NODE listening on HOST:PORT`` once it serves (tests and scripts wait for it).
+    With ``etcd`` the agent registers ``{prefix}/nodes/{node}`` (its address and ``attributes``)
+    under a lease it keeps alive (:mod:`replica.registration`) once it serves, and revokes the
+    lease first on shutdown, so the driver sees it leave at once. Announces ``agent NODE listening
+    on HOST:PORT`` once it serves (and is registered); tests and scripts wait for it.
     """
+    keys = KeySpace(prefix) if etcd is not None else None
+    if etcd is not None:  # bad input fails before the data dir is touched
+        encode_node(NodeRecord(node, "127.0.0.1:1", dict(attributes or {})))
     stop = asyncio.Event()
     fatal: list[BaseException] = []
 
@@ -128,6 +142,18 @@ async def serve(
         stop.set()
 
     running = await start_agent(node, listen, data_dir, catch_up=catch_up, on_fatal=on_fatal)
+    registration: Registration | None = None
+    client: EtcdClient | None = None
+    if etcd is not None and keys is not None:
+        client = EtcdClient(etcd)
+        record = NodeRecord(node, running.address, dict(attributes or {}))
+        registration = Registration(client, keys, record, ttl=lease_ttl)
+        try:
+            await registration.start()
+        except BaseException:
+            await client.close()
+            await running.stop(grace)
+            raise
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:
@@ -142,5 +168,8 @@ async def serve(
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
+        if registration is not None and client is not None:
+            await registration.stop()
+            await client.close()
         await running.stop(grace)
     return 1 if fatal else 0

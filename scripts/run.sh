@@ -1,17 +1,8 @@
 #!/usr/bin/env bash
-# The README's run command: installs what is missing, then plans the example snapshot shipped in
-# examples/ with placectl and prints the plan's summary.
+# The README's run command: installs what is missing, then starts a whole local cluster with
+# `placectl up` (etcd, placement drivers, replica agents, a demo zone, live status). Ctrl-C stops
+# every process it started. Arguments go to `placectl up` (e.g. --nodes 5 --drivers 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-mkdir -p out
-.venv/bin/placectl plan --input examples/snapshot.json --output out/plan.json
-.venv/bin/python - <<'PY'
-import json
-plan = json.load(open("out/plan.json"))
-for zone in plan["zones"]:
-    s = zone["summary"]
-    print(f"zone {zone['name']}: moves={s['moves']} spread={s['spread']} load={s['load']}")
-    for p, peers in list(zone["assignments"].items())[:4]:
-        print(f"  partition {p}: {' '.join(peers)}  (primary {peers[0]})")
-PY
+exec .venv/bin/placectl up "$@"

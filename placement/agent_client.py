@@ -1,0 +1,118 @@
+"""The driver's gRPC client of replica agents (``ReplicaService``). Protobuf stays in here.
+
+One channel per agent address, with keepalive **and** a ping timeout (so a SIGSTOPped agent is
+noticed), a capped reconnect backoff, and a deadline on every call. Transport failures raise
+:class:`AgentUnavailable`; answers come back as :class:`AgentAnswer` with the outcome's enum name
+(``ACCEPTED``/``DONE``/``STALE``/``FAILED``; ``CANCELLED``/``NOTHING_TO_CANCEL``/
+``ALREADY_DONE``/``CANCEL_STALE``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from placement.errors import PlacementError
+from placement.model import Peers
+from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
+
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 5_000),
+    ("grpc.keepalive_timeout_ms", 3_000),
+    ("grpc.http2.ping_timeout_ms", 3_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+)
+
+
+class AgentUnavailable(PlacementError):
+    """The agent did not answer (down, frozen, refused): retry with backoff."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAnswer:
+    outcome: str
+    accepted_revision: int
+    accepted_epoch: int
+    detail: str = ""
+
+
+class AgentClient:
+    """Calls agents by address; ``timeout`` is every call's deadline in seconds."""
+
+    def __init__(self, *, timeout: float = 3.0) -> None:
+        self.timeout = timeout
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _stub(self, address: str) -> replica_pb2_grpc.ReplicaServiceAsyncStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
+            self._channels[address] = channel
+        return replica_pb2_grpc.ReplicaServiceStub(channel)  # an AsyncStub on an aio channel
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close(None)
+
+    async def rebalance(
+        self,
+        address: str,
+        zone: str,
+        partition: int,
+        old: Peers,
+        new: Peers,
+        revision: int,
+        epoch: int,
+    ) -> AgentAnswer:
+        request = replica_pb2.RebalanceRequest(
+            partition=common_pb2.PartitionRef(zone=zone, partition=partition),
+            old_peers=common_pb2.Peers(names=list(old)),
+            new_peers=common_pb2.Peers(names=list(new)),
+            revision=revision,
+            epoch=epoch,
+        )
+        try:
+            response = await self._stub(address).Rebalance(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise AgentUnavailable(f"{address}: Rebalance: {e.code().name} {e.details()}") from e
+        return AgentAnswer(
+            replica_pb2.RebalanceOutcome.Name(response.outcome),
+            response.accepted_revision,
+            response.accepted_epoch,
+            response.detail,
+        )
+
+    async def cancel(
+        self,
+        address: str,
+        zone: str,
+        partition: int,
+        old: Peers,
+        new: Peers,
+        revision: int,
+        epoch: int,
+    ) -> AgentAnswer:
+        request = replica_pb2.CancelRebalanceRequest(
+            partition=common_pb2.PartitionRef(zone=zone, partition=partition),
+            old_peers=common_pb2.Peers(names=list(old)),
+            new_peers=common_pb2.Peers(names=list(new)),
+            revision=revision,
+            epoch=epoch,
+        )
+        try:
+            response = await self._stub(address).CancelRebalance(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise AgentUnavailable(
+                f"{address}: CancelRebalance: {e.code().name} {e.details()}"
+            ) from e
+        return AgentAnswer(
+            replica_pb2.CancelOutcome.Name(response.outcome),
+            response.accepted_revision,
+            response.accepted_epoch,
+            response.detail,
+        )

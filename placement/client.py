@@ -1,0 +1,130 @@
+"""gRPC client of ``PlacementService`` for the CLI and other services.
+
+* Several endpoints (any driver instance answers): a call that meets ``UNAVAILABLE`` or a deadline
+  moves to the next endpoint and is retried there, at most once per endpoint, then with capped
+  backoff until ``deadline`` seconds have passed; other errors are final.
+* Every call carries ``call_timeout``; channels use keepalive with ``ping_timeout`` (a frozen peer
+  is noticed) and a capped reconnect backoff (no long sit-out after an outage). FACTS.md, gRPC.
+* Errors leave as :class:`ApiError` carrying the gRPC status code and the server's one-line detail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import grpc
+
+from placement.errors import InvalidInput, PlacementError
+from placement.v1 import driver_pb2_grpc
+
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+)
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+T = TypeVar("T")
+if TYPE_CHECKING:
+    Stub = driver_pb2_grpc.PlacementServiceAsyncStub
+
+
+class ApiError(PlacementError):
+    """A call failed: ``code`` is the gRPC status, ``detail`` the server's message."""
+
+    def __init__(self, code: grpc.StatusCode, detail: str, endpoint: str = "") -> None:
+        self.code = code
+        self.detail = detail
+        self.endpoint = endpoint
+        super().__init__(detail or code.name.lower())
+
+    @property
+    def unavailable(self) -> bool:
+        return self.code in RETRYABLE
+
+
+def parse_endpoints(text: str | Sequence[str]) -> tuple[str, ...]:
+    """``HOST:PORT[,HOST:PORT...]`` -> a tuple; raises InvalidInput naming ``--endpoint``."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    endpoints = tuple(e.strip() for e in items if e.strip())
+    if not endpoints:
+        raise InvalidInput("--endpoint", "no address given", "pass HOST:PORT[,HOST:PORT...]")
+    for e in endpoints:
+        host, sep, port = e.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidInput("--endpoint", f"{e!r} is not HOST:PORT", "e.g. 127.0.0.1:7400")
+    return endpoints
+
+
+class PlacementClient:
+    """``async with PlacementClient(["h:p"]) as c: await c.call(lambda s, t: s.ListZones(..))``."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str] | str,
+        *,
+        call_timeout: float = 5.0,
+        deadline: float = 15.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.endpoints = parse_endpoints(endpoints)
+        self.call_timeout = call_timeout
+        self.deadline = deadline
+        self._sleep = sleep
+        self._active = 0
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def __aenter__(self) -> PlacementClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close()
+
+    @property
+    def active_endpoint(self) -> str:
+        return self.endpoints[self._active]
+
+    def _stub(self, endpoint: str) -> Stub:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            channel = self._channels[endpoint] = grpc.aio.insecure_channel(
+                endpoint, options=CHANNEL_OPTIONS
+            )
+        return driver_pb2_grpc.PlacementServiceStub(channel)
+
+    async def call(self, method: Callable[[Stub, float], Awaitable[T]]) -> T:
+        """Run ``method(stub, timeout)``, failing over between endpoints while unavailable."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.deadline
+        delay = 0.1
+        last: ApiError | None = None
+        while True:
+            for _ in range(len(self.endpoints)):
+                endpoint = self.active_endpoint
+                try:
+                    return await method(self._stub(endpoint), self.call_timeout)
+                except grpc.aio.AioRpcError as e:
+                    last = ApiError(e.code(), e.details() or "", endpoint)
+                    if e.code() not in RETRYABLE:
+                        raise last from e
+                    self._active = (self._active + 1) % len(self.endpoints)
+            if loop.time() + delay >= give_up:
+                assert last is not None
+                raise ApiError(
+                    last.code,
+                    f"no placement driver answered at {','.join(self.endpoints)} "
+                    f"({last.detail or last.code.name.lower()})",
+                )
+            await self._sleep(delay)
+            delay = min(delay * 2, 2.0)

@@ -1,0 +1,598 @@
+"""The placement driver process: election, the leader's passes, and the movers. I/O lives here.
+
+Instance states::
+
+    CAMPAIGNING --won--> LEADING --lease lost / leader key gone / fenced (NotLeader)--> CAMPAIGNING
+    any --stop()--> STOPPED (resigns: deletes its key if still this term's, revokes its lease)
+
+While LEADING (one *term*), everything the leader does runs in tasks owned by the term: a
+list-then-watch of the whole prefix (listed fresh from etcd at the start of every term — a new
+leader never decides from an old cache), the pass loop and one mover per partition being driven.
+Losing the term cancels all of them at once; a new session then campaigns again.
+
+The pass loop (:func:`placement.driver_core.plan_pass` on a fresh immutable view) writes data
+nodes, creations, triggers and primary leases — every write a fenced transaction — and keeps one
+mover per :class:`~placement.driver_core.Drive`. A mover:
+
+1. re-reads its partition from etcd (pending and cancel straight from the store) and stops if the
+   drive changed;
+2. while ``{p}/control/paused`` exists, waits (sends nothing new);
+3. takes throttle slots (global, then per joining node, in name order: no deadlock) for the
+   whole move;
+4. sends ``Rebalance`` (or ``CancelRebalance``) to every registered member of old ∪ new, resending
+   with exponential backoff + jitter until :func:`placement.driver_core.aggregate` says finish;
+5. finishes with the guarded transition (``finish``/``finish_cancel``), which decides on a fresh
+   read: a late or duplicate finish is STALE and changes nothing.
+
+Agents are idempotent per (revision, epoch), so a new leader resending everything is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from placement.agent_client import AgentAnswer, AgentClient, AgentUnavailable
+from placement.codec import ControlMark, encode_control, encode_datanodes, encode_primary
+from placement.driver_core import (
+    ClusterView,
+    Drive,
+    PassPlan,
+    Verdict,
+    WriteDataNodes,
+    WritePrimaries,
+    aggregate,
+    build_view,
+    drive_action,
+    plan_pass,
+)
+from placement.election import Election, Leadership
+from placement.errors import Conflict, NotLeader, PlacementError, StoreUnavailable
+from placement.etcd import Compare, Delete, EtcdClient, Get, Put, Range
+from placement.keys import KeySpace, prefix_range_end
+from placement.listwatch import ListWatch, Snapshot
+from placement.metastore import Fence, Metastore, Outcome
+from placement.primaries import LeaseConfig
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+#: Primary-lease keys written per transaction (plus the fence compare: within etcd's 128).
+PRIMARY_BATCH = 120
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter: attempt ``n`` waits ``U(0, min(cap, initial·2ⁿ))``."""
+
+    initial: float = 0.05
+    cap: float = 2.0
+    factor: float = 2.0
+
+    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
+        return rng() * min(self.cap, self.initial * self.factor**attempt)
+
+
+async def retry(
+    op: Callable[[], Awaitable[_T]],
+    *,
+    policy: RetryPolicy,
+    retry_on: tuple[type[BaseException], ...],
+    sleep: Sleep,
+    attempts: int | None = None,
+    rng: Callable[[], float] = random.random,
+) -> _T:
+    """The one retry helper: call ``op`` until it returns, retrying ``retry_on`` errors with
+    ``policy``'s backoff; after ``attempts`` tries (None = forever) the last error is raised."""
+    attempt = 0
+    while True:
+        try:
+            return await op()
+        except retry_on:
+            attempt += 1
+            if attempts is not None and attempt >= attempts:
+                raise
+            await sleep(policy.delay(attempt, rng))
+
+
+@dataclass(frozen=True, slots=True)
+class DriverConfig:
+    """Options of one driver instance (``placectl driver run`` flags)."""
+
+    member_id: str
+    api_address: str
+    lease_ttl: int = 5
+    #: Moves (partitions being rebalanced) at once, in total and per joining node.
+    max_moves_global: int = 64
+    max_moves_per_node: int = 8
+    #: Seconds between passes when nothing changes (holddown expiry, lease renewal).
+    tick: float = 0.5
+    rpc_timeout: float = 3.0
+    resend: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.05, 1.0))
+    store_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 2.0))
+    leases: LeaseConfig = field(default_factory=LeaseConfig)
+
+
+class Driver:
+    """One driver instance. ``run()`` until cancelled; ``fence()``/``leader_api()`` for the API."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        keys: KeySpace,
+        config: DriverConfig,
+        *,
+        agents: AgentClient | None = None,
+        clock: Clock = time.time,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.config = config
+        self.store = Metastore(client, keys)
+        self.agents = agents if agents is not None else AgentClient(timeout=config.rpc_timeout)
+        self._clock = clock
+        self._sleep = sleep
+        self._leadership: Leadership | None = None
+        self._leader_api: str | None = None
+        self._leader_id: str | None = None
+        self._view: ClusterView | None = None
+        self._movers: dict[tuple[str, int], tuple[Drive, asyncio.Task[None]]] = {}
+        self._wanted: dict[tuple[str, int], Drive] = {}
+        self._wake = asyncio.Event()
+        self._fenced: NotLeader | None = None
+        self._global_slots = asyncio.Semaphore(config.max_moves_global)
+        self._node_slots: dict[str, asyncio.Semaphore] = {}
+        #: Counters for tests and the benchmark.
+        self.stats: dict[str, int] = {
+            "finished": 0,
+            "cancel_finished": 0,
+            "rpcs": 0,
+            "terms": 0,
+            "max_moves": 0,
+            "max_moves_per_node": 0,
+        }
+        self._moving = 0
+        self._moving_nodes: Counter[str] = Counter()
+
+    # -- what the API uses -------------------------------------------------------------------
+
+    def fence(self) -> Fence | None:
+        """The fence to write with while leading (None otherwise). The fence, not this belief,
+        is what makes writes safe: a write with a stale fence raises NotLeader."""
+        leadership = self._leadership
+        if leadership is None or leadership.is_lost:
+            return None
+        return leadership.fence
+
+    def leader_api(self) -> str | None:
+        """The current leader's API address (HOST:PORT), as last seen; None when unknown."""
+        if self.fence() is not None:
+            return self.config.api_address
+        return self._leader_api
+
+    def leader_id(self) -> str | None:
+        if self.fence() is not None:
+            return self.config.member_id
+        return self._leader_id
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    async def set_paused(self, paused: bool) -> None:
+        """Pause/resume all driving (for the API): fenced put/delete of ``{p}/control/paused``."""
+        fence = self.fence()
+        if fence is None:
+            raise NotLeader(f"{self.config.member_id} is not the leader")
+        key = self.keys.paused()
+        op: Put | Delete = (
+            Put(key, encode_control(ControlMark(fence.epoch, self.now_ms())))
+            if paused
+            else Delete(key)
+        )
+        result = await self.client.txn((fence.compare(),), (op,), ())
+        if not result.succeeded:
+            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+
+    # -- the instance loop -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Campaign, lead, step down, campaign again — until cancelled."""
+        watcher = asyncio.create_task(self._watch_leader(), name="leader-watch")
+        try:
+            attempt = 0
+            while True:
+                value = json.dumps(
+                    {"id": self.config.member_id, "api": self.config.api_address},
+                    sort_keys=True,
+                    separators=(",", ":"),
+                ).encode()
+                election = Election(
+                    self.client,
+                    self.keys,
+                    self.config.member_id,
+                    ttl=self.config.lease_ttl,
+                    value=value,
+                )
+                try:
+                    leadership = await election.campaign()
+                except PlacementError as e:
+                    attempt += 1
+                    log.warning("campaign failed: %s; retrying", e)
+                    await self._sleep(self.config.store_retry.delay(attempt))
+                    continue
+                attempt = 0
+                await self._term(leadership)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _term(self, leadership: Leadership) -> None:
+        self._leadership = leadership
+        self._fenced = None
+        self.stats["terms"] += 1
+        log.info("leader %s epoch %d", self.config.member_id, leadership.epoch)
+        work = asyncio.create_task(self._lead(leadership.fence), name="lead")
+        lost = asyncio.create_task(leadership.wait_lost(), name="wait-lost")
+        reason = "stopped"
+        try:
+            done, _ = await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if lost in done:
+                reason = lost.result()
+            elif work.exception() is not None:
+                reason = f"{type(work.exception()).__name__}: {work.exception()}"
+            else:
+                reason = "work ended"
+        finally:
+            self._leadership = None
+            for task in (work, lost):
+                task.cancel()
+            await asyncio.gather(work, lost, return_exceptions=True)
+            log.warning(
+                "%s stepping down (epoch %d): %s", self.config.member_id, leadership.epoch, reason
+            )
+            with contextlib.suppress(PlacementError, OSError):
+                await asyncio.shield(leadership.resign())
+
+    async def _watch_leader(self) -> None:
+        """Keep ``leader_api()`` current for followers (lowest create revision leads)."""
+        watch = ListWatch(self.client, self.keys.leader_prefix())
+        while True:
+            try:
+                snapshot = await watch.start()
+                break
+            except StoreUnavailable:
+                await self._sleep(1.0)
+        try:
+            while True:
+                leader = min(snapshot.kvs.values(), key=lambda kv: kv.create_revision, default=None)
+                self._leader_api = self._leader_id = None
+                if leader is not None:
+                    with contextlib.suppress(ValueError, AttributeError, TypeError):
+                        record = json.loads(leader.value)
+                        self._leader_api = str(record["api"])
+                        self._leader_id = str(record["id"])
+                snapshot = await watch.wait_newer(snapshot)
+        finally:
+            await watch.close()
+
+    # -- one term ----------------------------------------------------------------------------
+
+    async def _lead(self, fence: Fence) -> None:
+        watch = ListWatch(self.client, self.keys.prefix.encode() + b"/")
+        snapshot = await retry(
+            watch.start,
+            policy=self.config.store_retry,
+            retry_on=(StoreUnavailable,),
+            sleep=self._sleep,
+            attempts=5,
+        )
+        attempt = 0
+        try:
+            while True:
+                if self._fenced is not None:
+                    raise self._fenced
+                view = build_view(self.keys, snapshot.kvs, snapshot.revision)
+                self._view = view
+                plan = plan_pass(view, self.now_ms(), self.config.leases)
+                try:
+                    await self._execute(plan, fence)
+                    attempt = 0
+                except (StoreUnavailable, Conflict) as e:
+                    attempt += 1
+                    log.warning("pass at revision %d failed: %s", view.revision, e)
+                    await self._sleep(self.config.store_retry.delay(attempt))
+                self._reconcile(plan.drives, fence)
+                snapshot = await self._next_snapshot(watch, snapshot)
+        finally:
+            movers = [task for _, task in self._movers.values()]
+            self._movers.clear()
+            self._wanted = {}
+            for task in movers:
+                task.cancel()
+            await asyncio.gather(*movers, return_exceptions=True)
+            await watch.close()
+
+    async def _next_snapshot(self, watch: ListWatch, snapshot: Snapshot) -> Snapshot:
+        newer = asyncio.create_task(watch.wait_newer(snapshot))
+        woken = asyncio.create_task(self._wake.wait())
+        try:
+            await asyncio.wait(
+                {newer, woken}, timeout=self.config.tick, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            for task in (newer, woken):
+                task.cancel()
+            await asyncio.gather(newer, woken, return_exceptions=True)
+        self._wake.clear()
+        if newer.done() and not newer.cancelled() and newer.exception() is not None:
+            raise newer.exception()  # type: ignore[misc]
+        return watch.snapshot()
+
+    async def _execute(self, plan: PassPlan, fence: Fence) -> None:
+        ts = self.now_ms()
+        for write in plan.datanodes:
+            await self._write_datanodes(write, fence, ts)
+        for create in plan.creates:
+            result = await self.store.create_partitions(
+                create.zone, create.stables, create.trigger_revision, fence, ts
+            )
+            log.info("zone %s: created %d partition(s)", create.zone, len(result.created))
+        for trig in plan.triggers:
+            batch = await self.store.apply_triggers(
+                trig.zone, trig.targets, trig.trigger_revision, fence, ts
+            )
+            actions: dict[str, int] = {}
+            for r in batch.results.values():
+                name = r.action.value if r.action is not None else r.outcome.value
+                actions[name] = actions.get(name, 0) + 1
+            log.info(
+                "zone %s: trigger %d on %d partition(s): %s",
+                trig.zone,
+                trig.trigger_revision,
+                len(trig.targets),
+                actions,
+            )
+        for primaries in plan.primaries:
+            await self._write_primaries(primaries, fence, ts)
+        for cancel in plan.cancels:
+            cancelled = await self.store.cancel(
+                cancel.zone, cancel.partition, cancel.revision, fence, ts
+            )
+            log.info(
+                "%s/%d: cancel of revision %d (a joining node left the zone): %s",
+                cancel.zone,
+                cancel.partition,
+                cancel.revision,
+                cancelled.outcome.value,
+            )
+        for drop in plan.drops:
+            prefix = self.keys.zone_primary_prefix(drop.zone)
+            await self._cas(
+                fence,
+                (Compare.version(self.keys.zone(drop.zone), "==", 0),),
+                (
+                    Delete(self.keys.datanodes(drop.zone)),
+                    Delete(prefix, prefix_range_end(prefix)),
+                ),
+            )
+            log.info("zone %s: dropped; its data nodes and primary leases deleted", drop.zone)
+
+    async def _cas(
+        self, fence: Fence, compares: Iterable[Compare], ops: Iterable[Put | Delete]
+    ) -> bool:
+        """One fenced txn; False when a non-fence compare failed, NotLeader when the fence did."""
+        result = await self.client.txn(
+            (fence.compare(), *compares), tuple(ops), (Get(fence.leader_key),)
+        )
+        if result.succeeded:
+            return True
+        (leader,) = result.responses
+        assert isinstance(leader, Range)
+        if not fence.holds(leader.first()):
+            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+        return False
+
+    async def _write_datanodes(self, write: WriteDataNodes, fence: Fence, ts: int) -> None:
+        key = self.keys.datanodes(write.zone)
+        record = write.record
+        value = encode_datanodes(
+            type(record)(
+                record.applied, record.observed, record.up_since, record.down_since, fence.epoch, ts
+            )
+        )
+        ok = await self._cas(
+            fence, (Compare.mod(key, "==", write.expected_mod),), (Put(key, value),)
+        )
+        log.info(
+            "zone %s: data nodes applied=%s observed=%s up_since=%s down_since=%s (%s)",
+            write.zone,
+            list(record.applied),
+            list(record.observed),
+            record.up_since,
+            record.down_since,
+            "written" if ok else "lost race",
+        )
+
+    async def _write_primaries(self, write: WritePrimaries, fence: Fence, ts: int) -> None:
+        items = sorted(write.leases.items())
+        for start in range(0, len(items), PRIMARY_BATCH):
+            chunk = items[start : start + PRIMARY_BATCH]
+            compares = []
+            puts = []
+            for p, (lease, expected) in chunk:
+                key = self.keys.primary(write.zone, p)
+                compares.append(Compare.mod(key, "==", expected))
+                stamped = type(lease)(lease.node, lease.lease_epoch, lease.expiry, fence.epoch, ts)
+                puts.append(Put(key, encode_primary(stamped)))
+            if not await self._cas(fence, compares, puts):
+                log.info("zone %s: primary leases raced; redone next pass", write.zone)
+
+    # -- movers ------------------------------------------------------------------------------
+
+    def _reconcile(self, drives: Iterable[Drive], fence: Fence) -> None:
+        """One mover per wanted drive. A mover whose drive is no longer wanted is not cancelled
+        (it may be committing its finish): it notices at its next round and exits, and the
+        next pass starts the mover of the new drive."""
+        self._wanted = {d.key: d for d in drives}
+        for key, (_, task) in list(self._movers.items()):
+            if task.done():
+                del self._movers[key]
+        for key, drive in self._wanted.items():
+            if key not in self._movers:
+                task = asyncio.create_task(self._move(drive, fence), name=f"move {key}")
+                task.add_done_callback(self._mover_done)
+                self._movers[key] = (drive, task)
+
+    def _mover_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, NotLeader):
+            self._fenced = error
+        elif error is not None:
+            log.error("mover %s failed", task.get_name(), exc_info=error)
+        self._wake.set()
+
+    def _paused(self) -> bool:
+        return self._view is not None and self._view.paused
+
+    def _slots(self, drive: Drive) -> list[asyncio.Semaphore]:
+        if drive.cancel:
+            return []
+        joining = sorted(set(drive.new) - set(drive.old))
+        slots = [self._global_slots]
+        for node in joining:
+            slot = self._node_slots.get(node)
+            if slot is None:
+                slot = self._node_slots[node] = asyncio.Semaphore(self.config.max_moves_per_node)
+            slots.append(slot)
+        return slots
+
+    async def _move(self, drive: Drive, fence: Fence) -> None:
+        state = await retry(
+            lambda: self.store.read_partition(drive.zone, drive.partition),
+            policy=self.config.store_retry,
+            retry_on=(StoreUnavailable,),
+            sleep=self._sleep,
+        )
+        if drive_action(state) != drive:
+            self._wake.set()
+            return
+        while self._paused():
+            await self._sleep(self.config.tick)
+        async with contextlib.AsyncExitStack() as stack:
+            for slot in self._slots(drive):
+                await stack.enter_async_context(slot)
+            if not drive.cancel:
+                stack.callback(self._count_move(drive))
+            attempt = 0
+            while True:
+                while self._paused():
+                    await self._sleep(self.config.tick)
+                if self._wanted.get(drive.key) != drive:
+                    return  # the partition moved on (finished elsewhere, cancelled, replaced)
+                answers = await self._send_all(drive, fence.epoch)
+                verdict = aggregate(drive, answers)
+                if verdict is not Verdict.WAIT:
+                    await self._finish(drive, verdict, fence)
+                    return
+                attempt += 1
+                await self._sleep(self.config.resend.delay(attempt))
+
+    def _count_move(self, drive: Drive) -> Callable[[], None]:
+        """Track moves holding throttle slots (``stats``: the highest counts seen)."""
+        joining = set(drive.new) - set(drive.old)
+        self._moving += 1
+        self._moving_nodes.update(joining)
+        self.stats["max_moves"] = max(self.stats["max_moves"], self._moving)
+        if joining:
+            top = max(self._moving_nodes[n] for n in joining)
+            self.stats["max_moves_per_node"] = max(self.stats["max_moves_per_node"], top)
+
+        def done() -> None:
+            self._moving -= 1
+            self._moving_nodes.subtract(joining)
+
+        return done
+
+    async def _send_all(self, drive: Drive, epoch: int) -> dict[str, str | None]:
+        nodes = self._view.nodes if self._view is not None else {}
+        members = sorted(set(drive.old) | set(drive.new))
+        targets = {n: nodes[n].address for n in members if n in nodes}
+        results = await asyncio.gather(*(self._send(drive, a, epoch) for a in targets.values()))
+        answers: dict[str, str | None] = {}
+        for node, answer in zip(targets, results, strict=True):
+            answers[node] = answer.outcome if answer is not None else None
+        return answers
+
+    async def _send(self, drive: Drive, address: str, epoch: int) -> AgentAnswer | None:
+        self.stats["rpcs"] += 1
+        call = self.agents.cancel if drive.cancel else self.agents.rebalance
+        try:
+            return await call(
+                address, drive.zone, drive.partition, drive.old, drive.new, drive.revision, epoch
+            )
+        except AgentUnavailable as e:
+            log.info("%s/%d: %s", drive.zone, drive.partition, e)
+            return None
+
+    async def _finish(self, drive: Drive, verdict: Verdict, fence: Fence) -> None:
+        async def transition() -> Outcome:
+            ts = self.now_ms()
+            if verdict is Verdict.FINISH:
+                result = await self.store.finish(
+                    drive.zone, drive.partition, drive.revision, fence, ts
+                )
+            else:
+                result = await self.store.finish_cancel(
+                    drive.zone,
+                    drive.partition,
+                    drive.revision,
+                    fence,
+                    ts,
+                    already_done=verdict is Verdict.CANCEL_ALREADY_DONE,
+                )
+            return result.outcome
+
+        outcome = await retry(
+            transition,
+            policy=self.config.store_retry,
+            retry_on=(StoreUnavailable, Conflict),
+            sleep=self._sleep,
+        )
+        if outcome is Outcome.APPLIED:
+            self.stats["finished" if verdict is Verdict.FINISH else "cancel_finished"] += 1
+        log.info(
+            "%s/%d: %s of revision %d -> %s",
+            drive.zone,
+            drive.partition,
+            verdict.value,
+            drive.revision,
+            outcome.value,
+        )
+        self._wake.set()
+
+
+def parse_member_record(raw: bytes) -> Mapping[str, str] | None:
+    """The election value ``{"id":..,"api":..}`` of a leader key, None when unreadable."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    return {str(k): str(v) for k, v in record.items()}

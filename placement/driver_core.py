@@ -1,0 +1,427 @@
+"""The placement driver's decisions: one pass over an immutable view -> actions. Pure: no I/O.
+
+The leader loop (:mod:`placement.driver`) builds a :class:`ClusterView` from one list-watch
+snapshot of the whole prefix (one etcd revision), calls :func:`plan_pass` and executes the
+actions; every write it makes is a fenced, compare-guarded transaction, so deciding on a snapshot
+that is already old is safe (the write is refused or re-decided by the metastore).
+
+Per zone, in this order:
+
+1. **Data nodes** (:mod:`placement.datanodes`): the matching registered set advanced through the
+   holddown; a changed record -> :class:`WriteDataNodes` (CAS on the key's mod_revision). Nothing
+   else is decided for that zone in the same pass (the trigger revision is about to change).
+2. **Creation**: partitions ``0..P-1`` with no assignment key at all -> :class:`CreatePartitions`
+   with their slice of the target (an empty partition needs no rebalance).
+3. **Triggers**: ``target = place(spec, data nodes, current)`` with current = pending if a
+   rebalance is in flight, else stable; partitions where rule 2 would write (pending or planned,
+   or delete planned) with a trigger older than ``R = max(zone mod_revision, datanodes
+   mod_revision)`` -> :class:`ApplyTriggers`. No-ops are not written at all.
+4. **Driving** (skipped while paused): per partition with a decodable pending —
+
+   ================  ====================================================  ==================
+   rebalance state    condition                                             action
+   ================  ====================================================  ==================
+   IDLE               no pending                                            —
+   MOVING             pending, no cancel                                    :class:`Drive`
+   CANCELLING         pending and a cancel naming pending's mod_revision    :class:`Drive`
+                                                                            (``cancel=True``)
+   STUCK              pending undecodable (or a cancel for another rev.)     — (operator cancels)
+   ================  ====================================================  ==================
+
+   MOVING -> IDLE (finish: stable := pending) or -> MOVING (pending := planned), MOVING ->
+   CANCELLING (cancel written), CANCELLING -> IDLE (finish_cancel).
+5. **Primary leases** (:mod:`placement.primaries`): grants, renewals and moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from placement.codec import (
+    Assignment,
+    CancelIntent,
+    Corrupt,
+    DataNodes,
+    NodeRecord,
+    PrimaryLease,
+    decode_assignment,
+    decode_cancel,
+    decode_datanodes,
+    decode_node,
+    decode_primary,
+    decode_trigger,
+    decode_zone_spec,
+)
+from placement.datanodes import advance, matching_nodes
+from placement.errors import InvalidInput
+from placement.etcd import KeyValue
+from placement.keys import AssignField, KeyKind, KeySpace
+from placement.metastore import PartitionState, TriggerAction, Versioned, decide_trigger
+from placement.model import Node, Peers, ZoneSpec
+from placement.placement import place
+from placement.primaries import LeaseConfig, plan_primaries
+
+# -- the view ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneView:
+    """One zone as of the view's revision."""
+
+    name: str
+    spec: ZoneSpec | Corrupt | None
+    zone_mod: int
+    datanodes: DataNodes | Corrupt | None
+    datanodes_mod: int
+    partitions: Mapping[int, PartitionState]
+    primaries: Mapping[int, Versioned[PrimaryLease]]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """Everything under the prefix at one ``revision``, decoded (corrupt values kept as such)."""
+
+    revision: int
+    zones: Mapping[str, ZoneView]
+    nodes: Mapping[str, NodeRecord]
+    paused: bool
+
+
+_ASSIGN_DECODERS = {
+    AssignField.STABLE: decode_assignment,
+    AssignField.PENDING: decode_assignment,
+    AssignField.PLANNED: decode_assignment,
+    AssignField.CANCEL: decode_cancel,
+    AssignField.TRIGGER: decode_trigger,
+}
+
+
+def build_view(keys: KeySpace, kvs: Mapping[bytes, KeyValue], revision: int) -> ClusterView:
+    """Decode a snapshot of the whole prefix into a :class:`ClusterView` (never raises)."""
+    specs: dict[str, tuple[ZoneSpec | Corrupt, int]] = {}
+    datanodes: dict[str, tuple[DataNodes | Corrupt, int]] = {}
+    fields: dict[str, dict[int, dict[str, Versioned[object]]]] = {}
+    primaries: dict[str, dict[int, Versioned[PrimaryLease]]] = {}
+    nodes: dict[str, NodeRecord] = {}
+    paused = False
+    for key, kv in kvs.items():
+        parsed = keys.parse(key)
+        if parsed is None:
+            continue
+        if parsed.kind is KeyKind.ZONE:
+            specs[parsed.name] = (decode_zone_spec(kv.value), kv.mod_revision)
+        elif parsed.kind is KeyKind.NODE:
+            record = decode_node(kv.value)
+            if isinstance(record, NodeRecord) and record.name == parsed.name:
+                nodes[parsed.name] = record
+        elif parsed.kind is KeyKind.DATANODES:
+            datanodes[parsed.name] = (decode_datanodes(kv.value), kv.mod_revision)
+        elif parsed.kind is KeyKind.CONTROL:
+            paused = True
+        elif parsed.kind is KeyKind.PRIMARY:
+            assert parsed.partition is not None
+            primaries.setdefault(parsed.name, {})[parsed.partition] = Versioned(
+                decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision
+            )
+        elif parsed.kind is KeyKind.ASSIGN:
+            assert parsed.partition is not None
+            assert parsed.field is not None
+            value = _ASSIGN_DECODERS[parsed.field](kv.value)
+            fields.setdefault(parsed.name, {}).setdefault(parsed.partition, {})[
+                parsed.field.value
+            ] = Versioned(value, kv.value, kv.mod_revision, kv.create_revision)
+    zones: dict[str, ZoneView] = {}
+    for name in sorted(set(specs) | set(fields) | set(datanodes) | set(primaries)):
+        spec, zone_mod = specs.get(name, (None, 0))
+        dn, dn_mod = datanodes.get(name, (None, 0))
+        parts = {
+            p: PartitionState(name, p, revision, **f)  # type: ignore[arg-type]
+            for p, f in sorted(fields.get(name, {}).items())
+        }
+        zones[name] = ZoneView(
+            name,
+            spec,
+            zone_mod,
+            dn,
+            dn_mod,
+            MappingProxyType(parts),
+            MappingProxyType(primaries.get(name, {})),
+        )
+    return ClusterView(revision, MappingProxyType(zones), MappingProxyType(nodes), paused)
+
+
+# -- actions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WriteDataNodes:
+    """CAS ``{p}/datanodes/{zone}`` from ``expected_mod`` (0 = absent) to ``record``."""
+
+    zone: str
+    record: DataNodes
+    expected_mod: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitions:
+    zone: str
+    stables: Mapping[int, Peers]
+    trigger_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyTriggers:
+    zone: str
+    targets: Mapping[int, Peers]
+    trigger_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drive:
+    """Send Rebalance (or CancelRebalance when ``cancel``) ``old -> new`` for pending
+    ``revision`` to every member of old ∪ new, until the agents' answers let it finish."""
+
+    zone: str
+    partition: int
+    old: Peers
+    new: Peers
+    revision: int
+    cancel: bool = False
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.zone, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class WritePrimaries:
+    """CAS each ``{p}/primary/{zone}/{partition}`` from its expected mod_revision (0 = absent)."""
+
+    zone: str
+    leases: Mapping[int, tuple[PrimaryLease, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class DropLeftovers:
+    """A dropped zone (no config, no assignment keys): delete its datanodes and primary keys."""
+
+    zone: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelMove:
+    """Write the cancel key of pending ``revision`` (``Metastore.cancel``): the move waits for a
+    joining node that has left the zone's data nodes, and planned already names a target
+    without it — only a cancel lets the partition move on (pending := planned)."""
+
+    zone: str
+    partition: int
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class PassPlan:
+    datanodes: tuple[WriteDataNodes, ...] = ()
+    creates: tuple[CreatePartitions, ...] = ()
+    triggers: tuple[ApplyTriggers, ...] = ()
+    drives: tuple[Drive, ...] = ()
+    primaries: tuple[WritePrimaries, ...] = ()
+    #: Zones skipped and why (no data nodes, corrupt spec, placement refused).
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    drops: tuple[DropLeftovers, ...] = ()
+    cancels: tuple[CancelMove, ...] = ()
+
+    @property
+    def writes(self) -> bool:
+        return bool(
+            self.datanodes
+            or self.creates
+            or self.triggers
+            or self.primaries
+            or self.drops
+            or self.cancels
+        )
+
+
+# -- the pass ----------------------------------------------------------------------------------
+
+
+def current_peers(state: PartitionState) -> Peers | None:
+    """What placement should start from: pending if a rebalance is in flight, else stable."""
+    return state.peers(AssignField.PENDING) or state.peers(AssignField.STABLE)
+
+
+def plan_zone_targets(
+    zone: ZoneView, spec: ZoneSpec, nodes: Mapping[str, NodeRecord], applied: tuple[str, ...]
+) -> tuple[dict[int, Peers], dict[int, Peers], int] | str:
+    """``(creates, triggers, R)`` for one zone, or a reason string when it cannot be placed."""
+    eligible = [
+        Node(n, dict(nodes[n].attributes), nodes[n].weight) if n in nodes else Node(n)
+        for n in applied
+    ]
+    if not eligible:
+        return "no data nodes"
+    current: dict[int, Peers] = {}
+    for p, state in zone.partitions.items():
+        peers = current_peers(state)
+        if peers is not None and p < spec.partitions:
+            current[p] = peers
+    try:
+        result = place(spec, eligible, current)
+    except InvalidInput as e:
+        return f"placement refused: {e}"
+    revision = max(zone.zone_mod, zone.datanodes_mod)
+    creates: dict[int, Peers] = {}
+    triggers: dict[int, Peers] = {}
+    for p in range(spec.partitions):
+        target = result.assignments[p]
+        found = zone.partitions.get(p)
+        if found is None:
+            creates[p] = target
+            continue
+        state = found
+        action = decide_trigger(state, target, revision)
+        if action is TriggerAction.WRITE_PLANNED and state.peers(AssignField.PLANNED) == target:
+            continue  # already queued: rewriting it would move nothing
+        if action in (
+            TriggerAction.WRITE_PENDING,
+            TriggerAction.WRITE_PLANNED,
+            TriggerAction.DELETE_PLANNED,
+        ):
+            triggers[p] = target
+    return creates, triggers, revision
+
+
+def abandoned_moves(zone: ZoneView, applied: tuple[str, ...]) -> list[CancelMove]:
+    """Moves that cannot finish: a joining member of pending is no longer a data node (left
+    after its scale-down delay) and a planned target exists to move on to."""
+    members = set(applied)
+    found = []
+    for state in zone.partitions.values():
+        drive = drive_action(state)
+        if drive is None or drive.cancel or state.planned is None:
+            continue
+        if any(n not in members for n in drive.new if n not in drive.old):
+            found.append(CancelMove(zone.name, state.partition, drive.revision))
+    return found
+
+
+def drive_action(state: PartitionState) -> Drive | None:
+    """The Drive a partition needs (see the table in the module docstring), or None."""
+    pending = state.pending
+    if pending is None or not isinstance(pending.value, Assignment):
+        return None
+    stable = state.peers(AssignField.STABLE) or ()
+    revision = pending.mod_revision
+    cancel = state.cancel
+    if cancel is None:
+        return Drive(state.zone, state.partition, stable, pending.value.peers, revision)
+    if isinstance(cancel.value, CancelIntent) and cancel.value.pending_revision == revision:
+        old = cancel.value.old or stable
+        new = cancel.value.new or pending.value.peers
+        return Drive(state.zone, state.partition, old, new, revision, cancel=True)
+    return None
+
+
+def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None) -> PassPlan:
+    """Everything the leader should do now, decided on ``view`` alone."""
+    datanode_writes: list[WriteDataNodes] = []
+    creates: list[CreatePartitions] = []
+    triggers: list[ApplyTriggers] = []
+    drives: list[Drive] = []
+    primaries: list[WritePrimaries] = []
+    skipped: dict[str, str] = {}
+    drops: list[DropLeftovers] = []
+    cancels: list[CancelMove] = []
+    for name, zone in view.zones.items():
+        spec = zone.spec
+        if not view.paused:
+            for state in zone.partitions.values():
+                drive = drive_action(state)
+                if drive is not None:
+                    drives.append(drive)
+        if not isinstance(spec, ZoneSpec):
+            skipped[name] = "zone config absent" if spec is None else "zone config corrupt"
+            if spec is None and not zone.partitions and (zone.datanodes or zone.primaries):
+                drops.append(DropLeftovers(name))
+            continue
+        previous = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
+        observed = matching_nodes(spec, view.nodes.values())
+        record = advance(spec, previous, observed, now_ms)
+        if previous is None or not record.same_content(previous):
+            datanode_writes.append(WriteDataNodes(name, record, zone.datanodes_mod))
+            continue
+        if not view.paused:
+            cancels.extend(abandoned_moves(zone, previous.applied))
+        decided = plan_zone_targets(zone, spec, view.nodes, previous.applied)
+        if isinstance(decided, str):
+            skipped[name] = decided
+        else:
+            create, trigger, revision = decided
+            if create:
+                creates.append(CreatePartitions(name, MappingProxyType(create), revision))
+            if trigger:
+                triggers.append(ApplyTriggers(name, MappingProxyType(trigger), revision))
+        if leases is not None:
+            stables = {
+                p: peers
+                for p, s in zone.partitions.items()
+                if p < spec.partitions and (peers := s.peers(AssignField.STABLE)) is not None
+            }
+            grants = plan_primaries(stables, zone.primaries, set(view.nodes), now_ms, leases)
+            if grants:
+                primaries.append(WritePrimaries(name, MappingProxyType(grants)))
+    return PassPlan(
+        tuple(datanode_writes),
+        tuple(creates),
+        tuple(triggers),
+        tuple(drives),
+        tuple(primaries),
+        MappingProxyType(skipped),
+        tuple(drops),
+        tuple(cancels),
+    )
+
+
+# -- aggregating the agents' answers -----------------------------------------------------------
+
+
+class Verdict(StrEnum):
+    """What the answers of one send round allow."""
+
+    #: Every member of new answered DONE: ``finish``.
+    FINISH = "finish"
+    #: Cancel: the group is back on old (some member CANCELLED, or the joining members had
+    #: nothing to cancel): ``finish_cancel``.
+    CANCEL_REVERTED = "cancel_reverted"
+    #: Cancel: every joining member answered ALREADY_DONE: ``finish_cancel(already_done=True)``
+    #: (a plain ``finish`` is refused while the cancel key exists — cancel wins in the store).
+    CANCEL_ALREADY_DONE = "cancel_already_done"
+    #: Not yet (ACCEPTED, FAILED, STALE, no answer): resend after a backoff.
+    WAIT = "wait"
+
+
+def aggregate(drive: Drive, answers: Mapping[str, str | None]) -> Verdict:
+    """Decide from one round's answers: node -> outcome name, ``None`` = did not answer; a
+    member with no node record (not registered: down) is absent from ``answers``.
+
+    Rebalance: done only when every member of ``new`` answered DONE (leavers' answers do not
+    matter: they keep their replicas until retired). Cancel: the registered *joining* members
+    (new - old; all of new for a pure shrink) must all have answered (not CANCEL_STALE); then
+    all ALREADY_DONE -> already done, anything else (CANCELLED, NOTHING_TO_CANCEL, mixed) ->
+    reverted: the group stays on old, of which no member deleted anything.
+    """
+    if not drive.cancel:
+        if all(answers.get(n) == "DONE" for n in drive.new):
+            return Verdict.FINISH
+        return Verdict.WAIT
+    joining = [n for n in drive.new if n not in drive.old] or list(drive.new)
+    got = [answers[n] for n in joining if n in answers]
+    if any(a is None or a == "CANCEL_STALE" for a in got):
+        return Verdict.WAIT
+    if got and all(a == "ALREADY_DONE" for a in got):
+        return Verdict.CANCEL_ALREADY_DONE
+    return Verdict.CANCEL_REVERTED

@@ -1,0 +1,128 @@
+"""The agent's node record in etcd: ``{p}/nodes/{name}`` under a lease it keeps alive.
+
+States: ``REGISTERING -> REGISTERED -> (lease lost) -> REGISTERING ...``; ``stop()`` from any
+state -> ``STOPPED`` (the lease is revoked, so the node key disappears at once instead of after
+the TTL). While another live lease holds the name (a previous incarnation that has not expired),
+registration retries with capped backoff until that lease is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from placement.codec import NodeRecord, encode_node
+from placement.errors import Conflict, InvalidInput, NotLeader, StoreUnavailable
+from placement.etcd import Backoff, EtcdClient, Lease
+from placement.keys import KeySpace
+from placement.metastore import Metastore
+
+log = logging.getLogger(__name__)
+
+
+def parse_attributes(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["rack=a", "tier=ssd"]`` -> a dict; raises InvalidInput naming ``--attribute``."""
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise InvalidInput("--attribute", f"{item!r} is not KEY=VALUE", "e.g. rack=r1")
+        if key in result:
+            raise InvalidInput("--attribute", f"{key!r} given twice", "give each key once")
+        result[key] = value
+    return result
+
+
+class Registration:
+    """Keeps ``record`` registered under a lease of ``ttl`` seconds until :meth:`stop`."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        keys: KeySpace,
+        record: NodeRecord,
+        *,
+        ttl: int = 5,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        encode_node(record)  # validates: bad input fails here, before anything is written
+        self.client = client
+        self.store = Metastore(client, keys)
+        self.record = record
+        self.ttl = ttl
+        self._sleep = sleep
+        self._lease: Lease | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.registered = asyncio.Event()
+        self.registrations = 0
+
+    async def start(self) -> None:
+        """Register once (raising on failure), then keep it registered in the background."""
+        await self._register_once()
+        self._task = asyncio.create_task(self._run(), name=f"registration-{self.record.name}")
+
+    async def _register_once(self) -> None:
+        lease = await self.client.grant_lease(self.ttl)
+        try:
+            await self.store.register_node(self.record, lease)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await lease.revoke()
+            raise
+        self._lease = lease
+        self.registrations += 1
+        self.registered.set()
+        log.info("node %s registered (lease %#x)", self.record.name, lease.id)
+
+    async def _run(self) -> None:
+        backoff = Backoff(0.2, 2.0)
+        while True:
+            lease = self._lease
+            if lease is not None:
+                reason = await lease.wait_lost()
+                self.registered.clear()
+                log.warning("node %s: lease lost (%s); registering again", self.record.name, reason)
+                self._lease = None
+            try:
+                await self._register_once()
+                backoff.reset()
+            except (StoreUnavailable, Conflict, NotLeader) as e:
+                log.warning("node %s: registration failed: %s", self.record.name, e)
+                await self._sleep(backoff.next())
+
+    async def stop(self) -> None:
+        """Stop keeping alive and revoke the lease (the node key goes with it)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        lease, self._lease = self._lease, None
+        self.registered.clear()
+        if lease is not None:
+            with contextlib.suppress(StoreUnavailable):
+                await lease.revoke()
+
+
+async def register(
+    endpoints: str,
+    prefix: str,
+    name: str,
+    address: str,
+    attributes: Mapping[str, str],
+    *,
+    ttl: int = 5,
+) -> tuple[EtcdClient, Registration]:
+    """Open a client on ``endpoints`` and start a :class:`Registration` (caller stops both)."""
+    client = EtcdClient(endpoints)
+    try:
+        registration = Registration(
+            client, KeySpace(prefix), NodeRecord(name, address, dict(attributes)), ttl=ttl
+        )
+        await registration.start()
+    except BaseException:
+        await client.close()
+        raise
+    return client, registration

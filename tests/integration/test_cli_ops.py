@@ -1,0 +1,300 @@
+"""``placectl`` operator commands as subprocesses against real drivers, agents and etcd.
+
+One cluster per module (2 drivers and 3 agents as subprocesses via ``placement.local_cluster``,
+on the session etcd under a private prefix); every command runs as ``python -m placement``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from placement.election import current_leader
+from placement.etcd import EtcdClient
+from placement.keys import KeySpace
+from placement.local_cluster import Cluster, UpOptions, start_cluster, wait_ready
+
+EVENTUALLY = 30.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
+
+
+@pytest.fixture(scope="module")
+def ops_cluster(etcd: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    prefix = f"/t{uuid.uuid4().hex[:12]}/placement"
+    opts = UpOptions(nodes=3, drivers=2, etcd=etcd.endpoint, api_port=0, prefix=prefix)
+    base = tmp_path_factory.mktemp("ops-cluster")
+    cluster = start_cluster(opts, base, Console(quiet=True))
+    try:
+        asyncio.run(wait_ready(cluster, opts, demo_zone=False))
+        yield cluster
+    finally:
+        cluster.stop()
+    for child in cluster.children:
+        assert child.proc is not None
+        assert child.proc.returncode is not None
+
+
+def placectl(
+    cluster: Cluster | None, *args: str, endpoint: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    target = endpoint or (",".join(cluster.driver_apis) if cluster else "127.0.0.1:1")
+    return subprocess.run(
+        [sys.executable, "-m", "placement", "--endpoint", target, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def ok_json(cluster: Cluster, *args: str) -> Any:
+    result = placectl(cluster, *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("placectl: error: ")
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def wait_status(cluster: Cluster, zone: str, check: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + EVENTUALLY
+    while True:
+        status: dict[str, Any] = ok_json(cluster, "zone", "status", zone, "--json")
+        if check(status) or time.monotonic() > deadline:
+            return status
+        time.sleep(0.3)
+
+
+def test_zone_lifecycle_and_assignments(ops_cluster: Cluster) -> None:
+    c = ops_cluster
+    created = placectl(
+        c, "zone", "create", "orders", "--partitions", "6", "--replicas", "2",
+        "--failure-domain", "rack", "--scale-down-delay", "60",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    assert "zone orders created" in created.stdout
+    got = ok_json(c, "zone", "get", "orders", "--json")
+    assert got["partitions"] == 6
+    assert got["replicas"] == 2
+    assert got["failure_domain"] == "rack"
+    assert got["scale_down_delay"] == 60.0
+    listed = ok_json(c, "zone", "list", "--json")
+    assert "orders" in [z["name"] for z in listed["zones"]]
+
+    status = wait_status(c, "orders", lambda s: s["state"] == "READY" and s["partitions_done"] == 6)
+    assert status["state"] == "READY"
+    assert status["partitions_done"] == 6
+    table = ok_json(c, "assignments", "orders", "--json")
+    assert [p["partition"] for p in table["partitions"]] == list(range(6))
+    for p in table["partitions"]:
+        assert len(p["stable"]) == 2
+        assert p["pending"] is None
+    one = ok_json(c, "assignments", "orders", "--partition", "3", "--json")
+    assert [p["partition"] for p in one["partitions"]] == [3]
+
+    altered = placectl(c, "zone", "alter", "orders", "--replicas", "3")
+    assert altered.returncode == 0, altered.stderr
+    watched = placectl(c, "zone", "status", "orders", "--watch", "--json", "--interval", "0.2")
+    assert watched.returncode == 0, watched.stderr
+    states = [json.loads(line)["state"] for line in watched.stdout.splitlines()]
+    assert states[-1] == "READY"
+    assert set(states) <= {"READY", "REBALANCING", "HOLDDOWN"}
+    final = ok_json(c, "assignments", "orders", "--json")
+    assert all(len(p["stable"]) == 3 for p in final["partitions"])
+
+    human = placectl(c, "assignments", "orders")
+    assert human.returncode == 0
+    assert "partition" in human.stdout
+
+    dropped = placectl(c, "zone", "drop", "orders")
+    assert dropped.returncode == 0, dropped.stderr
+    one_line_error(placectl(c, "zone", "get", "orders"), 2, "orders", "does not exist")
+
+
+def test_nodes_pause_resume_inspect(ops_cluster: Cluster) -> None:
+    c = ops_cluster
+    found = ok_json(c, "nodes", "--json")
+    assert sorted(n["name"] for n in found["nodes"]) == ["node-1", "node-2", "node-3"]
+    assert {n["attributes"]["rack"] for n in found["nodes"]} == {"r1", "r2", "r3"}
+
+    prefix = c.prefix
+    paused = placectl(c, "rebalance", "pause")
+    assert paused.returncode == 0, paused.stderr
+    keys = ok_json(c, "inspect", "--etcd", c.etcd_endpoint, "--prefix", prefix, "--json")
+    control = [k for k in keys["keys"] if k["key"] == f"{prefix}/control/paused"]
+    assert len(control) == 1
+    assert control[0]["value"]["epoch"] > 0
+    resumed = placectl(c, "rebalance", "resume")
+    assert resumed.returncode == 0, resumed.stderr
+    keys = ok_json(c, "inspect", "--etcd", c.etcd_endpoint, "--prefix", prefix, "--json")
+    assert not [k for k in keys["keys"] if k["kind"] == "control"]
+    kinds = {k["kind"] for k in keys["keys"]}
+    assert {"nodes", "leader"} <= kinds
+
+
+def test_bad_input_one_line_exit_2_nothing_written(ops_cluster: Cluster) -> None:
+    c = ops_cluster
+    prefix = c.prefix
+    before = ok_json(c, "inspect", "--etcd", c.etcd_endpoint, "--prefix", prefix, "--json")
+    zone_keys = [k for k in before["keys"] if k["kind"] == "zones"]
+    cases = [
+        (("zone", "create", "z", "--partitions", "4", "--replicas", "0"), "replicas"),
+        (("zone", "create", "z", "--partitions", "70000", "--replicas", "1"), "partitions"),
+        (("zone", "create", "z", "--partitions", "4", "--replicas", "65"), "replicas"),
+        (
+            ("zone", "create", "z", "--partitions", "4", "--replicas", "1", "--node-selector", "x"),
+            "--node-selector",
+        ),
+        (
+            tuple(shlex.split("zone create z --partitions 4 --replicas 1 --scale-up-delay -3")),
+            "scale_up_delay",
+        ),
+        (("zone", "alter", "nope", "--replicas", "2"), "nope"),
+        (("zone", "alter", "nope"), "no setting"),
+        (("rebalance", "cancel", "nope", "0"), "nope"),
+    ]
+    for args, word in cases:
+        one_line_error(placectl(c, *args), 2, word)
+    after = ok_json(c, "inspect", "--etcd", c.etcd_endpoint, "--prefix", prefix, "--json")
+    assert [k for k in after["keys"] if k["kind"] == "zones"] == zone_keys
+
+    assert (
+        placectl(c, "zone", "create", "dup", "--partitions", "2", "--replicas", "1").returncode == 0
+    )
+    one_line_error(
+        placectl(c, "zone", "create", "dup", "--partitions", "2", "--replicas", "1"),
+        2,
+        "already exists",
+    )
+    nothing = placectl(c, "rebalance", "cancel", "dup", "1")
+    assert nothing.returncode == 1
+    assert "no rebalance" in nothing.stdout
+    assert placectl(c, "zone", "drop", "dup").returncode == 0
+
+
+def test_unavailable_exit_1_and_failover(ops_cluster: Cluster, tmp_path: Path) -> None:
+    one_line_error(placectl(None, "zone", "list"), 1, "no placement driver answered")
+    # a dead address first in the list: the client fails over to a live driver
+    endpoint = "127.0.0.1:1," + ops_cluster.driver_apis[1]
+    listed = placectl(None, "zone", "list", "--json", endpoint=endpoint)
+    assert listed.returncode == 0, listed.stderr
+    one_line_error(placectl(None, "zone", "list", endpoint="nohost"), 2, "--endpoint")
+
+
+def test_agent_run_registers_and_revokes_on_sigterm(ops_cluster: Cluster, tmp_path: Path) -> None:
+    c = ops_cluster
+    prefix = c.prefix
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "placement",
+            "agent",
+            "run",
+            "--etcd",
+            c.etcd_endpoint,
+            "--prefix",
+            prefix,
+            "--node",
+            "extra",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "extra"),
+            "--attribute",
+            "rack=r9",
+            "--lease-ttl",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("agent extra listening on 127.0.0.1:")
+        nodes = {n["name"]: n for n in ok_json(c, "nodes", "--json")["nodes"]}
+        assert nodes["extra"]["attributes"] == {"rack": "r9"}
+        assert nodes["extra"]["address"] == line.split()[-1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    # revoked on shutdown: gone now, not after the 30 s TTL
+    names = [n["name"] for n in ok_json(c, "nodes", "--json")["nodes"]]
+    assert "extra" not in names
+
+    bad = placectl(
+        c, "agent", "run", "--etcd", c.etcd_endpoint, "--node", "x", "--listen", "127.0.0.1:0",
+        "--data-dir", str(tmp_path / "x"), "--attribute", "rack",
+    )  # fmt: skip
+    one_line_error(bad, 2, "--attribute")
+
+
+def _leader_id(cluster: Cluster) -> str:
+    async def read() -> str:
+        async with EtcdClient([cluster.etcd_endpoint]) as client:
+            kv = await current_leader(client, KeySpace(cluster.prefix))
+            assert kv is not None
+            return str(json.loads(kv.value)["id"])
+
+    return asyncio.run(read())
+
+
+def _child(cluster: Cluster, name: str) -> subprocess.Popen[bytes]:
+    (child,) = [c for c in cluster.children if c.name == name]
+    assert child.proc is not None
+    return child.proc
+
+
+def test_zz_holddown_forwarding_and_leader_failover(ops_cluster: Cluster) -> None:
+    """Last in the module: it stops an agent and kills the leader driver."""
+    c = ops_cluster
+    leader = _leader_id(c)
+    follower_api = c.driver_apis[1 if leader == "driver-1" else 0]
+    created = placectl(
+        None,
+        *shlex.split("zone create hd --partitions 4 --replicas 2 --scale-down-delay 120"),
+        endpoint=follower_api,  # a follower forwards the write to the leader
+    )
+    assert created.returncode == 0, created.stderr
+    wait_status(c, "hd", lambda s: s["state"] == "READY" and s["partitions_done"] == 4)
+
+    agent = _child(c, "node-3")
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(timeout=30) == 0
+    held = wait_status(c, "hd", lambda s: s["state"] == "HOLDDOWN")
+    assert held["state"] == "HOLDDOWN"
+    assert 0 < held["holddown_remaining_seconds"] <= 120
+    human = placectl(c, "zone", "status", "hd")
+    assert "HOLDDOWN" in human.stdout
+
+    _child(c, leader).send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + EVENTUALLY
+    while True:
+        result = placectl(c, *shlex.split("zone alter hd --replicas 1"))
+        if result.returncode == 0:
+            break
+        one_line_error(result, 1)
+        assert time.monotonic() < deadline, "no new leader took the write"
+    assert _leader_id(c) != leader
+    assert ok_json(c, "zone", "get", "hd", "--json")["replicas"] == 1

@@ -1,0 +1,529 @@
+"""The placement driver against a real etcd and real replica-agent subprocesses.
+
+The driver runs in-process (the real :class:`~placement.driver.Driver`: election, list-watch,
+movers, gRPC to the agents); agents are ``serve()`` processes whose catch-up takes
+``CATCHUP_DELAY`` seconds (a stand-in for copying data, so rebalances stay in flight long enough
+to race with). The test registers the agents' node records itself (``Metastore.register_node``
+under a lease), as ``replica/registration.py`` will.
+
+Deadlines scale with ``PLACEMENT_TEST_TIME_SCALE`` (default 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from placement.codec import NodeRecord, PrimaryLease, decode_datanodes, decode_primary
+from placement.driver import Driver, DriverConfig
+from placement.etcd import EtcdClient, EventKind, Lease
+from placement.keys import AssignField, KeySpace
+from placement.metastore import Fence, Metastore, Outcome
+from placement.model import ZoneSpec
+from placement.status import ZoneStatusState, zone_status
+
+ROOT = Path(__file__).resolve().parents[2]
+SCALE = float(os.environ.get("PLACEMENT_TEST_TIME_SCALE", "1"))
+TIMEOUT = 30.0 * SCALE
+
+AGENT_SCRIPT = """
+import asyncio, logging, os, sys
+from pathlib import Path
+from replica.server import serve
+from replica.service import record_catch_up
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+delay = float(os.environ.get("CATCHUP_DELAY", "0"))
+
+async def slow_catch_up(job, db):
+    await record_catch_up(job, db)
+    await asyncio.sleep(delay)
+
+sys.exit(asyncio.run(serve(sys.argv[1], sys.argv[2], Path(sys.argv[3]), catch_up=slow_catch_up)))
+"""
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], what: str, within: float = TIMEOUT
+) -> None:
+    """Poll ``check`` until true, failing after ``within`` seconds (already scaled)."""
+    timeout = within
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def assert_clean_log(path: Path) -> None:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    assert "Traceback" not in text, f"unexpected traceback in {path}:\n{text[-4000:]}"
+
+
+@dataclass
+class AgentProc:
+    node: str
+    proc: asyncio.subprocess.Process
+    address: str
+    data_dir: Path
+    log: Path
+
+
+@dataclass
+class Cluster:
+    """Agents (subprocesses) and their registrations; stopped and log-checked at teardown."""
+
+    tmp_path: Path
+    client: EtcdClient
+    keys: KeySpace
+    catchup_delay: float = 0.3
+    agents: dict[str, AgentProc] = field(default_factory=dict)
+    leases: dict[str, Lease] = field(default_factory=dict)
+
+    @property
+    def store(self) -> Metastore:
+        return Metastore(self.client, self.keys)
+
+    async def start_agent(self, node: str, attributes: dict[str, str] | None = None) -> AgentProc:
+        data_dir = self.tmp_path / f"data-{node}"
+        log = self.tmp_path / f"agent-{node}.log"
+        env = {**os.environ, "CATCHUP_DELAY": str(self.catchup_delay)}
+        with log.open("ab") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                AGENT_SCRIPT,
+                node,
+                "127.0.0.1:0",
+                str(data_dir),
+                cwd=ROOT,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()
+        assert line.startswith(f"agent {node} listening on "), (line, log.read_text())
+        agent = AgentProc(node, proc, line.rsplit(" ", 1)[1].strip(), data_dir, log)
+        self.agents[node] = agent
+        await self.register(node, attributes)
+        return agent
+
+    async def register(self, node: str, attributes: dict[str, str] | None = None) -> None:
+        lease = await self.client.grant_lease(5)
+        record = NodeRecord(node, self.agents[node].address, attributes or {})
+        await self.store.register_node(record, lease)
+        self.leases[node] = lease
+
+    async def unregister(self, node: str) -> None:
+        lease = self.leases.pop(node)
+        await lease.revoke()
+
+    async def close(self) -> None:
+        for lease in self.leases.values():
+            with contextlib.suppress(Exception):
+                await lease.revoke()
+        for agent in self.agents.values():
+            if agent.proc.returncode is None:
+                agent.proc.send_signal(signal.SIGTERM)
+        for agent in self.agents.values():
+            await asyncio.wait_for(agent.proc.wait(), TIMEOUT)
+            if agent.proc.stdout is not None:
+                await agent.proc.stdout.read()
+        for agent in self.agents.values():
+            assert_clean_log(agent.log)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, client: EtcdClient, keys: KeySpace) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path, client, keys)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@contextlib.asynccontextmanager
+async def running_driver(
+    endpoint: str,
+    keys: KeySpace,
+    member: str = "d1",
+    api: str = "127.0.0.1:1",
+    **options: object,
+) -> AsyncIterator[Driver]:
+    handler = _Tracebacks()
+    logging.getLogger("placement").addHandler(handler)
+    async with EtcdClient([endpoint]) as own:
+        config = DriverConfig(member_id=member, api_address=api, lease_ttl=3, **options)  # type: ignore[arg-type]
+        driver = Driver(own, keys, config)
+        task = asyncio.create_task(driver.run())
+        try:
+            yield driver
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await driver.agents.close()
+            logging.getLogger("placement").removeHandler(handler)
+    assert not handler.records, f"unexpected tracebacks: {handler.records}"
+
+
+class _Tracebacks(logging.Handler):
+    """Collects log records that carry a traceback (the in-process driver's "log")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info is not None:
+            self.records.append(self.format(record))
+
+
+async def leader_fence(driver: Driver) -> Fence:
+    async def leads() -> bool:
+        return driver.fence() is not None
+
+    await eventually(leads, "the driver to lead")
+    fence = driver.fence()
+    assert fence is not None
+    return fence
+
+
+async def settled(store: Metastore, spec: ZoneSpec) -> bool:
+    """Every partition 0..P-1 has stable with R peers, and no pending/planned/cancel."""
+    zone = await store.read_zone(spec.name)
+    for p in range(spec.partitions):
+        state = zone.partition(p)
+        peers = state.peers(AssignField.STABLE)
+        if peers is None or len(peers) != spec.replicas:
+            return False
+        if state.pending or state.planned or state.cancel:
+            return False
+    return True
+
+
+async def history(client: EtcdClient, prefix: bytes, start: int) -> list[tuple[str, bytes]]:
+    """(event kind, key) of every change under ``prefix`` from ``start`` to now."""
+    end = await client.current_revision()
+    events: list[tuple[str, bytes]] = []
+    if end < start:
+        return events
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(2.0 * SCALE):
+            async with client.watch(prefix, prefix[:-1] + b"0", start_revision=start) as watch:
+                async for batch in watch:
+                    events.extend((e.kind.value, e.kv.key) for e in batch.events)
+                    if batch.events and batch.events[-1].kv.mod_revision >= end:
+                        break
+    return events
+
+
+def loads(stables: list[tuple[str, ...]]) -> Counter[str]:
+    return Counter(n for peers in stables for n in peers)
+
+
+async def test_create_then_alter_replicas_3_5_4_ends_on_the_4_replica_target_via_planned(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    for i in range(5):
+        await cluster.start_agent(f"n{i}")
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with running_driver(endpoint, keys) as driver:
+        fence = await leader_fence(driver)
+        store = cluster.store
+        spec = ZoneSpec("orders", partitions=8, replicas=3)
+        assert (await store.create_zone(spec, fence)).applied
+        await eventually(lambda: settled(store, spec), "zone creation")
+        created = await store.read_zone("orders")
+        assert all(s.trigger is not None for s in created.partitions.values())
+        start = await client.current_revision() + 1
+
+        record = await store.get_zone("orders")
+        assert record is not None
+        five = ZoneSpec("orders", partitions=8, replicas=5)
+        write = await store.update_zone(five, record.mod_revision, fence)
+        assert write.applied
+
+        async def pending_written() -> bool:
+            zone = await store.read_zone("orders")
+            return any(s.pending is not None for s in zone.partitions.values())
+
+        await eventually(pending_written, "the 3->5 rebalance to start")
+        four = ZoneSpec("orders", partitions=8, replicas=4)
+        assert (await store.update_zone(four, write.revision, fence)).applied
+        await eventually(lambda: settled(store, four), "the 4-replica target to be stable")
+
+        final = await store.read_zone("orders")
+        stables = [final.partition(p).peers(AssignField.STABLE) or () for p in range(8)]
+        counts = loads(stables)
+        assert all(len(set(s)) == 4 for s in stables)
+        assert max(counts.values()) - min(counts.values()) <= 1, counts
+        events = await history(client, keys.zone_assign_prefix("orders"), start)
+        planned_puts = [k for kind, k in events if kind == "put" and k.endswith(b"/planned")]
+        assert planned_puts, "the second alter must have queued its target in planned"
+
+        async def primaries_granted() -> bool:
+            found = await client.list_prefix(keys.zone_primary_prefix("orders"))
+            holders = {}
+            for kv in found.kvs:
+                lease = decode_primary(kv.value)
+                assert isinstance(lease, PrimaryLease)
+                holders[int(kv.key.rsplit(b"/", 1)[1])] = lease.node
+            return len(holders) == 8 and all(holders[p] in stables[p] for p in range(8))
+
+        await eventually(primaries_granted, "a primary lease on a member of stable per partition")
+        status = zone_status(four, final.partitions, None, 0.0)
+        assert status.state is ZoneStatusState.READY
+        assert status.partitions_done == 8
+        assert driver.stats["finished"] >= 8
+
+        record = await store.get_zone("orders")
+        assert record is not None
+        assert (await store.delete_zone("orders", record.mod_revision, fence)).applied
+
+        async def leftovers_gone() -> bool:
+            dn = await client.get(keys.datanodes("orders"))
+            primaries = await client.list_prefix(keys.zone_primary_prefix("orders"))
+            return not dn.kvs and not primaries.kvs
+
+        await eventually(leftovers_gone, "the dropped zone's datanodes and primary keys to go")
+
+
+async def test_a_node_that_leaves_and_returns_within_the_scale_down_delay_moves_nothing(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    for i in range(4):
+        await cluster.start_agent(f"n{i}")
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    delay = 4.0 * SCALE
+    async with running_driver(endpoint, keys) as driver:
+        fence = await leader_fence(driver)
+        store = cluster.store
+        spec = ZoneSpec("z", partitions=12, replicas=2, scale_down_delay=delay)
+        assert (await store.create_zone(spec, fence)).applied
+        await eventually(lambda: settled(store, spec), "zone creation")
+        before = await store.read_zone("z")
+        start = await client.current_revision() + 1
+
+        await cluster.unregister("n3")
+
+        async def held_down() -> bool:
+            zone = await store.read_zone("z")
+            raw = (await client.get(keys.datanodes("z"))).first()
+            dn = decode_datanodes(raw.value) if raw is not None else None
+            now = asyncio.get_running_loop().time()  # only the state matters here
+            status = zone_status(spec, zone.partitions, dn, now)
+            return status.state is ZoneStatusState.HOLDDOWN
+
+        await eventually(held_down, "HOLDDOWN after n3 left", within=delay)
+        await cluster.register("n3")
+        await asyncio.sleep(delay + 1.5)  # past the delay: nothing may have been applied
+
+        after = await store.read_zone("z")
+        assert {p: s.peers(AssignField.STABLE) for p, s in after.partitions.items()} == {
+            p: s.peers(AssignField.STABLE) for p, s in before.partitions.items()
+        }
+        events = await history(client, keys.zone_assign_prefix("z"), start)
+        assert not [k for kind, k in events if k.endswith((b"/pending", b"/planned"))]
+        raw = (await client.get(keys.datanodes("z"))).first()
+        assert raw is not None
+        record = decode_datanodes(raw.value)
+        assert not isinstance(record, type(None))
+        assert getattr(record, "applied", None) == ("n0", "n1", "n2", "n3")
+        assert getattr(record, "down_since", 1) is None
+
+
+async def test_cancel_racing_completion_exactly_one_wins(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    cluster.catchup_delay = 0.2
+    for i in range(4):
+        await cluster.start_agent(f"n{i}")
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with running_driver(endpoint, keys) as driver:
+        fence = await leader_fence(driver)
+        store = cluster.store
+        spec = ZoneSpec("c", partitions=16, replicas=2)
+        assert (await store.create_zone(spec, fence)).applied
+        await eventually(lambda: settled(store, spec), "zone creation")
+        record = await store.get_zone("c")
+        assert record is not None
+        three = ZoneSpec("c", partitions=16, replicas=3)
+        assert (await store.update_zone(three, record.mod_revision, fence)).applied
+
+        async def all_pending() -> bool:
+            zone = await store.read_zone("c")
+            return sum(s.pending is not None for s in zone.partitions.values()) >= 8
+
+        await eventually(all_pending, "the rebalance to start")
+        zone = await store.read_zone("c")
+        cancels: dict[int, tuple[Outcome, tuple[str, ...], tuple[str, ...]]] = {}
+        for p in range(16):
+            state = zone.partition(p)
+            if state.pending is None:
+                continue
+            old = state.peers(AssignField.STABLE) or ()
+            new = state.peers(AssignField.PENDING) or ()
+            result = await store.cancel("c", p, state.pending.mod_revision, fence, 1)
+            cancels[p] = (result.outcome, old, new)
+            await asyncio.sleep(0.02)
+
+        async def quiet() -> bool:
+            z = await store.read_zone("c")
+            return all(s.pending is None and s.cancel is None for s in z.partitions.values())
+
+        await eventually(quiet, "every cancel and finish to be resolved")
+        final = await store.read_zone("c")
+        outcomes = Counter(o for o, _, _ in cancels.values())
+        for p, (outcome, old, new) in cancels.items():
+            stable = final.partition(p).peers(AssignField.STABLE)
+            if outcome is Outcome.APPLIED:
+                assert stable in (old, new), (p, stable, old, new)
+            else:
+                assert outcome is Outcome.STALE
+                assert stable == new, (p, stable, new)
+        assert outcomes[Outcome.APPLIED] >= 1, outcomes
+        assert driver.stats["cancel_finished"] == outcomes[Outcome.APPLIED]
+        # Agents agree with etcd: no partition is left on a configuration etcd does not name.
+        for event in await history(client, keys.zone_assign_prefix("c"), 1):
+            assert event[0] in (EventKind.PUT.value, EventKind.DELETE.value)
+
+
+async def test_pause_stops_driving_and_resume_completes(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    cluster.catchup_delay = 0.0
+    for i in range(4):
+        await cluster.start_agent(f"n{i}")
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with running_driver(endpoint, keys) as driver:
+        fence = await leader_fence(driver)
+        store = cluster.store
+        spec = ZoneSpec("p", partitions=6, replicas=2)
+        assert (await store.create_zone(spec, fence)).applied
+        await eventually(lambda: settled(store, spec), "zone creation")
+        await driver.set_paused(True)
+        record = await store.get_zone("p")
+        assert record is not None
+        three = ZoneSpec("p", partitions=6, replicas=3)
+        assert (await store.update_zone(three, record.mod_revision, fence)).applied
+
+        async def all_pending() -> bool:
+            zone = await store.read_zone("p")
+            return all(zone.partition(p).pending is not None for p in range(6))
+
+        await eventually(all_pending, "pending written while paused")
+        rpcs = driver.stats["rpcs"]
+        await asyncio.sleep(1.5 * SCALE)
+        assert driver.stats["rpcs"] == rpcs, "nothing may be sent while paused"
+        assert await all_pending()
+        await driver.set_paused(False)
+        await eventually(lambda: settled(store, three), "the rebalance after resume")
+
+
+async def test_moves_are_throttled_globally_and_per_node(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    cluster.catchup_delay = 0.2
+    for i in range(5):
+        await cluster.start_agent(f"n{i}")
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with running_driver(endpoint, keys, max_moves_global=3, max_moves_per_node=1) as driver:
+        fence = await leader_fence(driver)
+        store = cluster.store
+        spec = ZoneSpec("t", partitions=20, replicas=2)
+        assert (await store.create_zone(spec, fence)).applied
+        await eventually(lambda: settled(store, spec), "zone creation")
+        record = await store.get_zone("t")
+        assert record is not None
+        three = ZoneSpec("t", partitions=20, replicas=3)
+        assert (await store.update_zone(three, record.mod_revision, fence)).applied
+        await eventually(lambda: settled(store, three), "the throttled rebalance")
+        assert driver.stats["finished"] == 20
+        assert 1 <= driver.stats["max_moves"] <= 3, driver.stats
+        assert driver.stats["max_moves_per_node"] == 1, driver.stats
+
+
+async def test_followers_know_the_leader_and_a_deleted_leader_key_starts_a_new_term(
+    etcd: object, client: EtcdClient, keys: KeySpace
+) -> None:
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with (
+        running_driver(endpoint, keys, "d1", "127.0.0.1:11") as d1,
+        running_driver(endpoint, keys, "d2", "127.0.0.1:12") as d2,
+    ):
+
+        async def one_leads() -> bool:
+            return (d1.fence() is None) != (d2.fence() is None)
+
+        await eventually(one_leads, "one of two drivers to lead")
+        leader, follower = (d1, d2) if d1.fence() is not None else (d2, d1)
+        fence = leader.fence()
+        assert fence is not None
+
+        async def follower_knows() -> bool:
+            return follower.fence() is None and (follower.leader_api() == leader.config.api_address)
+
+        await eventually(follower_knows, "d2 to learn the leader's API address")
+        await client.delete(fence.leader_key)  # as if an operator or a bug removed it
+
+        async def new_term() -> bool:
+            for d in (d1, d2):
+                f = d.fence()
+                if f is not None and f.epoch > fence.epoch:
+                    return True
+            return False
+
+        await eventually(new_term, "a new term after the leader key was deleted")
+        assert d1.stats["terms"] + d2.stats["terms"] >= 2
+
+
+async def test_a_joining_node_that_dies_mid_rebalance_is_routed_around_via_cancel_and_planned(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    cluster.catchup_delay = 1.5
+    for i in range(4):
+        await cluster.start_agent(f"n{i}")
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with running_driver(endpoint, keys, max_moves_per_node=1) as driver:
+        fence = await leader_fence(driver)
+        store = cluster.store
+        spec = ZoneSpec("j", partitions=10, replicas=3)
+        assert (await store.create_zone(spec, fence)).applied
+        await eventually(lambda: settled(store, spec), "zone creation")
+
+        joiner = await cluster.start_agent("n4")
+
+        async def n4_joining() -> bool:
+            zone = await store.read_zone("j")
+            return any(
+                "n4" in (s.peers(AssignField.PENDING) or ()) for s in zone.partitions.values()
+            )
+
+        await eventually(n4_joining, "a rebalance onto n4")
+        joiner.proc.send_signal(signal.SIGKILL)
+        await joiner.proc.wait()
+        await cluster.unregister("n4")  # its registration goes (lease revoked)
+
+        async def without_n4() -> bool:
+            if not await settled(store, spec):
+                return False
+            zone = await store.read_zone("j")
+            return all(
+                "n4" not in (s.peers(AssignField.STABLE) or ()) for s in zone.partitions.values()
+            )
+
+        await eventually(without_n4, "every partition stable on n0..n3 again")
+        assert driver.stats["cancel_finished"] >= 1

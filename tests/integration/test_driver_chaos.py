@@ -1,0 +1,274 @@
+"""Chaos: driver instances as real subprocesses (``python -m placement driver run``) killed and
+frozen with signals during a rebalance, real agents, real etcd.
+
+* SIGKILL of the leader: a follower leads within lease TTL + 2 s, the rebalance completes, and no
+  agent applied anything twice (agents' journals: each effect once per (partition, revision)).
+* SIGSTOP of the leader for 2 × TTL, then SIGCONT: once its lease is gone the old leader makes
+  **zero** successful etcd writes — checked on etcd's history (every value a driver writes carries
+  its epoch) — and its log says it stepped down.
+
+Deadlines scale with ``PLACEMENT_TEST_TIME_SCALE``. Teardown fails on any traceback in a log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from test_driver import (
+    ROOT,
+    SCALE,
+    TIMEOUT,
+    Cluster,
+    assert_clean_log,
+    eventually,
+    settled,
+)
+
+from placement.election import current_leader
+from placement.etcd import EtcdClient, EventKind
+from placement.keys import AssignField, KeySpace
+from placement.metastore import Fence
+from placement.model import ZoneSpec
+from replica.store import AgentStore
+
+TTL = 2
+_STABLE = AssignField.STABLE
+
+
+@dataclass
+class DriverProc:
+    member: str
+    proc: asyncio.subprocess.Process
+    address: str
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@dataclass
+class Drivers:
+    tmp_path: Path
+    endpoint: str
+    prefix: str
+    procs: dict[str, DriverProc]
+
+    async def start(self, member: str, *extra: str) -> DriverProc:
+        log = self.tmp_path / f"driver-{member}.log"
+        with log.open("ab") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "placement", "driver", "run",
+                "--etcd", self.endpoint, "--listen", "127.0.0.1:0", "--id", member,
+                "--lease-ttl", str(TTL), "--prefix", self.prefix, *extra,
+                cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
+                stdin=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()
+        assert line.startswith(f"driver {member} serving on 127.0.0.1:"), (line, log.read_text())
+        driver = DriverProc(member, proc, line.rsplit(" ", 1)[1].strip(), log)
+        self.procs[member] = driver
+        return driver
+
+    async def close(self) -> None:
+        for d in self.procs.values():
+            if d.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    d.proc.send_signal(signal.SIGCONT)
+                    d.proc.send_signal(signal.SIGTERM)
+        for d in self.procs.values():
+            await asyncio.wait_for(d.proc.wait(), TIMEOUT)
+        for d in self.procs.values():
+            assert_clean_log(d.log)
+
+
+@pytest.fixture
+async def drivers(etcd: object, tmp_path: Path, prefix: str) -> AsyncIterator[Drivers]:
+    ds = Drivers(tmp_path, etcd.endpoint, prefix, {})  # type: ignore[attr-defined]
+    try:
+        yield ds
+    finally:
+        await ds.close()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, client: EtcdClient, keys: KeySpace) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path, client, keys, catchup_delay=1.0)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def leader(client: EtcdClient, keys: KeySpace) -> tuple[str, Fence] | None:
+    kv = await current_leader(client, keys)
+    if kv is None:
+        return None
+    return json.loads(kv.value)["id"], Fence(kv.key, kv.create_revision)
+
+
+async def wait_leader(
+    client: EtcdClient, keys: KeySpace, *, other_than: str | None = None
+) -> tuple[str, Fence]:
+    found: list[tuple[str, Fence]] = []
+
+    async def check() -> bool:
+        now = await leader(client, keys)
+        if now is None or now[0] == other_than:
+            return False
+        found.append(now)
+        return True
+
+    await eventually(check, f"a leader other than {other_than}")
+    return found[-1]
+
+
+async def start_rebalance(
+    cluster: Cluster, client: EtcdClient, keys: KeySpace, fence: Fence, partitions: int
+) -> ZoneSpec:
+    """Create a zone (R=2), wait for it, then alter R to 3 and wait until it is in flight."""
+    store = cluster.store
+    spec = ZoneSpec("chaos", partitions=partitions, replicas=2)
+    assert (await store.create_zone(spec, fence)).applied
+    await eventually(lambda: settled(store, spec), "zone creation")
+    record = await store.get_zone("chaos")
+    assert record is not None
+    bigger = ZoneSpec("chaos", partitions=partitions, replicas=3)
+    assert (await store.update_zone(bigger, record.mod_revision, fence)).applied
+
+    async def some_done_some_pending() -> bool:
+        zone = await store.read_zone("chaos")
+        pending = sum(s.pending is not None for s in zone.partitions.values())
+        return 0 < pending < partitions and any(
+            len(s.peers(_STABLE) or ()) == 3 for s in zone.partitions.values()
+        )
+
+    await eventually(some_done_some_pending, "the rebalance to be half-way")
+    return bigger
+
+
+def journal_effects(cluster: Cluster) -> Counter[tuple[str, str, int, int, str]]:
+    counts: Counter[tuple[str, str, int, int, str]] = Counter()
+    for node, agent in cluster.agents.items():
+        store = AgentStore.inspect(agent.data_dir)
+        try:
+            for record in store.records():
+                for entry in store.journal(record.zone, record.partition):
+                    counts[(node, record.zone, record.partition, entry.revision, entry.effect)] += 1
+        finally:
+            store.close()
+    return counts
+
+
+async def test_sigkill_of_the_leader_mid_rebalance_a_follower_takes_over_and_completes_it(
+    drivers: Drivers, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    for i in range(5):
+        await cluster.start_agent(f"n{i}")
+    await drivers.start("d1", "--max-moves", "4")
+    await wait_leader(client, keys)
+    await drivers.start("d2", "--max-moves", "4")
+    member, fence = await wait_leader(client, keys)
+    assert member == "d1"
+    spec = await start_rebalance(cluster, client, keys, fence, partitions=24)
+
+    killed_at = time.monotonic()
+    drivers.procs["d1"].proc.send_signal(signal.SIGKILL)
+    await drivers.procs["d1"].proc.wait()
+    new_member, new_fence = await wait_leader(client, keys, other_than="d1")
+    took = time.monotonic() - killed_at
+    assert new_member == "d2"
+    print(f"failover: d2 leads {took:.2f}s after SIGKILL of d1 (TTL {TTL}s)")
+    assert took <= (TTL + 2) * SCALE, f"failover took {took:.1f}s"
+
+    await eventually(lambda: settled(cluster.store, spec), "the rebalance to complete on d2")
+    log = drivers.procs["d2"].text()
+    assert f"leader d2 epoch {new_fence.epoch}" in log
+    repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
+    assert not repeated, f"effects applied more than once: {repeated}"
+
+
+def _epoch_of(value: bytes) -> int | None:
+    """The writer epoch a driver-written value carries (JSON, or be8 + JSON for triggers)."""
+    for body in (value, value[8:]):
+        try:
+            obj = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("epoch"), int):
+            return int(obj["epoch"])
+    return None
+
+
+async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps_down(
+    drivers: Drivers, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    for i in range(5):
+        await cluster.start_agent(f"n{i}")
+    await drivers.start("d1", "--max-moves", "4")
+    await wait_leader(client, keys)
+    await drivers.start("d2", "--max-moves", "4")
+    member, fence = await wait_leader(client, keys)
+    assert member == "d1"
+    spec = await start_rebalance(cluster, client, keys, fence, partitions=24)
+
+    stopped_revision = await client.current_revision()
+    old = drivers.procs["d1"]
+    old.proc.send_signal(signal.SIGSTOP)
+    try:
+        _, new_fence = await wait_leader(client, keys, other_than="d1")
+        await asyncio.sleep(2 * TTL * SCALE)
+    finally:
+        old.proc.send_signal(signal.SIGCONT)
+
+    async def stepped_down() -> bool:
+        return re.search(rf"d1 stepping down \(epoch {fence.epoch}\)", old.text()) is not None
+
+    await eventually(stepped_down, "the old leader to log that it stepped down")
+    await eventually(lambda: settled(cluster.store, spec), "the rebalance to complete on d2")
+
+    # etcd's history since the stop: find when the old term's key went, then every value
+    # written after that must not carry the old epoch.
+    end = await client.current_revision()
+    base = keys.prefix.encode() + b"/"
+    events = []
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(5.0 * SCALE):
+            async with client.watch(
+                base, base[:-1] + b"0", start_revision=stopped_revision
+            ) as watch:
+                async for batch in watch:
+                    events.extend(batch.events)
+                    if events and events[-1].kv.mod_revision >= end:
+                        break
+    gone = [
+        e.kv.mod_revision
+        for e in events
+        if e.kv.key == fence.leader_key and e.kind is EventKind.DELETE
+    ]
+    assert gone, "the old leader's key must have been deleted (lease expired)"
+    after = [
+        (e.kv.key, e.kv.mod_revision)
+        for e in events
+        if e.kind is EventKind.PUT
+        and e.kv.mod_revision > gone[0]
+        and _epoch_of(e.kv.value) == fence.epoch
+    ]
+    assert not after, f"writes with the old epoch {fence.epoch} after it lost its lease: {after}"
+    new_epoch_writes = [
+        e for e in events if e.kind is EventKind.PUT and _epoch_of(e.kv.value) == new_fence.epoch
+    ]
+    assert new_epoch_writes, "the new leader must have finished the rebalance"
+    repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
+    assert not repeated, f"effects applied more than once: {repeated}"

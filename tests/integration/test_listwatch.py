@@ -1,0 +1,124 @@
+"""placement.listwatch on a real etcd: snapshots, resume after a crash, re-list on compaction."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from placement.etcd import Backoff, EtcdClient, Put
+from placement.listwatch import ListWatch, Snapshot, WatchState
+
+pytestmark = pytest.mark.integration
+
+WAIT = 20.0
+
+
+async def _etcd_state(client: EtcdClient, prefix: bytes) -> dict[bytes, tuple[bytes, int]]:
+    listed = await client.list_prefix(prefix)
+    return {kv.key: (kv.value, kv.mod_revision) for kv in listed.kvs}
+
+
+def _state(snapshot: Snapshot) -> dict[bytes, tuple[bytes, int]]:
+    return {k: (kv.value, kv.mod_revision) for k, kv in snapshot.kvs.items()}
+
+
+async def _until(lw: ListWatch, last: Snapshot, pred: Any) -> Snapshot:
+    async with asyncio.timeout(WAIT):
+        while not pred(last):
+            last = await lw.wait_newer(last)
+    return last
+
+
+async def test_snapshots_follow_the_prefix_and_are_immutable(
+    client: EtcdClient, prefix: str
+) -> None:
+    base = f"{prefix}/lw/".encode()
+    await client.put(base + b"a", b"1")
+    async with ListWatch(client, base, page_size=2) as lw:
+        first = lw.snapshot()
+        assert first.generation == 1
+        assert _state(first) == await _etcd_state(client, base)
+        with pytest.raises(TypeError):
+            first.kvs[base + b"x"] = first.kvs[base + b"a"]  # type: ignore[index]
+        await client.txn((), (Put(base + b"b", b"2"), Put(base + b"c", b"3")))
+        await client.delete(base + b"a")
+        rev = await client.put(base + b"b", b"4")
+        last = await _until(lw, first, lambda s: s.revision >= rev)
+        assert _state(last) == await _etcd_state(client, base)
+        assert base + b"a" in first.kvs, "an old snapshot never changes"
+        updates = lw.updates()
+        update = await anext(updates)
+        assert update.reset
+        assert update.snapshot is lw.snapshot()
+        await client.put(base + b"d", b"5")
+        update = await anext(updates)
+        assert not update.reset
+        assert base + b"d" in update.snapshot.kvs
+        await updates.aclose()
+
+
+async def test_resumes_after_etcd_is_killed_and_restarted(etcd_factory: Any) -> None:
+    server = etcd_factory()
+    async with (
+        EtcdClient([server.endpoint], watch_resume_window=60.0) as client,
+        EtcdClient([server.endpoint]) as writer,
+    ):
+        for i in range(5):
+            await writer.put(b"/p/%d" % i, b"before")
+        async with ListWatch(client, b"/p/") as lw:
+            first = lw.snapshot()
+            server.kill()
+            await asyncio.to_thread(server.start)
+            rev = 0
+            for i in range(3, 8):
+                rev = await writer.put(b"/p/%d" % i, b"after")
+            await writer.delete(b"/p/0")
+            rev = await writer.current_revision()
+            last = await _until(lw, first, lambda s: s.revision >= rev)
+            assert _state(last) == await _etcd_state(writer, b"/p/")
+            assert last.generation == 1, "resumed, not re-listed"
+            assert lw.resets == 0, "resumed, not re-listed"
+
+
+async def test_relists_when_compacted_while_disconnected(etcd_factory: Any) -> None:
+    """etcd restarts, and before the watcher is back its revision is compacted away: it re-lists
+    and the reset snapshot equals etcd's state."""
+    server = etcd_factory()
+    gate = asyncio.Event()
+    retrying = asyncio.Event()
+
+    async def gated_sleep(delay: float) -> None:
+        retrying.set()
+        await gate.wait()
+
+    async with (
+        EtcdClient([server.endpoint], watch_resume_window=0.0) as client,
+        EtcdClient([server.endpoint]) as writer,
+    ):
+        for i in range(5):
+            await writer.put(b"/q/%d" % i, b"v0")
+        lw = ListWatch(client, b"/q/", sleep=gated_sleep, backoff=Backoff(0.01, 0.01))
+        first = await lw.start()
+        try:
+            server.kill()
+            async with asyncio.timeout(WAIT):
+                await retrying.wait()  # the list-watch gave up its stream and waits to retry
+            assert lw.state is WatchState.RETRYING
+            await asyncio.to_thread(server.start)
+            for i in range(3, 9):
+                await writer.put(b"/q/%d" % i, b"v1")
+            await writer.delete(b"/q/0")
+            rev = await writer.put(b"/q/1", b"v2")
+            await writer.compact(rev)
+            gate.set()
+            last = await _until(lw, first, lambda s: s.generation == 2)
+            assert lw.resets == 1
+            assert last.revision >= rev
+            assert _state(last) == await _etcd_state(writer, b"/q/")
+            rev = await writer.put(b"/q/9", b"after")
+            last = await _until(lw, last, lambda s: s.revision >= rev)
+            assert _state(last) == await _etcd_state(writer, b"/q/")
+        finally:
+            await lw.close()

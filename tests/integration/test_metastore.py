@@ -1,0 +1,334 @@
+"""placement.metastore against a real etcd: every transition's branches and outcomes, fencing,
+batches within etcd's limits, zone configs, node records, corrupt values."""
+
+from __future__ import annotations
+
+import pytest
+
+from placement.codec import Assignment, CancelIntent, Corrupt, NodeRecord, TriggerMark
+from placement.errors import Conflict, InvalidInput, NotLeader
+from placement.etcd import MAX_TXN_OPS, EtcdClient
+from placement.keys import AssignField, KeySpace
+from placement.metastore import (
+    Fence,
+    Metastore,
+    Outcome,
+    PartitionState,
+    TriggerAction,
+)
+from placement.model import ZoneSpec
+
+pytestmark = pytest.mark.integration
+
+ABC = ("a", "b", "c")
+BCD = ("b", "c", "d")
+ACD = ("a", "c", "d")
+CBA = ("c", "b", "a")
+
+
+@pytest.fixture
+async def store(client: EtcdClient, keys: KeySpace) -> Metastore:
+    return Metastore(client, keys)
+
+
+@pytest.fixture
+async def fence(client: EtcdClient, keys: KeySpace) -> Fence:
+    key = keys.leader("test")
+    revision = await client.put(key, b"test")
+    return Fence(key, revision)
+
+
+async def _depose(client: EtcdClient, fence: Fence) -> Fence:
+    """Delete and re-create the leader key: a new term; the old fence no longer holds."""
+    await client.delete(fence.leader_key)
+    return Fence(fence.leader_key, await client.put(fence.leader_key, b"next"))
+
+
+async def _peers(store: Metastore, zone: str, p: int) -> dict[str, object]:
+    s = await store.read_partition(zone, p)
+    return {
+        f.value: s.peers(f) if f in (AssignField.STABLE, AssignField.PENDING, AssignField.PLANNED)
+        else s.entry(f) is not None
+        for f in AssignField
+    }  # fmt: skip
+
+
+async def test_trigger_branches(store: Metastore, fence: Fence) -> None:
+    await store.create_partitions("z", {0: ABC}, 10, fence, ts=1)
+    # target == stable, no pending: only the trigger is recorded
+    r = await store.trigger("z", 0, ABC, 11, fence, ts=2)
+    assert (r.outcome, r.action) == (Outcome.APPLIED, TriggerAction.RECORD_ONLY)
+    # target != stable: pending
+    r = await store.trigger("z", 0, BCD, 12, fence, ts=3)
+    assert (r.outcome, r.action) == (Outcome.APPLIED, TriggerAction.WRITE_PENDING)
+    assert r.state.pending is not None
+    assert r.state.pending.value == Assignment(BCD, fence.epoch, 3, 12)
+    # pending in progress, another target: planned
+    r = await store.trigger("z", 0, ACD, 13, fence, ts=4)
+    assert (r.outcome, r.action) == (Outcome.APPLIED, TriggerAction.WRITE_PLANNED)
+    # target == pending: planned removed
+    r = await store.trigger("z", 0, BCD, 14, fence, ts=5)
+    assert (r.outcome, r.action) == (Outcome.APPLIED, TriggerAction.DELETE_PLANNED)
+    assert await _peers(store, "z", 0) == {
+        "stable": ABC, "pending": BCD, "planned": None, "cancel": False, "trigger": True,
+    }  # fmt: skip
+    # a new primary order is a new target
+    r = await store.trigger("z", 0, CBA, 15, fence, ts=6)
+    assert r.action is TriggerAction.WRITE_PLANNED
+    # the state returned is exactly what etcd holds
+    assert r.state == await store.read_partition("z", 0)
+
+
+@pytest.mark.parametrize("revision", [15, 14, 1])
+async def test_equal_and_older_triggers_write_nothing(
+    store: Metastore, fence: Fence, revision: int
+) -> None:
+    await store.create_partitions("z", {0: ABC}, 10, fence, ts=1)
+    await store.trigger("z", 0, BCD, 15, fence, ts=2)
+    before = await store.read_partition("z", 0)
+    r = await store.trigger("z", 0, ACD, revision, fence, ts=3)
+    assert r.outcome is Outcome.STALE_TRIGGER
+    after = await store.read_partition("z", 0)
+    assert _without_revision(after) == _without_revision(before)  # incl. every mod_revision
+
+
+def _without_revision(s: PartitionState) -> tuple[object, ...]:
+    return (s.stable, s.pending, s.planned, s.cancel, s.trigger)
+
+
+async def test_finish_promotes_planned_and_rejects_late_done(
+    store: Metastore, fence: Fence
+) -> None:
+    await store.create_partitions("z", {0: ABC}, 10, fence, ts=1)
+    first = (await store.trigger("z", 0, BCD, 11, fence, ts=2)).state.mod(AssignField.PENDING)
+    await store.trigger("z", 0, ACD, 12, fence, ts=3)
+    r = await store.finish("z", 0, first, fence, ts=4)
+    assert r.outcome is Outcome.APPLIED
+    assert r.state.peers(AssignField.STABLE) == BCD
+    assert r.state.peers(AssignField.PENDING) == ACD  # planned became the next pending
+    assert r.state.planned is None
+    second = r.state.mod(AssignField.PENDING)
+    assert second > first
+    # A late "done" for the first rebalance changes nothing.
+    before = await store.read_partition("z", 0)
+    late = await store.finish("z", 0, first, fence, ts=5)
+    assert late.outcome is Outcome.STALE
+    assert await store.read_partition("z", 0) == before
+    done = await store.finish("z", 0, second, fence, ts=6)
+    assert done.outcome is Outcome.APPLIED
+    assert await _peers(store, "z", 0) == {
+        "stable": ACD, "pending": None, "planned": None, "cancel": False, "trigger": True,
+    }  # fmt: skip
+
+
+async def test_cancel_wins_over_finish(store: Metastore, fence: Fence) -> None:
+    await store.create_partitions("z", {0: ABC}, 10, fence, ts=1)
+    pending = (await store.trigger("z", 0, BCD, 11, fence, ts=2)).state.mod(AssignField.PENDING)
+    assert (await store.cancel("z", 0, pending - 1, fence, ts=3)).outcome is Outcome.STALE
+    c = await store.cancel("z", 0, pending, fence, ts=3)
+    assert c.outcome is Outcome.APPLIED
+    assert c.state.cancel is not None
+    assert c.state.cancel.value == CancelIntent(ABC, BCD, pending, fence.epoch, 3)
+    again = await store.cancel("z", 0, pending, fence, ts=4)  # idempotent: nothing rewritten
+    assert again.outcome is Outcome.APPLIED
+    assert again.state == c.state
+    # A resend of the same rebalance finishing now loses to the cancel.
+    assert (await store.finish("z", 0, pending, fence, ts=5)).outcome is Outcome.CANCELLED
+    r = await store.finish_cancel("z", 0, pending, fence, ts=6)
+    assert r.outcome is Outcome.APPLIED
+    assert await _peers(store, "z", 0) == {
+        "stable": ABC, "pending": None, "planned": None, "cancel": False, "trigger": True,
+    }  # fmt: skip
+    assert (await store.finish_cancel("z", 0, pending, fence, ts=7)).outcome is Outcome.STALE
+
+
+async def test_finish_cancel_already_done_and_with_planned(store: Metastore, fence: Fence) -> None:
+    await store.create_partitions("z", {0: ABC}, 10, fence, ts=1)
+    pending = (await store.trigger("z", 0, BCD, 11, fence, ts=2)).state.mod(AssignField.PENDING)
+    await store.trigger("z", 0, ACD, 12, fence, ts=3)
+    await store.cancel("z", 0, pending, fence, ts=4)
+    # The agents answered "already done": stable := pending, planned moves up, cancel gone.
+    r = await store.finish_cancel("z", 0, pending, fence, ts=5, already_done=True)
+    assert r.outcome is Outcome.APPLIED
+    assert await _peers(store, "z", 0) == {
+        "stable": BCD, "pending": ACD, "planned": None, "cancel": False, "trigger": True,
+    }  # fmt: skip
+
+
+async def test_every_write_is_fenced(store: Metastore, client: EtcdClient, fence: Fence) -> None:
+    await store.create_partitions("z", {0: ABC}, 10, fence, ts=1)
+    pending = (await store.trigger("z", 0, BCD, 11, fence, ts=2)).state.mod(AssignField.PENDING)
+    observed = await store.read_partition("z", 0)
+    new_fence = await _depose(client, fence)
+    assert new_fence.epoch > fence.epoch
+    before = await store.read_partition("z", 0)
+    calls = [
+        lambda o: store.trigger("z", 0, ACD, 20, fence, ts=3, observed=o),
+        lambda o: store.finish("z", 0, pending, fence, ts=3, observed=o),
+        lambda o: store.cancel("z", 0, pending, fence, ts=3, observed=o),
+        lambda o: store.finish_cancel("z", 0, pending, fence, ts=3, observed=o),
+    ]
+    for call in calls:
+        for o in (None, observed):  # via the fenced read, and via the txn's compare alone
+            with pytest.raises(NotLeader):
+                await call(o)
+    with pytest.raises(NotLeader):
+        await store.create_partitions("z", {1: ABC}, 10, fence, ts=3)
+    with pytest.raises(NotLeader):
+        await store.apply_triggers("z", {0: ACD}, 21, fence, ts=3)
+    with pytest.raises(NotLeader):
+        await store.create_zone(ZoneSpec("z", 1, 1), fence)
+    assert await store.read_partition("z", 0) == before
+    assert (await store.trigger("z", 0, ACD, 20, new_fence, ts=3)).outcome is Outcome.APPLIED
+
+
+async def test_a_stale_observation_never_writes_wrong(store: Metastore, fence: Fence) -> None:
+    """A decision made on an old snapshot is caught by the compares and re-made on fresh state."""
+    await store.create_partitions("z", {0: ABC}, 10, fence, ts=1)
+    old = await store.read_partition("z", 0)
+    pending = (await store.trigger("z", 0, BCD, 11, fence, ts=2)).state.mod(AssignField.PENDING)
+    # On `old` (no pending) this trigger would write pending; really it must write planned.
+    r = await store.trigger("z", 0, ACD, 12, fence, ts=3, observed=old)
+    assert (r.outcome, r.action, r.attempts) == (Outcome.APPLIED, TriggerAction.WRITE_PLANNED, 2)
+    assert r.state.peers(AssignField.PENDING) == BCD
+    # A no-op decided on an old snapshot is confirmed by a fresh read first.
+    mid = await store.read_partition("z", 0)
+    finished = await store.finish("z", 0, pending, fence, ts=4)
+    r = await store.finish("z", 0, pending, fence, ts=5, observed=mid)
+    assert r.outcome is Outcome.STALE
+    assert r.state == await store.read_partition("z", 0) == finished.state
+
+
+async def test_create_500_partitions_in_batches(
+    store: Metastore, client: EtcdClient, fence: Fence
+) -> None:
+    stables = {p: (f"n{p % 7}", f"n{(p + 1) % 7}", f"n{(p + 2) % 7}") for p in range(500)}
+    before = await client.current_revision()
+    result = await store.create_partitions("big", stables, 10, fence, ts=1)
+    assert result.created == tuple(range(500))
+    assert result.existing == ()
+    assert all(t.ops <= MAX_TXN_OPS and t.succeeded for t in result.txns)
+    assert len(result.txns) == 8  # 64 partitions x (1 compare, 2 puts) per txn
+    assert await client.current_revision() - before == len(result.txns)  # one revision per txn
+    zone = await store.read_zone("big", page_size=97)
+    assert list(zone.partitions) == list(range(500))
+    assert {p: s.peers(AssignField.STABLE) for p, s in zone.partitions.items()} == stables
+    assert all(
+        isinstance(s.trigger.value, TriggerMark) and s.trigger.value.revision == 10  # type: ignore[union-attr]
+        for s in zone.partitions.values()
+    )
+    # Creating again is create-only: all reported existing, nothing written.
+    rev = await client.current_revision()
+    again = await store.create_partitions("big", {**stables, 500: ABC}, 11, fence, ts=2)
+    assert again.created == (500,)
+    assert again.existing == tuple(range(500))
+    assert await client.current_revision() == rev + 1
+
+
+async def test_apply_triggers_batches_and_falls_back(store: Metastore, fence: Fence) -> None:
+    n = 200
+    await store.create_partitions("z", {p: ABC for p in range(n)}, 10, fence, ts=1)
+    observed = await store.read_zone("z")
+    # one partition moves on behind the batch's back
+    await store.trigger("z", 7, ACD, 12, fence, ts=2)
+    targets = {p: BCD if p % 2 else ABC for p in range(n)}
+    result = await store.apply_triggers("z", targets, 11, fence, ts=3, observed=observed)
+    assert all(t.ops <= MAX_TXN_OPS for t in result.txns)
+    assert len(result.results) == n
+    assert result.results[7].outcome is Outcome.STALE_TRIGGER  # 12 > 11: re-decided, not written
+    for p in range(n):
+        if p == 7:
+            continue
+        expect = TriggerAction.WRITE_PENDING if p % 2 else TriggerAction.RECORD_ONLY
+        assert (result.results[p].outcome, result.results[p].action) == (Outcome.APPLIED, expect)
+    zone = await store.read_zone("z")
+    for p in range(n):
+        assert _without_revision(zone.partition(p)) == _without_revision(result.results[p].state)
+        want = BCD if p % 2 and p != 7 else (ACD if p == 7 else None)
+        assert zone.partition(p).peers(AssignField.PENDING) == want
+
+
+async def test_zone_configs_create_only_and_cas(store: Metastore, fence: Fence) -> None:
+    spec = ZoneSpec("orders", partitions=8, replicas=3, node_selector={"tier": "ssd"})
+    created = await store.create_zone(spec, fence)
+    assert created.applied
+    dup = await store.create_zone(spec, fence)
+    assert not dup.applied
+    assert dup.current is not None
+    assert dup.current.spec == spec
+    record = await store.get_zone("orders")
+    assert record is not None
+    assert record.mod_revision == created.revision
+    bigger = ZoneSpec("orders", partitions=16, replicas=3, node_selector={"tier": "ssd"})
+    stale = await store.update_zone(bigger, record.mod_revision - 1, fence)
+    assert not stale.applied
+    assert stale.current == record
+    updated = await store.update_zone(bigger, record.mod_revision, fence)
+    assert updated.applied
+    await store.create_partitions("orders", {0: ABC}, updated.revision, fence, ts=1)
+    revision, zones = await store.list_zones()
+    assert [z.spec for z in zones] == [bigger]
+    assert revision >= updated.revision
+    deleted = await store.delete_zone("orders", updated.revision, fence)
+    assert deleted.applied
+    assert await store.get_zone("orders") is None
+    assert (await store.read_zone("orders")).partitions == {}
+    with pytest.raises(InvalidInput):
+        await store.create_zone(ZoneSpec("orders", partitions=0, replicas=1), fence)
+
+
+async def test_nodes_register_under_a_lease(store: Metastore, client: EtcdClient) -> None:
+    lease = await client.grant_lease(5)
+    other = await client.grant_lease(5)
+    try:
+        await store.register_node(NodeRecord("n1", "127.0.0.1:7001", {"rack": "r1"}), lease)
+        await store.register_node(NodeRecord("n1", "127.0.0.1:7001", {"rack": "r2"}), lease)
+        with pytest.raises(Conflict):
+            await store.register_node(NodeRecord("n1", "127.0.0.1:7009"), other)
+        _, nodes = await store.list_nodes()
+        assert [(n.name, n.lease) for n in nodes] == [("n1", lease.id)]
+        assert isinstance(nodes[0].record, NodeRecord)
+        assert nodes[0].record.attributes == {"rack": "r2"}
+        await lease.revoke()  # the registration goes with the lease
+        assert (await store.list_nodes())[1] == ()
+        await store.register_node(NodeRecord("n1", "127.0.0.1:7009"), other)
+    finally:
+        await other.revoke()
+
+
+async def test_corrupt_values_are_unknown_not_fatal(
+    store: Metastore, client: EtcdClient, keys: KeySpace, fence: Fence
+) -> None:
+    await client.put(keys.assign("z", 0, AssignField.STABLE), b"\x00garbage")
+    await client.put(keys.assign("z", 0, AssignField.TRIGGER), b"junk")  # b"junk" > be8(any)
+    state = await store.read_partition("z", 0)
+    assert isinstance(state.stable.value, Corrupt)  # type: ignore[union-attr]
+    # The trigger compare is on bytes, exactly as etcd does it: b"junk" is not older than 5.
+    assert (await store.trigger("z", 0, ABC, 5, fence, ts=1)).outcome is Outcome.STALE_TRIGGER
+    await client.put(keys.assign("z", 0, AssignField.TRIGGER), b"\x00")
+    r = await store.trigger("z", 0, ABC, 5, fence, ts=1)  # a corrupt stable equals no target
+    assert r.action is TriggerAction.WRITE_PENDING
+    await client.put(keys.assign("z", 0, AssignField.PENDING), b"{}")
+    pending = (await store.read_partition("z", 0)).mod(AssignField.PENDING)
+    assert (await store.finish("z", 0, pending, fence, ts=2)).outcome is Outcome.CORRUPT
+    assert (await store.cancel("z", 0, pending, fence, ts=2)).outcome is Outcome.APPLIED
+    r = await store.finish_cancel("z", 0, pending, fence, ts=3)
+    assert r.outcome is Outcome.APPLIED
+    assert r.state.pending is None
+
+
+async def test_bad_input_is_refused_before_any_write(
+    store: Metastore, client: EtcdClient, fence: Fence
+) -> None:
+    rev = await client.current_revision()
+    for call in (
+        store.trigger("z", 0, (), 5, fence, ts=1),
+        store.trigger("z", 0, ("a", "a"), 5, fence, ts=1),
+        store.trigger("z", 0, ABC, 0, fence, ts=1),
+        store.trigger("bad zone", 0, ABC, 5, fence, ts=1),
+        store.finish("z", -1, 5, fence, ts=1),
+        store.create_partitions("z", {0: ()}, 5, fence, ts=1),
+    ):
+        with pytest.raises(InvalidInput):
+            await call
+    assert await client.current_revision() == rev

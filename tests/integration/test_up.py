@@ -1,0 +1,175 @@
+"""``placectl up`` from the repository: a working cluster, and nothing left after Ctrl-C/SIGTERM.
+
+``up`` runs as a subprocess in its own session (like a shell job): it prints ``started NAME pid
+N`` for every child; after the signal the test checks by PID and process group that none of them
+(and nothing else mentioning its data dir) remains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+EVENTUALLY = 60.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
+
+
+class Up:
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.data_dir = data_dir
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "placement",
+                "up",
+                "--api-port",
+                "0",
+                "--data-dir",
+                str(data_dir),
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.output: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.pids: dict[str, int] = {}
+        self.endpoint = ""
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def wait_up(self) -> None:
+        deadline = time.monotonic() + EVENTUALLY
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1.0)
+            except queue.Empty:
+                assert self.proc.poll() is None, "".join(self.output)
+                continue
+            self.output.append(line)
+            words = line.split()
+            if words[:1] == ["started"] and "pid" in words:
+                self.pids[words[1]] = int(words[-1])
+            if words[:1] == ["drivers"]:
+                self.endpoint = words[1]
+            if line.startswith("cluster up"):
+                return
+        pytest.fail("placectl up did not come up:\n" + "".join(self.output))
+
+    def placectl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "placement", "--endpoint", self.endpoint, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def wait_ready(self, zone: str) -> dict[str, object]:
+        deadline = time.monotonic() + EVENTUALLY
+        status: dict[str, object] = {}
+        while time.monotonic() < deadline:
+            result = self.placectl("zone", "status", zone, "--json")
+            if result.returncode == 0:
+                status = json.loads(result.stdout)
+                if status["state"] == "READY" and status["partitions_done"] == 16:
+                    return status
+            time.sleep(0.3)
+        pytest.fail(f"zone {zone} not READY: {status}")
+
+    def stop(self, sig: signal.Signals, *, group: bool) -> int:
+        if group:
+            os.killpg(self.proc.pid, sig)  # what a terminal does on Ctrl-C
+        else:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=60)
+        while not self.lines.empty():
+            self.output.append(self.lines.get())
+        return code
+
+    def kill_leftovers(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for pid in self.pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie would still answer; it is someone's unreaped child, which counts as left over too
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("sig", "group", "extra"),
+    [
+        (signal.SIGINT, True, ("--no-status",)),
+        (signal.SIGTERM, False, ()),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_up_brings_up_a_cluster_and_leaves_nothing(
+    tmp_path: Path, sig: signal.Signals, group: bool, extra: tuple[str, ...]
+) -> None:
+    up = Up(tmp_path / "cluster", *extra)
+    try:
+        up.wait_up()
+        assert set(up.pids) == {"etcd", "driver-1", "driver-2", "node-1", "node-2", "node-3"}
+        assert up.endpoint.count(",") == 1
+        status = up.wait_ready("demo")
+        assert status["partitions_total"] == 16
+        nodes = json.loads(up.placectl("nodes", "--json").stdout)["nodes"]
+        assert len(nodes) == 3
+        assignments = json.loads(up.placectl("assignments", "demo", "--json").stdout)
+        assert all(len(p["stable"]) == 3 for p in assignments["partitions"])
+        assert up.stop(sig, group=group) == 0
+        assert "stopped" in "".join(up.output)
+        for name, pid in up.pids.items():
+            assert not _alive(pid), f"{name} (pid {pid}) still running"
+            assert not _group_alive(pid), f"process group of {name} still has members"
+        assert _mentioning(str(tmp_path / "cluster")) == []
+    finally:
+        up.kill_leftovers()

@@ -1,0 +1,185 @@
+"""Pure parts of the operator CLI and the API edge: option parsing, validation, JSON shapes."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from placement.api import altered, make_spec, spec_from_pb, zone_pb
+from placement.cli import cli
+from placement.cli_ops import (
+    assignment_json,
+    decode_entry,
+    parse_pairs,
+    status_json,
+    zone_config,
+    zone_json,
+)
+from placement.client import parse_endpoints
+from placement.codec import Assignment, NodeRecord, encode_assignment, encode_node
+from placement.errors import InvalidInput
+from placement.metastore import ZoneRecord
+from placement.v1 import common_pb2, driver_pb2
+from replica.registration import parse_attributes
+
+
+def test_parse_pairs() -> None:
+    assert parse_pairs(["rack=a", "tier=ssd"], "--node-selector") == {"rack": "a", "tier": "ssd"}
+    assert parse_pairs(["k=v=w"], "--x") == {"k": "v=w"}
+    for bad in (["rack"], ["=a"], ["rack="], ["a=1", "a=2"]):
+        with pytest.raises(InvalidInput) as info:
+            parse_pairs(bad, "--node-selector")
+        assert info.value.field == "--node-selector"
+    assert parse_attributes(["rack=r1"]) == {"rack": "r1"}
+    with pytest.raises(InvalidInput, match="--attribute"):
+        parse_attributes(["rack"])
+
+
+def test_parse_endpoints() -> None:
+    assert parse_endpoints("a:1, b:2,") == ("a:1", "b:2")
+    assert parse_endpoints(["127.0.0.1:7400"]) == ("127.0.0.1:7400",)
+    for bad in ("", "a", "a:b", "a:0", ":1", "a:70000"):
+        with pytest.raises(InvalidInput, match="--endpoint"):
+            parse_endpoints(bad)
+
+
+def test_zone_config_names_given_fields() -> None:
+    config, given = zone_config(
+        partitions=8,
+        replicas=3,
+        selector=["tier=ssd"],
+        failure_domain="rack",
+        scale_up_delay=None,
+        scale_down_delay=30.0,
+    )
+    assert given == [
+        "partitions",
+        "replicas",
+        "node_selector",
+        "failure_domain",
+        "scale_down_delay",
+    ]
+    assert config.partitions == 8
+    assert dict(config.node_selector) == {"tier": "ssd"}
+    assert config.scale_down_delay_seconds == 30.0
+    empty, none = zone_config(
+        partitions=None,
+        replicas=None,
+        selector=[],
+        failure_domain=None,
+        scale_up_delay=None,
+        scale_down_delay=None,
+    )
+    assert none == []
+    assert empty == driver_pb2.ZoneConfig()
+    with pytest.raises(InvalidInput, match="--replicas"):
+        zone_config(
+            partitions=1,
+            replicas=-1,
+            selector=[],
+            failure_domain=None,
+            scale_up_delay=None,
+            scale_down_delay=None,
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"replicas": 0}, "replicas"),
+        ({"replicas": 65}, "replicas"),
+        ({"partitions": 0}, "partitions"),
+        ({"partitions": 65_537}, "partitions"),
+        ({"node_selector": {"a b": "c"}}, "node_selector"),
+        ({"node_selector": {"a": ""}}, "node_selector"),
+        ({"failure_domain": "ra ck"}, "failure_domain"),
+        ({"scale_up_delay": -1.0}, "scale_up_delay"),
+        ({"scale_down_delay": float("nan")}, "scale_down_delay"),
+        ({"name": "no/slash"}, "zone"),
+    ],
+)
+def test_make_spec_rejects_naming_the_field(kwargs: dict[str, object], field: str) -> None:
+    args: dict[str, object] = {
+        "name": "z",
+        "partitions": 4,
+        "replicas": 3,
+        "node_selector": {},
+        "failure_domain": None,
+        "scale_up_delay": 0.0,
+        "scale_down_delay": 0.0,
+    }
+    args.update(kwargs)
+    with pytest.raises(InvalidInput) as info:
+        make_spec(**args)  # type: ignore[arg-type]
+    assert field in str(info.value)
+
+
+def test_spec_round_trip_and_alter() -> None:
+    config = driver_pb2.ZoneConfig(
+        partitions=4, replicas=2, node_selector={"t": "s"}, scale_up_delay_seconds=5
+    )
+    spec = spec_from_pb("z", config)
+    assert (spec.partitions, spec.replicas, spec.scale_up_delay) == (4, 2, 5.0)
+    assert spec.failure_domain is None
+    zone = zone_pb(ZoneRecord("z", spec, 7, 7))
+    assert zone_json(zone) == {
+        "name": "z",
+        "partitions": 4,
+        "replicas": 2,
+        "node_selector": {"t": "s"},
+        "failure_domain": None,
+        "scale_up_delay": 5.0,
+        "scale_down_delay": 0.0,
+        "revision": 7,
+    }
+    changed = altered(spec, driver_pb2.ZoneConfig(replicas=3, partitions=99), ["replicas"])
+    assert (changed.partitions, changed.replicas, dict(changed.node_selector)) == (4, 3, {"t": "s"})
+    with pytest.raises(InvalidInput, match="update_fields"):
+        altered(spec, config, ["colour"])
+    with pytest.raises(InvalidInput, match="replicas"):
+        altered(spec, driver_pb2.ZoneConfig(replicas=0), ["replicas"])
+
+
+def test_json_shapes() -> None:
+    status = driver_pb2.ZoneStatus(
+        name="z", state=driver_pb2.HOLDDOWN, partitions_total=4, partitions_done=4
+    )
+    assert status_json(status)["state"] == "HOLDDOWN"
+    a = driver_pb2.PartitionAssignment(
+        partition=2,
+        stable=common_pb2.Peers(names=["a", "b"]),
+        pending=common_pb2.Peers(names=["a", "c"]),
+        has_pending=True,
+        primary="a",
+    )
+    assert assignment_json(a) == {
+        "partition": 2,
+        "stable": ["a", "b"],
+        "pending": ["a", "c"],
+        "planned": None,
+        "primary": "a",
+        "primary_lease_expiry_unix_ms": None,
+    }
+
+
+def test_decode_entry() -> None:
+    raw = encode_assignment(Assignment(("a", "b"), 3, 1000, 9))
+    assert decode_entry("assign", "stable", raw) == {
+        "peers": ["a", "b"],
+        "epoch": 3,
+        "ts": 1000,
+        "trigger": 9,
+    }
+    node = decode_entry("nodes", None, encode_node(NodeRecord("n", "h:1", {"rack": "a"})))
+    assert node["address"] == "h:1"
+    corrupt = decode_entry("assign", "stable", b"\xffjunk")
+    assert "corrupt" in corrupt
+    assert decode_entry("leader", None, b'{"id":"d1"}') == {"id": "d1"}
+
+
+def test_cli_bad_flags_exit_2_one_line() -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["zone", "create", "z", "--partitions", "x", "--replicas", "1"])
+    assert result.exit_code == 2
+    result = runner.invoke(cli, ["rebalance", "cancel", "z", "-1"])
+    assert result.exit_code == 2

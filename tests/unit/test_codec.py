@@ -1,0 +1,212 @@
+"""Value encodings: canonical round trips, trigger byte order = numeric order, corrupt input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from placement.codec import (
+    MAX_INT,
+    Assignment,
+    CancelIntent,
+    Corrupt,
+    NodeRecord,
+    TriggerMark,
+    be8,
+    decode_assignment,
+    decode_cancel,
+    decode_node,
+    decode_trigger,
+    decode_zone_spec,
+    encode_assignment,
+    encode_cancel,
+    encode_node,
+    encode_trigger,
+    encode_zone_spec,
+    trigger_is_older,
+)
+from placement.errors import InvalidInput
+from placement.limits import MAX_PARTITIONS, MAX_REPLICAS
+from placement.model import ZoneSpec
+
+node_names = st.from_regex(r"[A-Za-z0-9_.-]{1,12}", fullmatch=True)
+peers = st.lists(node_names, min_size=1, max_size=6, unique=True).map(tuple)
+maybe_empty_peers = st.lists(node_names, max_size=6, unique=True).map(tuple)
+ints = st.integers(0, MAX_INT)
+revisions = st.integers(1, MAX_INT)
+assignments = st.builds(Assignment, peers=peers, epoch=ints, ts=ints, trigger=ints)
+cancels = st.builds(
+    CancelIntent, old=maybe_empty_peers, new=maybe_empty_peers, pending_revision=revisions,
+    epoch=ints, ts=ints,
+)  # fmt: skip
+triggers = st.builds(TriggerMark, revision=ints, epoch=ints, ts=ints)
+text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
+zone_specs = st.builds(
+    ZoneSpec,
+    name=node_names,
+    partitions=st.integers(1, MAX_PARTITIONS),
+    replicas=st.integers(1, MAX_REPLICAS),
+    node_selector=st.dictionaries(text, text, max_size=3),
+    failure_domain=st.none() | text,
+)
+nodes = st.builds(
+    NodeRecord,
+    name=node_names,
+    address=st.just("127.0.0.1:7000"),
+    attributes=st.dictionaries(text, text, max_size=3),
+    weight=st.floats(min_value=0.01, max_value=1e6, allow_nan=False),
+)
+
+
+@given(assignments)
+def test_assignment_round_trip_is_canonical(value: Assignment) -> None:
+    raw = encode_assignment(value)
+    assert decode_assignment(raw) == value
+    assert encode_assignment(value) == raw  # deterministic
+    # canonical: sorted keys, compact separators, peers in placement order
+    obj = json.loads(raw)
+    assert raw == json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    assert tuple(obj["peers"]) == value.peers
+
+
+@given(assignments)
+def test_peer_order_is_content(value: Assignment) -> None:
+    assume(len(value.peers) > 1)
+    swapped = Assignment(value.peers[::-1], value.epoch, value.ts, value.trigger)
+    assert encode_assignment(swapped) != encode_assignment(value)
+
+
+@given(cancels)
+def test_cancel_round_trip(value: CancelIntent) -> None:
+    raw = encode_cancel(value)
+    assert decode_cancel(raw) == value
+    assert encode_cancel(value) == raw
+
+
+@given(triggers)
+def test_trigger_round_trip(value: TriggerMark) -> None:
+    raw = encode_trigger(value)
+    assert decode_trigger(raw) == value
+    assert raw[:8] == be8(value.revision)
+
+
+@given(ints, ints)
+def test_be8_byte_order_is_numeric_order(a: int, b: int) -> None:
+    assert (be8(a) < be8(b)) == (a < b)
+    assert (be8(a) == be8(b)) == (a == b)
+
+
+@given(triggers, revisions)
+def test_trigger_compare_is_exactly_stored_less_than_new(stored: TriggerMark, new: int) -> None:
+    """``value(trigger) < be8(new)`` (etcd's byte compare) <=> stored revision < new.
+
+    In particular an equal revision compares greater (the suffix), so a repeat is rejected.
+    """
+    raw = encode_trigger(stored)
+    assert trigger_is_older(raw, new) == (stored.revision < new)
+    assert (raw < be8(new)) == (stored.revision < new)
+
+
+def test_equal_trigger_is_not_older() -> None:
+    raw = encode_trigger(TriggerMark(42, 1, 2))
+    assert not trigger_is_older(raw, 42)
+    assert trigger_is_older(raw, 43)
+    assert not trigger_is_older(raw, 41)
+
+
+@given(zone_specs)
+def test_zone_spec_round_trip(spec: ZoneSpec) -> None:
+    raw = encode_zone_spec(spec)
+    decoded = decode_zone_spec(raw)
+    assert isinstance(decoded, ZoneSpec)
+    assert (decoded.name, decoded.partitions, decoded.replicas, decoded.failure_domain) == (
+        spec.name,
+        spec.partitions,
+        spec.replicas,
+        spec.failure_domain,
+    )
+    assert dict(decoded.node_selector) == dict(spec.node_selector)
+    assert encode_zone_spec(decoded) == raw
+
+
+@given(nodes)
+def test_node_round_trip(record: NodeRecord) -> None:
+    raw = encode_node(record)
+    decoded = decode_node(raw)
+    assert isinstance(decoded, NodeRecord)
+    assert decoded.name == record.name
+    assert decoded.weight == record.weight
+    assert dict(decoded.attributes) == dict(record.attributes)
+    assert encode_node(decoded) == raw
+
+
+DECODERS = [decode_assignment, decode_cancel, decode_trigger, decode_zone_spec, decode_node]
+
+
+@pytest.mark.parametrize("decode", DECODERS)
+@given(raw=st.binary(max_size=64))
+def test_arbitrary_bytes_never_crash(decode, raw: bytes) -> None:  # type: ignore[no-untyped-def]
+    result = decode(raw)
+    if isinstance(result, Corrupt):
+        assert result.raw == raw
+        assert result.reason
+
+
+@pytest.mark.parametrize(
+    ("decode", "raw"),
+    [
+        (decode_assignment, b""),
+        (decode_assignment, b"not json"),
+        (decode_assignment, b"[]"),
+        (decode_assignment, b'{"v":2,"peers":["a"],"epoch":1,"ts":1,"trigger":1}'),
+        (decode_assignment, b'{"v":true,"peers":["a"],"epoch":1,"ts":1,"trigger":1}'),
+        (decode_assignment, b'{"v":1,"peers":["a","a"],"epoch":1,"ts":1,"trigger":1}'),
+        (decode_assignment, b'{"v":1,"peers":[],"epoch":1,"ts":1,"trigger":1}'),
+        (decode_assignment, b'{"v":1,"peers":["a"],"epoch":-1,"ts":1,"trigger":1}'),
+        (decode_assignment, b'{"v":1,"peers":["a"],"epoch":1.5,"ts":1,"trigger":1}'),
+        (decode_assignment, b'{"v":1,"peers":["a"],"epoch":1,"ts":1}'),
+        (decode_assignment, b'{"v":1,"peers":["a"],"epoch":1,"ts":1,"trigger":1,"x":0}'),
+        (decode_assignment, b'{"v":1,"peers":"ab","epoch":1,"ts":1,"trigger":1}'),
+        (decode_assignment, b"\xff\xfe\x00"),
+        (decode_cancel, b'{"v":1,"old":[],"new":[],"pending_revision":0,"epoch":1,"ts":1}'),
+        (decode_trigger, b"\x00" * 8),
+        (decode_trigger, b"\x00" * 7),
+        (decode_trigger, b"\x80" + b"\x00" * 7 + b'{"epoch":1,"ts":1,"v":1}'),
+        (decode_trigger, be8(5) + b"{}"),
+        (decode_zone_spec, b'{"v":1,"name":"z","partitions":0,"replicas":1,'
+                           b'"node_selector":{},"failure_domain":null}'),
+        (decode_node, b'{"v":1,"name":"n","address":"","attributes":{},"weight":1.0}'),
+        (decode_node, b'{"v":1,"name":"n","address":"a:1","attributes":{},"weight":NaN}'),
+    ],
+)  # fmt: skip
+def test_corrupt_values_decode_to_corrupt(decode, raw: bytes) -> None:  # type: ignore[no-untyped-def]
+    result = decode(raw)
+    assert isinstance(result, Corrupt)
+    assert result.raw == raw
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        Assignment((), 1, 1, 1),
+        Assignment(("a", "a"), 1, 1, 1),
+        Assignment(("a b",), 1, 1, 1),
+        Assignment(("a",), -1, 1, 1),
+        Assignment(("a",), 1, 1, 2**63),
+    ],
+)
+def test_invalid_assignments_are_refused(value: Assignment) -> None:
+    with pytest.raises(InvalidInput):
+        encode_assignment(value)
+
+
+def test_invalid_zone_spec_names_field() -> None:
+    with pytest.raises(InvalidInput) as e:
+        encode_zone_spec(ZoneSpec("z", partitions=0, replicas=1))
+    assert e.value.field == "partitions"
+    with pytest.raises(InvalidInput) as e:
+        encode_zone_spec(ZoneSpec("z", partitions=1, replicas=MAX_REPLICAS + 1))
+    assert e.value.field == "replicas"

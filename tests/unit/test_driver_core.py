@@ -1,0 +1,253 @@
+"""The driver's pure decisions: view building, the pass plan, answer aggregation, primary leases."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from placement.codec import (
+    Assignment,
+    CancelIntent,
+    ControlMark,
+    DataNodes,
+    NodeRecord,
+    PrimaryLease,
+    TriggerMark,
+    encode_assignment,
+    encode_cancel,
+    encode_control,
+    encode_datanodes,
+    encode_node,
+    encode_trigger,
+    encode_zone_spec,
+)
+from placement.driver_core import (
+    ClusterView,
+    Drive,
+    Verdict,
+    aggregate,
+    build_view,
+    plan_pass,
+)
+from placement.etcd import KeyValue
+from placement.keys import AssignField, KeySpace
+from placement.metastore import Versioned
+from placement.model import Node, ZoneSpec
+from placement.placement import place
+from placement.primaries import LeaseConfig, plan_primaries
+
+KEYS = KeySpace("/t")
+NODES = ("n0", "n1", "n2", "n3")
+
+
+class Store:
+    """A fake *snapshot* (a dict of KeyValues with revisions), not a fake etcd."""
+
+    def __init__(self) -> None:
+        self.kvs: dict[bytes, KeyValue] = {}
+        self.revision = 1
+
+    def put(self, key: bytes, value: bytes) -> int:
+        self.revision += 1
+        old = self.kvs.get(key)
+        self.kvs[key] = KeyValue(
+            key,
+            value,
+            old.create_revision if old else self.revision,
+            self.revision,
+            (old.version + 1) if old else 1,
+            0,
+        )
+        return self.revision
+
+    def view(self) -> ClusterView:
+        return build_view(KEYS, self.kvs, self.revision)
+
+
+def cluster(spec: ZoneSpec, *, datanodes: bool = True) -> Store:
+    store = Store()
+    for n in NODES:
+        store.put(KEYS.node(n), encode_node(NodeRecord(n, f"127.0.0.1:{n[1:]}")))
+    store.put(KEYS.zone(spec.name), encode_zone_spec(spec))
+    if datanodes:
+        store.put(KEYS.datanodes(spec.name), encode_datanodes(DataNodes(NODES, NODES, None, None)))
+    return store
+
+
+def test_a_new_zone_first_gets_its_data_nodes_written_and_nothing_else() -> None:
+    plan = plan_pass(cluster(ZoneSpec("z", 4, 2), datanodes=False).view(), now_ms=0)
+    assert [w.zone for w in plan.datanodes] == ["z"]
+    assert plan.datanodes[0].record.applied == NODES
+    assert plan.datanodes[0].expected_mod == 0
+    assert not plan.creates
+    assert not plan.triggers
+
+
+def test_an_empty_zone_is_created_directly_with_the_placement_target() -> None:
+    spec = ZoneSpec("z", 6, 2)
+    store = cluster(spec)
+    plan = plan_pass(store.view(), now_ms=0)
+    (create,) = plan.creates
+    target = place(spec, [Node(n) for n in NODES])
+    assert dict(create.stables) == dict(enumerate(target.assignments))
+    assert create.trigger_revision == store.revision  # max(zone mod, datanodes mod)
+    assert not plan.triggers
+    assert not plan.drives
+
+
+def write_stables(store: Store, spec: ZoneSpec) -> None:
+    for p, peers in enumerate(place(spec, [Node(n) for n in NODES]).assignments):
+        store.put(
+            KEYS.assign(spec.name, p, AssignField.STABLE),
+            encode_assignment(Assignment(peers, 1, 0, 2)),
+        )
+        store.put(
+            KEYS.assign(spec.name, p, AssignField.TRIGGER), encode_trigger(TriggerMark(2, 1, 0))
+        )
+
+
+def test_nothing_is_written_when_the_target_equals_stable() -> None:
+    spec = ZoneSpec("z", 6, 2)
+    store = cluster(spec)
+    write_stables(store, spec)
+    plan = plan_pass(store.view(), now_ms=0)
+    assert not plan.writes or plan.primaries
+    assert not plan.triggers
+    assert not plan.creates
+
+
+def test_a_replica_count_change_triggers_every_partition_with_minimal_moves() -> None:
+    spec = ZoneSpec("z", 6, 2)
+    store = cluster(spec)
+    write_stables(store, spec)
+    store.put(KEYS.zone("z"), encode_zone_spec(ZoneSpec("z", 6, 3)))
+    plan = plan_pass(store.view(), now_ms=0)
+    (trig,) = plan.triggers
+    assert sorted(trig.targets) == list(range(6))
+    assert trig.trigger_revision == store.revision
+    view = store.view()
+    for p, target in trig.targets.items():
+        stable = view.zones["z"].partitions[p].peers(AssignField.STABLE)
+        assert stable is not None
+        assert set(stable) < set(target)  # R -> R+1 adds exactly one copy per partition
+
+
+def test_pending_is_driven_and_a_cancel_switches_the_drive_and_pause_stops_both() -> None:
+    spec = ZoneSpec("z", 2, 2)
+    store = cluster(spec)
+    write_stables(store, spec)
+    stable = store.view().zones["z"].partitions[0].peers(AssignField.STABLE)
+    assert stable is not None
+    new = (*stable, next(n for n in NODES if n not in stable))
+    rev = store.put(
+        KEYS.assign("z", 0, AssignField.PENDING), encode_assignment(Assignment(new, 1, 0, 9))
+    )
+    (drive,) = plan_pass(store.view(), now_ms=0).drives
+    assert drive == Drive("z", 0, stable, new, rev)
+    store.put(
+        KEYS.assign("z", 0, AssignField.CANCEL), encode_cancel(CancelIntent(stable, new, rev, 1, 0))
+    )
+    (cancel,) = plan_pass(store.view(), now_ms=0).drives
+    assert cancel == Drive("z", 0, stable, new, rev, cancel=True)
+    store.put(KEYS.paused(), encode_control(ControlMark(1, 0)))
+    assert store.view().paused
+    assert plan_pass(store.view(), now_ms=0).drives == ()
+
+
+def test_a_cancel_of_another_revision_is_not_driven() -> None:
+    spec = ZoneSpec("z", 1, 2)
+    store = cluster(spec)
+    write_stables(store, spec)
+    rev = store.put(
+        KEYS.assign("z", 0, AssignField.PENDING), encode_assignment(Assignment(NODES[:3], 1, 0, 9))
+    )
+    store.put(
+        KEYS.assign("z", 0, AssignField.CANCEL),
+        encode_cancel(CancelIntent((), (), rev + 100, 1, 0)),
+    )
+    assert plan_pass(store.view(), now_ms=0).drives == ()
+
+
+def test_corrupt_values_never_raise() -> None:
+    spec = ZoneSpec("z", 1, 2)
+    store = cluster(spec)
+    store.put(KEYS.assign("z", 0, AssignField.PENDING), b"\xff garbage")
+    store.put(KEYS.zone("y"), b"{}")
+    plan = plan_pass(store.view(), now_ms=0)
+    assert plan.skipped.get("y") == "zone config corrupt"
+    assert plan.drives == ()
+
+
+def test_aggregate_rebalance_needs_done_from_every_member_of_new() -> None:
+    d = Drive("z", 0, ("a", "b"), ("a", "b", "c"), 7)
+    assert aggregate(d, {"a": "DONE", "b": "DONE", "c": "DONE"}) is Verdict.FINISH
+    assert aggregate(d, {"a": "DONE", "b": "DONE", "c": "ACCEPTED"}) is Verdict.WAIT
+    assert aggregate(d, {"a": "DONE", "b": "DONE", "c": None}) is Verdict.WAIT
+    assert aggregate(d, {"a": "DONE", "b": "DONE"}) is Verdict.WAIT  # c unregistered
+    leave = Drive("z", 0, ("a", "b", "c"), ("a", "b"), 7)
+    assert aggregate(leave, {"a": "DONE", "b": "DONE", "c": None}) is Verdict.FINISH
+
+
+def test_aggregate_cancel_outcomes() -> None:
+    d = Drive("z", 0, ("a", "b"), ("a", "b", "c"), 7, cancel=True)
+    assert aggregate(d, {"a": "NOTHING_TO_CANCEL", "c": "CANCELLED"}) is Verdict.CANCEL_REVERTED
+    assert aggregate(d, {"a": "ALREADY_DONE", "c": "ALREADY_DONE"}) is Verdict.CANCEL_ALREADY_DONE
+    assert aggregate(d, {"a": "ALREADY_DONE", "c": "NOTHING_TO_CANCEL"}) is Verdict.CANCEL_REVERTED
+    assert aggregate(d, {"a": "ALREADY_DONE", "c": None}) is Verdict.WAIT
+    assert aggregate(d, {"a": "ALREADY_DONE", "c": "CANCEL_STALE"}) is Verdict.WAIT
+    assert aggregate(d, {"a": "ALREADY_DONE"}) is Verdict.CANCEL_REVERTED  # joiner gone
+
+
+def lease(node: str, epoch: int, expiry: int, mod: int = 5) -> Versioned[PrimaryLease]:
+    value = PrimaryLease(node, epoch, expiry)
+    return Versioned(value, b"", mod, mod)
+
+
+def test_primary_leases_are_balanced_and_prefer_the_first_member() -> None:
+    nodes = [Node(f"n{i}") for i in range(5)]
+    result = place(ZoneSpec("z", 50, 3), nodes)
+    stables = dict(enumerate(result.assignments))
+    grants = plan_primaries(stables, {}, {n.name for n in nodes}, 0, LeaseConfig(10_000, 5_000))
+    assert sorted(grants) == list(range(50))
+    counts = Counter(lease.node for lease, _ in grants.values())
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+    assert all(g.node == stables[p][0] for p, (g, _) in grants.items())
+    assert all(g.lease_epoch == 1 and mod == 0 for g, mod in grants.values())
+
+
+def test_primary_lease_renewal_and_move_when_the_holder_leaves() -> None:
+    stables = {0: ("a", "b"), 1: ("b", "a")}
+    current = {0: lease("a", 3, 20_000), 1: lease("b", 1, 11_000, mod=9)}
+    cfg = LeaseConfig(10_000, 5_000)
+    assert plan_primaries(stables, current, {"a", "b"}, 0, cfg) == {}
+    renewed = plan_primaries(stables, current, {"a", "b"}, 7_000, cfg)
+    assert renewed == {1: (PrimaryLease("b", 1, 17_000), 9)}
+    moved = plan_primaries(stables, current, {"a"}, 7_000, cfg)
+    assert moved[1] == (PrimaryLease("a", 2, 17_000), 9)
+    expired = plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 25_000, cfg)
+    assert expired[0][0].lease_epoch == 4
+
+
+def test_a_dropped_zone_has_its_leftovers_deleted() -> None:
+    store = Store()
+    store.put(KEYS.datanodes("gone"), encode_datanodes(DataNodes(NODES, NODES, None, None)))
+    plan = plan_pass(store.view(), now_ms=0)
+    assert [d.zone for d in plan.drops] == ["gone"]
+    assert plan.writes
+
+
+def test_a_move_waiting_for_a_joining_node_that_left_is_cancelled_once_planned_exists() -> None:
+    spec = ZoneSpec("z", 1, 2)
+    store = cluster(spec)
+    write_stables(store, spec)
+    stable = store.view().zones["z"].partitions[0].peers(AssignField.STABLE)
+    assert stable is not None
+    ghost = ("ghost", *stable)
+    rev = store.put(
+        KEYS.assign("z", 0, AssignField.PENDING), encode_assignment(Assignment(ghost, 1, 0, 9))
+    )
+    assert plan_pass(store.view(), now_ms=0).cancels == ()  # no planned yet: keep waiting
+    store.put(
+        KEYS.assign("z", 0, AssignField.PLANNED), encode_assignment(Assignment(stable, 1, 0, 10))
+    )
+    (cancel,) = plan_pass(store.view(), now_ms=0).cancels
+    assert (cancel.zone, cancel.partition, cancel.revision) == ("z", 0, rev)
