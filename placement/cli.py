@@ -16,6 +16,8 @@ from typing import Any, NoReturn
 
 import click
 
+from placement.cli_driver import driver
+from placement.cli_ops import COMMANDS as OPS_COMMANDS
 from placement.errors import PlacementError
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
@@ -109,12 +111,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
 
 
-from placement.cli_driver import driver as _driver_group  # noqa: E402
-
-cli.add_command(_driver_group)
-
-
-from placement.cli_ops import COMMANDS as _OPS_COMMANDS  # noqa: E402
-
-for _command in _OPS_COMMANDS:
+cli.add_command(driver)
+for _command in OPS_COMMANDS:
     cli.add_command(_command)
