@@ -31,6 +31,7 @@ from placement.etcd import (
     Get,
     KeyValue,
     Lease,
+    Losable,
     Put,
     Range,
 )
@@ -40,43 +41,24 @@ from placement.metastore import Fence
 log = logging.getLogger(__name__)
 
 
-class Leadership:
+class Leadership(Losable):
     """A won election: the key, its epoch and fence, and how to notice losing it."""
 
     def __init__(
         self, client: EtcdClient, key: bytes, epoch: int, lease: Lease, member_id: str
     ) -> None:
+        super().__init__()
         self._client = client
         self.key = key
         self.epoch = epoch
         self.lease = lease
         self.member_id = member_id
         self.fence = Fence(key, epoch)
-        self._lost = asyncio.Event()
-        self._reason = ""
+        self._loss_label = f"leadership of {member_id} (epoch {epoch})"
         self._monitor = asyncio.create_task(self._watch_loss(), name=f"leadership-{member_id}")
 
     def __repr__(self) -> str:
         return f"Leadership({self.member_id!r}, epoch={self.epoch}, lost={self.is_lost})"
-
-    @property
-    def is_lost(self) -> bool:
-        return self._lost.is_set()
-
-    @property
-    def lost_reason(self) -> str:
-        return self._reason
-
-    async def wait_lost(self) -> str:
-        """Return (the reason) once leadership is lost or resigned."""
-        await self._lost.wait()
-        return self._reason
-
-    def _mark_lost(self, reason: str) -> None:
-        if not self._lost.is_set():
-            self._reason = reason
-            self._lost.set()
-            log.warning("leadership of %s (epoch %d) lost: %s", self.member_id, self.epoch, reason)
 
     async def resign(self) -> None:
         """Give up: delete the key (only if it is still this term's) and revoke the lease."""

@@ -812,26 +812,18 @@ class EtcdClient:
 # -- leases ------------------------------------------------------------------------------------
 
 
-class Lease:
-    """A granted lease, kept alive by a background task until revoked, stopped or lost.
+class Losable:
+    """A one-shot "lost" signal with its reason, shared by leases and leaderships.
 
-    Lost means etcd answered the keep-alive with TTL 0 (expired or revoked elsewhere), or no
-    keep-alive succeeded until the lease's deadline (last confirmed refresh + TTL) passed. Loss is
-    final: :meth:`wait_lost` returns the reason. Keys attached to a lost lease are gone or going.
+    Loss is final: once :meth:`_mark_lost` ran, :attr:`is_lost` stays true and :meth:`wait_lost`
+    returns the first reason given. Subclasses set :attr:`_loss_label` for the log line.
     """
 
-    def __init__(self, client: EtcdClient, lease_id: int, ttl: int) -> None:
-        self._client = client
-        self.id = lease_id
-        self.ttl = ttl
+    _loss_label = "resource"
+
+    def __init__(self) -> None:
         self._lost = asyncio.Event()
         self._reason = ""
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._expires_at = asyncio.get_running_loop().time() + ttl
-
-    def __repr__(self) -> str:
-        return f"Lease(id={self.id:#x}, ttl={self.ttl}, lost={self.is_lost})"
 
     @property
     def is_lost(self) -> bool:
@@ -842,6 +834,7 @@ class Lease:
         return self._reason
 
     async def wait_lost(self) -> str:
+        """Return (the reason) once lost."""
         await self._lost.wait()
         return self._reason
 
@@ -849,7 +842,29 @@ class Lease:
         if not self._lost.is_set():
             self._reason = reason
             self._lost.set()
-            log.warning("lease %#x lost: %s", self.id, reason)
+            log.warning("%s lost: %s", self._loss_label, reason)
+
+
+class Lease(Losable):
+    """A granted lease, kept alive by a background task until revoked, stopped or lost.
+
+    Lost means etcd answered the keep-alive with TTL 0 (expired or revoked elsewhere), or no
+    keep-alive succeeded until the lease's deadline (last confirmed refresh + TTL) passed. Loss is
+    final: :meth:`wait_lost` returns the reason. Keys attached to a lost lease are gone or going.
+    """
+
+    def __init__(self, client: EtcdClient, lease_id: int, ttl: int) -> None:
+        super().__init__()
+        self._client = client
+        self.id = lease_id
+        self.ttl = ttl
+        self._loss_label = f"lease {lease_id:#x}"
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._expires_at = asyncio.get_running_loop().time() + ttl
+
+    def __repr__(self) -> str:
+        return f"Lease(id={self.id:#x}, ttl={self.ttl}, lost={self.is_lost})"
 
     def start_keepalive(self) -> None:
         if self._task is None and not self.is_lost:
