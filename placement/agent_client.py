@@ -4,7 +4,7 @@ One channel per agent address, with keepalive **and** a ping timeout (so a SIGST
 noticed), a capped reconnect backoff, and a deadline on every call. Transport failures raise
 :class:`AgentUnavailable`; answers come back as :class:`AgentAnswer` with the outcome's enum name
 (``ACCEPTED``/``DONE``/``STALE``/``FAILED``; ``CANCELLED``/``NOTHING_TO_CANCEL``/
-``ALREADY_DONE``/``CANCEL_STALE``).
+``ALREADY_DONE``/``CANCEL_STALE``; ``RETIRED``/``KEPT``/``RETIRE_STALE``).
 """
 
 from __future__ import annotations
@@ -116,3 +116,45 @@ class AgentClient:
             response.accepted_epoch,
             response.detail,
         )
+
+    async def retire(
+        self,
+        address: str,
+        zone: str,
+        partition: int,
+        stable: Peers,
+        revision: int,
+        epoch: int,
+    ) -> AgentAnswer:
+        """Tell a node that left stable (as of etcd ``revision``) to drop its replica."""
+        request = replica_pb2.RetireRequest(
+            partition=common_pb2.PartitionRef(zone=zone, partition=partition),
+            stable_peers=common_pb2.Peers(names=list(stable)),
+            revision=revision,
+            epoch=epoch,
+        )
+        try:
+            response = await self._stub(address).Retire(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise AgentUnavailable(f"{address}: Retire: {e.code().name} {e.details()}") from e
+        return AgentAnswer(
+            replica_pb2.RetireOutcome.Name(response.outcome),
+            response.accepted_revision,
+            response.accepted_epoch,
+            response.detail,
+        )
+
+    async def hosted(self, address: str, zone: str, partition: int) -> bool:
+        """Whether the agent holds a complete replica of the partition (False if unknown)."""
+        request = replica_pb2.GetPartitionStateRequest(
+            partition=common_pb2.PartitionRef(zone=zone, partition=partition)
+        )
+        try:
+            response = await self._stub(address).GetPartitionState(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                return False
+            raise AgentUnavailable(
+                f"{address}: GetPartitionState: {e.code().name} {e.details()}"
+            ) from e
+        return response.hosted

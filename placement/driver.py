@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -57,9 +58,10 @@ from placement.driver_core import (
 from placement.election import Election, Leadership
 from placement.errors import Conflict, NotLeader, PlacementError, StoreUnavailable
 from placement.etcd import Compare, Delete, EtcdClient, Get, Put, Range
-from placement.keys import KeySpace, prefix_range_end
+from placement.keys import AssignField, KeySpace, prefix_range_end
 from placement.listwatch import ListWatch, Snapshot
-from placement.metastore import Fence, Metastore, Outcome
+from placement.metastore import Fence, Metastore, Outcome, PartitionState, TransitionResult
+from placement.model import Peers
 from placement.primaries import LeaseConfig
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,10 @@ class DriverConfig:
     rpc_timeout: float = 3.0
     resend: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.05, 1.0))
     store_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 2.0))
+    #: Retire resends (best effort, until acknowledged while leading).
+    retire_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 5.0))
+    #: GetPartitionState calls at once in a new term's retire sweep.
+    sweep_concurrency: int = 4
     leases: LeaseConfig = field(default_factory=LeaseConfig)
 
 
@@ -151,6 +157,8 @@ class Driver:
         self._view: ClusterView | None = None
         self._movers: dict[tuple[str, int], tuple[Drive, asyncio.Task[None]]] = {}
         self._wanted: dict[tuple[str, int], Drive] = {}
+        #: Retire sends in flight this term: (zone, partition, node) -> task.
+        self._retires: dict[tuple[str, int, str], asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._fenced: NotLeader | None = None
         self._global_slots = asyncio.Semaphore(config.max_moves_global)
@@ -163,6 +171,8 @@ class Driver:
             "terms": 0,
             "max_moves": 0,
             "max_moves_per_node": 0,
+            "retired": 0,
+            "retire_rpcs": 0,
         }
         self._moving = 0
         self._moving_nodes: Counter[str] = Counter()
@@ -301,12 +311,15 @@ class Driver:
             attempts=5,
         )
         attempt = 0
+        sweep: asyncio.Task[None] | None = None
         try:
             while True:
                 if self._fenced is not None:
                     raise self._fenced
                 view = build_view(self.keys, snapshot.kvs, snapshot.revision)
                 self._view = view
+                if sweep is None:
+                    sweep = asyncio.create_task(self._retire_sweep(view, fence), name="sweep")
                 plan = plan_pass(view, self.now_ms(), self.config.leases)
                 try:
                     await self._execute(plan, fence)
@@ -319,7 +332,11 @@ class Driver:
                 snapshot = await self._next_snapshot(watch, snapshot)
         finally:
             movers = [task for _, task in self._movers.values()]
+            movers.extend(self._retires.values())
+            if sweep is not None:
+                movers.append(sweep)
             self._movers.clear()
+            self._retires.clear()
             self._wanted = {}
             for task in movers:
                 task.cancel()
@@ -551,7 +568,7 @@ class Driver:
             return None
 
     async def _finish(self, drive: Drive, verdict: Verdict, fence: Fence) -> None:
-        async def transition() -> Outcome:
+        async def transition() -> TransitionResult:
             ts = self.now_ms()
             if verdict is Verdict.FINISH:
                 result = await self.store.finish(
@@ -566,15 +583,17 @@ class Driver:
                     ts,
                     already_done=verdict is Verdict.CANCEL_ALREADY_DONE,
                 )
-            return result.outcome
+            return result
 
-        outcome = await retry(
+        result = await retry(
             transition,
             policy=self.config.store_retry,
             retry_on=(StoreUnavailable, Conflict),
             sleep=self._sleep,
         )
+        outcome = result.outcome
         if outcome is Outcome.APPLIED:
+            self._start_retires(drive, result.state, fence)
             self.stats["finished" if verdict is Verdict.FINISH else "cancel_finished"] += 1
         log.info(
             "%s/%d: %s of revision %d -> %s",
@@ -585,6 +604,108 @@ class Driver:
             outcome.value,
         )
         self._wake.set()
+
+    # -- retire (make-before-break cleanup) -----------------------------------------------------
+
+    def _start_retires(self, drive: Drive, after: PartitionState, fence: Fence) -> None:
+        """After a committed finish / finish_cancel: members of old ∪ new that the stable now in
+        etcd does not name — and that no pending or planned names (they are about to be moved
+        again) — drop their replicas. ``after`` is the partition as of the transaction's
+        revision, which is the revision sent (= stable's mod_revision after a switch)."""
+        stable = after.peers(AssignField.STABLE)
+        if stable is None:
+            return
+        keep = set(stable)
+        keep.update(after.peers(AssignField.PENDING) or ())
+        keep.update(after.peers(AssignField.PLANNED) or ())
+        for node in sorted((set(drive.old) | set(drive.new)) - keep):
+            self._spawn_retire(drive.zone, drive.partition, node, stable, after.revision, fence)
+
+    async def _retire_sweep(self, view: ClusterView, fence: Fence) -> None:
+        """Once per term, on its first view: a Retire lost with the previous leader's term is
+        found again. For every idle partition (no pending, planned or cancel) and registered
+        node its stable does not name, ask the node (``GetPartitionState.hosted``, at most
+        ``sweep_concurrency`` at once); a node still hosting gets a Retire at the view's
+        revision (at which stable was as seen and no pending existed). Best effort: a node that
+        does not answer is skipped."""
+        slots = asyncio.Semaphore(self.config.sweep_concurrency)
+
+        async def check(zone: str, partition: int, node: str, stable: Peers) -> None:
+            record = view.nodes[node]
+            async with slots:
+                try:
+                    hosting = await self.agents.hosted(record.address, zone, partition)
+                except AgentUnavailable:
+                    return
+            if hosting and (zone, partition, node) not in self._retires:
+                log.info("%s/%d: %s hosts a replica stable does not name", zone, partition, node)
+                self._spawn_retire(zone, partition, node, stable, view.revision, fence)
+
+        checks = []
+        for zone in view.zones.values():
+            for partition, state in zone.partitions.items():
+                if state.pending or state.planned or state.cancel:
+                    continue
+                stable = state.peers(AssignField.STABLE)
+                if stable is None:
+                    continue
+                for node in sorted(set(view.nodes) - set(stable)):
+                    checks.append(check(zone.name, partition, node, stable))
+        await asyncio.gather(*checks)
+
+    def _spawn_retire(
+        self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
+    ) -> None:
+        key = (zone, partition, node)
+        running = self._retires.get(key)
+        if running is not None and not running.done():
+            running.cancel()  # superseded by this newer stable
+        task = asyncio.create_task(
+            self._retire(zone, partition, node, stable, revision, fence), name=f"retire {key}"
+        )
+        self._retires[key] = task
+        task.add_done_callback(functools.partial(self._retire_done, key))
+
+    def _retire_done(self, key: tuple[str, int, str], task: asyncio.Task[None]) -> None:
+        if self._retires.get(key) is task:
+            del self._retires[key]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("retire %s failed", key, exc_info=task.exception())
+
+    async def _retire(
+        self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
+    ) -> None:
+        """Send Retire until the agent acknowledges it (any answer), with backoff; an
+        unregistered node is waited for. Best effort: nothing waits for it, and the term's end
+        cancels it (the next term's sweep finds a replica it left behind)."""
+
+        async def once() -> AgentAnswer:
+            nodes = self._view.nodes if self._view is not None else {}
+            record = nodes.get(node)
+            if record is None:
+                raise AgentUnavailable(f"{node} is not registered")
+            self.stats["retire_rpcs"] += 1
+            return await self.agents.retire(
+                record.address, zone, partition, stable, revision, fence.epoch
+            )
+
+        answer = await retry(
+            once,
+            policy=self.config.retire_retry,
+            retry_on=(AgentUnavailable,),
+            sleep=self._sleep,
+        )
+        if answer.outcome == "RETIRED":
+            self.stats["retired"] += 1
+        log.info(
+            "%s/%d: retire on %s at revision %d -> %s (%s)",
+            zone,
+            partition,
+            node,
+            revision,
+            answer.outcome,
+            answer.detail,
+        )
 
 
 def parse_member_record(raw: bytes) -> Mapping[str, str] | None:

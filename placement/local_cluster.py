@@ -49,7 +49,7 @@ DEMO_PARTITIONS = 16
 
 
 class Stopped(Exception):
-    """SIGTERM arrived: unwind and stop every child."""
+    """SIGINT or SIGTERM arrived: unwind and stop every child."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,16 +398,29 @@ async def _live(cluster: Cluster, console: Console, live: bool) -> None:
                 view.update(await _status_table(cluster, client), refresh=True)
 
 
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Stopped()
+#: The signals that stop ``placectl up`` (and every process it started).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+
+@contextlib.contextmanager
+def _stop_signals_raise() -> Iterator[None]:
+    """Explicit handlers for SIGINT and SIGTERM that unwind into the teardown.
+
+    Explicit, not Python's default: a shell starts a background job (``placectl up &``) with
+    SIGINT ignored, and Python keeps an inherited SIG_IGN instead of installing its
+    KeyboardInterrupt handler — so ``kill -INT`` would otherwise do nothing. These handlers also
+    cover the synchronous start-up, and ``asyncio.run`` leaves a non-default SIGINT handler alone.
+    """
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, old in previous.items():
+            signal.signal(s, old)
 
 
 def run_up(opts: UpOptions) -> int:
@@ -415,7 +428,7 @@ def run_up(opts: UpOptions) -> int:
     console = Console(highlight=False)
     base = opts.data_dir or Path(tempfile.mkdtemp(prefix="placectl-up-"))
     base.mkdir(parents=True, exist_ok=True)
-    with _sigterm_raises():
+    with _stop_signals_raise():
         cluster: Cluster | None = None
         try:
             cluster = start_cluster(opts, base, console)
@@ -447,7 +460,7 @@ def run_up(opts: UpOptions) -> int:
 @contextlib.contextmanager
 def _ignore_signals() -> Iterator[None]:
     """While tearing down, a second Ctrl-C/SIGTERM must not leave children behind."""
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
     try:
         yield
     finally:

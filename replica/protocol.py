@@ -35,10 +35,14 @@ A = accepted_revision, C = cancelled_revision, r = the request's revision)::
     any    --Cancel (r, epoch) < (A, accepted_epoch)-->           unchanged            CANCEL_STALE
     IN_PROGRESS(r) --catch-up succeeded-->  DONE(r), config=new, hosted  [CreateReplica]
     IN_PROGRESS(r) --catch-up failed-->     FAILED(r)
-    hosted, me not in stable, no unfinished move names me --retire--> hosted=False [DiscardReplica]
+    any    --Retire (s, epoch) < (A, accepted_epoch)-->           unchanged            RETIRE_STALE
+    any    --Retire s, named by stable / an unfinished move / a DONE move >= s-->  unchanged  KEPT
+    hosted --Retire s, named by none of them-->   hosted=False [DiscardReplica]        RETIRED
+    not hosted --Retire s, named by none of them-->               unchanged            RETIRED
 
 Every non-stale Rebalance or Cancel sets ``(A, accepted_epoch) := (r, epoch)``; every non-stale
-Cancel also sets ``C := r``, so cancel always wins over a resend of the same rebalance.
+Cancel also sets ``C := r``, so cancel always wins over a resend of the same rebalance. Retire
+(``s`` = the etcd revision of the transaction that committed stable) never changes A.
 
 Record invariants (checked by the tests): ``A >= C >= 0``; ``(A, accepted_epoch)`` never
 decreases; an unfinished move (IN_PROGRESS/FAILED) has revision A, names ``me`` in ``new`` and
@@ -87,6 +91,14 @@ class CancelOutcome(Enum):
     CANCEL_STALE = "cancel_stale"
 
 
+class RetireOutcome(Enum):
+    """The answer to a Retire (mirrors ``placement.v1.RetireOutcome``)."""
+
+    RETIRED = "retired"
+    KEPT = "kept"
+    RETIRE_STALE = "retire_stale"
+
+
 @dataclass(frozen=True, slots=True)
 class Move:
     """The rebalance ``old -> new`` identified by ``revision`` and where it stands here."""
@@ -128,6 +140,21 @@ class MoveRequest:
     partition: int
     old_peers: Peers
     new_peers: Peers
+    revision: int
+    epoch: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.zone, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class RetireRequest:
+    """A Retire request: stable is ``stable_peers`` as of etcd revision ``revision``."""
+
+    zone: str
+    partition: int
+    stable_peers: Peers
     revision: int
     epoch: int
 
@@ -389,17 +416,79 @@ def on_move_finished(record: PartitionRecord, revision: int, *, succeeded: bool)
     )
 
 
-def on_retire(record: PartitionRecord, stable_peers: Peers, me: str) -> Decision[None]:
-    """Stable changed: drop this node's replica once stable no longer names it.
+def validate_retire(request: RetireRequest) -> None:
+    """Raise ``InvalidInput`` naming the field; called before anything is decided or written."""
+    validate_partition_key(request.zone, request.partition)
+    if request.revision <= 0:
+        raise InvalidInput(
+            "revision",
+            f"must be > 0, got {request.revision}",
+            "send the revision at which stable was switched",
+        )
+    if request.epoch <= 0:
+        raise InvalidInput("epoch", f"must be > 0, got {request.epoch}", "send the leader's epoch")
+    if not request.stable_peers:
+        raise InvalidInput("stable_peers", "must not be empty", "send the stable peers in etcd")
+    validate_peers("stable_peers", request.stable_peers)
 
-    Make-before-break: a leaving member keeps serving until the switch of stable is committed.
+
+def on_retire(
+    record: PartitionRecord | None, request: RetireRequest, me: str
+) -> Decision[RetireOutcome]:
+    """Stable switched (at ``request.revision``): drop this node's replica once nothing names it.
+
+    Make-before-break: a leaving member keeps serving until the switch of stable is committed,
+    and the driver sends Retire only after it. Ordering: ``(revision, epoch) < (accepted,
+    accepted_epoch)`` -> RETIRE_STALE (a rebalance written after that stable was accepted here;
+    it decides). Otherwise the replica is kept while stable names this node, an unfinished move
+    names it, or the move at or after ``revision`` (pending := planned shares the finish's
+    revision) names it in ``new``; else it is discarded. Retire never raises ``accepted``: its
+    revision is a stable's, not a rebalance's, and fencing rebalances with it could refuse a
+    pending this node has not heard of yet. A repeat finds the same record: same answer, no effect.
     """
+    validate_retire(request)
+    if record is None:
+        record = PartitionRecord(
+            zone=request.zone,
+            partition=request.partition,
+            accepted_revision=0,
+            accepted_epoch=0,
+            cancelled_revision=0,
+            config=request.stable_peers,
+            move=None,
+            hosted=False,
+        )
+    elif record.key != request.key:
+        raise ValueError(f"record {record.key} does not belong to request {request.key}")
+    s, e = request.revision, request.epoch
+    if (s, e) < (record.accepted_revision, record.accepted_epoch):
+        return Decision(
+            record,
+            RetireOutcome.RETIRE_STALE,
+            detail=(f"({s}, {e}) < accepted ({record.accepted_revision}, {record.accepted_epoch})"),
+        )
     move = record.move
-    named = move is not None and move.unfinished and (me in move.old or me in move.new)
-    if not record.hosted or me in stable_peers or named:
-        return Decision(record, None, detail="replica kept")
+    if move is not None and move.unfinished:
+        return Decision(
+            record,
+            RetireOutcome.KEPT,
+            detail=f"the unfinished move of revision {move.revision} names this node",
+        )
+    if me in request.stable_peers:
+        return Decision(
+            record, RetireOutcome.KEPT, detail=f"stable at revision {s} names this node"
+        )
+    if move is not None and move.revision >= s and move.phase is Phase.DONE and me in move.new:
+        return Decision(
+            record,
+            RetireOutcome.KEPT,
+            detail=f"the move of revision {move.revision} names this node",
+        )
+    detail = f"retired: stable at revision {s} does not name this node"
+    if not record.hosted:
+        return Decision(record, RetireOutcome.RETIRED, detail=detail)
     discard = DiscardReplica(record.zone, record.partition)
-    return Decision(replace(record, hosted=False), None, (discard,), "replica retired")
+    return Decision(replace(record, hosted=False), RetireOutcome.RETIRED, (discard,), detail)
 
 
 def resume_effects(record: PartitionRecord, me: str) -> tuple[Effect, ...]:

@@ -34,14 +34,18 @@ from replica.protocol import (
     PartitionRecord,
     Phase,
     RebalanceOutcome,
+    RetireOutcome,
+    RetireRequest,
     StartCatchUp,
     StopCatchUp,
     on_cancel,
     on_move_finished,
     on_rebalance,
+    on_retire,
     resume_effects,
     validate_partition_key,
     validate_request,
+    validate_retire,
 )
 from replica.store import AgentStore
 
@@ -126,6 +130,11 @@ class ReplicaAgent:
     async def cancel(self, request: MoveRequest) -> Decision[CancelOutcome]:
         validate_request(request, self.node)
         return await self._decide(request.key, lambda rec: on_cancel(rec, request, self.node))
+
+    async def retire(self, request: RetireRequest) -> Decision[RetireOutcome]:
+        """Drop this node's replica if stable (and every move it knows) no longer names it."""
+        validate_retire(request)
+        return await self._decide(request.key, lambda rec: on_retire(rec, request, self.node))
 
     async def state(self, zone: str, partition: int) -> PartitionRecord:
         validate_partition_key(zone, partition)
@@ -226,6 +235,18 @@ _CANCEL_OUTCOMES: dict[CancelOutcome, replica_pb2.CancelOutcome.ValueType] = {
     CancelOutcome.CANCEL_STALE: replica_pb2.CANCEL_STALE,
 }
 
+_RETIRE_OUTCOMES: dict[RetireOutcome, replica_pb2.RetireOutcome.ValueType] = {
+    RetireOutcome.RETIRED: replica_pb2.RETIRED,
+    RetireOutcome.KEPT: replica_pb2.KEPT,
+    RetireOutcome.RETIRE_STALE: replica_pb2.RETIRE_STALE,
+}
+_PHASES: dict[Phase, replica_pb2.MovePhase.ValueType] = {
+    Phase.IN_PROGRESS: replica_pb2.MOVE_PHASE_IN_PROGRESS,
+    Phase.FAILED: replica_pb2.MOVE_PHASE_FAILED,
+    Phase.DONE: replica_pb2.MOVE_PHASE_DONE,
+    Phase.CANCELLED: replica_pb2.MOVE_PHASE_CANCELLED,
+}
+
 
 def _move_request(
     msg: replica_pb2.RebalanceRequest | replica_pb2.CancelRebalanceRequest,
@@ -268,6 +289,24 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             detail=d.detail,
         )
 
+    async def Retire(
+        self, request: replica_pb2.RetireRequest, context: Context
+    ) -> replica_pb2.RetireResponse:
+        retire = RetireRequest(
+            zone=request.partition.zone,
+            partition=request.partition.partition,
+            stable_peers=tuple(request.stable_peers.names),
+            revision=request.revision,
+            epoch=request.epoch,
+        )
+        d = await _call(context, self._agent.retire(retire))
+        return replica_pb2.RetireResponse(
+            outcome=_RETIRE_OUTCOMES[d.outcome],
+            accepted_revision=d.record.accepted_revision,
+            accepted_epoch=d.record.accepted_epoch,
+            detail=d.detail,
+        )
+
     async def GetPartitionState(
         self, request: replica_pb2.GetPartitionStateRequest, context: Context
     ) -> replica_pb2.GetPartitionStateResponse:
@@ -279,6 +318,9 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             rebalance_in_progress=move is not None and move.phase is Phase.IN_PROGRESS,
             accepted_revision=record.accepted_revision,
             accepted_epoch=record.accepted_epoch,
+            phase=replica_pb2.MOVE_PHASE_IDLE if move is None else _PHASES[move.phase],
+            detail="" if move is None else f"move of revision {move.revision}: {move.phase.value}",
+            hosted=record.hosted,
         )
 
 

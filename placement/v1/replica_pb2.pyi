@@ -76,6 +76,54 @@ CANCEL_STALE: CancelOutcome.ValueType  # 4
 """A higher (revision, epoch) was already accepted; nothing changed."""
 Global___CancelOutcome: _TypeAlias = CancelOutcome  # noqa: Y015
 
+class _MovePhase:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MovePhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MovePhase.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MOVE_PHASE_UNSPECIFIED: _MovePhase.ValueType  # 0
+    MOVE_PHASE_IDLE: _MovePhase.ValueType  # 1
+    MOVE_PHASE_IN_PROGRESS: _MovePhase.ValueType  # 2
+    MOVE_PHASE_FAILED: _MovePhase.ValueType  # 3
+    MOVE_PHASE_DONE: _MovePhase.ValueType  # 4
+    MOVE_PHASE_CANCELLED: _MovePhase.ValueType  # 5
+
+class MovePhase(_MovePhase, metaclass=_MovePhaseEnumTypeWrapper): ...
+
+MOVE_PHASE_UNSPECIFIED: MovePhase.ValueType  # 0
+MOVE_PHASE_IDLE: MovePhase.ValueType  # 1
+MOVE_PHASE_IN_PROGRESS: MovePhase.ValueType  # 2
+MOVE_PHASE_FAILED: MovePhase.ValueType  # 3
+MOVE_PHASE_DONE: MovePhase.ValueType  # 4
+MOVE_PHASE_CANCELLED: MovePhase.ValueType  # 5
+Global___MovePhase: _TypeAlias = MovePhase  # noqa: Y015
+
+class _RetireOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RetireOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RetireOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RETIRE_OUTCOME_UNSPECIFIED: _RetireOutcome.ValueType  # 0
+    RETIRED: _RetireOutcome.ValueType  # 1
+    """This node holds no replica of the partition any more (discarded now or before)."""
+    KEPT: _RetireOutcome.ValueType  # 2
+    """Kept: stable, or an unfinished / newer move, still names this node."""
+    RETIRE_STALE: _RetireOutcome.ValueType  # 3
+    """A higher (revision, epoch) was already accepted; nothing changed."""
+
+class RetireOutcome(_RetireOutcome, metaclass=_RetireOutcomeEnumTypeWrapper): ...
+
+RETIRE_OUTCOME_UNSPECIFIED: RetireOutcome.ValueType  # 0
+RETIRED: RetireOutcome.ValueType  # 1
+"""This node holds no replica of the partition any more (discarded now or before)."""
+KEPT: RetireOutcome.ValueType  # 2
+"""Kept: stable, or an unfinished / newer move, still names this node."""
+RETIRE_STALE: RetireOutcome.ValueType  # 3
+"""A higher (revision, epoch) was already accepted; nothing changed."""
+Global___RetireOutcome: _TypeAlias = RetireOutcome  # noqa: Y015
+
 @_typing.final
 class RebalanceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -231,9 +279,17 @@ class GetPartitionStateResponse(_message.Message):
     REBALANCE_IN_PROGRESS_FIELD_NUMBER: _builtins.int
     ACCEPTED_REVISION_FIELD_NUMBER: _builtins.int
     ACCEPTED_EPOCH_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    HOSTED_FIELD_NUMBER: _builtins.int
     rebalance_in_progress: _builtins.bool
     accepted_revision: _builtins.int
     accepted_epoch: _builtins.int
+    phase: Global___MovePhase.ValueType
+    """Where the latest move known here stands (IDLE when none): FAILED shows a failed catch-up."""
+    detail: _builtins.str
+    hosted: _builtins.bool
+    """This node holds a complete replica of the partition."""
     @_builtins.property
     def current_peers(self) -> _common_pb2.Peers: ...
     def __init__(
@@ -243,11 +299,76 @@ class GetPartitionStateResponse(_message.Message):
         rebalance_in_progress: _builtins.bool = ...,
         accepted_revision: _builtins.int = ...,
         accepted_epoch: _builtins.int = ...,
+        phase: Global___MovePhase.ValueType = ...,
+        detail: _builtins.str = ...,
+        hosted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["current_peers", b"current_peers"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_epoch", b"accepted_epoch", "accepted_revision", b"accepted_revision", "current_peers", b"current_peers", "rebalance_in_progress", b"rebalance_in_progress"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_epoch", b"accepted_epoch", "accepted_revision", b"accepted_revision", "current_peers", b"current_peers", "detail", b"detail", "hosted", b"hosted", "phase", b"phase", "rebalance_in_progress", b"rebalance_in_progress"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetPartitionStateResponse: _TypeAlias = GetPartitionStateResponse  # noqa: Y015
+
+@_typing.final
+class RetireRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    STABLE_PEERS_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    revision: _builtins.int
+    """The stable key's mod_revision after the switch."""
+    epoch: _builtins.int
+    """The driver leader's epoch."""
+    @_builtins.property
+    def partition(self) -> _common_pb2.PartitionRef: ...
+    @_builtins.property
+    def stable_peers(self) -> _common_pb2.Peers:
+        """The stable peers now in etcd (after the switch)."""
+
+    def __init__(
+        self,
+        *,
+        partition: _common_pb2.PartitionRef | None = ...,
+        stable_peers: _common_pb2.Peers | None = ...,
+        revision: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "stable_peers", b"stable_peers"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "partition", b"partition", "revision", b"revision", "stable_peers", b"stable_peers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetireRequest: _TypeAlias = RetireRequest  # noqa: Y015
+
+@_typing.final
+class RetireResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    ACCEPTED_REVISION_FIELD_NUMBER: _builtins.int
+    ACCEPTED_EPOCH_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    outcome: Global___RetireOutcome.ValueType
+    accepted_revision: _builtins.int
+    accepted_epoch: _builtins.int
+    detail: _builtins.str
+    def __init__(
+        self,
+        *,
+        outcome: Global___RetireOutcome.ValueType = ...,
+        accepted_revision: _builtins.int = ...,
+        accepted_epoch: _builtins.int = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_epoch", b"accepted_epoch", "accepted_revision", b"accepted_revision", "detail", b"detail", "outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetireResponse: _TypeAlias = RetireResponse  # noqa: Y015

@@ -49,6 +49,11 @@ class ReplicaServiceStub:
                 request_serializer=placement_dot_v1_dot_replica__pb2.GetPartitionStateRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_replica__pb2.GetPartitionStateResponse.FromString,
                 _registered_method=True)
+        self.Retire = channel.unary_unary(
+                '/placement.v1.ReplicaService/Retire',
+                request_serializer=placement_dot_v1_dot_replica__pb2.RetireRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_replica__pb2.RetireResponse.FromString,
+                _registered_method=True)
 
 
 class ReplicaServiceServicer:
@@ -76,6 +81,15 @@ class ReplicaServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Retire(self, request, context):
+        """Stable switched and no longer names this node: drop its replica (make-before-break). Kept
+        while stable or a rebalance at or after the switch still names the node. Idempotent; ordered
+        by (revision, epoch) like the other requests.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +107,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.GetPartitionState,
                     request_deserializer=placement_dot_v1_dot_replica__pb2.GetPartitionStateRequest.FromString,
                     response_serializer=placement_dot_v1_dot_replica__pb2.GetPartitionStateResponse.SerializeToString,
+            ),
+            'Retire': grpc.unary_unary_rpc_method_handler(
+                    servicer.Retire,
+                    request_deserializer=placement_dot_v1_dot_replica__pb2.RetireRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_replica__pb2.RetireResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +195,33 @@ class ReplicaService:
             '/placement.v1.ReplicaService/GetPartitionState',
             placement_dot_v1_dot_replica__pb2.GetPartitionStateRequest.SerializeToString,
             placement_dot_v1_dot_replica__pb2.GetPartitionStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Retire(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.ReplicaService/Retire',
+            placement_dot_v1_dot_replica__pb2.RetireRequest.SerializeToString,
+            placement_dot_v1_dot_replica__pb2.RetireResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,11 @@ class ReplicaServiceStub:
     """Cancel the rebalance old_peers -> new_peers identified by revision."""
     GetPartitionState: _grpc.UnaryUnaryMultiCallable[_replica_pb2.GetPartitionStateRequest, _replica_pb2.GetPartitionStateResponse]
     """What the agent holds for a partition: the driver polls this after a failover."""
+    Retire: _grpc.UnaryUnaryMultiCallable[_replica_pb2.RetireRequest, _replica_pb2.RetireResponse]
+    """Stable switched and no longer names this node: drop its replica (make-before-break). Kept
+    while stable or a rebalance at or after the switch still names the node. Idempotent; ordered
+    by (revision, epoch) like the other requests.
+    """
 
 @_typing.type_check_only
 class ReplicaServiceAsyncStub(ReplicaServiceStub):
@@ -51,6 +56,11 @@ class ReplicaServiceAsyncStub(ReplicaServiceStub):
     """Cancel the rebalance old_peers -> new_peers identified by revision."""
     GetPartitionState: _aio.UnaryUnaryMultiCallable[_replica_pb2.GetPartitionStateRequest, _replica_pb2.GetPartitionStateResponse]  # type: ignore[assignment]
     """What the agent holds for a partition: the driver polls this after a failover."""
+    Retire: _aio.UnaryUnaryMultiCallable[_replica_pb2.RetireRequest, _replica_pb2.RetireResponse]  # type: ignore[assignment]
+    """Stable switched and no longer names this node: drop its replica (make-before-break). Kept
+    while stable or a rebalance at or after the switch still names the node. Idempotent; ordered
+    by (revision, epoch) like the other requests.
+    """
 
 class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -78,5 +88,16 @@ class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_replica_pb2.GetPartitionStateResponse, _abc.Awaitable[_replica_pb2.GetPartitionStateResponse]]:
         """What the agent holds for a partition: the driver polls this after a failover."""
+
+    @_abc_1.abstractmethod
+    def Retire(
+        self,
+        request: _replica_pb2.RetireRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_replica_pb2.RetireResponse, _abc.Awaitable[_replica_pb2.RetireResponse]]:
+        """Stable switched and no longer names this node: drop its replica (make-before-break). Kept
+        while stable or a rebalance at or after the switch still names the node. Idempotent; ordered
+        by (revision, epoch) like the other requests.
+        """
 
 def add_ReplicaServiceServicer_to_server(servicer: ReplicaServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from placement.agent_client import AgentClient
 from placement.codec import NodeRecord, PrimaryLease, decode_datanodes, decode_primary
 from placement.driver import Driver, DriverConfig
 from placement.etcd import EtcdClient, EventKind, Lease
@@ -31,6 +32,7 @@ from placement.keys import AssignField, KeySpace
 from placement.metastore import Fence, Metastore, Outcome
 from placement.model import ZoneSpec
 from placement.status import ZoneStatusState, zone_status
+from replica.store import AgentStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALE = float(os.environ.get("PLACEMENT_TEST_TIME_SCALE", "1"))
@@ -230,6 +232,24 @@ async def history(client: EtcdClient, prefix: bytes, start: int) -> list[tuple[s
     return events
 
 
+def hosting(cluster: Cluster, zone: str, partitions: int) -> dict[int, frozenset[str]]:
+    """Per partition, the agents holding a replica record of it (read from their databases);
+    a partial replica shows as ``node?`` (it must not outlive its move)."""
+    held: dict[int, set[str]] = {p: set() for p in range(partitions)}
+    for node, agent in cluster.agents.items():
+        if not (agent.data_dir / "agent.db").exists():
+            continue
+        store = AgentStore.inspect(agent.data_dir)
+        try:
+            for p in range(partitions):
+                row = store.replica(zone, p)
+                if row is not None:
+                    held[p].add(node if row.complete else f"{node}?")
+        finally:
+            store.close()
+    return {p: frozenset(nodes) for p, nodes in held.items()}
+
+
 def loads(stables: list[tuple[str, ...]]) -> Counter[str]:
     return Counter(n for peers in stables for n in peers)
 
@@ -288,6 +308,14 @@ async def test_create_then_alter_replicas_3_5_4_ends_on_the_4_replica_target_via
         assert status.state is ZoneStatusState.READY
         assert status.partitions_done == 8
         assert driver.stats["finished"] >= 8
+
+        async def replicas_follow_stable() -> bool:
+            return hosting(cluster, "orders", 8) == {p: frozenset(stables[p]) for p in range(8)}
+
+        # Make-before-break: every member of stable holds a complete replica record, and the
+        # node each partition dropped (5 -> 4) was told to Retire and holds none.
+        await eventually(replicas_follow_stable, "replicas on exactly the members of stable")
+        assert driver.stats["retired"] >= 8
 
         record = await store.get_zone("orders")
         assert record is not None
@@ -527,3 +555,41 @@ async def test_a_joining_node_that_dies_mid_rebalance_is_routed_around_via_cance
 
         await eventually(without_n4, "every partition stable on n0..n3 again")
         assert driver.stats["cancel_finished"] >= 1
+
+
+async def test_a_new_term_retires_a_replica_that_stable_does_not_name(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    """A Retire lost with the previous leader's term: the replica ``n3`` still hosts (made
+    here by a direct Rebalance, as if it had left stable under a leader that died before its
+    Retire got through) is found by the new term's sweep and retired; members of stable keep
+    theirs."""
+    for i in range(3):
+        await cluster.start_agent(f"n{i}", {"rack": "a"})
+    outsider = await cluster.start_agent("n3", {"rack": "b"})
+    direct = AgentClient(timeout=5.0)
+    try:
+        answer = await direct.rebalance(outsider.address, "sw", 0, ("n3",), ("n3",), 3, 1)
+        assert answer.outcome in ("ACCEPTED", "DONE")
+
+        async def outsider_hosts() -> bool:
+            return await direct.hosted(outsider.address, "sw", 0)
+
+        await eventually(outsider_hosts, "n3 to host partition 0")
+        async with running_driver(etcd.endpoint, keys) as driver:  # type: ignore[attr-defined]
+            fence = await leader_fence(driver)
+            spec = ZoneSpec("sw", partitions=2, replicas=2, node_selector={"rack": "a"})
+            assert (await cluster.store.create_zone(spec, fence)).applied
+            await eventually(lambda: settled(cluster.store, spec), "zone creation")
+
+            # The first term started before the zone existed: a new term sweeps it.
+            await client.delete(driver.fence().leader_key)  # type: ignore[union-attr]
+
+            async def retired() -> bool:
+                return not await direct.hosted(outsider.address, "sw", 0)
+
+            await eventually(retired, "the new term's sweep to retire n3's replica")
+            assert driver.stats["retired"] >= 1
+            assert driver.stats["terms"] >= 2
+    finally:
+        await direct.close()

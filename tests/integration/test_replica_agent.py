@@ -445,6 +445,93 @@ async def test_cancel_outcomes(agents: Agents, tmp_path: Path) -> None:
     assert list((await state(agent, 0)).current_peers.names) == JOIN[0]
 
 
+# --- retire --------------------------------------------------------------------------------------
+
+
+def retire_request(
+    partition: int, stable: list[str], revision: int, epoch: int = 1
+) -> replica_pb2.RetireRequest:
+    return replica_pb2.RetireRequest(
+        partition=common_pb2.PartitionRef(zone=ZONE, partition=partition),
+        stable_peers=common_pb2.Peers(names=stable),
+        revision=revision,
+        epoch=epoch,
+    )
+
+
+async def test_retire_discards_the_replica_only_when_stable_drops_the_node_and_survives_restart(
+    agents: Agents, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    agent = await agents.start(data)
+    joined = await agent.stub.Rebalance(
+        rebalance_request(0, *JOIN, revision=40, epoch=2), timeout=CALL_TIMEOUT
+    )
+    assert joined.outcome == replica_pb2.ACCEPTED
+    await finished(agent, 0)
+    hosting = await state(agent, 0)
+    assert (hosting.hosted, hosting.phase) == (True, replica_pb2.MOVE_PHASE_DONE)
+
+    stale = await agent.stub.Retire(retire_request(0, ["n2", "n3"], 39, 5), timeout=CALL_TIMEOUT)
+    assert (stale.outcome, stale.accepted_revision, stale.accepted_epoch) == (
+        replica_pb2.RETIRE_STALE,
+        40,
+        2,
+    )
+    kept = await agent.stub.Retire(retire_request(0, ["n1", "n2"], 41, 2), timeout=CALL_TIMEOUT)
+    assert kept.outcome == replica_pb2.KEPT
+    assert inspect(data, 0)[1] == ReplicaRow(ZONE, 0, True)
+
+    retired = await agent.stub.Retire(retire_request(0, ["n2", "n3"], 43, 2), timeout=CALL_TIMEOUT)
+    assert (retired.outcome, retired.accepted_revision) == (replica_pb2.RETIRED, 40)
+    again = await agent.stub.Retire(retire_request(0, ["n2", "n3"], 43, 2), timeout=CALL_TIMEOUT)
+    assert again == retired
+    assert not (await state(agent, 0)).hosted
+    assert journal(data, 0) == ["StartCatchUp", "CreateReplica", "DiscardReplica"]
+    record, replica = inspect(data, 0)
+    assert replica is None
+    assert record is not None
+    assert not record.hosted
+
+    await agent.kill()
+    restarted = await agents.start(data)
+    after = await state(restarted, 0)
+    assert (after.hosted, after.accepted_revision, after.accepted_epoch) == (False, 40, 2)
+    assert inspect(data, 0)[1] is None
+    assert (
+        await restarted.stub.Retire(retire_request(0, ["n2", "n3"], 43, 2), timeout=CALL_TIMEOUT)
+        == retired
+    )
+    assert journal(data, 0) == ["StartCatchUp", "CreateReplica", "DiscardReplica"]
+
+
+async def test_retire_keeps_a_catch_up_in_progress_and_rejects_bad_input(
+    agents: Agents, tmp_path: Path
+) -> None:
+    agent = await agents.start(tmp_path / "data", gated=True)
+    await agent.stub.Rebalance(rebalance_request(0, *JOIN, revision=50), timeout=CALL_TIMEOUT)
+    kept = await agent.stub.Retire(retire_request(0, ["n2", "n3"], 51), timeout=CALL_TIMEOUT)
+    assert kept.outcome == replica_pb2.KEPT
+    moving = await state(agent, 0)
+    assert (moving.phase, moving.rebalance_in_progress) == (
+        replica_pb2.MOVE_PHASE_IN_PROGRESS,
+        True,
+    )
+    assert inspect(agent.data_dir, 0)[1] == ReplicaRow(ZONE, 0, False)
+    for request, field in (
+        (retire_request(0, ["n2"], 0), "revision"),
+        (retire_request(0, ["n2"], 5, 0), "epoch"),
+        (retire_request(0, [], 5), "stable_peers"),
+        (retire_request(0, ["n2", "n2"], 5), "stable_peers"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await agent.stub.Retire(request, timeout=CALL_TIMEOUT)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (err.value.details() or "").startswith(f"{field}: ")
+    agent.open_gate()
+    await finished(agent, 0)
+
+
 # --- bad input -----------------------------------------------------------------------------------
 
 

@@ -23,8 +23,13 @@ import pytest
 EVENTUALLY = 60.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
 
 
+def _ignore_sigint() -> None:
+    """In the child before exec: what a non-interactive shell does for a ``&`` job."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class Up:
-    def __init__(self, data_dir: Path, *extra: str) -> None:
+    def __init__(self, data_dir: Path, *extra: str, sigint_ignored: bool = False) -> None:
         self.data_dir = data_dir
         self.proc = subprocess.Popen(
             [
@@ -42,6 +47,7 @@ class Up:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            preexec_fn=_ignore_sigint if sigint_ignored else None,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.output: list[str] = []
@@ -166,6 +172,32 @@ def test_up_brings_up_a_cluster_and_leaves_nothing(
         assignments = json.loads(up.placectl("assignments", "demo", "--json").stdout)
         assert all(len(p["stable"]) == 3 for p in assignments["partitions"])
         assert up.stop(sig, group=group) == 0
+        assert "stopped" in "".join(up.output)
+        for name, pid in up.pids.items():
+            assert not _alive(pid), f"{name} (pid {pid}) still running"
+            assert not _group_alive(pid), f"process group of {name} still has members"
+        assert _mentioning(str(tmp_path / "cluster")) == []
+    finally:
+        up.kill_leftovers()
+
+
+def test_sigint_to_up_alone_stops_everything_even_when_started_with_sigint_ignored(
+    tmp_path: Path,
+) -> None:
+    """``placectl up &`` from a script inherits SIGINT = SIG_IGN; ``kill -INT`` to that one
+    process (not its group) must still stop every process it started."""
+    up = Up(
+        tmp_path / "cluster", "--no-status", "--nodes", "1", "--drivers", "1", sigint_ignored=True
+    )
+    try:
+        up.wait_up()
+        assert set(up.pids) == {"etcd", "driver-1", "node-1"}
+        status = Path(f"/proc/{up.proc.pid}/status").read_text()
+        ignored = int(
+            next(ln for ln in status.splitlines() if ln.startswith("SigIgn:")).split()[1], 16
+        )
+        assert not ignored & (1 << (signal.SIGINT - 1)), "up must install its own SIGINT handler"
+        assert up.stop(signal.SIGINT, group=False) == 0
         assert "stopped" in "".join(up.output)
         for name, pid in up.pids.items():
             assert not _alive(pid), f"{name} (pid {pid}) still running"

@@ -27,6 +27,8 @@ from replica.protocol import (
     PartitionRecord,
     Phase,
     RebalanceOutcome,
+    RetireOutcome,
+    RetireRequest,
     StartCatchUp,
     StopCatchUp,
     on_cancel,
@@ -191,13 +193,76 @@ def test_late_completion_of_a_cancelled_catch_up_changes_nothing() -> None:
 # --- retire, resume ----------------------------------------------------------------------------
 
 
-def test_retire_discards_only_when_stable_no_longer_names_this_node() -> None:
+def retire(revision: int, stable: Peers = ("n2", "n3"), epoch: int = 1) -> RetireRequest:
+    return RetireRequest(ZONE, 0, stable, revision, epoch)
+
+
+def test_retire_keeps_the_replica_while_stable_names_this_node() -> None:
     record = joined(5)
-    assert on_retire(record, ("n1", "n2"), ME).effects == ()
-    d = on_retire(record, ("n2", "n3"), ME)
+    d = on_retire(record, retire(6, ("n1", "n2")), ME)
+    assert (d.outcome, d.record, d.effects) == (RetireOutcome.KEPT, record, ())
+
+
+def test_retire_discards_once_stable_no_longer_names_this_node_and_a_repeat_is_identical() -> None:
+    record = joined(5)
+    d = on_retire(record, retire(9), ME)
+    assert d.outcome is RetireOutcome.RETIRED
     assert d.effects == (DiscardReplica(ZONE, 0),)
     assert not d.record.hosted
-    assert on_retire(d.record, ("n2", "n3"), ME).effects == ()
+    # Retire orders but never raises the accepted pair.
+    assert (d.record.accepted_revision, d.record.accepted_epoch) == (5, 1)
+    again = on_retire(d.record, retire(9), ME)
+    assert (again.outcome, again.detail, again.record, again.effects) == (
+        d.outcome,
+        d.detail,
+        d.record,
+        (),
+    )
+
+
+def test_retire_older_than_the_accepted_rebalance_is_stale() -> None:
+    record = joined(5, epoch=2)
+    for request in (retire(4, epoch=9), retire(5, epoch=1)):
+        d = on_retire(record, request, ME)
+        assert (d.outcome, d.record, d.effects) == (RetireOutcome.RETIRE_STALE, record, ())
+    # Not stale at (5, 2), but the move of revision 5 names this node: kept.
+    assert on_retire(record, retire(5, epoch=2), ME).outcome is RetireOutcome.KEPT
+    assert on_retire(record, retire(6, epoch=1), ME).outcome is RetireOutcome.RETIRED
+
+
+def test_retire_keeps_a_replica_an_unfinished_or_equally_recent_move_names() -> None:
+    catching_up = on_rebalance(None, req(5), ME).record
+    d = on_retire(catching_up, retire(6), ME)
+    assert (d.outcome, d.record, d.effects) == (RetireOutcome.KEPT, catching_up, ())
+    # pending := planned commits with the finish: the new move has the stable's revision.
+    rejoined = joined(7)
+    assert on_retire(rejoined, retire(7), ME).outcome is RetireOutcome.KEPT
+    assert on_retire(rejoined, retire(8), ME).outcome is RetireOutcome.RETIRED
+
+
+def test_retire_of_an_unknown_partition_records_that_nothing_is_hosted() -> None:
+    d = on_retire(None, retire(3), ME)
+    assert d.outcome is RetireOutcome.RETIRED
+    assert d.effects == ()
+    assert (d.record.hosted, d.record.move, d.record.accepted_revision) == (False, None, 0)
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (retire(0), "revision"),
+        (retire(3, epoch=0), "epoch"),
+        (retire(3, ()), "stable_peers"),
+        (retire(3, ("n2", "n2")), "stable_peers"),
+        (retire(3, ("bad name",)), "stable_peers[0]"),
+        (RetireRequest("", 0, ("n2",), 3, 1), "zone"),
+        (RetireRequest(ZONE, -1, ("n2",), 3, 1), "partition"),
+    ],
+)
+def test_invalid_retire_names_the_field(request_: RetireRequest, field: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        on_retire(None, request_, ME)
+    assert err.value.field == field
 
 
 def test_restart_resumes_only_moves_in_progress() -> None:
@@ -388,14 +453,33 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert (d.record, d.effects) == (self.record, ())
 
     @precondition(lambda self: self.record is not None)
-    @rule(stable=st.sampled_from([c for c in _CONFIGS if c]))
-    def retire(self, stable: Peers) -> None:
+    @rule(
+        stable=st.sampled_from([c for c in _CONFIGS if c]),
+        revision=st.integers(1, REVISIONS + 1),
+        epoch=st.integers(1, 3),
+    )
+    def retire(self, stable: Peers, revision: int, epoch: int) -> None:
         assert self.record is not None
-        d = on_retire(self.record, stable, ME)
-        if ME in stable:
-            assert d.effects == ()
+        before = self.record
+        d = on_retire(before, RetireRequest(ZONE, 0, stable, revision, epoch), ME)
+        assert (d.record.accepted_revision, d.record.accepted_epoch) == (
+            before.accepted_revision,
+            before.accepted_epoch,
+        )
+        if ME in stable or d.outcome is not RetireOutcome.RETIRED:
+            assert (d.record, d.effects) == (before, ())
+        else:
+            assert not d.record.hosted
+            assert self.replica != "partial", "retired while a move was unfinished"
         self._execute(d.effects)
         self.record = d.record
+        twice = on_retire(d.record, RetireRequest(ZONE, 0, stable, revision, epoch), ME)
+        assert (twice.outcome, twice.detail, twice.record, twice.effects) == (
+            d.outcome,
+            d.detail,
+            d.record,
+            (),
+        )
 
     @invariant()
     def record_matches_the_world(self) -> None:
