@@ -10,6 +10,7 @@ noticed), a capped reconnect backoff, and a deadline on every call. Transport fa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -59,6 +60,27 @@ class AgentClient:
         for channel in channels:
             await channel.close(None)
 
+    async def _call(self, address: str, method: str, request: Any, outcomes: Any) -> AgentAnswer:
+        """One unary call; every gRPC failure is :class:`AgentUnavailable` (the caller retries)."""
+        try:
+            response = await getattr(self._stub(address), method)(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise AgentUnavailable(f"{address}: {method}: {e.code().name} {e.details()}") from e
+        return AgentAnswer(
+            outcomes.Name(response.outcome),
+            response.accepted_revision,
+            response.accepted_epoch,
+            response.detail,
+        )
+
+    @staticmethod
+    def _move(zone: str, partition: int, old: Peers, new: Peers) -> dict[str, Any]:
+        return {
+            "partition": common_pb2.PartitionRef(zone=zone, partition=partition),
+            "old_peers": common_pb2.Peers(names=list(old)),
+            "new_peers": common_pb2.Peers(names=list(new)),
+        }
+
     async def rebalance(
         self,
         address: str,
@@ -70,22 +92,9 @@ class AgentClient:
         epoch: int,
     ) -> AgentAnswer:
         request = replica_pb2.RebalanceRequest(
-            partition=common_pb2.PartitionRef(zone=zone, partition=partition),
-            old_peers=common_pb2.Peers(names=list(old)),
-            new_peers=common_pb2.Peers(names=list(new)),
-            revision=revision,
-            epoch=epoch,
+            **self._move(zone, partition, old, new), revision=revision, epoch=epoch
         )
-        try:
-            response = await self._stub(address).Rebalance(request, timeout=self.timeout)
-        except grpc.aio.AioRpcError as e:
-            raise AgentUnavailable(f"{address}: Rebalance: {e.code().name} {e.details()}") from e
-        return AgentAnswer(
-            replica_pb2.RebalanceOutcome.Name(response.outcome),
-            response.accepted_revision,
-            response.accepted_epoch,
-            response.detail,
-        )
+        return await self._call(address, "Rebalance", request, replica_pb2.RebalanceOutcome)
 
     async def cancel(
         self,
@@ -98,24 +107,9 @@ class AgentClient:
         epoch: int,
     ) -> AgentAnswer:
         request = replica_pb2.CancelRebalanceRequest(
-            partition=common_pb2.PartitionRef(zone=zone, partition=partition),
-            old_peers=common_pb2.Peers(names=list(old)),
-            new_peers=common_pb2.Peers(names=list(new)),
-            revision=revision,
-            epoch=epoch,
+            **self._move(zone, partition, old, new), revision=revision, epoch=epoch
         )
-        try:
-            response = await self._stub(address).CancelRebalance(request, timeout=self.timeout)
-        except grpc.aio.AioRpcError as e:
-            raise AgentUnavailable(
-                f"{address}: CancelRebalance: {e.code().name} {e.details()}"
-            ) from e
-        return AgentAnswer(
-            replica_pb2.CancelOutcome.Name(response.outcome),
-            response.accepted_revision,
-            response.accepted_epoch,
-            response.detail,
-        )
+        return await self._call(address, "CancelRebalance", request, replica_pb2.CancelOutcome)
 
     async def retire(
         self,
@@ -133,16 +127,7 @@ class AgentClient:
             revision=revision,
             epoch=epoch,
         )
-        try:
-            response = await self._stub(address).Retire(request, timeout=self.timeout)
-        except grpc.aio.AioRpcError as e:
-            raise AgentUnavailable(f"{address}: Retire: {e.code().name} {e.details()}") from e
-        return AgentAnswer(
-            replica_pb2.RetireOutcome.Name(response.outcome),
-            response.accepted_revision,
-            response.accepted_epoch,
-            response.detail,
-        )
+        return await self._call(address, "Retire", request, replica_pb2.RetireOutcome)
 
     async def hosted(self, address: str, zone: str, partition: int) -> bool:
         """Whether the agent holds a complete replica of the partition (False if unknown)."""
