@@ -18,8 +18,11 @@ Guarantees (design/placement.md states them exactly; tests/unit/test_placement*.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, pairwise
+from operator import attrgetter
 from types import MappingProxyType
 
 import numpy as np
@@ -27,7 +30,7 @@ from numpy.typing import NDArray
 
 from placement.errors import InvalidInput
 from placement.model import Node, Peers, ZoneSpec
-from placement.placement_core import CoreProblem, Pairs, solve
+from placement.placement_core import CoreProblem, Pairs, solve, stable_argsort
 from placement.placement_hash import mix64, name_key
 from placement.placement_primary import choose_primaries
 from placement.placement_targets import Targets, weighted_targets
@@ -60,7 +63,8 @@ def place(
     """
     _check_zone(zone)
     _check_nodes(nodes)
-    eligible = sorted((n for n in nodes if n.matches(zone.node_selector)), key=lambda n: n.name)
+    selected = (n for n in nodes if n.matches(zone.node_selector)) if zone.node_selector else nodes
+    eligible = sorted(selected, key=attrgetter("name"))
     if not eligible:
         raise InvalidInput(
             "nodes",
@@ -73,10 +77,10 @@ def place(
         pairs = _solve_flat(ctx)
     else:
         pairs = _solve_domains(ctx, zone.failure_domain)
-    members = _members_matrix(pairs, ctx.partitions, ctx.width)
+    members = _members_matrix(pairs, ctx.partitions, ctx.width, len(eligible))
     load = np.bincount(members.ravel(), minlength=len(eligible))
     primary = choose_primaries(members, load, ctx.cur_primary, ctx.row_key)
-    return _assemble(ctx.names, members, primary, load)
+    return _assemble(ctx.names, members, primary, load, ctx.given)
 
 
 def count_moves(current: Mapping[int, Sequence[str]], new: Sequence[Peers]) -> int:
@@ -128,6 +132,19 @@ def _check_nodes(nodes: Sequence[Node]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class _Given:
+    """The current assignment as given, when partition ``p`` is ``values[p]`` for ``p < n``.
+
+    ``matrix[p]`` are the node indices of ``values[p]`` in the given order (-1: not eligible).
+    An output row equal to its input row can reuse it (no name lookups, and no copy at all for
+    a tuple, e.g. a previous :class:`Placement` fed back).
+    """
+
+    matrix: I64
+    values: list[Sequence[str]]
+
+
+@dataclass(frozen=True, slots=True)
 class _Context:
     """A zone's problem with nodes as indices 0..N-1 in name order.
 
@@ -146,16 +163,16 @@ class _Context:
     cur_node: I64
     cur_first: NDArray[np.bool_]
     cur_primary: I64
+    given: _Given | None
 
     @staticmethod
     def build(
         zone: ZoneSpec, eligible: list[Node], current: Mapping[int, Sequence[str]]
     ) -> _Context:
         names = [n.name for n in eligible]
-        rows, nodes, firsts, primary = _parse_current(
-            current, zone.partitions, {name: i for i, name in enumerate(names)}
+        rows, nodes, firsts, primary, given = _parse_current(
+            current, zone.partitions, _Index((name, i) for i, name in enumerate(names))
         )
-        order = np.lexsort((nodes, rows))
         return _Context(
             zone=zone.name,
             names=names,
@@ -165,10 +182,11 @@ class _Context:
             width=min(zone.replicas, len(eligible)),
             row_key=mix64(np.arange(zone.partitions, dtype=np.uint64), name_key(zone.name)),
             node_key=np.asarray([name_key(zone.name, n) for n in names], dtype=np.uint64),
-            cur_row=rows[order],
-            cur_node=nodes[order],
-            cur_first=firsts[order],
+            cur_row=rows,
+            cur_node=nodes,
+            cur_first=firsts,
             cur_primary=primary,
+            given=given,
         )
 
     @property
@@ -177,12 +195,119 @@ class _Context:
 
 
 def _parse_current(
+    current: Mapping[int, Sequence[str]], partitions: int, index: _Index
+) -> tuple[I64, I64, NDArray[np.bool_], I64, _Given | None]:
+    """Valid current pairs sorted by (row, node), whether each is its row's primary, and every
+    row's current primary.
+
+    The primary is the first listed member, only when that node is still eligible. Vectorised:
+    the names are flattened once and looked up with one C-level ``map``. The usual input —
+    partitions ``0..n-1`` in order, all with the same number of members — is a matrix whose
+    rows are sorted and deduplicated in place; anything else goes through a stable sort of
+    the pair codes (the first occurrence of a duplicate wins, so a primary is never lost).
+    """
+    values = list(current.values())
+    try:
+        keys = np.frombuffer(array("q", current), dtype=np.int64)  # integers only
+        lengths = list(map(len, values))
+    except (TypeError, OverflowError):
+        return (*_parse_current_slow(current, partitions, index), None)
+    total = sum(lengths)
+    names = chain.from_iterable(values)
+    try:
+        node = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=total)
+    except ValueError:  # fewer members than their ``len()`` said
+        return (*_parse_current_slow(current, partitions, index), None)
+    if next(names, _END) is not _END:  # more members than their ``len()`` said
+        return (*_parse_current_slow(current, partitions, index), None)
+    if (
+        len(keys)
+        and lengths[0]
+        and lengths.count(lengths[0]) == len(lengths)
+        and np.array_equal(keys, np.arange(len(keys)))
+    ):
+        matrix = node.reshape(len(keys), lengths[0])
+        return (*_parse_dense(matrix, partitions), _Given(matrix, values))
+    row = np.repeat(keys, lengths)
+    size = np.asarray(lengths, dtype=np.int64)
+    first = np.zeros(total, dtype=np.bool_)
+    first[(np.cumsum(size) - size)[size > 0]] = True
+    valid = (node >= 0) & (row >= 0) & (row < partitions)
+    width = len(index)
+    code = row[valid] * width + node[valid]
+    first = first[valid]
+    order = stable_argsort(code, partitions * width)
+    code = code[order]
+    distinct = np.ones(len(code), dtype=np.bool_)
+    distinct[1:] = code[1:] != code[:-1]
+    code, first = code[distinct], first[order[distinct]]
+    rows, nodes = code // width, code % width
+    primary = np.full(partitions, -1, dtype=np.int64)
+    primary[rows[first]] = nodes[first]
+    return rows, nodes, first, primary, None
+
+
+_END = object()
+
+
+class _Index(dict[str, int]):
+    """Node index by name; -1 for a name that is not eligible (one-argument lookups are the
+    fastest ``map`` can call)."""
+
+    __slots__ = ()
+
+    def __missing__(self, name: str) -> int:
+        return -1
+
+
+def _parse_dense(matrix: I64, partitions: int) -> tuple[I64, I64, NDArray[np.bool_], I64]:
+    """:func:`_parse_current` when row ``p`` of ``matrix`` lists partition ``p`` (-1: not
+    eligible)."""
+    matrix = matrix[:partitions]
+    lead = matrix[:, 0].copy()
+    columns = _sorted_columns(matrix)
+    valid = [columns[0] >= 0]
+    valid += [(b >= 0) & (b != a) for a, b in pairwise(columns)]
+    rows = np.repeat(np.arange(len(matrix), dtype=np.int64), matrix.shape[1])
+    nodes: I64 = np.stack(columns, axis=1).ravel()
+    if not all(v.all() for v in valid):
+        keep = np.stack(valid, axis=1).ravel()
+        rows, nodes = rows[keep], nodes[keep]
+    primary = np.full(partitions, -1, dtype=np.int64)
+    primary[: len(lead)] = lead
+    return rows, nodes, nodes == lead[rows], primary
+
+
+def sort_rows(matrix: I64) -> I64:
+    """``np.sort(matrix, axis=1)``, faster for short rows (see :func:`_sorted_columns`)."""
+    if matrix.shape[1] == 0:
+        return matrix.copy()
+    out: I64 = np.stack(_sorted_columns(matrix), axis=1)
+    return out
+
+
+def _sorted_columns(matrix: I64) -> list[I64]:
+    """The columns of ``np.sort(matrix, axis=1)``; a compare-exchange network (odd-even
+    transposition) when rows are short: numpy's per-row sort has a high fixed cost for 2-4
+    elements."""
+    width = matrix.shape[1]
+    if width > 4:
+        ordered = np.sort(matrix, axis=1)
+        return [ordered[:, j] for j in range(width)]
+    columns = [matrix[:, j] for j in range(width)]
+    for round_ in range(width):
+        for j in range(round_ % 2, width - 1, 2):
+            low = np.minimum(columns[j], columns[j + 1])
+            columns[j + 1] = np.maximum(columns[j], columns[j + 1])
+            columns[j] = low
+    return columns
+
+
+def _parse_current_slow(
     current: Mapping[int, Sequence[str]], partitions: int, index: Mapping[str, int]
 ) -> tuple[I64, I64, NDArray[np.bool_], I64]:
-    """Valid current pairs, whether each is its row's primary, and every row's current primary.
-
-    The primary is the first listed member, only when that node is still eligible.
-    """
+    """:func:`_parse_current` for unusual inputs (keys that are not ``int``, members without a
+    consistent ``len``)."""
     rows: list[int] = []
     nodes: list[int] = []
     firsts: list[bool] = []
@@ -201,12 +326,10 @@ def _parse_current(
             firsts.append(position == 0)
             if position == 0:
                 primary[row] = i
-    return (
-        np.asarray(rows, dtype=np.int64),
-        np.asarray(nodes, dtype=np.int64),
-        np.asarray(firsts, dtype=np.bool_),
-        primary,
-    )
+    r = np.asarray(rows, dtype=np.int64)
+    n = np.asarray(nodes, dtype=np.int64)
+    order = np.lexsort((n, r))
+    return r[order], n[order], np.asarray(firsts, dtype=np.bool_)[order], primary
 
 
 def _solve_flat(ctx: _Context) -> Pairs:
@@ -404,24 +527,56 @@ def _inside_domain(ctx: _Context, dom: _Domains, d: int, rows: I64) -> Pairs:
 # --- output --------------------------------------------------------------------------------------
 
 
-def _members_matrix(pairs: Pairs, partitions: int, width: int) -> I64:
+def _members_matrix(pairs: Pairs, partitions: int, width: int, n_nodes: int) -> I64:
     """Rows × width node indices, each row sorted (= name order)."""
     rows, nodes = pairs
     if len(rows) != partitions * width:
         raise AssertionError("placement: wrong number of replicas")
-    matrix: I64 = np.sort(nodes[np.argsort(rows, kind="stable")].reshape(partitions, width), axis=1)
-    if width > 1 and (matrix[:, 1:] == matrix[:, :-1]).any():
+    if (np.bincount(rows, minlength=partitions) != width).any():
+        raise AssertionError("placement: a partition with the wrong number of replicas")
+    code = rows * n_nodes + nodes
+    # Mostly sorted (kept pairs come sorted, then the few new ones): timsort merges the runs
+    # in linear time; a fresh zone's random order is faster with the default sort.
+    presorted = np.count_nonzero(code[1:] < code[:-1]) * 64 < len(code)
+    code.sort(kind="stable" if presorted else None)
+    if width > 1 and (code[1:] == code[:-1]).any():
         raise AssertionError("placement: a node twice in one partition")
+    matrix: I64 = (code % n_nodes).reshape(partitions, width)
     return matrix
 
 
-def _assemble(names: list[str], members: I64, primary: I64, load: I64) -> Placement:
-    """Primary first, the others in name order; names instead of indices."""
+def _assemble(
+    names: list[str], members: I64, primary: I64, load: I64, given: _Given | None
+) -> Placement:
+    """Primary first, the others in name order; names instead of indices.
+
+    Rows equal to their given current row are rebuilt from it with ``tuple()`` (the same
+    object when it is already a tuple); only the others are looked up by index.
+    """
     rows, width = members.shape
-    others = members[members != primary[:, None]].reshape(rows, width - 1)
-    ordered = np.concatenate([primary[:, None], others], axis=1)
-    table = np.asarray(names, dtype=object)[ordered].tolist()
-    assignments = tuple(map(tuple, table))
+    # Column by column (contiguous arrays): member j of the others is members[:, j] before the
+    # primary's position in the (sorted) row, members[:, j + 1] after it.
+    position = np.zeros(rows, dtype=np.int64)
+    for j in range(width):
+        position += members[:, j] < primary
+    columns = [primary]
+    columns += [np.where(position > j, members[:, j], members[:, j + 1]) for j in range(width - 1)]
+    table = np.asarray(names, dtype=object)
+    assignments: tuple[Peers, ...]
+    if given is not None and given.matrix.shape[1] == width:
+        size = min(len(given.matrix), rows)
+        same = given.matrix[:size, 0] == primary[:size]
+        for j in range(1, width):
+            same &= given.matrix[:size, j] == columns[j][:size]
+        changed = np.flatnonzero(~same).tolist() + list(range(size, rows))
+        out: list[Peers] = list(map(tuple, given.values[:size]))
+        out.extend(() for _ in range(size, rows))
+        fresh = zip(*(table[column[changed]].tolist() for column in columns), strict=True)
+        for p, peers in zip(changed, fresh, strict=True):
+            out[p] = peers
+        assignments = tuple(out)
+    else:
+        assignments = tuple(zip(*(table[column].tolist() for column in columns), strict=True))
     primaries = np.bincount(primary, minlength=len(names))
     return Placement(
         assignments=assignments,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,13 +73,16 @@ def solve(pb: CoreProblem) -> Pairs:
     """All (row, node) pairs of a balanced assignment with the fewest pairs outside ``C``."""
     keep, ceil = _keep_current(pb)
     kept_row, kept_node = pb.cur_row[keep], pb.cur_node[keep]
-    if not _keep_is_maximal(pb, keep, ceil):
+    holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
+    free = pb.targets.floor + ceil - np.bincount(kept_node, minlength=pb.n_nodes)
+    if not _keep_is_maximal(pb, keep, ceil, holes, free):
         state = _State(pb, kept_row, kept_node, ceil)
         _maximize_keep(state)
         kept_row, kept_node = state.pairs()
         ceil = np.asarray(state.ceil, dtype=np.bool_)
-    cap = pb.targets.floor + ceil
-    new_row, new_node = _bulk_fill(pb, kept_row, kept_node, cap)
+        holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
+        free = pb.targets.floor + ceil - np.bincount(kept_node, minlength=pb.n_nodes)
+    new_row, new_node = _bulk_fill(pb, holes, free)
     conflict = _conflicts(pb.n_nodes, kept_row, kept_node, new_row, new_node)
     if conflict.any():
         new_node, conflict = _swap_repair(pb, kept_row, kept_node, new_row, new_node, conflict)
@@ -88,11 +92,11 @@ def solve(pb: CoreProblem) -> Pairs:
     if placed.all():
         return rows, nodes
     state = _State(pb, rows, nodes, ceil)
-    holes = state.holes(np.unique(new_row[~placed]).tolist())
-    while holes:
-        if not _zero_augment(state, holes):
-            _shortest_augment(state, holes)
-        holes = state.holes(holes)
+    open_rows = state.holes(np.unique(new_row[~placed]).tolist())
+    while open_rows:
+        if not _zero_augment(state, open_rows):
+            _shortest_augment(state, open_rows)
+        open_rows = state.holes(open_rows)
     return state.pairs()
 
 
@@ -152,44 +156,191 @@ def _shed_nodes(pb: CoreProblem, keep: NDArray[np.bool_], cap: I64) -> NDArray[n
 
     Preferred rows: no hole yet (a joining node can take all the holes), then rows that hold
     few of the nodes with room (they are the ones that will fill the holes), then non-primary.
+    Nodes shed one after the other (in node-key order), each seeing the holes left by the
+    previous ones. Vectorised: every node's choice is first computed against the initial holes
+    (one global sort); a node's choice stays valid unless one of its chosen rows received a
+    hole from an earlier node (holes only grow, so rows it did not choose only get worse), and
+    only such nodes are recomputed, in order.
     """
     kept = np.flatnonzero(keep)
-    load = np.bincount(pb.cur_node[kept], minlength=pb.n_nodes)
+    kept_node = pb.cur_node[kept]
+    load = np.bincount(kept_node, minlength=pb.n_nodes)
     over = np.flatnonzero(load > cap)
     if over.size == 0:
         return keep
     keep = keep.copy()
-    holes = pb.demand - np.bincount(pb.cur_row[kept], minlength=pb.n_rows)
+    kept_row = pb.cur_row[kept]
+    holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
     room = np.clip(cap - load, 0, None)
-    blocked = np.bincount(pb.cur_row[kept], weights=room[pb.cur_node[kept]], minlength=pb.n_rows)
-    by_node = kept[np.argsort(pb.cur_node[kept], kind="stable")]
-    starts = np.searchsorted(pb.cur_node[by_node], over)
-    over_order = np.argsort(pb.node_key[over], kind="stable")
-    for node, start in zip(over[over_order].tolist(), starts[over_order].tolist(), strict=True):
-        seg = by_node[start : start + load[node]]
-        rows = pb.cur_row[seg]
-        tie = mix64(pb.row_key[rows], int(pb.node_key[node]))
-        chosen = np.lexsort((tie, pb.cur_first[seg], blocked[rows], holes[rows]))
-        chosen = chosen[: load[node] - cap[node]]
-        keep[seg[chosen]] = False
-        holes[rows[chosen]] += 1
-    return keep
+    kept_room = room[kept_node]
+    if kept_room.any():
+        blocked = np.bincount(kept_row, weights=kept_room, minlength=pb.n_rows).astype(np.int64)
+    else:  # e.g. only a joining node has room: it holds nothing yet
+        blocked = np.zeros(pb.n_rows, dtype=np.int64)
+    over = over[np.argsort(pb.node_key[over], kind="stable")]
+    shed = load[over] - cap[over]
+    rank_of = np.full(pb.n_nodes, -1, dtype=np.int64)
+    rank_of[over] = np.arange(len(over))
+    group = rank_of[kept_node]
+    mine = group >= 0
+    # The shedding nodes' pairs, in row order; ``group`` = the node's rank in shedding order.
+    seg, group, rows = kept[mine], group[mine], kept_row[mine]
+    tie = mix64(pb.row_key[rows] ^ pb.node_key[over][group])
+    picked = smallest_per_group(group, (holes[rows], blocked[rows], pb.cur_first[seg]), tie, shed)
+    keep[seg[picked]] = False
+    chosen = rows[picked]
+    bounds = np.concatenate(([0], np.cumsum(shed)))
+    owner = np.repeat(np.arange(len(over)), shed)
+    settled = -1
+    while True:
+        # The first node (after those settled) with a chosen row that an earlier node chose too.
+        by_row = np.argsort(chosen, kind="stable")
+        again_at = by_row[1:][chosen[by_row[1:]] == chosen[by_row[:-1]]]
+        later = owner[again_at]
+        later = later[later > settled]
+        if not later.size:
+            return keep
+        g = int(later.min())
+        lo, hi = int(bounds[g]), int(bounds[g + 1])
+        now = holes + np.bincount(chosen[:lo], minlength=pb.n_rows)
+        part = np.flatnonzero(group == g)
+        seg_g, rows_g = seg[part], rows[part]
+        redo = np.lexsort((tie[part], pb.cur_first[seg_g], blocked[rows_g], now[rows_g]))
+        redo = redo[: shed[g]]
+        keep[seg[picked[lo:hi]]] = True
+        keep[seg_g[redo]] = False
+        picked[lo:hi] = part[redo]
+        chosen[lo:hi] = rows_g[redo]
+        settled = g
 
 
-def _keep_is_maximal(pb: CoreProblem, keep: NDArray[np.bool_], ceil: NDArray[np.bool_]) -> bool:
+def smallest_per_group(
+    group: I64,
+    keys: Sequence[NDArray[np.int64] | NDArray[np.bool_]],
+    tie: NDArray[np.uint64],
+    take: I64,
+) -> I64:
+    """The first ``take[g]`` elements of every group ``g`` in the order (``keys``, ``tie``).
+
+    Positions, group after group (``g`` ascending), each group in that order: the same as
+    ``lex_order((group, *keys), tie)`` cut to the first ``take[g]`` of each group, for
+    ``take[g]`` at most the group's size. When the keys are small non-negative integers (16
+    bits together), rather than sorting everything: count each group's elements per key
+    value to find the value class holding its ``take[g]``-th element; the classes below are
+    taken whole, and from that class only elements with a small enough ``tie`` go to the
+    sort — enough of them to be sure, or the whole class when too few pass.
+    """
+    n_groups = len(take)
+    widths = [int(k.max()).bit_length() if len(k) else 0 for k in keys]
+    bits = sum(widths)
+    subset: I64 | None = None
+    small = all(k.dtype == np.bool_ or not len(k) or int(k.min()) >= 0 for k in keys)
+    if small and bits <= 16 and n_groups << bits <= 4 * len(group) + 4096:
+        value = np.zeros(len(group), dtype=np.int64)
+        for key, width in zip(keys, widths, strict=True):
+            if width:
+                value <<= width
+                value |= key
+        counts = np.bincount((group << bits) | value, minlength=n_groups << bits)
+        counts = counts.reshape(n_groups, 1 << bits)
+        every = np.arange(n_groups)
+        total = counts.cumsum(axis=1)
+        cut = (total < take[:, None]).sum(axis=1)  # the class of the take-th element
+        need = take - np.where(cut > 0, total[every, np.maximum(cut - 1, 0)], 0)
+        share = 4.0 * need / np.maximum(counts[every, cut], 1) + 1 / 256
+        limit = np.full(n_groups, np.iinfo(np.uint64).max, dtype=np.uint64)
+        partial = share < 1
+        limit[partial] = (share[partial] * 2.0**63).astype(np.uint64) * np.uint64(2)
+        boundary = value == cut[group]
+        passing = boundary & (tie < limit[group])
+        short = np.bincount(group[passing], minlength=n_groups) < need
+        subset = np.flatnonzero((value < cut[group]) | passing | (boundary & short[group]))
+    if subset is None:
+        subset = np.arange(len(group))
+    order = lex_order((group[subset], *(k[subset] for k in keys)), tie[subset])
+    ordered = subset[order]
+    sizes = np.bincount(group[subset], minlength=n_groups)
+    rank = np.arange(len(ordered)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    result: I64 = ordered[rank < take[group[ordered]]]
+    return result
+
+
+def stable_argsort(values: I64, bound: int) -> I64:
+    """``np.argsort(values, kind="stable")`` for values in ``[0, bound)``.
+
+    numpy's stable sort of 64-bit integers is a timsort, slow on unordered data: small values
+    are radix sorted as 16-bit integers instead; otherwise, when value and position fit in 64
+    bits together, ``value · 2^k + position`` is sorted by value (distinct words, same order).
+    """
+    size = len(values)
+    if bound <= 1 << 16:
+        order: I64 = np.argsort(values.astype(np.uint16), kind="stable")
+        return order
+    position_bits = max(size - 1, 1).bit_length()
+    if (bound - 1).bit_length() + position_bits <= 63:
+        packed = values << position_bits
+        packed |= np.arange(size, dtype=np.int64)
+        packed.sort()
+        packed &= (1 << position_bits) - 1
+        return packed
+    return np.argsort(values, kind="stable")
+
+
+def lex_order(
+    keys: Sequence[NDArray[np.int64] | NDArray[np.bool_]], tie: NDArray[np.uint64]
+) -> I64:
+    """``np.lexsort((tie, *reversed(keys)))``: by ``keys`` (most significant first), then ``tie``.
+
+    Fast path: the keys (non-negative), the top bits of ``tie`` and the position are packed into
+    one 64-bit word and sorted by value (numpy's vectorised sort is several times faster than
+    ``lexsort`` or ``argsort``). Two entries whose packed words agree except for the position
+    would need ``tie`` to decide: then, and only then, ``lexsort`` decides.
+    """
+    size = len(tie)
+    if size < 2:
+        return np.arange(size, dtype=np.int64)
+    widths = []
+    for key in keys:
+        if key.dtype != np.bool_ and int(key.min()) < 0:
+            widths = [64]
+            break
+        widths.append(int(key.max()).bit_length())
+    position_bits = (size - 1).bit_length()
+    tie_bits = 64 - sum(widths) - position_bits
+    if tie_bits >= 20:
+        packed = np.zeros(size, dtype=np.uint64)
+        for key, width in zip(keys, widths, strict=True):
+            if width:
+                packed <<= np.uint64(width)
+                packed |= key.astype(np.uint64)
+        packed <<= np.uint64(tie_bits)
+        packed |= tie >> np.uint64(64 - tie_bits)
+        packed <<= np.uint64(position_bits)
+        packed |= np.arange(size, dtype=np.uint64)
+        packed.sort()
+        high = packed >> np.uint64(position_bits)
+        if not (high[1:] == high[:-1]).any():
+            packed &= np.uint64((1 << position_bits) - 1)
+            return packed.astype(np.int64)
+    order: I64 = np.lexsort((tie, *keys[::-1]))
+    return order
+
+
+def _keep_is_maximal(
+    pb: CoreProblem, keep: NDArray[np.bool_], ceil: NDArray[np.bool_], holes: I64, free: I64
+) -> bool:
     """A sufficient test that no augmenting path over current pairs exists.
 
     Such a path starts at a row with a hole and an unused current pair and must end at a node
     with an unused current pair and room (or one that could take over a ``floor + 1`` slot from
     a node with room). No candidate end, or no candidate start, means the greedy keep is maximal.
+    ``holes`` and ``free`` are the rows' missing members and the nodes' room after the keep.
     """
     unused = ~keep
     if not unused.any():
         return True
-    holes = pb.demand - np.bincount(pb.cur_row[keep], minlength=pb.n_rows)
     if not (holes[pb.cur_row[unused]] > 0).any():
         return True
-    free = pb.targets.floor + ceil - np.bincount(pb.cur_node[keep], minlength=pb.n_nodes)
     ends = np.unique(pb.cur_node[unused])
     if (free[ends] > 0).any():
         return False
@@ -323,7 +474,7 @@ def _augment_keep(st: _State, source: int) -> bool:
 # --- phase 2: fill -----------------------------------------------------------------------------
 
 
-def _bulk_fill(pb: CoreProblem, kept_row: I64, kept_node: I64, cap: I64) -> Pairs:
+def _bulk_fill(pb: CoreProblem, holes: I64, free: I64) -> Pairs:
     """Holes laid out column by column, nodes' free slots laid out contiguously, zipped.
 
     Column ``j`` holds the rows with more than ``j`` holes, each column in its own hashed order,
@@ -331,9 +482,8 @@ def _bulk_fill(pb: CoreProblem, kept_row: I64, kept_node: I64, cap: I64) -> Pair
     concentrate re-replication and make some later moves unavoidable). Nodes that must enter
     every such row go first and fill whole columns. A run of one node's slots can meet a row
     twice only where it crosses a column boundary; :func:`_swap_repair` fixes those.
+    ``holes``/``free``: each row's missing members and each node's room after the keep.
     """
-    holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
-    free = cap - np.bincount(kept_node, minlength=pb.n_nodes)
     total = int(holes.sum())
     if total != int(free.sum()) or (free < 0).any():
         raise AssertionError("placement core: holes and free slots disagree")
@@ -342,7 +492,7 @@ def _bulk_fill(pb: CoreProblem, kept_row: I64, kept_node: I64, cap: I64) -> Pair
     columns = []
     for depth in range(int(holes.max())):
         rows = np.flatnonzero(holes > depth)
-        columns.append(rows[np.argsort(mix64(pb.row_key[rows], depth), kind="stable")])
+        columns.append(rows[lex_order((), mix64(pb.row_key[rows], depth))])
     nodes = np.flatnonzero(free > 0)
     everywhere = free[nodes] == len(columns[0])
     nodes = nodes[np.lexsort((mix64(pb.node_key[nodes], total), ~everywhere))]
@@ -355,8 +505,12 @@ def _conflicts(
 ) -> NDArray[np.bool_]:
     """New slots whose node already holds the row (kept, or an earlier new slot)."""
     code = row * n_nodes + node
-    clash = np.isin(code, kept_row * n_nodes + kept_node)
-    order = np.argsort(code, kind="stable")
+    kept = kept_row * n_nodes + kept_node
+    if len(kept) > 1 and not (kept[1:] > kept[:-1]).all():
+        kept = np.sort(kept)
+    at = np.minimum(np.searchsorted(kept, code), max(len(kept) - 1, 0))
+    clash = kept[at] == code if len(kept) else np.zeros(len(code), dtype=np.bool_)
+    order = stable_argsort(code, max(n_nodes * (int(row.max()) + 1), 1) if len(row) else 1)
     ordered = code[order]
     dup = np.zeros(len(code), dtype=np.bool_)
     dup[order[1:]] = ordered[1:] == ordered[:-1]
@@ -372,31 +526,42 @@ def _swap_repair(
     ``k ∉ p`` and ``i ∉ q`` becomes ``(p, k), (q, i)``: same loads, same number of new pairs.
     Returns the new nodes and the slots still unplaced (left to :func:`_shortest_augment`).
     """
-    base = len(kept_row)
-    slot_row = np.concatenate([kept_row, row])
-    by_row = np.argsort(slot_row, kind="stable")
-    ptr = np.searchsorted(slot_row[by_row], np.arange(pb.n_rows + 1))
-    column = np.empty(len(slot_row), dtype=np.int64)
-    column[by_row] = np.arange(len(slot_row)) - ptr[slot_row[by_row]]
-    table = np.full((pb.n_rows, int(pb.demand.max())), -1, dtype=np.int64)
+    if len(kept_row) > 1 and not (kept_row[1:] >= kept_row[:-1]).all():
+        by_row = np.argsort(kept_row, kind="stable")
+        kept_row, kept_node = kept_row[by_row], kept_node[by_row]
+    kept_ptr = np.zeros(pb.n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(kept_row, minlength=pb.n_rows), out=kept_ptr[1:])
+    new_order = stable_argsort(row, pb.n_rows)
+    new_ptr = np.zeros(pb.n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=pb.n_rows), out=new_ptr[1:])
+    # A row's slots: its kept members first, then its new slots in slot order.
+    column = np.empty(len(row), dtype=np.int64)
+    sorted_row = row[new_order]
+    column[new_order] = np.arange(len(row)) - new_ptr[sorted_row] + np.diff(kept_ptr)[sorted_row]
     result = np.where(pending, -1, node)
-    table[slot_row, column] = np.concatenate([kept_node, result])
     cache: dict[int, list[int]] = {}
 
     def held(r: int) -> list[int]:
         if r not in cache:
-            cache[r] = table[r].tolist()
+            mine = new_order[new_ptr[r] : new_ptr[r + 1]]
+            cache[r] = kept_node[kept_ptr[r] : kept_ptr[r + 1]].tolist() + result[mine].tolist()
         return cache[r]
 
-    cur_ptr = np.searchsorted(pb.cur_row, np.arange(pb.n_rows + 1))
-    open_ = pending.copy()
+    cur_ptr = np.zeros(pb.n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(pb.cur_row, minlength=pb.n_rows), out=cur_ptr[1:])
+    todo = np.flatnonzero(pending).tolist()
+    # Many conflicts mean many probes: Python lists are faster to probe than numpy scalars.
+    bulk = len(todo) > 64
+    slot_row: list[int] | I64 = row.tolist() if bulk else row
+    slot_column: list[int] | I64 = column.tolist() if bulk else column
+    open_: list[bool] | NDArray[np.bool_] = pending.tolist() if bulk else pending.copy()
     count = len(row)
     stride = _coprime_stride(count)
-    for s in np.flatnonzero(pending).tolist():
-        p, i, ps = int(row[s]), int(node[s]), int(column[base + s])
+    for s in todo:
+        p, i, ps = int(slot_row[s]), int(node[s]), int(slot_column[s])
         for step in range(1, count):
             t = (s + step * stride) % count
-            q, qs = int(row[t]), int(column[base + t])
+            q, qs = int(slot_row[t]), int(slot_column[t])
             k = held(q)[qs]
             if open_[t] or q == p or k == i or k in held(p) or i in held(q):
                 continue
@@ -406,7 +571,7 @@ def _swap_repair(
             result[s], result[t] = k, i
             open_[s] = False
             break
-    return result, open_
+    return result, np.asarray(open_, dtype=np.bool_)
 
 
 def _zero_augment(st: _State, holes: list[int]) -> bool:

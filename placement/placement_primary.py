@@ -12,10 +12,13 @@ at its upper bound. Repairs use shortest alternating paths, so they change few p
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 
 import numpy as np
 from numpy.typing import NDArray
+
+from placement.placement_core import lex_order, stable_argsort
 
 I64 = NDArray[np.int64]
 
@@ -31,7 +34,8 @@ def choose_primaries(members: I64, load: I64, current: I64, row_key: NDArray[np.
     primary = _sticky(members, current, hi, row_key)
     open_rows = np.flatnonzero(primary < 0)
     if open_rows.size:
-        _greedy(members, primary, open_rows[np.argsort(row_key[open_rows])], lo, hi)
+        # Row keys are distinct: the stable order of lex_order is argsort's only order.
+        _greedy(members, primary, open_rows[lex_order((), row_key[open_rows])], lo, hi)
     count = np.bincount(primary, minlength=len(load))
     if ((count > hi) | (count < lo)).any():
         _Balancer(members, primary, lo, hi).run()
@@ -41,15 +45,29 @@ def choose_primaries(members: I64, load: I64, current: I64, row_key: NDArray[np.
 def _sticky(members: I64, current: I64, hi: I64, row_key: NDArray[np.uint64]) -> I64:
     """Current primaries that are still members, at most ``hi`` per node (lowest row keys win)."""
     primary = np.full(len(members), -1, dtype=np.int64)
-    valid = (current >= 0) & (members == current[:, None]).any(axis=1)
+    hit = members == current[:, None]  # never true for -1 (no current primary)
+    valid = hit[:, 0].copy()
+    for column in range(1, hit.shape[1]):
+        valid |= hit[:, column]
     rows = np.flatnonzero(valid)
     if rows.size == 0:
         return primary
     nodes = current[rows]
-    order = np.lexsort((row_key[rows], nodes))
+    full = np.bincount(nodes, minlength=len(hi)) > hi
+    if not full.any():
+        primary[rows] = nodes
+        return primary
+    # Only the nodes above ``hi`` need the row-key order; the others keep all their rows.
+    free = ~full[nodes]
+    primary[rows[free]] = nodes[free]
+    rows, nodes = rows[~free], nodes[~free]
+    order = lex_order((nodes,), row_key[rows])
     rows, nodes = rows[order], nodes[order]
-    group_start = np.searchsorted(nodes, nodes, side="left")
-    within = np.arange(len(nodes)) - group_start
+    start = np.zeros(len(nodes), dtype=np.bool_)
+    start[0] = True
+    start[1:] = nodes[1:] != nodes[:-1]
+    first = np.flatnonzero(start)
+    within = np.arange(len(nodes)) - np.repeat(first, np.diff(np.append(first, len(nodes))))
     ok = within < hi[nodes]
     primary[rows[ok]] = nodes[ok]
     return primary
@@ -58,20 +76,27 @@ def _sticky(members: I64, current: I64, hi: I64, row_key: NDArray[np.uint64]) ->
 def _greedy(members: I64, primary: I64, rows: I64, lo: I64, hi: I64) -> None:
     """Each open row picks the member furthest below its bounds (ties: lowest index).
 
-    Members are sorted, so a strict comparison keeps the lowest index on ties.
+    A node's key is ``count − lo``, plus a large constant once it reaches ``hi``; it is kept
+    per node and updated when the node's count changes. Members are sorted, so a strict
+    comparison keeps the lowest index on ties.
     """
     count = np.bincount(primary[primary >= 0], minlength=len(lo)).tolist()
     lo_l, hi_l = lo.tolist(), hi.tolist()
     full = 1 << 40
+    key = [
+        c - low + (full if c >= high else 0) for c, low, high in zip(count, lo_l, hi_l, strict=True)
+    ]
     chosen = []
     for row_members in members[rows].tolist():
-        best, best_key = -1, full * 2
+        best, best_key = -1, full * 4
         for i in row_members:
-            key = count[i] - lo_l[i] + (full if count[i] >= hi_l[i] else 0)
-            if key < best_key:
-                best, best_key = i, key
+            k = key[i]
+            if k < best_key:
+                best, best_key = i, k
         chosen.append(best)
-        count[best] += 1
+        c = count[best] + 1
+        count[best] = c
+        key[best] = c - lo_l[best] + (full if c >= hi_l[best] else 0)
     primary[rows] = chosen
 
 
@@ -90,58 +115,193 @@ class _Balancer:
         self.lo = lo
         self.hi = hi
         self.count = np.bincount(primary, minlength=len(lo))
-        flat = members.ravel()
-        order = np.argsort(flat, kind="stable")
-        self.by_node = order // members.shape[1]
-        self.starts = np.searchsorted(flat[order], np.arange(len(lo) + 1))
+        self._by_node: I64 | None = None
+        self._starts: I64 | None = None
+        self._scans = 0
 
     def rows_of(self, node: int) -> I64:
-        rows: I64 = self.by_node[self.starts[node] : self.starts[node + 1]]
+        """The rows ``node`` is a member of, in row order.
+
+        The first few calls scan the matrix; later ones build and use an index by node.
+        """
+        if self._by_node is None and self._scans < 8:
+            self._scans += 1
+            hit = self.members == node
+            found = hit[:, 0].copy()
+            for column in range(1, hit.shape[1]):
+                found |= hit[:, column]
+            return np.flatnonzero(found)
+        if self._by_node is None or self._starts is None:
+            flat = self.members.ravel()
+            self._by_node = stable_argsort(flat, len(self.lo)) // self.members.shape[1]
+            self._starts = np.zeros(len(self.lo) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(flat, minlength=len(self.lo)), out=self._starts[1:])
+        rows: I64 = self._by_node[self._starts[node] : self._starts[node + 1]]
         return rows
 
     def run(self) -> None:
-        for node in np.flatnonzero(self.count > self.hi).tolist():
-            while self.count[node] > self.hi[node]:
-                self._shift(node, give=True)
+        over = np.flatnonzero(self.count > self.hi)
+        if over.size:
+            self._hand_all(over)
         for node in np.flatnonzero(self.count < self.lo).tolist():
+            self._take_direct(node)
             while self.count[node] < self.lo[node]:
                 self._shift(node, give=False)
 
-    def _shift(self, start: int, give: bool) -> None:
-        """BFS for one alternating path from ``start`` and apply it."""
-        parent: dict[int, tuple[int, int]] = {start: (-1, -1)}
+    def _hand_all(self, over: I64) -> None:
+        """The upper fix of every node of ``over`` in turn, with the short paths batched.
+
+        Same choices as repeated :meth:`_shift` calls per node: while a path of length one
+        exists, the search takes the first member below ``hi`` in the giver's rows (row order,
+        then member order). Those (giver, row, member) candidates are listed once for all
+        givers: a member at or above ``hi`` stays there while givers give, so the list only
+        loses entries. When no such path is left, :meth:`_shift` searches longer ones; the
+        list is patched for the rows they move.
+        """
+        primary = self.primary
+        count, hi = self.count.tolist(), self.hi.tolist()  # Python ints in the loop
+        todo = over.tolist()
+        queue = self._candidates(over)
+        pending = set(todo)
+        j = 0
+        for start in todo:
+            pending.discard(start)
+            while j < len(queue) and queue[j][0] < start:
+                j += 1
+            given = -1
+            while j < len(queue) and queue[j][0] == start and count[start] > hi[start]:
+                _, row, other = queue[j]
+                j += 1
+                if row != given and count[other] < hi[other]:
+                    primary[row] = other
+                    count[other] += 1
+                    count[start] -= 1
+                    given = row
+            if count[start] <= hi[start]:
+                continue
+            self.count[:] = count
+            while self.count[start] > self.hi[start]:
+                # A longer path moves rows between its nodes; a row it moves *into* a giver
+                # holds no member below ``hi`` (the search would have stopped there), so only
+                # the entries of rows moved *out of* a giver still to come must go.
+                for row, old, _ in self._shift(start, give=True):
+                    if old in pending:
+                        at = bisect.bisect_left(queue, (old, row))
+                        while at < len(queue) and queue[at][:2] == (old, row):
+                            del queue[at]
+            count = self.count.tolist()
+        self.count[:] = count
+
+    def _candidates(self, givers: I64) -> list[tuple[int, int, int]]:
+        """(giver, row, member) for the rows of ``givers`` and their members below ``hi``.
+
+        Sorted: by giver, then row, then member — the scan order of :meth:`_shift`.
+        """
+        primary = self.primary
+        taker = self.count < self.hi
+        giving = np.zeros(len(self.lo), dtype=np.bool_)
+        giving[givers] = True
+        near = taker[self.members]
+        reach = near[:, 0].copy()
+        for column in range(1, near.shape[1]):
+            reach |= near[:, column]
+        rows = np.flatnonzero(giving[primary] & reach)
+        rows = rows[stable_argsort(primary[rows], len(self.lo))]
+        owner = primary[rows]
+        others = self.members[rows]
+        ri, ci = np.nonzero(taker[others] & (others != owner[:, None]))
+        return list(
+            zip(owner[ri].tolist(), rows[ri].tolist(), others[ri, ci].tolist(), strict=True)
+        )
+
+    def _take_direct(self, start: int) -> None:
+        """The paths of length one that :meth:`_shift` would find first for the lower fix.
+
+        ``_shift(start, give=False)`` scans the rows ``start`` is a member of but does not lead,
+        in row order, and takes the first whose primary is above ``lo``. A primary passed over
+        stays at or below ``lo`` (taking only lowers counts), so one forward scan makes the
+        same choices as repeated searches; when it runs out, ``_shift`` continues.
+        """
+        count, lo, primary = self.count, self.lo, self.primary
+        rows = self.rows_of(start)
+        rows = rows[primary[rows] != start]
+        others = primary[rows]
+        at = 0
+        while count[start] < lo[start]:
+            rest = others[at:]
+            ok = count[rest] > lo[rest]
+            k = int(ok.argmax()) if len(ok) else 0
+            if not len(ok) or not ok[k]:
+                return
+            i = at + k
+            primary[rows[i]] = start
+            count[others[i]] -= 1
+            count[start] += 1
+            at = i + 1
+
+    def _shift(self, start: int, give: bool) -> list[tuple[int, int, int]]:
+        """BFS for one alternating path from ``start`` and apply it.
+
+        Returns the changes as (row, previous primary, new primary).
+
+        A node's neighbours are scanned in row order (members in index order when giving);
+        the first one not reached yet that can end the path does. Each expansion is vectorised:
+        the neighbours not reached yet, deduplicated keeping first occurrences, in scan order.
+        """
+        n_nodes = len(self.lo)
+        reached = np.zeros(n_nodes, dtype=np.bool_)
+        reached[start] = True
+        via_row = np.full(n_nodes, -1, dtype=np.int64)
+        via_node = np.full(n_nodes, -1, dtype=np.int64)
         queue: deque[int] = deque([start])
         while queue:
             node = queue.popleft()
-            rows = self.rows_of(node)
             if give:
-                rows = rows[self.primary[rows] == node]
-                nexts = [(r, w) for r in rows.tolist() for w in self.members[r].tolist()]
+                rows = np.flatnonzero(self.primary == node)
+                width = self.members.shape[1]
+                others = self.members[rows].ravel()
+                rows = np.repeat(rows, width)
             else:
+                rows = self.rows_of(node)
                 rows = rows[self.primary[rows] != node]
-                nexts = list(zip(rows.tolist(), self.primary[rows].tolist(), strict=True))
-            for row, other in nexts:
-                if other in parent:
-                    continue
-                parent[other] = (row, node)
-                done = (
-                    self.count[other] < self.hi[other]
-                    if give
-                    else self.count[other] > self.lo[other]
-                )
-                if done:
-                    self._apply(parent, other, give)
-                    return
-                queue.append(other)
+                others = self.primary[rows]
+            fresh = ~reached[others]
+            rows, others = rows[fresh], others[fresh]
+            if not len(others):
+                continue
+            # First occurrences, in scan order.
+            by_value = np.argsort(others, kind="stable")
+            ordered = others[by_value]
+            new = np.ones(len(ordered), dtype=np.bool_)
+            new[1:] = ordered[1:] != ordered[:-1]
+            first = np.sort(by_value[new])
+            rows, others = rows[first], others[first]
+            if give:
+                done = self.count[others] < self.hi[others]
+            else:
+                done = self.count[others] > self.lo[others]
+            k = int(done.argmax())
+            if done[k]:
+                via_row[others[k]], via_node[others[k]] = rows[k], node
+                return self._apply(via_row, via_node, int(others[k]), give)
+            reached[others] = True
+            via_row[others], via_node[others] = rows, node
+            queue.extend(others.tolist())
         raise AssertionError("placement primaries: no alternating path (infeasible bounds)")
 
-    def _apply(self, parent: dict[int, tuple[int, int]], end: int, give: bool) -> None:
+    def _apply(
+        self, via_row: I64, via_node: I64, end: int, give: bool
+    ) -> list[tuple[int, int, int]]:
         node = end
+        changes = []
         self.count[end] += 1 if give else -1
         while True:
-            row, prev = parent[node]
+            row, prev = int(via_row[node]), int(via_node[node])
             if row < 0:
                 break
-            self.primary[row] = node if give else prev
+            old, new = (prev, node) if give else (node, prev)
+            self.primary[row] = new
+            changes.append((row, old, new))
             node = prev
         self.count[node] += -1 if give else 1
+        return changes

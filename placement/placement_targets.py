@@ -102,6 +102,21 @@ def weighted_targets(
     weights: Sequence[float], total: int, hi: Sequence[int], lo: Sequence[int] | None = None
 ) -> tuple[list[Fraction], Targets]:
     """Water-filled shares of ``total`` by weight within ``[lo, hi]``, and their integer targets."""
+    n = len(weights)
+    lows = lo if lo is not None else [0] * n
+    if n and weights.count(weights[0]) == n and lows.count(lows[0]) == n and hi.count(hi[0]) == n:
+        # Equal weights and bounds (the usual zone): :func:`water_fill` gives everyone the same
+        # share; computed once instead of per node.
+        if not n * lows[0] <= total <= n * hi[0]:
+            raise ValueError("water_fill: total outside [Σlo, Σhi]")
+        share = min(max(Fraction(total, n), Fraction(lows[0])), Fraction(hi[0]))
+        floor = share.numerator // share.denominator
+        targets = Targets(
+            np.full(n, floor, dtype=np.int64),
+            np.full(n, share.denominator != 1, dtype=np.bool_),
+            extra=total - n * floor,
+        )
+        return [share] * n, targets
     fractions = [Fraction(w) for w in weights]
     shares = water_fill(fractions, lo if lo is not None else [0] * len(weights), hi, total)
     return shares, round_shares(shares, total)
