@@ -37,14 +37,15 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from placement.agent_client import AgentAnswer, AgentClient, AgentUnavailable
 from placement.codec import ControlMark, encode_control, encode_datanodes, encode_primary
 from placement.driver_core import (
     ClusterView,
+    DecodeCache,
     Drive,
     PassPlan,
     Verdict,
@@ -126,8 +127,10 @@ class DriverConfig:
     store_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 2.0))
     #: Retire resends (best effort, until acknowledged while leading).
     retire_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 5.0))
-    #: GetPartitionState calls at once in a new term's retire sweep.
+    #: GetPartitionState calls at once in a new term's sweep.
     sweep_concurrency: int = 4
+    #: Adopt Rebalance calls at once (replica records for a new zone's first members).
+    adopt_concurrency: int = 16
     leases: LeaseConfig = field(default_factory=LeaseConfig)
 
 
@@ -157,8 +160,11 @@ class Driver:
         self._view: ClusterView | None = None
         self._movers: dict[tuple[str, int], tuple[Drive, asyncio.Task[None]]] = {}
         self._wanted: dict[tuple[str, int], Drive] = {}
-        #: Retire sends in flight this term: (zone, partition, node) -> task.
+        #: Retire and adopt sends in flight this term: (zone, partition, node) -> task.
         self._retires: dict[tuple[str, int, str], asyncio.Task[None]] = {}
+        #: Zones created this term whose first members still need their replica records.
+        self._adopt_zones: set[str] = set()
+        self._adopt_slots = asyncio.Semaphore(config.adopt_concurrency)
         self._wake = asyncio.Event()
         self._fenced: NotLeader | None = None
         self._global_slots = asyncio.Semaphore(config.max_moves_global)
@@ -173,6 +179,7 @@ class Driver:
             "max_moves_per_node": 0,
             "retired": 0,
             "retire_rpcs": 0,
+            "adopted": 0,
         }
         self._moving = 0
         self._moving_nodes: Counter[str] = Counter()
@@ -312,14 +319,16 @@ class Driver:
         )
         attempt = 0
         sweep: asyncio.Task[None] | None = None
+        decoded = DecodeCache()
         try:
             while True:
                 if self._fenced is not None:
                     raise self._fenced
-                view = build_view(self.keys, snapshot.kvs, snapshot.revision)
+                view = build_view(self.keys, snapshot.kvs, snapshot.revision, decoded)
                 self._view = view
                 if sweep is None:
                     sweep = asyncio.create_task(self._retire_sweep(view, fence), name="sweep")
+                self._adopt_created(view, fence)
                 plan = plan_pass(view, self.now_ms(), self.config.leases)
                 try:
                     await self._execute(plan, fence)
@@ -337,6 +346,7 @@ class Driver:
                 movers.append(sweep)
             self._movers.clear()
             self._retires.clear()
+            self._adopt_zones.clear()
             self._wanted = {}
             for task in movers:
                 task.cancel()
@@ -368,6 +378,7 @@ class Driver:
                 create.zone, create.stables, create.trigger_revision, fence, ts
             )
             log.info("zone %s: created %d partition(s)", create.zone, len(result.created))
+            self._adopt_zones.add(create.zone)
         for trig in plan.triggers:
             batch = await self.store.apply_triggers(
                 trig.zone, trig.targets, trig.trigger_revision, fence, ts
@@ -630,16 +641,23 @@ class Driver:
         does not answer is skipped."""
         slots = asyncio.Semaphore(self.config.sweep_concurrency)
 
-        async def check(zone: str, partition: int, node: str, stable: Peers) -> None:
+        async def check(
+            zone: str, partition: int, node: str, stable: Peers, stable_revision: int
+        ) -> None:
             record = view.nodes[node]
             async with slots:
                 try:
                     hosting = await self.agents.hosted(record.address, zone, partition)
                 except AgentUnavailable:
                     return
-            if hosting and (zone, partition, node) not in self._retires:
+            if (zone, partition, node) in self._retires:
+                return
+            if hosting and node not in stable:
                 log.info("%s/%d: %s hosts a replica stable does not name", zone, partition, node)
                 self._spawn_retire(zone, partition, node, stable, view.revision, fence)
+            elif not hosting and node in stable:
+                log.info("%s/%d: %s is in stable but holds no replica", zone, partition, node)
+                self._spawn_adopt(zone, partition, node, stable, stable_revision, fence)
 
         checks = []
         for zone in view.zones.values():
@@ -647,30 +665,89 @@ class Driver:
                 if state.pending or state.planned or state.cancel:
                     continue
                 stable = state.peers(AssignField.STABLE)
-                if stable is None:
+                if stable is None or state.stable is None:
                     continue
-                for node in sorted(set(view.nodes) - set(stable)):
-                    checks.append(check(zone.name, partition, node, stable))
+                for node in sorted(view.nodes):
+                    checks.append(
+                        check(zone.name, partition, node, stable, state.stable.mod_revision)
+                    )
         await asyncio.gather(*checks)
 
     def _spawn_retire(
         self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
     ) -> None:
-        key = (zone, partition, node)
+        self._spawn_housekeeping(
+            (zone, partition, node), self._retire(zone, partition, node, stable, revision, fence)
+        )
+
+    def _spawn_adopt(
+        self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
+    ) -> None:
+        self._spawn_housekeeping(
+            (zone, partition, node), self._adopt(zone, partition, node, stable, revision, fence)
+        )
+
+    def _spawn_housekeeping(
+        self, key: tuple[str, int, str], work: Coroutine[Any, Any, None]
+    ) -> None:
+        """One retire or adopt send per (zone, partition, node); a newer one supersedes."""
         running = self._retires.get(key)
         if running is not None and not running.done():
-            running.cancel()  # superseded by this newer stable
-        task = asyncio.create_task(
-            self._retire(zone, partition, node, stable, revision, fence), name=f"retire {key}"
-        )
+            running.cancel()
+        task = asyncio.create_task(work, name=f"housekeeping {key}")
         self._retires[key] = task
         task.add_done_callback(functools.partial(self._retire_done, key))
+
+    def _adopt_created(self, view: ClusterView, fence: Fence) -> None:
+        """A zone created this term: its first members get their replica records (no data
+        moves — a brand-new partition is empty), by an adopt Rebalance each."""
+        for name in sorted(self._adopt_zones & set(view.zones)):
+            self._adopt_zones.discard(name)
+            for partition, state in view.zones[name].partitions.items():
+                stable = state.peers(AssignField.STABLE)
+                if stable is None or state.stable is None or state.pending is not None:
+                    continue
+                for node in stable:
+                    self._spawn_adopt(
+                        name, partition, node, stable, state.stable.mod_revision, fence
+                    )
 
     def _retire_done(self, key: tuple[str, int, str], task: asyncio.Task[None]) -> None:
         if self._retires.get(key) is task:
             del self._retires[key]
         if not task.cancelled() and task.exception() is not None:
             log.error("retire %s failed", key, exc_info=task.exception())
+
+    async def _adopt(
+        self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
+    ) -> None:
+        """Make a member of an idle stable hold its replica record: ``Rebalance(old = new =
+        stable, revision = stable's mod_revision)``, resent until the agent answers DONE (or
+        STALE: a newer move already covers the node). Idempotent on the agent like any
+        Rebalance; best effort like a retire (the next term's sweep finds what is left)."""
+
+        async def once() -> AgentAnswer:
+            nodes = self._view.nodes if self._view is not None else {}
+            record = nodes.get(node)
+            if record is None:
+                raise AgentUnavailable(f"{node} is not registered")
+            async with self._adopt_slots:
+                answer = await self.agents.rebalance(
+                    record.address, zone, partition, stable, stable, revision, fence.epoch
+                )
+            if answer.outcome not in ("DONE", "STALE"):
+                raise AgentUnavailable(f"{node}: adopt {answer.outcome} {answer.detail}")
+            return answer
+
+        answer = await retry(
+            once,
+            policy=self.config.retire_retry,
+            retry_on=(AgentUnavailable,),
+            sleep=self._sleep,
+        )
+        if answer.outcome == "DONE":
+            self.stats["adopted"] += 1
+        log.debug("%s/%d: adopt on %s at %d -> %s", zone, partition, node, revision, answer.outcome)
 
     async def _retire(
         self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence

@@ -58,7 +58,7 @@ from placement.codec import (
 from placement.datanodes import advance, matching_nodes
 from placement.errors import InvalidInput
 from placement.etcd import KeyValue
-from placement.keys import AssignField, KeyKind, KeySpace
+from placement.keys import AssignField, KeyKind, KeySpace, ParsedKey
 from placement.metastore import PartitionState, TriggerAction, Versioned, decide_trigger
 from placement.model import Node, Peers, ZoneSpec
 from placement.placement import place
@@ -99,8 +99,66 @@ _ASSIGN_DECODERS = {
 }
 
 
-def build_view(keys: KeySpace, kvs: Mapping[bytes, KeyValue], revision: int) -> ClusterView:
-    """Decode a snapshot of the whole prefix into a :class:`ClusterView` (never raises)."""
+class DecodeCache:
+    """Decoded keys reused across passes while a key's ``mod_revision`` is unchanged.
+
+    A key's value at a given mod_revision never changes (a rewrite or a re-creation gets a new
+    one), so a hit is exactly what decoding again would give. The driver decodes its whole prefix
+    every pass; with the cache a pass only decodes what changed since the last one.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[bytes, tuple[int, ParsedKey | None, object]] = {}
+
+    def decode(self, keys: KeySpace, key: bytes, kv: KeyValue) -> tuple[ParsedKey | None, object]:
+        """``(parsed key, decoded value)``; the value is ``None`` for keys the view ignores."""
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] == kv.mod_revision:
+            return hit[1], hit[2]
+        parsed = keys.parse(key)
+        value = _decode(parsed, kv)
+        self._entries[key] = (kv.mod_revision, parsed, value)
+        return parsed, value
+
+    def retain(self, kvs: Mapping[bytes, KeyValue]) -> None:
+        """Forget keys no longer present (called when many were deleted)."""
+        self._entries = {k: v for k, v in self._entries.items() if k in kvs}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
+    if parsed is None:
+        return None
+    if parsed.kind is KeyKind.ZONE:
+        return decode_zone_spec(kv.value)
+    if parsed.kind is KeyKind.NODE:
+        return decode_node(kv.value)
+    if parsed.kind is KeyKind.DATANODES:
+        return decode_datanodes(kv.value)
+    if parsed.kind is KeyKind.PRIMARY:
+        return Versioned(decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision)
+    if parsed.kind is KeyKind.ASSIGN:
+        assert parsed.field is not None
+        value = _ASSIGN_DECODERS[parsed.field](kv.value)
+        return Versioned(value, kv.value, kv.mod_revision, kv.create_revision)
+    return None
+
+
+def build_view(
+    keys: KeySpace,
+    kvs: Mapping[bytes, KeyValue],
+    revision: int,
+    cache: DecodeCache | None = None,
+) -> ClusterView:
+    """Decode a snapshot of the whole prefix into a :class:`ClusterView` (never raises).
+
+    ``cache`` (optional) keeps decoded values between calls; the view is the same either way.
+    """
+    cache = cache if cache is not None else DecodeCache()
+    if len(cache) > 2 * len(kvs) + 1024:
+        cache.retain(kvs)
     specs: dict[str, tuple[ZoneSpec | Corrupt, int]] = {}
     datanodes: dict[str, tuple[DataNodes | Corrupt, int]] = {}
     fields: dict[str, dict[int, dict[str, Versioned[object]]]] = {}
@@ -108,31 +166,27 @@ def build_view(keys: KeySpace, kvs: Mapping[bytes, KeyValue], revision: int) -> 
     nodes: dict[str, NodeRecord] = {}
     paused = False
     for key, kv in kvs.items():
-        parsed = keys.parse(key)
+        parsed, value = cache.decode(keys, key, kv)
         if parsed is None:
             continue
         if parsed.kind is KeyKind.ZONE:
-            specs[parsed.name] = (decode_zone_spec(kv.value), kv.mod_revision)
+            specs[parsed.name] = (value, kv.mod_revision)  # type: ignore[assignment]
         elif parsed.kind is KeyKind.NODE:
-            record = decode_node(kv.value)
-            if isinstance(record, NodeRecord) and record.name == parsed.name:
-                nodes[parsed.name] = record
+            if isinstance(value, NodeRecord) and value.name == parsed.name:
+                nodes[parsed.name] = value
         elif parsed.kind is KeyKind.DATANODES:
-            datanodes[parsed.name] = (decode_datanodes(kv.value), kv.mod_revision)
+            datanodes[parsed.name] = (value, kv.mod_revision)  # type: ignore[assignment]
         elif parsed.kind is KeyKind.CONTROL:
             paused = True
         elif parsed.kind is KeyKind.PRIMARY:
             assert parsed.partition is not None
-            primaries.setdefault(parsed.name, {})[parsed.partition] = Versioned(
-                decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision
-            )
+            primaries.setdefault(parsed.name, {})[parsed.partition] = value  # type: ignore[assignment]
         elif parsed.kind is KeyKind.ASSIGN:
             assert parsed.partition is not None
             assert parsed.field is not None
-            value = _ASSIGN_DECODERS[parsed.field](kv.value)
             fields.setdefault(parsed.name, {}).setdefault(parsed.partition, {})[
                 parsed.field.value
-            ] = Versioned(value, kv.value, kv.mod_revision, kv.create_revision)
+            ] = value  # type: ignore[assignment]
     zones: dict[str, ZoneView] = {}
     for name in sorted(set(specs) | set(fields) | set(datanodes) | set(primaries)):
         spec, zone_mod = specs.get(name, (None, 0))

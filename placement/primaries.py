@@ -11,8 +11,11 @@ Per partition, the lease ``{p}/primary/{zone}/{partition:05d}`` names one node u
 A new holder is the preferred primary (first member of stable) when it is live — placement
 balances preferred primaries ±1 per node, so the leases are ±1 too. Otherwise it is the live member
 of stable with the fewest leases in the zone so far (leases kept and granted counted), ties broken
-by position in stable. A lease that is fine stays where it is (no churn when a preferred primary
-comes back; it gets the lease again at the next move).
+by position in stable. A lease held by a live member that is not the preferred primary (after a
+join the preferred primaries move to the new node; after an outage the preferred one is back) is
+handed to the preferred primary when it comes up for renewal, instead of being renewed: leases
+converge to the ±1 balance within one renewal period, and a lease moves at most once per period.
+The hand-over increments ``lease_epoch``, which the data plane uses to fence the former holder.
 """
 
 from __future__ import annotations
@@ -64,6 +67,13 @@ def plan_primaries(
     writes: dict[int, tuple[PrimaryLease, int]] = {}
     for p, lease in keep.items():
         if lease.expiry - now_ms < config.renew_before_ms:
+            preferred = stables[p][0]
+            if lease.node != preferred and preferred in live:
+                counts[lease.node] -= 1
+                counts[preferred] += 1
+                handed = PrimaryLease(preferred, lease.lease_epoch + 1, now_ms + config.duration_ms)
+                writes[p] = (handed, current[p].mod_revision)
+                continue
             renewed = PrimaryLease(lease.node, lease.lease_epoch, now_ms + config.duration_ms)
             writes[p] = (renewed, current[p].mod_revision)
     for p in move:

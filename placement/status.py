@@ -2,7 +2,11 @@
 
 States (``ZoneStatusState``), checked in this order::
 
-    REBALANCING  some partition 0..P-1 has a pending key (a rebalance is in progress)
+    REBALANCING  some partition 0..P-1 has a pending key (a rebalance is in progress), or the
+                 driver has not yet turned a change into pending keys: a partition without stable
+                 (being created), a stable whose size is not min(replicas, data nodes), a stable
+                 naming a node that is no longer a data node, or a data node that holds nothing
+                 although there are enough replicas to give it some (``triggered`` is False)
     HOLDDOWN     no pending, but the datanodes key holds a membership change waiting for its
                  scale-up/scale-down delay (``holddown_remaining_s`` = seconds until it is due)
     READY        neither
@@ -16,12 +20,13 @@ Progress: ``partitions_done`` counts partitions 0..P-1 that have a stable key an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from placement.codec import Corrupt, DataNodes
 from placement.datanodes import holddown_remaining
+from placement.keys import AssignField
 from placement.metastore import PartitionState
 from placement.model import ZoneSpec
 
@@ -55,6 +60,7 @@ def zone_status(
     total = spec.partitions
     done = 0
     rebalancing = False
+    stables: list[tuple[str, ...]] = []
     for p in range(total):
         state = partitions.get(p)
         if state is None:
@@ -63,10 +69,31 @@ def zone_status(
             rebalancing = True
         elif state.stable is not None:
             done += 1
-    if rebalancing:
+        stables.append(state.peers(AssignField.STABLE) or ())
+    applied = datanodes.applied if isinstance(datanodes, DataNodes) else None
+    if rebalancing or not triggered(spec, stables, applied):
         return ZoneStatus(ZoneStatusState.REBALANCING, total, done)
     if isinstance(datanodes, DataNodes):
         remaining = holddown_remaining(spec, datanodes, int(now_s * 1000))
         if remaining is not None:
             return ZoneStatus(ZoneStatusState.HOLDDOWN, total, done, remaining)
     return ZoneStatus(ZoneStatusState.READY, total, done)
+
+
+def triggered(
+    spec: ZoneSpec, stables: Sequence[tuple[str, ...]], applied: tuple[str, ...] | None
+) -> bool:
+    """Whether stable already reflects the zone's config and applied data nodes, as far as can
+    be told without placing: the window between a change and the driver's pending writes must
+    not read as READY. ``stables``: stable peers of the partitions that exist."""
+    if len(stables) < spec.partitions:
+        return False
+    if applied is None:
+        return True  # no membership record yet: nothing to compare with
+    width = min(spec.replicas, len(applied))
+    if any(len(peers) != width for peers in stables):
+        return False
+    holding = {node for peers in stables for node in peers}
+    if not holding <= set(applied):
+        return False
+    return spec.partitions * width < len(applied) or holding == set(applied)

@@ -131,8 +131,9 @@ async def test_crud_on_leader_and_via_follower(cluster: Cluster) -> None:
     status = await c.follower.stub.GetZoneStatus(
         driver_pb2.GetZoneRequest(name="orders"), timeout=5
     )
-    assert status.state == driver_pb2.READY
-    assert status.partitions_total == 8
+    # no driver runs here, so nobody created the partitions: the zone is not READY yet
+    assert status.state == driver_pb2.REBALANCING
+    assert (status.partitions_done, status.partitions_total) == (0, 8)
     await c.follower.stub.DropZone(driver_pb2.DropZoneRequest(name="logs"), timeout=5)
     assert await _zone_keys(c) == [c.keys.zone("orders")]
 

@@ -329,6 +329,39 @@ async def test_create_then_alter_replicas_3_5_4_ends_on_the_4_replica_target_via
         await eventually(leftovers_gone, "the dropped zone's datanodes and primary keys to go")
 
 
+async def test_a_new_zone_gives_its_first_members_their_replica_records(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    for i in range(4):
+        await cluster.start_agent(f"n{i}")
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with running_driver(endpoint, keys) as driver:
+        fence = await leader_fence(driver)
+        store = cluster.store
+        spec = ZoneSpec("fresh", partitions=6, replicas=3)
+        assert (await store.create_zone(spec, fence)).applied
+        await eventually(lambda: settled(store, spec), "zone creation")
+        zone = await store.read_zone("fresh")
+        stables = [zone.partition(p).peers(AssignField.STABLE) or () for p in range(6)]
+        assert all(len(s) == 3 for s in stables)
+
+        async def members_host() -> bool:
+            return hosting(cluster, "fresh", 6) == {p: frozenset(stables[p]) for p in range(6)}
+
+        # Stable was written directly (nothing to move for an empty zone), yet every member of
+        # it holds a complete replica record, and nobody else holds one.
+        await eventually(members_host, "every first member to hold its replica record")
+
+        async def all_adopted() -> bool:
+            return driver.stats["adopted"] == 6 * 3
+
+        await eventually(all_adopted, "every adopt Rebalance to be answered DONE")
+        assert driver.stats["finished"] == 0
+        after = await store.read_zone("fresh")
+        assert [after.partition(p).peers(AssignField.STABLE) for p in range(6)] == stables
+        assert all(s.pending is None for s in after.partitions.values())
+
+
 async def test_a_node_that_leaves_and_returns_within_the_scale_down_delay_moves_nothing(
     etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
 ) -> None:

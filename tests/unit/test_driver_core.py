@@ -22,6 +22,7 @@ from placement.codec import (
 )
 from placement.driver_core import (
     ClusterView,
+    DecodeCache,
     Drive,
     Verdict,
     aggregate,
@@ -225,6 +226,62 @@ def test_primary_lease_renewal_and_move_when_the_holder_leaves() -> None:
     assert moved[1] == (PrimaryLease("a", 2, 17_000), 9)
     expired = plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 25_000, cfg)
     assert expired[0][0].lease_epoch == 4
+
+
+def test_primary_leases_follow_the_preferred_primaries_after_a_join() -> None:
+    cfg = LeaseConfig(10_000, 5_000)
+    before = [Node(f"n{i}") for i in range(4)]
+    first = place(ZoneSpec("z", 40, 3), before).assignments
+    live = {n.name for n in before}
+    grants = plan_primaries(dict(enumerate(first)), {}, live, 0, cfg)
+    current = {p: lease(g.node, g.lease_epoch, g.expiry) for p, (g, _) in grants.items()}
+    after = [*before, Node("n4")]
+    stables = dict(
+        enumerate(place(ZoneSpec("z", 40, 3), after, dict(enumerate(first))).assignments)
+    )
+    live.add("n4")
+    # not yet due for renewal: nothing moves early
+    assert plan_primaries(stables, current, live, 1_000, cfg) == {}
+    due = plan_primaries(stables, current, live, 6_000, cfg)
+    holders = {p: (due[p][0] if p in due else current[p].value) for p in stables}
+    counts = Counter(h.node for h in holders.values() if isinstance(h, PrimaryLease))
+    assert set(counts) == live
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+    for p, (grant, _) in due.items():
+        old = current[p].value
+        assert isinstance(old, PrimaryLease)
+        assert grant.node == stables[p][0]
+        assert grant.lease_epoch == old.lease_epoch + (grant.node != old.node)
+
+
+def _value(peers: tuple[str, ...]) -> bytes:
+    return encode_assignment(Assignment(peers, 1, 0, 2))
+
+
+def test_a_decode_cache_gives_the_same_view_and_sees_every_change() -> None:
+    spec = ZoneSpec("z", 6, 2)
+    store = cluster(spec)
+    for p in range(6):
+        peers = (NODES[p % 3], NODES[(p + 1) % 3])
+        store.put(
+            KEYS.assign("z", p, AssignField.STABLE), encode_assignment(Assignment(peers, 1, 0, 2))
+        )
+    cache = DecodeCache()
+    assert build_view(KEYS, store.kvs, store.revision, cache) == store.view()
+    # rewrite one stable, add a pending, corrupt another key: the cached view follows each change
+    store.put(
+        KEYS.assign("z", 0, AssignField.STABLE), encode_assignment(Assignment(NODES[1:3], 1, 0, 3))
+    )
+    store.put(
+        KEYS.assign("z", 1, AssignField.PENDING), encode_assignment(Assignment(NODES[:2], 1, 0, 3))
+    )
+    store.put(KEYS.assign("z", 2, AssignField.STABLE), b"not json")
+    cached = build_view(KEYS, store.kvs, store.revision, cache)
+    assert cached == store.view()
+    assert cached.zones["z"].partitions[0].peers(AssignField.STABLE) == NODES[1:3]
+    assert cached.zones["z"].partitions[2].peers(AssignField.STABLE) is None
+    del store.kvs[KEYS.assign("z", 1, AssignField.PENDING)]
+    assert build_view(KEYS, store.kvs, store.revision, cache) == store.view()
 
 
 def test_a_dropped_zone_has_its_leftovers_deleted() -> None:

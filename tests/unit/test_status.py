@@ -1,0 +1,65 @@
+"""Zone status from etcd-derived values: READY only once stable reflects config and data nodes."""
+
+from __future__ import annotations
+
+from placement.codec import Assignment, DataNodes
+from placement.metastore import PartitionState, Versioned
+from placement.model import Peers, ZoneSpec
+from placement.status import ZoneStatusState, zone_status
+
+
+def _state(p: int, stable: Peers, pending: Peers | None = None) -> PartitionState:
+    def entry(peers: Peers, rev: int) -> Versioned[Assignment]:
+        return Versioned(Assignment(peers, epoch=1, ts=0, trigger=1), b"", rev, rev)
+
+    return PartitionState(
+        "z", p, 10, stable=entry(stable, 5), pending=entry(pending, 6) if pending else None
+    )
+
+
+def _nodes(applied: tuple[str, ...], observed: tuple[str, ...] | None = None) -> DataNodes:
+    return DataNodes(applied, observed if observed is not None else applied, None, None)
+
+
+SPEC = ZoneSpec("z", partitions=3, replicas=2)
+BALANCED = {0: ("a", "b"), 1: ("b", "c"), 2: ("c", "a")}
+
+
+def _status(stables: dict[int, Peers], applied: tuple[str, ...], spec: ZoneSpec = SPEC) -> str:
+    partitions = {p: _state(p, peers) for p, peers in stables.items()}
+    return zone_status(spec, partitions, _nodes(applied), 0.0).state.value
+
+
+def test_ready_when_stable_reflects_config_and_data_nodes() -> None:
+    assert _status(BALANCED, ("a", "b", "c")) == ZoneStatusState.READY
+
+
+def test_a_pending_key_is_rebalancing_with_progress() -> None:
+    partitions = {p: _state(p, peers) for p, peers in BALANCED.items()}
+    partitions[1] = _state(1, ("b", "c"), pending=("b", "d"))
+    status = zone_status(SPEC, partitions, _nodes(("a", "b", "c", "d")), 0.0)
+    assert status.state is ZoneStatusState.REBALANCING
+    assert (status.partitions_done, status.partitions_total) == (2, 3)
+
+
+def test_a_change_not_yet_turned_into_pending_is_not_ready() -> None:
+    # a joined data node holding nothing, a left one still in stable, a replica-count change,
+    # and a partition still being created: each means the driver has work it has not written yet
+    assert _status(BALANCED, ("a", "b", "c", "d")) == "REBALANCING"
+    assert _status(BALANCED, ("a", "b")) == "REBALANCING"
+    assert _status(BALANCED, ("a", "b", "c"), ZoneSpec("z", 3, 3)) == "REBALANCING"
+    assert _status({0: ("a", "b"), 1: ("b", "c")}, ("a", "b", "c")) == "REBALANCING"
+
+
+def test_more_nodes_than_replicas_leaves_some_empty_and_ready() -> None:
+    # 1 partition x 2 replicas over 3 nodes: one node must hold nothing, and that is READY
+    assert _status({0: ("a", "b")}, ("a", "b", "c"), ZoneSpec("z", 1, 2)) == "READY"
+
+
+def test_a_change_inside_its_delay_is_holddown() -> None:
+    partitions = {p: _state(p, peers) for p, peers in BALANCED.items()}
+    held = DataNodes(("a", "b", "c"), ("a", "b"), None, down_since=0)
+    spec = ZoneSpec("z", 3, 2, scale_down_delay=60.0)
+    status = zone_status(spec, partitions, held, 1.0)
+    assert status.state is ZoneStatusState.HOLDDOWN
+    assert 0 < status.holddown_remaining_s <= 60
