@@ -273,7 +273,9 @@ async def test_a_watch_on_a_member_without_quorum_fails(etcd_cluster: Any) -> No
             assert batch.events[0].kv.value == b"1"
             for member in others:
                 member.kill()
-            with pytest.raises(StoreUnavailable, match="no leader"):
+            # etcd says "no leader", or the stream breaks first (gRPC "Internal error"): either
+            # way the watch must fail within the resume window rather than stay open and silent.
+            with pytest.raises(StoreUnavailable):
                 async with asyncio.timeout(WAIT):
                     await anext(it)
 
