@@ -40,7 +40,6 @@ import os
 import platform
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -71,6 +70,7 @@ from placement.codec import (  # noqa: E402
 from placement.driver_core import build_view, plan_pass  # noqa: E402
 from placement.etcd import EtcdClient, EventKind, Get, KeyValue, Range, WatchBatch  # noqa: E402
 from placement.keys import AssignField, KeyKind, KeySpace, prefix_range_end  # noqa: E402
+from placement.local_cluster import free_ports  # noqa: E402
 from placement.v1 import driver_pb2  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "control_plane.md"
@@ -85,19 +85,6 @@ class Stopped(Exception):
 
 
 # -- processes ---------------------------------------------------------------------------------
-
-
-def free_ports(n: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 #: Every child ever started (pid = its process group), for the last-resort cleanup in main().

@@ -117,6 +117,7 @@ class Cluster:
 
 
 def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports the kernel just handed out on 127.0.0.1 (bound together, then freed)."""
     sockets = []
     try:
         for _ in range(n):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,6 +26,7 @@ import pytest
 
 from placement.etcd import EtcdClient
 from placement.keys import KeySpace
+from placement.local_cluster import free_ports
 
 _START_TIMEOUT = 30.0
 
@@ -35,20 +35,6 @@ def _etcd_binary() -> str | None:
     if os.access("/usr/bin/etcd", os.X_OK):
         return "/usr/bin/etcd"
     return shutil.which("etcd")
-
-
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct ports the kernel just handed out on 127.0.0.1 (bound together, then freed)."""
-    sockets = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class EtcdServer:
@@ -68,7 +54,7 @@ class EtcdServer:
         self.base_dir = base_dir
         self.data_dir = base_dir / "data"
         self.log_path = base_dir / "etcd.log"
-        self.client_port, self.peer_port = ports or _free_ports(2)
+        self.client_port, self.peer_port = ports or free_ports(2)
         self.initial_cluster = initial_cluster or f"{name}={self.peer_url}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -206,7 +192,7 @@ def etcd_factory(etcd_binary: str, tmp_path: Path) -> Iterator[Callable[[], Etcd
 @pytest.fixture
 def etcd_cluster(etcd_binary: str, tmp_path: Path) -> Iterator[list[EtcdServer]]:
     """A private 3-member cluster (members started together: none is healthy without quorum)."""
-    ports = _free_ports(6)
+    ports = free_ports(6)
     names = [f"m{i}" for i in range(3)]
     cluster = ",".join(f"{n}=http://127.0.0.1:{ports[2 * i + 1]}" for i, n in enumerate(names))
     members = [
