@@ -12,6 +12,9 @@ benchmark scores them exactly like :func:`placement.placement.place`.
   distinct nodes. Vectorised: ``searchsorted`` for the start, then a window of the following
   points with first-occurrence de-duplication (rows that need more distinct nodes than the window
   holds are retried with a wider window).
+
+:func:`as_names` turns an index result into what :func:`placement.placement.place` returns, a
+tuple of name tuples, so that timings compare like with like.
 """
 
 from __future__ import annotations
@@ -27,6 +30,16 @@ I64 = NDArray[np.int64]
 
 #: Score-matrix cells per chunk: bounds memory to ~3 × 8 B × 4M ≈ 100 MB.
 _CHUNK_CELLS = 4_000_000
+
+
+def as_names(result: I64, nodes: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """``result`` (indices into ``nodes``) as a tuple of name tuples, one per partition.
+
+    Column by column, like ``place()``'s output: one ``tolist()`` of names per column, then
+    ``zip`` builds the row tuples in C.
+    """
+    table = np.asarray(nodes, dtype=object)
+    return tuple(zip(*(table[result[:, j]].tolist() for j in range(result.shape[1])), strict=True))
 
 
 def rendezvous(partitions: int, replicas: int, nodes: Sequence[str], seed: str = "zone") -> I64:

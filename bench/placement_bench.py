@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from baselines import hash_ring, rendezvous
+from baselines import as_names, hash_ring, rendezvous
 from numpy.typing import NDArray
 
 from placement.model import Node, ZoneSpec
@@ -55,8 +55,10 @@ leaving node's load in the algorithm's own previous assignment. A stateless base
 the zone unbalanced can move fewer than the balanced minimum (ratio < 1). Spreads are over the
 eligible nodes after the change; "primary" counts first members. "rendezvous (HRW)" is
 `bench/baselines.py`; "rendezvous (HRW, fused)" computes the same assignment (checked at start)
-cache-blocked with in-place hashing and `argmax` top-R: the fastest HRW we have. The baselines
-return node indices; place() also reads the current assignment by name and returns name tuples.
+cache-blocked with in-place hashing and `argmax` top-R: the fastest HRW we have. Like for like:
+every algorithm takes node names and returns a tuple of name tuples (the baselines' index arrays
+are converted by `baselines.as_names` inside the timed call); place() also reads the current
+assignment by name.
 """
 
 
@@ -142,9 +144,19 @@ def timings(
         start = time.perf_counter()
         algorithm(small, replicas, nodes)
         if (time.perf_counter() - start) * partitions / small <= TIME_BOX_S:
-            calls[name] = functools.partial(algorithm, partitions, replicas, nodes)
+            calls[name] = functools.partial(named, algorithm, partitions, replicas, nodes)
     best = race(calls, repeats)
     return {name: best.get(name) for name in [OURS, *BASELINES]}
+
+
+def named(
+    algorithm: Callable[[int, int, list[str]], I64],
+    partitions: int,
+    replicas: int,
+    nodes: list[str],
+) -> tuple[tuple[str, ...], ...]:
+    """A timed baseline run: names in, a tuple of name tuples out, like place()."""
+    return as_names(algorithm(partitions, replicas, nodes), nodes)
 
 
 #: Score cells per block of :func:`rendezvous_fused` (256 KiB: stays in L2).

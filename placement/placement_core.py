@@ -162,18 +162,19 @@ def _shed_nodes(pb: CoreProblem, keep: NDArray[np.bool_], cap: I64) -> NDArray[n
     hole from an earlier node (holes only grow, so rows it did not choose only get worse), and
     only such nodes are recomputed, in order.
     """
-    kept = np.flatnonzero(keep)
-    kept_node = pb.cur_node[kept]
+    every = bool(keep.all())  # the usual case: no row was truncated (no gathers needed)
+    kept = np.arange(len(keep)) if every else np.flatnonzero(keep)
+    kept_node = pb.cur_node if every else pb.cur_node[kept]
     load = np.bincount(kept_node, minlength=pb.n_nodes)
     over = np.flatnonzero(load > cap)
     if over.size == 0:
         return keep
     keep = keep.copy()
-    kept_row = pb.cur_row[kept]
+    kept_row = pb.cur_row if every else pb.cur_row[kept]
     holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
     room = np.clip(cap - load, 0, None)
-    kept_room = room[kept_node]
-    if kept_room.any():
+    if (room[load > 0] > 0).any():  # a node holding kept pairs has room
+        kept_room = room[kept_node]
         blocked = np.bincount(kept_row, weights=kept_room, minlength=pb.n_rows).astype(np.int64)
     else:  # e.g. only a joining node has room: it holds nothing yet
         blocked = np.zeros(pb.n_rows, dtype=np.int64)
@@ -182,9 +183,12 @@ def _shed_nodes(pb: CoreProblem, keep: NDArray[np.bool_], cap: I64) -> NDArray[n
     rank_of = np.full(pb.n_nodes, -1, dtype=np.int64)
     rank_of[over] = np.arange(len(over))
     group = rank_of[kept_node]
-    mine = group >= 0
     # The shedding nodes' pairs, in row order; ``group`` = the node's rank in shedding order.
-    seg, group, rows = kept[mine], group[mine], kept_row[mine]
+    if len(over) == int(np.count_nonzero(load)):  # every node holding pairs sheds (a join)
+        seg, rows = kept, kept_row
+    else:
+        mine = group >= 0
+        seg, group, rows = kept[mine], group[mine], kept_row[mine]
     tie = mix64(pb.row_key[rows] ^ pb.node_key[over][group])
     picked = smallest_per_group(group, (holes[rows], blocked[rows], pb.cur_first[seg]), tie, shed)
     keep[seg[picked]] = False

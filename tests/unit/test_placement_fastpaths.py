@@ -246,6 +246,22 @@ def test_batched_shedding_matches_one_node_at_a_time() -> None:
         assert np.array_equal(_shed_nodes(pb, keep, cap), shed_reference(pb, keep, cap))
 
 
+def test_shedding_fast_paths_match_one_node_at_a_time() -> None:
+    """Every pair kept (no gathers) and every holder shedding (a join: no pair mask)."""
+    rng = np.random.default_rng(16)
+    for trial in range(400):
+        pb, _, cap = random_problem(rng)
+        keep = np.ones(len(pb.cur_row), dtype=np.bool_)
+        load = np.bincount(pb.cur_node, minlength=pb.n_nodes)
+        if trial % 2:  # every node holding pairs above its cap; empty nodes get room
+            cap = np.where(load > 0, load - rng.integers(1, 4, pb.n_nodes), 2)
+            cap = np.maximum(cap, 0)
+        assert np.array_equal(_shed_nodes(pb, keep, cap), shed_reference(pb, keep, cap))
+        if len(keep):
+            keep[rng.random(len(keep)) < 0.1] = False
+            assert np.array_equal(_shed_nodes(pb, keep, cap), shed_reference(pb, keep, cap))
+
+
 # --- primaries -----------------------------------------------------------------------------------
 
 
