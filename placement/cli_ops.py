@@ -513,6 +513,7 @@ def decode_entry(kind: str, field: str | None, raw: bytes) -> Any:
         "datanodes": codec.decode_datanodes,
         "primary": codec.decode_primary,
         "control": codec.decode_control,
+        "progress": codec.decode_report,
     }
     assign: dict[str | None, Callable[[bytes], Any]] = {
         "stable": codec.decode_assignment,

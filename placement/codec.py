@@ -27,7 +27,10 @@ Values and their fields:
 * data nodes of a zone (:class:`DataNodes`): the applied set, the last observed set and when the
   pending additions/removals were first seen (unix ms, ``null`` = none pending);
 * primary lease (:class:`PrimaryLease`): holder node, lease epoch, expiry (unix ms);
-* pause marker (:class:`ControlMark`): who paused, when.
+* pause marker (:class:`ControlMark`): who paused, when;
+* move report (:class:`MoveReport`): ``{"detail","epoch","phase","revision","ts","v"}`` — an
+  agent's push that its catch-up of pending ``revision`` (sent at leader ``epoch``) ended in
+  ``phase`` ``DONE`` or ``FAILED``.
 
 Decoding never raises: bytes that are not a valid value of the expected kind decode to
 :class:`Corrupt` (carrying the raw bytes and the reason), which callers treat as "unknown".
@@ -565,5 +568,55 @@ def decode_control(raw: bytes) -> ControlMark | Corrupt:
     try:
         obj = _load_object(raw, _CONTROL_KEYS)
         return ControlMark(_int(obj, "epoch"), _int(obj, "ts"))
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+# -- move reports (agent -> driver push) -------------------------------------------------------
+
+REPORT_PHASES = frozenset({"DONE", "FAILED"})
+
+
+@dataclass(frozen=True, slots=True)
+class MoveReport:
+    """The value of ``{p}/progress/{zone}/{partition}/{node}``: the agent's catch-up of pending
+    ``revision`` (accepted at leader ``epoch``) ended in ``phase`` (DONE or FAILED) at ``ts``."""
+
+    revision: int
+    epoch: int
+    phase: str
+    detail: str
+    ts: int
+
+
+_REPORT_KEYS = frozenset({"v", "revision", "epoch", "phase", "detail", "ts"})
+
+
+def encode_report(value: MoveReport) -> bytes:
+    if value.phase not in REPORT_PHASES:
+        raise InvalidInput("phase", f"{value.phase!r} is not DONE or FAILED", "pass DONE/FAILED")
+    if not isinstance(value.detail, str):
+        raise InvalidInput("detail", f"{value.detail!r} is not a string", "pass a str")
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "revision": _check_int("revision", value.revision),
+            "epoch": _check_int("epoch", value.epoch),
+            "phase": value.phase,
+            "detail": value.detail,
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+
+
+def decode_report(raw: bytes) -> MoveReport | Corrupt:
+    try:
+        obj = _load_object(raw, _REPORT_KEYS)
+        phase, detail = obj["phase"], obj["detail"]
+        if phase not in REPORT_PHASES:
+            raise _Bad(f"phase {phase!r} is not DONE or FAILED")
+        if not isinstance(detail, str):
+            raise _Bad("detail is not a string")
+        return MoveReport(_int(obj, "revision"), _int(obj, "epoch"), phase, detail, _int(obj, "ts"))
     except _Bad as e:
         return Corrupt(raw, str(e))

@@ -20,9 +20,15 @@ mover per :class:`~placement.driver_core.Drive`. A mover:
 3. takes throttle slots (global, then per joining node, in name order: no deadlock) for the
    whole move;
 4. sends ``Rebalance`` (or ``CancelRebalance``) to every registered member of old ∪ new, resending
-   with exponential backoff + jitter until :func:`placement.driver_core.aggregate` says finish;
+   with exponential backoff + jitter until :func:`placement.driver_core.aggregate` says finish.
+   The wait between resends is cut short when a pass sees a new move report
+   (``{p}/progress/{zone}/{partition}/{node}``, written by an agent whose catch-up of the drive's
+   revision ended): the mover resends at once, and that RPC confirms DONE (push, with polling
+   as the fallback);
 5. finishes with the guarded transition (``finish``/``finish_cancel``), which decides on a fresh
-   read: a late or duplicate finish is STALE and changes nothing.
+   read: a late or duplicate finish is STALE and changes nothing. After an applied one, the
+   partition's report keys are deleted (a follow-up fenced delete; best effort — stale reports
+   name an older revision, which no drive waits for, and go with the agent's lease anyway).
 
 Agents are idempotent per (revision, epoch), so a new leader resending everything is safe.
 """
@@ -42,7 +48,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from placement.agent_client import AgentAnswer, AgentClient, AgentUnavailable
-from placement.codec import ControlMark, encode_control, encode_datanodes, encode_primary
+from placement.codec import (
+    ControlMark,
+    MoveReport,
+    encode_control,
+    encode_datanodes,
+    encode_primary,
+)
 from placement.driver_core import (
     ClusterView,
     DecodeCache,
@@ -110,6 +122,16 @@ async def retry(
             await sleep(policy.delay(attempt, rng))
 
 
+@dataclass(slots=True)
+class _Reports:
+    """A mover's view of the agents' reports of its drive: the ones already acted on, and the
+    event a pass sets when a new one shows up (cuts the mover's resend backoff short)."""
+
+    revision: int
+    seen: frozenset[tuple[str, MoveReport]] = frozenset()
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 @dataclass(frozen=True, slots=True)
 class DriverConfig:
     """Options of one driver instance (``placectl driver run`` flags)."""
@@ -159,6 +181,8 @@ class Driver:
         self._leader_id: str | None = None
         self._view: ClusterView | None = None
         self._movers: dict[tuple[str, int], tuple[Drive, asyncio.Task[None]]] = {}
+        #: Per running mover (sending), the move reports it has seen: (zone, partition) -> ...
+        self._reports: dict[tuple[str, int], _Reports] = {}
         self._wanted: dict[tuple[str, int], Drive] = {}
         #: Retire and adopt sends in flight this term: (zone, partition, node) -> task.
         self._retires: dict[tuple[str, int, str], asyncio.Task[None]] = {}
@@ -180,6 +204,7 @@ class Driver:
             "retired": 0,
             "retire_rpcs": 0,
             "adopted": 0,
+            "report_wakeups": 0,
         }
         self._moving = 0
         self._moving_nodes: Counter[str] = Counter()
@@ -326,6 +351,7 @@ class Driver:
                     raise self._fenced
                 view = build_view(self.keys, snapshot.kvs, snapshot.revision, decoded)
                 self._view = view
+                self._notice_reports(view)
                 if sweep is None:
                     sweep = asyncio.create_task(self._retire_sweep(view, fence), name="sweep")
                 self._adopt_created(view, fence)
@@ -495,6 +521,31 @@ class Driver:
             log.error("mover %s failed", task.get_name(), exc_info=error)
         self._wake.set()
 
+    def _notice_reports(self, view: ClusterView) -> None:
+        """Wake the movers whose drive got a new move report (DONE or FAILED of its revision)."""
+        for (zone, partition), reports in self._reports.items():
+            found = view.reported(zone, partition, reports.revision)
+            now = frozenset(found.items())
+            if now - reports.seen:
+                reports.seen |= now
+                reports.event.set()
+
+    async def _resend_wait(self, delay: float, reports: _Reports) -> None:
+        """Sleep ``delay`` (the resend backoff) unless a new report arrives first."""
+        if reports.event.is_set():
+            self.stats["report_wakeups"] += 1
+            return
+        sleeper = asyncio.ensure_future(self._sleep(delay))
+        waiter = asyncio.ensure_future(reports.event.wait())
+        try:
+            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, waiter):
+                task.cancel()
+            await asyncio.gather(sleeper, waiter, return_exceptions=True)
+        if reports.event.is_set():
+            self.stats["report_wakeups"] += 1
+
     def _paused(self) -> bool:
         return self._view is not None and self._view.paused
 
@@ -527,19 +578,30 @@ class Driver:
                 await stack.enter_async_context(slot)
             if not drive.cancel:
                 stack.callback(self._count_move(drive))
+            reports = _Reports(drive.revision)
+            if self._view is not None:
+                found = self._view.reported(drive.zone, drive.partition, drive.revision)
+                reports.seen = frozenset(found.items())
+            self._reports[drive.key] = reports
+            stack.callback(self._drop_reports, drive.key, reports)
             attempt = 0
             while True:
                 while self._paused():
                     await self._sleep(self.config.tick)
                 if self._wanted.get(drive.key) != drive:
                     return  # the partition moved on (finished elsewhere, cancelled, replaced)
+                reports.event.clear()
                 answers = await self._send_all(drive, fence.epoch)
                 verdict = aggregate(drive, answers)
                 if verdict is not Verdict.WAIT:
                     await self._finish(drive, verdict, fence)
                     return
                 attempt += 1
-                await self._sleep(self.config.resend.delay(attempt))
+                await self._resend_wait(self.config.resend.delay(attempt), reports)
+
+    def _drop_reports(self, key: tuple[str, int], reports: _Reports) -> None:
+        if self._reports.get(key) is reports:
+            del self._reports[key]
 
     def _count_move(self, drive: Drive) -> Callable[[], None]:
         """Track moves holding throttle slots (``stats``: the highest counts seen)."""
@@ -606,6 +668,7 @@ class Driver:
         if outcome is Outcome.APPLIED:
             self._start_retires(drive, result.state, fence)
             self.stats["finished" if verdict is Verdict.FINISH else "cancel_finished"] += 1
+            await self._clear_reports(drive, fence)
         log.info(
             "%s/%d: %s of revision %d -> %s",
             drive.zone,
@@ -615,6 +678,19 @@ class Driver:
             outcome.value,
         )
         self._wake.set()
+
+    async def _clear_reports(self, drive: Drive, fence: Fence) -> None:
+        """Delete the partition's move reports after its move ended (fenced, best effort: one
+        left behind names an old revision no drive waits for, and goes with its agent's lease).
+        No newer drive of the partition runs yet: its mover starts after this one returns."""
+        view = self._view
+        if view is None or not view.reports.get(drive.key):
+            return
+        prefix = self.keys.partition_progress_prefix(drive.zone, drive.partition)
+        with contextlib.suppress(StoreUnavailable):
+            await self.client.txn(
+                (fence.compare(),), (Delete(prefix, prefix_range_end(prefix)),), ()
+            )
 
     # -- retire (make-before-break cleanup) -----------------------------------------------------
 

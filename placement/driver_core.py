@@ -45,6 +45,7 @@ from placement.codec import (
     CancelIntent,
     Corrupt,
     DataNodes,
+    MoveReport,
     NodeRecord,
     PrimaryLease,
     decode_assignment,
@@ -52,6 +53,7 @@ from placement.codec import (
     decode_datanodes,
     decode_node,
     decode_primary,
+    decode_report,
     decode_trigger,
     decode_zone_spec,
 )
@@ -88,6 +90,15 @@ class ClusterView:
     zones: Mapping[str, ZoneView]
     nodes: Mapping[str, NodeRecord]
     paused: bool
+    #: Agents' move reports: (zone, partition) -> node -> report (corrupt ones left out).
+    reports: Mapping[tuple[str, int], Mapping[str, MoveReport]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def reported(self, zone: str, partition: int, revision: int) -> Mapping[str, MoveReport]:
+        """node -> report, of the nodes whose catch-up of ``revision`` ended (DONE or FAILED)."""
+        found = self.reports.get((zone, partition), {})
+        return {n: r for n, r in found.items() if r.revision == revision}
 
 
 _ASSIGN_DECODERS = {
@@ -139,6 +150,8 @@ def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
         return decode_datanodes(kv.value)
     if parsed.kind is KeyKind.PRIMARY:
         return Versioned(decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision)
+    if parsed.kind is KeyKind.PROGRESS:
+        return decode_report(kv.value)
     if parsed.kind is KeyKind.ASSIGN:
         assert parsed.field is not None
         value = _ASSIGN_DECODERS[parsed.field](kv.value)
@@ -164,6 +177,7 @@ def build_view(
     fields: dict[str, dict[int, dict[str, Versioned[object]]]] = {}
     primaries: dict[str, dict[int, Versioned[PrimaryLease]]] = {}
     nodes: dict[str, NodeRecord] = {}
+    reports: dict[tuple[str, int], dict[str, MoveReport]] = {}
     paused = False
     for key, kv in kvs.items():
         parsed, value = cache.decode(keys, key, kv)
@@ -181,6 +195,11 @@ def build_view(
         elif parsed.kind is KeyKind.PRIMARY:
             assert parsed.partition is not None
             primaries.setdefault(parsed.name, {})[parsed.partition] = value  # type: ignore[assignment]
+        elif parsed.kind is KeyKind.PROGRESS:
+            assert parsed.partition is not None
+            assert parsed.node is not None
+            if isinstance(value, MoveReport):
+                reports.setdefault((parsed.name, parsed.partition), {})[parsed.node] = value
         elif parsed.kind is KeyKind.ASSIGN:
             assert parsed.partition is not None
             assert parsed.field is not None
@@ -204,7 +223,13 @@ def build_view(
             MappingProxyType(parts),
             MappingProxyType(primaries.get(name, {})),
         )
-    return ClusterView(revision, MappingProxyType(zones), MappingProxyType(nodes), paused)
+    return ClusterView(
+        revision,
+        MappingProxyType(zones),
+        MappingProxyType(nodes),
+        paused,
+        MappingProxyType({k: MappingProxyType(v) for k, v in reports.items()}),
+    )
 
 
 # -- actions -----------------------------------------------------------------------------------

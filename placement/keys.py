@@ -9,6 +9,8 @@ Layout (``{p}`` is the prefix, ``/placement`` by default)::
     {p}/datanodes/{zone}                          applied + observed data nodes (holddown)
     {p}/primary/{zone}/{partition:05d}            primary lease of a partition
     {p}/control/{name}                            driver controls: ``paused``
+    {p}/progress/{zone}/{partition:05d}/{node}    a node's move report (codec.encode_report),
+                                                  under that agent's registration lease
 
 Partitions are written with five fixed-width digits so that a prefix range scan of a zone comes out
 in partition order (``00002`` < ``00010``), and every key of one partition shares the prefix
@@ -48,6 +50,7 @@ class KeyKind(StrEnum):
     DATANODES = "datanodes"
     PRIMARY = "primary"
     CONTROL = "control"
+    PROGRESS = "progress"
 
 
 #: Names of the control keys under ``{p}/control/``.
@@ -69,15 +72,16 @@ class AssignField(StrEnum):
 class ParsedKey:
     """A key of the layout taken apart.
 
-    ``name`` is the zone (ZONE, ASSIGN, DATANODES, PRIMARY), node (NODE), member id (LEADER) or
-    control name (CONTROL); ``partition`` is set for ASSIGN and PRIMARY keys, ``field`` for ASSIGN
-    keys only.
+    ``name`` is the zone (ZONE, ASSIGN, DATANODES, PRIMARY, PROGRESS), node (NODE), member id
+    (LEADER) or control name (CONTROL); ``partition`` is set for ASSIGN, PRIMARY and PROGRESS
+    keys, ``field`` for ASSIGN keys only, ``node`` for PROGRESS keys only.
     """
 
     kind: KeyKind
     name: str
     partition: int | None = None
     field: AssignField | None = None
+    node: str | None = None
 
 
 def validate_name(name: str, what: str = "zone") -> str:
@@ -205,6 +209,25 @@ class KeySpace:
     def paused(self) -> bytes:
         return self.control(PAUSED)
 
+    # -- move reports (agents push completion) ------------------------------------------------
+
+    def progress_prefix(self) -> bytes:
+        return self._base + b"/progress/"
+
+    def partition_progress_prefix(self, zone: str, partition: int) -> bytes:
+        """All nodes' move reports of one partition."""
+        p = validate_partition(partition)
+        return (
+            self.progress_prefix()
+            + validate_name(zone).encode()
+            + f"/{p:0{_PARTITION_WIDTH}d}/".encode()
+        )
+
+    def progress(self, zone: str, partition: int, node: str) -> bytes:
+        """The move report ``node`` writes for ``zone``/``partition``."""
+        node_part = validate_name(node, "node").encode()
+        return self.partition_progress_prefix(zone, partition) + node_part
+
     # -- parsing -------------------------------------------------------------------------------
 
     def parse(self, key: bytes) -> ParsedKey | None:
@@ -239,6 +262,16 @@ class KeySpace:
             if int(rest[1]) >= MAX_PARTITIONS:
                 return None
             return ParsedKey(KeyKind.PRIMARY, rest[0], int(rest[1]))
+        if kind_text == KeyKind.PROGRESS:
+            if (
+                len(rest) != 3
+                or not _is_name(rest[0])
+                or not _PARTITION_RE.match(rest[1])
+                or not _is_name(rest[2])
+                or int(rest[1]) >= MAX_PARTITIONS
+            ):
+                return None
+            return ParsedKey(KeyKind.PROGRESS, rest[0], int(rest[1]), node=rest[2])
         if kind_text == KeyKind.ASSIGN:
             if len(rest) != 3 or not _is_name(rest[0]) or not _PARTITION_RE.match(rest[1]):
                 return None

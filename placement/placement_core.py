@@ -189,8 +189,15 @@ def _shed_nodes(pb: CoreProblem, keep: NDArray[np.bool_], cap: I64) -> NDArray[n
     else:
         mine = group >= 0
         seg, group, rows = kept[mine], group[mine], kept_row[mine]
-    tie = mix64(pb.row_key[rows] ^ pb.node_key[over][group])
-    picked = smallest_per_group(group, (holes[rows], blocked[rows], pb.cur_first[seg]), tie, shed)
+    over_key = pb.node_key[over]
+    picked = None
+    if FAST_SHED and not holes.any() and not blocked.any():  # e.g. a join: no hole, no room
+        picked = _shed_by_tie(group, pb.cur_first[seg], pb.row_key[rows], over_key, shed)
+    if picked is None:
+        tie = mix64(pb.row_key[rows] ^ over_key[group])
+        picked = smallest_per_group(
+            group, (holes[rows], blocked[rows], pb.cur_first[seg]), tie, shed
+        )
     keep[seg[picked]] = False
     chosen = rows[picked]
     bounds = np.concatenate(([0], np.cumsum(shed)))
@@ -209,13 +216,56 @@ def _shed_nodes(pb: CoreProblem, keep: NDArray[np.bool_], cap: I64) -> NDArray[n
         now = holes + np.bincount(chosen[:lo], minlength=pb.n_rows)
         part = np.flatnonzero(group == g)
         seg_g, rows_g = seg[part], rows[part]
-        redo = np.lexsort((tie[part], pb.cur_first[seg_g], blocked[rows_g], now[rows_g]))
+        tie_g = mix64(pb.row_key[rows_g] ^ over_key[g])
+        redo = np.lexsort((tie_g, pb.cur_first[seg_g], blocked[rows_g], now[rows_g]))
         redo = redo[: shed[g]]
         keep[seg[picked[lo:hi]]] = True
         keep[seg_g[redo]] = False
         picked[lo:hi] = part[redo]
         chosen[lo:hi] = rows_g[redo]
         settled = g
+
+
+#: Use :func:`_shed_by_tie` when it applies (tests switch it off to compare with the general path).
+FAST_SHED = True
+
+
+def _shed_by_tie(
+    group: I64,
+    first: NDArray[np.bool_],
+    row_key: NDArray[np.uint64],
+    over_key: NDArray[np.uint64],
+    take: I64,
+) -> I64 | None:
+    """:func:`smallest_per_group` of :func:`_shed_nodes` when every row has no hole and no
+    blocked slot (a join), or None when it cannot decide.
+
+    The order is then (``first``, tie) in every group: when a group has at least ``take[g]``
+    non-primary pairs, its choice is the ``take[g]`` of them with the smallest tie (ties broken
+    by position). Only the non-primary pairs are hashed, only those below a per-group limit on
+    the tie (about four times as many as needed) are sorted; None when a group falls short.
+    """
+    n_groups = len(take)
+    candidates = np.flatnonzero(~first)
+    mine = group[candidates]
+    size = np.bincount(mine, minlength=n_groups)
+    if (size < take).any():
+        return None
+    tie = mix64(row_key[candidates] ^ over_key[mine])
+    share = 4.0 * take / np.maximum(size, 1) + 1 / 256
+    limit = np.full(n_groups, np.iinfo(np.uint64).max, dtype=np.uint64)
+    partial = share < 1
+    limit[partial] = (share[partial] * 2.0**63).astype(np.uint64) * np.uint64(2)
+    passing = tie < limit[mine]
+    mine, tie, candidates = mine[passing], tie[passing], candidates[passing]
+    sizes = np.bincount(mine, minlength=n_groups)
+    if (sizes < take).any():
+        return None
+    order = lex_order((mine,), tie)
+    rank = np.arange(len(order)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    ordered = order[rank < take[mine[order]]]
+    result: I64 = candidates[ordered]
+    return result
 
 
 def smallest_per_group(

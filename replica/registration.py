@@ -1,5 +1,7 @@
 """The agent's node record in etcd: ``{p}/nodes/{name}`` under a lease it keeps alive.
 
+The agent's move reports (:meth:`Registration.report`) go under the same lease.
+
 States: ``REGISTERING -> REGISTERED -> (lease lost) -> REGISTERING ...``; ``stop()`` from any
 state -> ``STOPPED`` (the lease is revoked, so the node key disappears at once instead of after
 the TTL). While another live lease holds the name (a previous incarnation that has not expired),
@@ -13,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from placement.codec import NodeRecord, encode_node
+from placement.codec import MoveReport, NodeRecord, encode_node, encode_report
 from placement.errors import Conflict, InvalidInput, NotLeader, StoreUnavailable
 from placement.etcd import Backoff, EtcdClient, Lease
 from placement.keys import KeySpace
@@ -49,6 +51,7 @@ class Registration:
     ) -> None:
         encode_node(record)  # validates: bad input fails here, before anything is written
         self.client = client
+        self.keys = keys
         self.store = Metastore(client, keys)
         self.record = record
         self.ttl = ttl
@@ -91,6 +94,17 @@ class Registration:
             except (StoreUnavailable, Conflict, NotLeader) as e:
                 log.warning("node %s: registration failed: %s", self.record.name, e)
                 await self._sleep(backoff.next())
+
+    async def report(self, zone: str, partition: int, report: MoveReport) -> None:
+        """Push a move report: put ``{p}/progress/{zone}/{partition}/{node}`` under the
+        registration lease (the agent owns that key; it is not placement state, so no fence).
+        Raises StoreUnavailable when not registered or etcd is unreachable; the caller treats
+        it as best effort (the driver's resends find the outcome anyway)."""
+        lease = self._lease
+        if lease is None:
+            raise StoreUnavailable(f"node {self.record.name} is not registered")
+        key = self.keys.progress(zone, partition, self.record.name)
+        await self.client.put(key, encode_report(report), lease=lease.id)
 
     async def stop(self) -> None:
         """Stop keeping alive and revoke the lease (the node key goes with it)."""

@@ -58,6 +58,10 @@ class RunningAgent:
         self._health = health_servicer
 
     @property
+    def agent(self) -> ReplicaAgent:
+        return self._agent
+
+    @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
@@ -128,8 +132,10 @@ async def serve(
 
     With ``etcd`` the agent registers ``{prefix}/nodes/{node}`` (its address and ``attributes``)
     under a lease it keeps alive (:mod:`replica.registration`) once it serves, and revokes the
-    lease first on shutdown, so the driver sees it leave at once. Announces ``agent NODE listening
-    on HOST:PORT`` once it serves (and is registered); tests and scripts wait for it.
+    lease first on shutdown, so the driver sees it leave at once; it also pushes move reports
+    (``{prefix}/progress/...``, under the same lease) when a catch-up ends. Announces
+    ``agent NODE listening on HOST:PORT`` once it serves (and is registered); tests and scripts
+    wait for it.
     """
     keys = KeySpace(prefix) if etcd is not None else None
     if etcd is not None:  # bad input fails before the data dir is touched
@@ -154,6 +160,7 @@ async def serve(
             await client.close()
             await running.stop(grace)
             raise
+        running.agent.reporter = registration.report
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:

@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from placement.codec import MoveReport
 from placement.errors import InvalidInput, PlacementError
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from replica.protocol import (
@@ -60,6 +62,10 @@ Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 #: through the store it is given. Must be idempotent and resumable (it is restarted after a
 #: crash) and must stop when cancelled. Returning = caught up; raising = the move FAILED.
 CatchUp = Callable[[StartCatchUp, "SerialStore"], Awaitable[None]]
+
+#: Pushes a move report (zone, partition, report) to the driver — with ``--etcd``, a put of
+#: ``{p}/progress/{zone}/{partition}/{node}`` under the registration lease. Best effort.
+Reporter = Callable[[str, int, MoveReport], Awaitable[None]]
 
 
 class UnknownPartition(PlacementError):
@@ -98,8 +104,11 @@ class ReplicaAgent:
         *,
         catch_up: CatchUp | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
+        reporter: Reporter | None = None,
     ) -> None:
         self.node = node
+        #: Set (also after construction, once registered) to push move reports; None = poll only.
+        self.reporter = reporter
         self._db = db
         self._catch_up: CatchUp = catch_up if catch_up is not None else record_catch_up
         self._on_fatal = on_fatal
@@ -205,15 +214,41 @@ class ReplicaAgent:
             except Exception:
                 log.exception("catch-up of %s/%s at revision %d failed", *key, job.revision)
                 succeeded = False
-            await self._decide(
+            decision = await self._decide(
                 key, lambda rec: on_move_finished(_existing(rec), job.revision, succeeded=succeeded)
             )
+            await self._report(job, decision.record)
         except PlacementError as e:
             log.warning("catch-up of %s/%s at revision %d not recorded: %s", *key, job.revision, e)
         finally:
             running = self._tasks.get(key)
             if running is not None and running[1] is asyncio.current_task():
                 del self._tasks[key]
+
+    async def _report(self, job: StartCatchUp, record: PartitionRecord) -> None:
+        """After the end of a catch-up is committed: push DONE/FAILED (best effort)."""
+        reporter, move = self.reporter, record.move
+        if reporter is None or move is None or move.revision != job.revision:
+            return
+        if move.phase not in (Phase.DONE, Phase.FAILED):
+            return
+        report = MoveReport(
+            job.revision,
+            record.accepted_epoch,
+            move.phase.name,
+            f"catch-up of revision {job.revision} {move.phase.value}",
+            int(time.time() * 1000),
+        )
+        try:
+            await reporter(job.zone, job.partition, report)
+        except Exception as e:  # best effort: the driver's resends find the outcome anyway
+            log.warning(
+                "report of %s/%s at revision %d failed: %s",
+                job.zone,
+                job.partition,
+                job.revision,
+                e,
+            )
 
 
 def _existing(record: PartitionRecord | None) -> PartitionRecord:

@@ -26,9 +26,9 @@ import pytest
 
 from placement.agent_client import AgentClient
 from placement.codec import NodeRecord, PrimaryLease, decode_datanodes, decode_primary
-from placement.driver import Driver, DriverConfig
+from placement.driver import Driver, DriverConfig, RetryPolicy
 from placement.etcd import EtcdClient, EventKind, Lease
-from placement.keys import AssignField, KeySpace
+from placement.keys import AssignField, KeyKind, KeySpace
 from placement.metastore import Fence, Metastore, Outcome
 from placement.model import ZoneSpec
 from placement.status import ZoneStatusState, zone_status
@@ -51,7 +51,12 @@ async def slow_catch_up(job, db):
     await record_catch_up(job, db)
     await asyncio.sleep(delay)
 
-sys.exit(asyncio.run(serve(sys.argv[1], sys.argv[2], Path(sys.argv[3]), catch_up=slow_catch_up)))
+# With AGENT_ETCD the agent registers itself (and pushes move reports under its lease).
+etcd = os.environ.get("AGENT_ETCD") or None
+prefix = os.environ.get("AGENT_PREFIX", "/placement")
+sys.exit(asyncio.run(serve(
+    sys.argv[1], sys.argv[2], Path(sys.argv[3]), catch_up=slow_catch_up, etcd=etcd, prefix=prefix
+)))
 """
 
 
@@ -96,10 +101,16 @@ class Cluster:
     def store(self) -> Metastore:
         return Metastore(self.client, self.keys)
 
-    async def start_agent(self, node: str, attributes: dict[str, str] | None = None) -> AgentProc:
+    async def start_agent(
+        self, node: str, attributes: dict[str, str] | None = None, *, etcd: str | None = None
+    ) -> AgentProc:
+        """Start an agent; the test registers it, unless ``etcd`` is given: then the agent
+        registers itself there (``serve(etcd=...)``) and pushes its move reports."""
         data_dir = self.tmp_path / f"data-{node}"
         log = self.tmp_path / f"agent-{node}.log"
         env = {**os.environ, "CATCHUP_DELAY": str(self.catchup_delay)}
+        if etcd is not None:
+            env.update(AGENT_ETCD=etcd, AGENT_PREFIX=self.keys.prefix)
         with log.open("ab") as err:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -119,7 +130,8 @@ class Cluster:
         assert line.startswith(f"agent {node} listening on "), (line, log.read_text())
         agent = AgentProc(node, proc, line.rsplit(" ", 1)[1].strip(), data_dir, log)
         self.agents[node] = agent
-        await self.register(node, attributes)
+        if etcd is None:
+            await self.register(node, attributes)
         return agent
 
     async def register(self, node: str, attributes: dict[str, str] | None = None) -> None:
@@ -626,3 +638,53 @@ async def test_a_new_term_retires_a_replica_that_stable_does_not_name(
             assert driver.stats["terms"] >= 2
     finally:
         await direct.close()
+
+
+async def test_an_agents_move_report_wakes_the_mover_instead_of_its_resend_backoff(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    """Agents registered with --etcd push ``{p}/progress/{zone}/{partition}/{node}`` when a
+    catch-up ends; the mover, whose resend backoff is U(0, 30 s) here, resends at once and
+    finishes within seconds (polling alone would usually wait many seconds)."""
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    cluster.catchup_delay = 1.0
+    for i in range(3):
+        await cluster.start_agent(f"n{i}", etcd=endpoint)
+    slow = RetryPolicy(initial=30.0, cap=30.0)
+    async with running_driver(endpoint, keys, resend=slow) as driver:
+        fence = await leader_fence(driver)
+        store = cluster.store
+
+        async def registered() -> bool:
+            return len((await store.list_nodes())[1]) == 3
+
+        await eventually(registered, "the agents to register themselves")
+        spec = ZoneSpec("r", partitions=2, replicas=2)
+        assert (await store.create_zone(spec, fence)).applied
+        await eventually(lambda: settled(store, spec), "zone creation")
+        record = await store.get_zone("r")
+        assert record is not None
+        start = await client.current_revision()
+        three = ZoneSpec("r", partitions=2, replicas=3)
+        began = asyncio.get_running_loop().time()
+        assert (await store.update_zone(three, record.mod_revision, fence)).applied
+        await eventually(lambda: settled(store, three), "the rebalance", within=8.0 * SCALE)
+        took = asyncio.get_running_loop().time() - began
+        logging.getLogger(__name__).warning("rebalance with reports took %.2fs", took)
+        assert driver.stats["finished"] == 2, driver.stats
+        assert driver.stats["report_wakeups"] >= 1, driver.stats
+        events = await history(client, keys.progress_prefix(), start)
+        puts = [key for kind, key in events if kind == EventKind.PUT.value]
+        assert puts, "no agent wrote a move report"
+        for key in puts:
+            parsed = keys.parse(key)
+            assert parsed is not None, key
+            assert parsed.kind is KeyKind.PROGRESS, key
+            assert parsed.name == "r", parsed
+            assert parsed.node in {"n0", "n1", "n2"}, parsed
+
+        async def reports_cleared() -> bool:
+            found = await client.list_prefix(keys.progress_prefix())
+            return not found.kvs
+
+        await eventually(reports_cleared, "the driver to delete the reports after finishing")

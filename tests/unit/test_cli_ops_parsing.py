@@ -183,3 +183,16 @@ def test_cli_bad_flags_exit_2_one_line() -> None:
     assert result.exit_code == 2
     result = runner.invoke(cli, ["rebalance", "cancel", "z", "-1"])
     assert result.exit_code == 2
+
+
+def test_decode_entry_of_a_move_report() -> None:
+    from placement.codec import MoveReport, encode_report
+
+    raw = encode_report(MoveReport(9, 2, "DONE", "ok", 5))
+    assert decode_entry("progress", None, raw) == {
+        "revision": 9,
+        "epoch": 2,
+        "phase": "DONE",
+        "detail": "ok",
+        "ts": 5,
+    }

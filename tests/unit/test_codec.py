@@ -13,17 +13,20 @@ from placement.codec import (
     Assignment,
     CancelIntent,
     Corrupt,
+    MoveReport,
     NodeRecord,
     TriggerMark,
     be8,
     decode_assignment,
     decode_cancel,
     decode_node,
+    decode_report,
     decode_trigger,
     decode_zone_spec,
     encode_assignment,
     encode_cancel,
     encode_node,
+    encode_report,
     encode_trigger,
     encode_zone_spec,
     trigger_is_older,
@@ -210,3 +213,57 @@ def test_invalid_zone_spec_names_field() -> None:
     with pytest.raises(InvalidInput) as e:
         encode_zone_spec(ZoneSpec("z", partitions=1, replicas=MAX_REPLICAS + 1))
     assert e.value.field == "replicas"
+
+
+@given(
+    revision=st.integers(0, 2**63 - 1),
+    epoch=st.integers(0, 2**63 - 1),
+    phase=st.sampled_from(["DONE", "FAILED"]),
+    detail=st.text(max_size=40),
+    ts=st.integers(0, 2**63 - 1),
+)
+def test_move_report_round_trip_is_canonical(
+    revision: int, epoch: int, phase: str, detail: str, ts: int
+) -> None:
+    report = MoveReport(revision, epoch, phase, detail, ts)
+    raw = encode_report(report)
+    assert decode_report(raw) == report
+    assert encode_report(decode_report(raw)) == raw  # type: ignore[arg-type]
+    assert raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
+
+
+@given(raw=st.binary(max_size=64))
+def test_arbitrary_bytes_never_crash_the_report_decoder(raw: bytes) -> None:
+    result = decode_report(raw)
+    if isinstance(result, Corrupt):
+        assert result.raw == raw
+        assert result.reason
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\xff\x00",
+        b"[]",
+        b'{"v":1,"revision":5,"epoch":1,"phase":"ACCEPTED","detail":"","ts":1}',
+        b'{"v":1,"revision":5,"epoch":1,"phase":"DONE","detail":3,"ts":1}',
+        b'{"v":1,"revision":-5,"epoch":1,"phase":"DONE","detail":"","ts":1}',
+        b'{"v":1,"revision":5,"epoch":1,"phase":"DONE","detail":""}',
+        b'{"v":2,"revision":5,"epoch":1,"phase":"DONE","detail":"","ts":1}',
+        b'{"v":1,"revision":5,"epoch":1,"phase":"DONE","detail":"","ts":1,"x":0}',
+    ],
+)
+def test_corrupt_move_reports_decode_to_corrupt(raw: bytes) -> None:
+    result = decode_report(raw)
+    assert isinstance(result, Corrupt)
+    assert result.raw == raw
+
+
+@pytest.mark.parametrize(
+    "report",
+    [MoveReport(1, 1, "ACCEPTED", "", 1), MoveReport(-1, 1, "DONE", "", 1)],
+)
+def test_invalid_move_reports_are_refused(report: MoveReport) -> None:
+    with pytest.raises(InvalidInput):
+        encode_report(report)

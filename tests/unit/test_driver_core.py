@@ -9,6 +9,7 @@ from placement.codec import (
     CancelIntent,
     ControlMark,
     DataNodes,
+    MoveReport,
     NodeRecord,
     PrimaryLease,
     TriggerMark,
@@ -17,6 +18,7 @@ from placement.codec import (
     encode_control,
     encode_datanodes,
     encode_node,
+    encode_report,
     encode_trigger,
     encode_zone_spec,
 )
@@ -308,3 +310,29 @@ def test_a_move_waiting_for_a_joining_node_that_left_is_cancelled_once_planned_e
     )
     (cancel,) = plan_pass(store.view(), now_ms=0).cancels
     assert (cancel.zone, cancel.partition, cancel.revision) == ("z", 0, rev)
+
+
+def test_move_reports_are_in_the_view_by_partition_and_node() -> None:
+    spec = ZoneSpec("z", 2, 2)
+    store = cluster(spec)
+    store.put(KEYS.progress("z", 0, "n0"), encode_report(MoveReport(7, 1, "DONE", "", 5)))
+    store.put(KEYS.progress("z", 0, "n1"), encode_report(MoveReport(6, 1, "FAILED", "x", 5)))
+    store.put(KEYS.progress("z", 1, "n2"), b"not json")  # corrupt: left out, never raises
+    cache = DecodeCache()
+    view = build_view(KEYS, store.kvs, store.revision, cache)
+    assert view == store.view()
+    assert view.reports[("z", 0)]["n0"] == MoveReport(7, 1, "DONE", "", 5)
+    assert ("z", 1) not in view.reports
+    assert dict(view.reported("z", 0, 7)) == {"n0": MoveReport(7, 1, "DONE", "", 5)}
+    assert dict(view.reported("z", 0, 6)) == {"n1": MoveReport(6, 1, "FAILED", "x", 5)}
+    assert not view.reported("z", 0, 8)
+    assert not view.reported("z", 1, 7)
+    # reports are not placement state: no zone appears for them, nothing is planned from them
+    assert set(view.zones) == {"z"}
+    # the cache sees a rewrite (same key, new mod_revision) and a deletion
+    store.put(KEYS.progress("z", 0, "n0"), encode_report(MoveReport(8, 1, "DONE", "", 6)))
+    del store.kvs[KEYS.progress("z", 0, "n1")]
+    view = build_view(KEYS, store.kvs, store.revision, cache)
+    assert view == store.view()
+    assert dict(view.reported("z", 0, 8)) == {"n0": MoveReport(8, 1, "DONE", "", 6)}
+    assert not view.reported("z", 0, 6)

@@ -54,6 +54,23 @@ def test_other_keys_round_trip(name: str) -> None:
     assert ks.parse(ks.leader(name)) == ParsedKey(KeyKind.LEADER, name)
 
 
+@given(prefixes, names, partitions, names)
+def test_progress_key_round_trips(prefix: str, zone: str, partition: int, node: str) -> None:
+    ks = KeySpace(prefix)
+    key = ks.progress(zone, partition, node)
+    assert ks.parse(key) == ParsedKey(KeyKind.PROGRESS, zone, partition, node=node)
+    assert key.startswith(ks.partition_progress_prefix(zone, partition))
+    assert key.startswith(ks.progress_prefix())
+
+
+def test_progress_layout_and_strays() -> None:
+    ks = KeySpace()
+    assert ks.progress("orders", 7, "n-1") == b"/placement/progress/orders/00007/n-1"
+    assert ks.parse(b"/placement/progress/orders/00007") is None
+    assert ks.parse(b"/placement/progress/orders/7/n-1") is None
+    assert ks.parse(b"/placement/progress/orders/00007/n-1/x") is None
+
+
 @given(names, partitions, partitions, fields, fields)
 def test_byte_order_is_partition_order(
     zone: str, p: int, q: int, f: AssignField, g: AssignField

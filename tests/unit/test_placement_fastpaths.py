@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from placement import placement_core
 from placement.model import Node, ZoneSpec
 from placement.placement import (
     _Index,
@@ -260,6 +261,96 @@ def test_shedding_fast_paths_match_one_node_at_a_time() -> None:
         if len(keep):
             keep[rng.random(len(keep)) < 0.1] = False
             assert np.array_equal(_shed_nodes(pb, keep, cap), shed_reference(pb, keep, cap))
+
+
+def test_join_shedding_fast_path_matches_the_general_path() -> None:
+    """Full rows and no room on any holder (a join): :func:`_shed_by_tie` decides, or gives up
+    (a group short of non-primary pairs, repeated ties); both paths and the reference agree."""
+    rng = np.random.default_rng(21)
+    used = 0
+    for trial in range(400):
+        n_rows, n_nodes = int(rng.integers(1, 150)), int(rng.integers(2, 9))
+        width = int(rng.integers(1, n_nodes + 1))
+        nodes = np.sort(np.argsort(rng.random((n_rows, n_nodes)), axis=1)[:, :width], axis=1)
+        rows = np.repeat(np.arange(n_rows, dtype=np.int64), width)
+        nodes = nodes.ravel().astype(np.int64)
+        first = np.zeros(len(rows), dtype=np.bool_)
+        lead = rng.integers(0, width, n_rows) + np.arange(n_rows) * width
+        first[lead[rng.random(n_rows) < (0.3 if trial % 4 == 0 else 0.95)]] = True
+        load = np.bincount(nodes, minlength=n_nodes)
+        cap = np.where(load > 0, np.maximum(load - rng.integers(1, 6, n_nodes), 0), 3)
+        row_key = mix64(np.arange(n_rows, dtype=np.uint64), int(rng.integers(0, 2**62)))
+        if trial % 5 == 0:
+            row_key = row_key % np.uint64(3)  # repeated ties: the position decides
+        pb = CoreProblem(
+            demand=np.full(n_rows, width, dtype=np.int64),
+            targets=Targets(cap, np.zeros(n_nodes, dtype=np.bool_), 0),
+            cur_row=rows,
+            cur_node=nodes,
+            cur_first=first,
+            row_key=row_key,
+            node_key=rng.integers(0, 2**63, n_nodes).astype(np.uint64),
+        )
+        keep = np.ones(len(rows), dtype=np.bool_)
+        fast = _shed_nodes(pb, keep, cap)
+        try:
+            placement_core.FAST_SHED = False
+            general = _shed_nodes(pb, keep, cap)
+        finally:
+            placement_core.FAST_SHED = True
+        assert np.array_equal(fast, general)
+        assert np.array_equal(fast, shed_reference(pb, keep, cap))
+        group = np.arange(n_nodes)[load > cap]
+        if len(group) == int(np.count_nonzero(load)):
+            used += 1
+    assert used > 100
+
+
+def random_change(
+    rng: np.random.Generator,
+) -> tuple[ZoneSpec, list[Node], dict[int, list[str]]]:
+    """A zone after a join, leave or replacement, from a previous output (maybe edited)."""
+    n_nodes = int(rng.integers(2, 14))
+    domain = "rack" if rng.random() < 0.3 else None
+    zone = ZoneSpec("eq", int(rng.integers(1, 400)), int(rng.integers(1, 5)), failure_domain=domain)
+    weighted = rng.random() < 0.3
+    pool = [
+        Node(
+            f"n{i:02d}",
+            {"rack": f"r{i % 3}"} if domain and rng.random() < 0.9 else {},
+            float(rng.choice([0.5, 1.0, 2.0])) if weighted else 1.0,
+        )
+        for i in range(n_nodes + 1)
+    ]
+    before = pool[:n_nodes]
+    kind = int(rng.integers(0, 3))
+    after = pool if kind == 0 else pool[:-2] if kind == 1 else [*pool[:-2], pool[-1]]
+    current = {p: list(peers) for p, peers in enumerate(place(zone, before).assignments)}
+    if rng.random() < 0.3:  # edited: dropped, shuffled, extra members
+        for p in rng.choice(zone.partitions, max(1, zone.partitions // 10)).tolist():
+            peers = current[p]
+            edit = int(rng.integers(0, 3))
+            if edit == 0:
+                current[p] = peers[1:]
+            elif edit == 1:
+                current[p] = [peers[k] for k in rng.permutation(len(peers)).tolist()]
+            else:
+                current[p] = [*peers, pool[int(rng.integers(0, len(pool)))].name]
+    return zone, list(after), current
+
+
+def test_place_with_and_without_the_join_shedding_fast_path() -> None:
+    rng = np.random.default_rng(23)
+    for _ in range(300):
+        zone, nodes, current = random_change(rng)
+        fast = place(zone, nodes, current)
+        try:
+            placement_core.FAST_SHED = False
+            general = place(zone, nodes, current)
+        finally:
+            placement_core.FAST_SHED = True
+        assert fast == general
+        assert fast.primary_loads == general.primary_loads
 
 
 # --- primaries -----------------------------------------------------------------------------------
