@@ -17,6 +17,7 @@ Guarantees (design/placement.md states them exactly; tests/unit/test_placement*.
 
 from __future__ import annotations
 
+import functools
 import math
 from array import array
 from collections.abc import Mapping, Sequence
@@ -208,10 +209,18 @@ def _parse_current(
     """
     values = list(current.values())
     try:
-        keys = np.frombuffer(array("q", current), dtype=np.int64)  # integers only
         lengths = list(map(len, values))
-    except (TypeError, OverflowError):
+    except TypeError:
         return (*_parse_current_slow(current, partitions, index), None)
+    # The usual keys 0..n-1 in order are checked by one list comparison; any others are read
+    # into an array (integers only).
+    dense = bool(lengths) and lengths[0] > 0 and lengths.count(lengths[0]) == len(lengths)
+    keys = None
+    if not (dense and list(current) == _range_list(len(values))):
+        try:
+            keys = np.frombuffer(array("q", current), dtype=np.int64)
+        except (TypeError, OverflowError):
+            return (*_parse_current_slow(current, partitions, index), None)
     total = sum(lengths)
     names = chain.from_iterable(values)
     try:
@@ -220,13 +229,8 @@ def _parse_current(
         return (*_parse_current_slow(current, partitions, index), None)
     if next(names, _END) is not _END:  # more members than their ``len()`` said
         return (*_parse_current_slow(current, partitions, index), None)
-    if (
-        len(keys)
-        and lengths[0]
-        and lengths.count(lengths[0]) == len(lengths)
-        and np.array_equal(keys, np.arange(len(keys)))
-    ):
-        matrix = node.reshape(len(keys), lengths[0])
+    if keys is None:
+        matrix = node.reshape(len(values), lengths[0])
         return (*_parse_dense(matrix, partitions), _Given(matrix, values))
     row = np.repeat(keys, lengths)
     size = np.asarray(lengths, dtype=np.int64)
@@ -248,6 +252,12 @@ def _parse_current(
 
 
 _END = object()
+
+
+@functools.lru_cache(maxsize=4)
+def _range_list(n: int) -> list[int]:
+    """``list(range(n))``, cached (compared with the keys of ``current``; never modified)."""
+    return list(range(n))
 
 
 class _Index(dict[str, int]):

@@ -61,6 +61,18 @@ def _sticky(members: I64, current: I64, hi: I64, row_key: NDArray[np.uint64]) ->
     free = ~full[nodes]
     primary[rows[free]] = nodes[free]
     rows, nodes = rows[~free], nodes[~free]
+    excess = np.bincount(nodes, minlength=len(hi)) - hi
+    if FAST_STICKY and excess.max() <= 4:
+        # Few rows too many per node: drop each node's largest row keys one at a time
+        # (row keys are distinct, so "the hi smallest" is the same set).
+        keys = row_key[rows]
+        keep = np.ones(len(rows), dtype=np.bool_)
+        for step in range(int(excess.max())):
+            largest = np.zeros(len(hi), dtype=np.uint64)
+            np.maximum.at(largest, nodes[keep], keys[keep])
+            keep &= ~((keys == largest[nodes]) & (excess[nodes] > step))
+        primary[rows[keep]] = nodes[keep]
+        return primary
     order = lex_order((nodes,), row_key[rows])
     rows, nodes = rows[order], nodes[order]
     start = np.zeros(len(nodes), dtype=np.bool_)
@@ -98,6 +110,13 @@ def _greedy(members: I64, primary: I64, rows: I64, lo: I64, hi: I64) -> None:
         count[best] = c
         key[best] = c - lo_l[best] + (full if c >= hi_l[best] else 0)
     primary[rows] = chosen
+
+
+#: Use the per-node maximum in :func:`_sticky` when few rows are too many (tests switch it off
+#: to compare with the general path).
+FAST_STICKY = True
+#: In :meth:`_Balancer._shift`, test for the end of the path before deduplicating a scan.
+FAST_END = True
 
 
 class _Balancer:
@@ -253,6 +272,8 @@ class _Balancer:
         reached[start] = True
         via_row = np.full(n_nodes, -1, dtype=np.int64)
         via_node = np.full(n_nodes, -1, dtype=np.int64)
+        # Counts do not change during the search: which nodes can end a path is fixed.
+        ends = self.count < self.hi if give else self.count > self.lo
         queue: deque[int] = deque([start])
         while queue:
             node = queue.popleft()
@@ -266,6 +287,14 @@ class _Balancer:
                 rows = rows[self.primary[rows] != node]
                 others = self.primary[rows]
             fresh = ~reached[others]
+            if FAST_END:
+                # The first fresh entry that ends a path is its node's first occurrence: the
+                # path is found without deduplicating the scan.
+                end = fresh & ends[others]
+                k = int(end.argmax()) if len(end) else 0
+                if len(end) and end[k]:
+                    via_row[others[k]], via_node[others[k]] = rows[k], node
+                    return self._apply(via_row, via_node, int(others[k]), give)
             rows, others = rows[fresh], others[fresh]
             if not len(others):
                 continue
@@ -276,10 +305,7 @@ class _Balancer:
             new[1:] = ordered[1:] != ordered[:-1]
             first = np.sort(by_value[new])
             rows, others = rows[first], others[first]
-            if give:
-                done = self.count[others] < self.hi[others]
-            else:
-                done = self.count[others] > self.lo[others]
+            done = ends[others]
             k = int(done.argmax())
             if done[k]:
                 via_row[others[k]], via_node[others[k]] = rows[k], node

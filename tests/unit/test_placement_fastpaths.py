@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from placement import placement_core
+from placement import placement_core, placement_primary
 from placement.model import Node, ZoneSpec
 from placement.placement import (
+    _assemble,
     _Index,
     _parse_current,
     _parse_current_slow,
@@ -425,6 +426,80 @@ def test_batched_primary_balancing_matches_one_path_at_a_time() -> None:
         row_key = mix64(np.arange(n_rows, dtype=np.uint64), trial)
         got = choose_primaries(members, load, current, row_key)
         assert np.array_equal(got, primaries_reference(members, load, current, row_key))
+
+
+@pytest.mark.parametrize("flag", ["FAST_STICKY", "FAST_END"])
+def test_primary_fast_paths_match_the_general_paths(flag: str) -> None:
+    rng = np.random.default_rng(29)
+    for trial in range(600):
+        n_rows, n_nodes = int(rng.integers(1, 80)), int(rng.integers(1, 12))
+        width = int(rng.integers(1, min(n_nodes, 5) + 1))
+        members = np.sort(
+            np.stack([rng.choice(n_nodes, width, replace=False) for _ in range(n_rows)]), axis=1
+        )
+        load = np.bincount(members.ravel(), minlength=n_nodes)
+        current = members[np.arange(n_rows), rng.integers(0, width, n_rows)]
+        if trial % 2:  # a few nodes lead too many rows, by up to a handful each
+            current = np.where(rng.random(n_rows) < 0.3, np.minimum(current, 1), current)
+        row_key = mix64(np.arange(n_rows, dtype=np.uint64), trial)
+        fast = choose_primaries(members, load, current, row_key)
+        try:
+            setattr(placement_primary, flag, False)
+            general = choose_primaries(members, load, current, row_key)
+        finally:
+            setattr(placement_primary, flag, True)
+        assert np.array_equal(fast, general)
+
+
+def test_place_with_and_without_the_primary_fast_paths() -> None:
+    rng = np.random.default_rng(31)
+    for _ in range(200):
+        zone, nodes, current = random_change(rng)
+        fast = place(zone, nodes, current)
+        try:
+            placement_primary.FAST_STICKY = placement_primary.FAST_END = False
+            general = place(zone, nodes, current)
+        finally:
+            placement_primary.FAST_STICKY = placement_primary.FAST_END = True
+        assert fast == general
+        assert fast.primary_loads == general.primary_loads
+
+
+def test_dense_current_with_keys_equal_to_but_not_int() -> None:
+    """Keys 0.0, 1.0, … pass the dense check (they equal 0, 1, …) and read as the ints do."""
+    nodes = [Node(f"n{i}") for i in range(7)]
+    zone = ZoneSpec("z", 30, 3)
+    before = {p: list(peers) for p, peers in enumerate(place(zone, nodes[:6]).assignments)}
+    floats: dict[float, list[str]] = {float(p): peers for p, peers in before.items()}
+    as_floats = place(zone, nodes, floats)  # type: ignore[arg-type]
+    assert as_floats == place(zone, nodes, before)
+
+
+def test_output_rows_reused_from_current_only_when_equal() -> None:
+    """Rows taken over from ``current`` (same order, same nodes) equal rows built from names."""
+    rng = np.random.default_rng(37)
+    names = [f"n{i}" for i in range(7)]
+    index = _Index((name, i) for i, name in enumerate(names[:6]))  # n6 has left
+    for _ in range(300):
+        partitions, width = int(rng.integers(1, 12)), int(rng.integers(1, 5))
+        members = np.sort(
+            np.stack([rng.choice(6, width, replace=False) for _ in range(partitions)]), axis=1
+        )
+        primary = members[np.arange(partitions), rng.integers(0, width, partitions)]
+        current: dict[int, Sequence[str]] = {}
+        for p in range(int(rng.integers(1, partitions + 3))):
+            row = members[p % partitions].tolist()
+            if rng.random() < 0.5:  # shuffled, or one member replaced (maybe by n6 or a repeat)
+                rng.shuffle(row)
+            else:
+                row[int(rng.integers(0, width))] = int(rng.integers(0, 7))
+            current[p] = [names[i] for i in row]
+        given = _parse_current(current, partitions, index)[4]
+        assert given is not None
+        load = np.bincount(members.ravel(), minlength=6)
+        reused = _assemble(names[:6], members, primary, load, given)
+        built = _assemble(names[:6], members, primary, load, None)
+        assert reused.assignments == built.assignments
 
 
 # --- golden outputs ------------------------------------------------------------------------------
