@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -505,23 +505,45 @@ def _augment_keep(st: _State, source: int) -> bool:
                         return True
                     queue.append(u)
         elif v < hub:
-            i = v - n_rows
-            if st.eligible[i] and not st.ceil[i] and hub not in parent:
-                parent[hub] = v
-                queue.append(hub)
-            for r in sorted(st.rows_of[i]):
-                if r not in parent:
-                    parent[r] = v
-                    queue.append(r)
-        else:
-            for j in range(st.n_nodes):
-                u = n_rows + j
-                if st.ceil[j] and u not in parent:
-                    parent[u] = hub
-                    if st.room(j) > 0:
-                        st.apply(parent, u)
-                        return True
-                    queue.append(u)
+            _expand_node(st, v - n_rows, v, hub, st.rows_of, parent, queue)
+        elif _expand_hub(st, n_rows, hub, parent, queue):
+            return True
+    return False
+
+
+def _expand_node(
+    st: _State,
+    i: int,
+    v: int,
+    hub: int,
+    rows_of: Sequence[Collection[int]],
+    parent: dict[int, int],
+    queue: deque[int],
+) -> None:
+    """BFS step from node ``i`` (vertex ``v``): to the hub if it may take a ``+1`` slot, and to
+    every row it holds (``rows_of``), in row order."""
+    if st.eligible[i] and not st.ceil[i] and hub not in parent:
+        parent[hub] = v
+        queue.append(hub)
+    for r in sorted(rows_of[i]):
+        if r not in parent:
+            parent[r] = v
+            queue.append(r)
+
+
+def _expand_hub(
+    st: _State, n_rows: int, hub: int, parent: dict[int, int], queue: deque[int]
+) -> bool:
+    """BFS step from the hub to the nodes holding ``+1``; applies the path and returns True at
+    the first one with room."""
+    for j in range(st.n_nodes):
+        u = n_rows + j
+        if st.ceil[j] and u not in parent:
+            parent[u] = hub
+            if st.room(j) > 0:
+                st.apply(parent, u)
+                return True
+            queue.append(u)
     return False
 
 
@@ -659,23 +681,9 @@ def _zero_augment(st: _State, holes: list[int]) -> bool:
                 queue.append(u)
             unreached = left
         elif v < hub:
-            i = v - n_rows
-            if st.eligible[i] and not st.ceil[i] and hub not in parent:
-                parent[hub] = v
-                queue.append(hub)
-            for r in sorted(st.fresh_rows_of[i]):
-                if r not in parent:
-                    parent[r] = v
-                    queue.append(r)
-        else:
-            for j in range(st.n_nodes):
-                u = n_rows + j
-                if st.ceil[j] and u not in parent:
-                    parent[u] = hub
-                    if st.room(j) > 0:
-                        st.apply(parent, u)
-                        return True
-                    queue.append(u)
+            _expand_node(st, v - n_rows, v, hub, st.fresh_rows_of, parent, queue)
+        elif _expand_hub(st, n_rows, hub, parent, queue):
+            return True
     return False
 
 

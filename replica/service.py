@@ -296,6 +296,15 @@ def _move_request(
     )
 
 
+def _accepted(d: Decision[Any]) -> dict[str, Any]:
+    """The fields every decision answer carries besides its outcome."""
+    return {
+        "accepted_revision": d.record.accepted_revision,
+        "accepted_epoch": d.record.accepted_epoch,
+        "detail": d.detail,
+    }
+
+
 class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
     """Protobuf ↔ domain at the edge; errors to status codes in one place (``_call``)."""
 
@@ -306,22 +315,14 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         self, request: replica_pb2.RebalanceRequest, context: Context
     ) -> replica_pb2.RebalanceResponse:
         d = await _call(context, self._agent.rebalance(_move_request(request)))
-        return replica_pb2.RebalanceResponse(
-            outcome=_REBALANCE_OUTCOMES[d.outcome],
-            accepted_revision=d.record.accepted_revision,
-            accepted_epoch=d.record.accepted_epoch,
-            detail=d.detail,
-        )
+        return replica_pb2.RebalanceResponse(outcome=_REBALANCE_OUTCOMES[d.outcome], **_accepted(d))
 
     async def CancelRebalance(
         self, request: replica_pb2.CancelRebalanceRequest, context: Context
     ) -> replica_pb2.CancelRebalanceResponse:
         d = await _call(context, self._agent.cancel(_move_request(request)))
         return replica_pb2.CancelRebalanceResponse(
-            outcome=_CANCEL_OUTCOMES[d.outcome],
-            accepted_revision=d.record.accepted_revision,
-            accepted_epoch=d.record.accepted_epoch,
-            detail=d.detail,
+            outcome=_CANCEL_OUTCOMES[d.outcome], **_accepted(d)
         )
 
     async def Retire(
@@ -335,12 +336,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             epoch=request.epoch,
         )
         d = await _call(context, self._agent.retire(retire))
-        return replica_pb2.RetireResponse(
-            outcome=_RETIRE_OUTCOMES[d.outcome],
-            accepted_revision=d.record.accepted_revision,
-            accepted_epoch=d.record.accepted_epoch,
-            detail=d.detail,
-        )
+        return replica_pb2.RetireResponse(outcome=_RETIRE_OUTCOMES[d.outcome], **_accepted(d))
 
     async def GetPartitionState(
         self, request: replica_pb2.GetPartitionStateRequest, context: Context
