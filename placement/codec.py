@@ -30,7 +30,10 @@ Values and their fields:
 * pause marker (:class:`ControlMark`): who paused, when;
 * move report (:class:`MoveReport`): ``{"detail","epoch","phase","revision","ts","v"}`` — an
   agent's push that its catch-up of pending ``revision`` (sent at leader ``epoch``) ended in
-  ``phase`` ``DONE`` or ``FAILED``.
+  ``phase`` ``DONE`` or ``FAILED``;
+* in-sync set (:class:`InSyncSet`): ``{"lease_epoch","members","primary","ts","v"}`` — members
+  sorted, written by the primary under its lease epoch;
+* replica size (:class:`ReplicaSize`): ``{"bytes","keys","ts","v"}``.
 
 Decoding never raises: bytes that are not a valid value of the expected kind decode to
 :class:`Corrupt` (carrying the raw bytes and the reason), which callers treat as "unknown".
@@ -618,5 +621,83 @@ def decode_report(raw: bytes) -> MoveReport | Corrupt:
         if not isinstance(detail, str):
             raise _Bad("detail is not a string")
         return MoveReport(_int(obj, "revision"), _int(obj, "epoch"), phase, detail, _int(obj, "ts"))
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+# -- in-sync sets and replica sizes (data plane) -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InSyncSet:
+    """The value of ``{p}/isr/{zone}/{partition:05d}``: the replicas that hold every acknowledged
+    write of the partition. ``primary`` wrote it while holding the primary lease of
+    ``lease_epoch``; ``members`` are sorted (a set) and always include ``primary``."""
+
+    members: Peers
+    primary: str
+    lease_epoch: int
+    ts: int
+
+
+_ISR_KEYS = frozenset({"v", "members", "primary", "lease_epoch", "ts"})
+
+
+def encode_isr(value: InSyncSet) -> bytes:
+    members = validate_peers(value.members, "members")
+    (primary,) = validate_peers((value.primary,), "primary")
+    if primary not in members:
+        raise InvalidInput("members", f"{list(members)} lacks primary {primary!r}", "include it")
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "members": sorted(members),
+            "primary": primary,
+            "lease_epoch": _check_int("lease_epoch", value.lease_epoch, 1),
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+
+
+def decode_isr(raw: bytes) -> InSyncSet | Corrupt:
+    try:
+        obj = _load_object(raw, _ISR_KEYS)
+        members = _peers(obj, "members")
+        primary = obj["primary"]
+        if not isinstance(primary, str) or primary not in members:
+            raise _Bad("primary is not one of members")
+        return InSyncSet(tuple(sorted(members)), primary, _int(obj, "lease_epoch"), _int(obj, "ts"))
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSize:
+    """The value of ``{p}/sizes/{zone}/{partition:05d}/{node}``: how much data ``node``'s replica
+    holds (``bytes`` of keys plus values, ``keys`` live keys) at ``ts``."""
+
+    bytes: int
+    keys: int
+    ts: int
+
+
+_SIZE_KEYS = frozenset({"v", "bytes", "keys", "ts"})
+
+
+def encode_size(value: ReplicaSize) -> bytes:
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "bytes": _check_int("bytes", value.bytes),
+            "keys": _check_int("keys", value.keys),
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+
+
+def decode_size(raw: bytes) -> ReplicaSize | Corrupt:
+    try:
+        obj = _load_object(raw, _SIZE_KEYS)
+        return ReplicaSize(_int(obj, "bytes"), _int(obj, "keys"), _int(obj, "ts"))
     except _Bad as e:
         return Corrupt(raw, str(e))

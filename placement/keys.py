@@ -11,6 +11,10 @@ Layout (``{p}`` is the prefix, ``/placement`` by default)::
     {p}/control/{name}                            driver controls: ``paused``
     {p}/progress/{zone}/{partition:05d}/{node}    a node's move report (codec.encode_report),
                                                   under that agent's registration lease
+    {p}/isr/{zone}/{partition:05d}                in-sync set of a partition (codec.encode_isr),
+                                                  written by the primary, fenced by its lease
+    {p}/sizes/{zone}/{partition:05d}/{node}       a replica's data size (codec.encode_size),
+                                                  under that agent's registration lease
 
 Partitions are written with five fixed-width digits so that a prefix range scan of a zone comes out
 in partition order (``00002`` < ``00010``), and every key of one partition shares the prefix
@@ -51,6 +55,8 @@ class KeyKind(StrEnum):
     PRIMARY = "primary"
     CONTROL = "control"
     PROGRESS = "progress"
+    ISR = "isr"
+    SIZES = "sizes"
 
 
 #: Names of the control keys under ``{p}/control/``.
@@ -72,9 +78,10 @@ class AssignField(StrEnum):
 class ParsedKey:
     """A key of the layout taken apart.
 
-    ``name`` is the zone (ZONE, ASSIGN, DATANODES, PRIMARY, PROGRESS), node (NODE), member id
-    (LEADER) or control name (CONTROL); ``partition`` is set for ASSIGN, PRIMARY and PROGRESS
-    keys, ``field`` for ASSIGN keys only, ``node`` for PROGRESS keys only.
+    ``name`` is the zone (ZONE, ASSIGN, DATANODES, PRIMARY, PROGRESS, ISR, SIZES), node (NODE),
+    member id (LEADER) or control name (CONTROL); ``partition`` is set for ASSIGN, PRIMARY,
+    PROGRESS, ISR and SIZES keys, ``field`` for ASSIGN keys only, ``node`` for PROGRESS and SIZES
+    keys only.
     """
 
     kind: KeyKind
@@ -228,6 +235,32 @@ class KeySpace:
         node_part = validate_name(node, "node").encode()
         return self.partition_progress_prefix(zone, partition) + node_part
 
+    # -- in-sync sets and replica sizes (data plane) -------------------------------------------
+
+    def isr_prefix(self) -> bytes:
+        return self._base + b"/isr/"
+
+    def zone_isr_prefix(self, zone: str) -> bytes:
+        return self.isr_prefix() + validate_name(zone).encode() + b"/"
+
+    def isr(self, zone: str, partition: int) -> bytes:
+        """The in-sync set of ``zone``/``partition``."""
+        p = validate_partition(partition)
+        return self.zone_isr_prefix(zone) + f"{p:0{_PARTITION_WIDTH}d}".encode()
+
+    def sizes_prefix(self) -> bytes:
+        return self._base + b"/sizes/"
+
+    def size(self, zone: str, partition: int, node: str) -> bytes:
+        """The data size ``node`` reports for its replica of ``zone``/``partition``."""
+        p = validate_partition(partition)
+        return (
+            self.sizes_prefix()
+            + validate_name(zone).encode()
+            + f"/{p:0{_PARTITION_WIDTH}d}/".encode()
+            + validate_name(node, "node").encode()
+        )
+
     # -- parsing -------------------------------------------------------------------------------
 
     def parse(self, key: bytes) -> ParsedKey | None:
@@ -256,13 +289,13 @@ class KeySpace:
             if len(rest) != 1 or rest[0] not in CONTROL_NAMES:
                 return None
             return ParsedKey(KeyKind.CONTROL, rest[0])
-        if kind_text == KeyKind.PRIMARY:
+        if kind_text in (KeyKind.PRIMARY, KeyKind.ISR):
             if len(rest) != 2 or not _is_name(rest[0]) or not _PARTITION_RE.match(rest[1]):
                 return None
             if int(rest[1]) >= MAX_PARTITIONS:
                 return None
-            return ParsedKey(KeyKind.PRIMARY, rest[0], int(rest[1]))
-        if kind_text == KeyKind.PROGRESS:
+            return ParsedKey(KeyKind(kind_text), rest[0], int(rest[1]))
+        if kind_text in (KeyKind.PROGRESS, KeyKind.SIZES):
             if (
                 len(rest) != 3
                 or not _is_name(rest[0])
@@ -271,7 +304,7 @@ class KeySpace:
                 or int(rest[1]) >= MAX_PARTITIONS
             ):
                 return None
-            return ParsedKey(KeyKind.PROGRESS, rest[0], int(rest[1]), node=rest[2])
+            return ParsedKey(KeyKind(kind_text), rest[0], int(rest[1]), node=rest[2])
         if kind_text == KeyKind.ASSIGN:
             if len(rest) != 3 or not _is_name(rest[0]) or not _PARTITION_RE.match(rest[1]):
                 return None

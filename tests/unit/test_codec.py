@@ -267,3 +267,35 @@ def test_corrupt_move_reports_decode_to_corrupt(raw: bytes) -> None:
 def test_invalid_move_reports_are_refused(report: MoveReport) -> None:
     with pytest.raises(InvalidInput):
         encode_report(report)
+
+
+_node_names = st.from_regex(r"\A[a-z][a-z0-9-]{0,8}\Z")
+
+
+@given(st.sets(_node_names, min_size=1, max_size=5), st.integers(1, 2**40), st.integers(0, 2**40))
+def test_isr_round_trip_sorts_members(members: set[str], lease_epoch: int, ts: int) -> None:
+    from placement.codec import InSyncSet, decode_isr, encode_isr
+
+    primary = min(members)
+    value = InSyncSet(tuple(sorted(members, reverse=True)), primary, lease_epoch, ts)
+    raw = encode_isr(value)
+    assert decode_isr(raw) == InSyncSet(tuple(sorted(members)), primary, lease_epoch, ts)
+    assert encode_isr(decode_isr(raw)) == raw  # type: ignore[arg-type]
+
+
+def test_isr_without_its_primary_is_refused_and_decodes_corrupt() -> None:
+    from placement.codec import Corrupt, InSyncSet, decode_isr, encode_isr
+
+    with pytest.raises(InvalidInput, match="members"):
+        encode_isr(InSyncSet(("a", "b"), "c", 1, 0))
+    raw = b'{"lease_epoch":1,"members":["a"],"primary":"c","ts":0,"v":1}'
+    assert isinstance(decode_isr(raw), Corrupt)
+
+
+@given(st.integers(0, 2**50), st.integers(0, 2**40), st.integers(0, 2**40))
+def test_size_round_trip(nbytes: int, keys: int, ts: int) -> None:
+    from placement.codec import ReplicaSize, decode_size, encode_size
+
+    raw = encode_size(ReplicaSize(nbytes, keys, ts))
+    assert decode_size(raw) == ReplicaSize(nbytes, keys, ts)
+    assert json.loads(raw) == {"bytes": nbytes, "keys": keys, "ts": ts, "v": 1}

@@ -149,3 +149,16 @@ def test_prefix_range_end_examples() -> None:
     assert prefix_range_end(b"/a/") == b"/a0"
     assert prefix_range_end(b"a\xff") == b"b"
     assert prefix_range_end(b"\xff\xff") == b"\x00"
+
+
+def test_isr_and_size_keys_round_trip() -> None:
+    ks = KeySpace()
+    assert ks.isr("orders", 7) == b"/placement/isr/orders/00007"
+    assert ks.parse(ks.isr("orders", 7)) == ParsedKey(KeyKind.ISR, "orders", 7)
+    assert ks.size("orders", 7, "n-1") == b"/placement/sizes/orders/00007/n-1"
+    assert ks.parse(ks.size("orders", 7, "n-1")) == ParsedKey(
+        KeyKind.SIZES, "orders", 7, node="n-1"
+    )
+    assert ks.isr("orders", 7).startswith(ks.zone_isr_prefix("orders"))
+    assert ks.parse(b"/placement/isr/orders/7") is None
+    assert ks.parse(b"/placement/sizes/orders/00007") is None
