@@ -100,11 +100,17 @@ class Registration:
         registration lease (the agent owns that key; it is not placement state, so no fence).
         Raises StoreUnavailable when not registered or etcd is unreachable; the caller treats
         it as best effort (the driver's resends find the outcome anyway)."""
+        await self.put_owned(
+            self.keys.progress(zone, partition, self.record.name), encode_report(report)
+        )
+
+    async def put_owned(self, key: bytes, value: bytes) -> None:
+        """Put a key this agent owns (a move report, a replica size) under the registration
+        lease, so it disappears with the agent. Raises StoreUnavailable when not registered."""
         lease = self._lease
         if lease is None:
             raise StoreUnavailable(f"node {self.record.name} is not registered")
-        key = self.keys.progress(zone, partition, self.record.name)
-        await self.client.put(key, encode_report(report), lease=lease.id)
+        await self.client.put(key, value, lease=lease.id)
 
     async def stop(self) -> None:
         """Stop keeping alive and revoke the lease (the node key goes with it)."""

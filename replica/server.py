@@ -21,13 +21,17 @@ from placement.codec import NodeRecord, encode_node
 from placement.errors import InvalidInput
 from placement.etcd import EtcdClient
 from placement.keys import KeySpace
-from placement.v1 import replica_pb2, replica_pb2_grpc
+from placement.v1 import data_pb2, data_pb2_grpc, replica_pb2, replica_pb2_grpc
+from replica.data_grpc import DataServicer, ReplicationServicer
+from replica.data_plane import DataConfig, DataPlane
 from replica.protocol import validate_name
 from replica.registration import Registration
 from replica.service import CatchUp, ReplicaAgent, ReplicaServicer, SerialStore
 from replica.store import AgentStore
 
 SERVICE_NAME: str = replica_pb2.DESCRIPTOR.services_by_name["ReplicaService"].full_name
+DATA_SERVICE_NAME: str = data_pb2.DESCRIPTOR.services_by_name["DataService"].full_name
+REPLICATION_SERVICE_NAME: str = data_pb2.DESCRIPTOR.services_by_name["ReplicationService"].full_name
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -49,7 +53,9 @@ class RunningAgent:
         server: grpc.aio.Server,
         agent: ReplicaAgent,
         health_servicer: health.aio.HealthServicer,
+        plane: DataPlane | None = None,
     ) -> None:
+        self.plane = plane
         self.node = node
         self.host = host
         self.port = port
@@ -68,6 +74,8 @@ class RunningAgent:
     async def stop(self, grace: float) -> None:
         await self._health.enter_graceful_shutdown()
         await self._server.stop(grace)
+        if self.plane is not None:
+            await self.plane.close()
         await self._agent.close()
 
 
@@ -78,10 +86,15 @@ async def start_agent(
     *,
     catch_up: CatchUp | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
+    etcd_client: EtcdClient | None = None,
+    keys: KeySpace | None = None,
+    data_config: DataConfig | None = None,
 ) -> RunningAgent:
     """Bind ``listen``, open the data dir, start serving; raises ``PlacementError`` on bad input.
 
-    Binding comes first so that a bad or taken address leaves the data dir untouched.
+    Binding comes first so that a bad or taken address leaves the data dir untouched. With an
+    etcd client the agent also runs the data plane (``DataService``, ``ReplicationService``) and
+    a rebalance's catch-up copies data (unless ``catch_up`` is given).
     """
     validate_name("--node", node)
     host, port = parse_listen(listen)
@@ -96,23 +109,36 @@ async def start_agent(
     except BaseException:
         await server.stop(None)
         raise
-    agent = ReplicaAgent(node, SerialStore(store), catch_up=catch_up, on_fatal=on_fatal)
+    db = SerialStore(store)
+    plane: DataPlane | None = None
+    if etcd_client is not None and keys is not None:
+        plane = DataPlane(node, db, etcd_client, keys, config=data_config)
+        catch_up = catch_up if catch_up is not None else plane.catch_up
+    agent = ReplicaAgent(node, db, catch_up=catch_up, on_fatal=on_fatal)
+    services = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
     try:
+        if plane is not None:
+            await plane.start()
+            data_pb2_grpc.add_DataServiceServicer_to_server(DataServicer(plane), server)
+            data_pb2_grpc.add_ReplicationServiceServicer_to_server(
+                ReplicationServicer(plane), server
+            )
+            services += [DATA_SERVICE_NAME, REPLICATION_SERVICE_NAME]
         await agent.start()
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaServicer(agent), server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-        )
+        reflection.enable_server_reflection(services, server)
         await server.start()
     except BaseException:
         await server.stop(None)
+        if plane is not None:
+            await plane.close()
         await agent.close()
         raise
-    for service in ("", SERVICE_NAME):
+    for service in ("", *services[:1], *services[3:]):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    return RunningAgent(node, host, bound, server, agent, health_servicer)
+    return RunningAgent(node, host, bound, server, agent, health_servicer, plane)
 
 
 async def serve(
@@ -127,6 +153,7 @@ async def serve(
     prefix: str = "/placement",
     attributes: Mapping[str, str] | None = None,
     lease_ttl: int = 5,
+    data_config: DataConfig | None = None,
 ) -> int:
     """Run an agent until SIGTERM/SIGINT (exit status 0) or a fatal store error (1).
 
@@ -147,20 +174,35 @@ async def serve(
         fatal.append(error)
         stop.set()
 
-    running = await start_agent(node, listen, data_dir, catch_up=catch_up, on_fatal=on_fatal)
+    client = EtcdClient(etcd) if etcd is not None else None
+    try:
+        running = await start_agent(
+            node,
+            listen,
+            data_dir,
+            catch_up=catch_up,
+            on_fatal=on_fatal,
+            etcd_client=client,
+            keys=keys,
+            data_config=data_config,
+        )
+    except BaseException:
+        if client is not None:
+            await client.close()
+        raise
     registration: Registration | None = None
-    client: EtcdClient | None = None
-    if etcd is not None and keys is not None:
-        client = EtcdClient(etcd)
+    if client is not None and keys is not None:
         record = NodeRecord(node, running.address, dict(attributes or {}))
         registration = Registration(client, keys, record, ttl=lease_ttl)
         try:
             await registration.start()
         except BaseException:
-            await client.close()
             await running.stop(grace)
+            await client.close()
             raise
         running.agent.reporter = registration.report
+        if running.plane is not None:
+            running.plane.put_owned = registration.put_owned
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:
@@ -175,8 +217,9 @@ async def serve(
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
-        if registration is not None and client is not None:
+        if registration is not None:
             await registration.stop()
-            await client.close()
         await running.stop(grace)
+        if client is not None:
+            await client.close()
     return 1 if fatal else 0

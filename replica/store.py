@@ -10,8 +10,8 @@ A *partial* replica row (``complete = 0``) exists only while a catch-up for the 
 unfinished; it is created by the catch-up (``begin_replica``) and dropped by ``DiscardReplica``.
 
 Tables: ``meta`` (node name), ``partitions`` (one ``PartitionRecord`` each), ``replicas`` (the
-replica records; the data issue adds their contents), ``journal`` (every effect ever decided,
-append-only, for inspection and tests).
+replica records; their contents live in ``replica.data_store``'s tables), ``journal`` (every
+effect ever decided, append-only, for inspection and tests).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from placement.errors import PlacementError
 from placement.model import Peers
+from replica.data_store import DataStore
 from replica.protocol import (
     CreateReplica,
     DiscardReplica,
@@ -116,6 +117,8 @@ class AgentStore:
         self.path = path
         self._conn = conn
         self._lock_fd = lock_fd
+        #: The replicas' data (key-values, replication log), on the same connection.
+        self.data = DataStore(conn)
 
     @classmethod
     def open(cls, data_dir: Path, node: str) -> AgentStore:
@@ -195,6 +198,7 @@ class AgentStore:
                     )
                 elif isinstance(effect, DiscardReplica):
                     self._conn.execute("DELETE FROM replicas WHERE zone = ? AND partition = ?", key)
+                    self.data.drop(*key)
                 self._conn.execute(
                     "INSERT INTO journal (zone, partition, revision, effect) VALUES (?, ?, ?, ?)",
                     (*key, record.accepted_revision, type(effect).__name__),
@@ -216,6 +220,14 @@ class AgentStore:
     def replica(self, zone: str, partition: int) -> ReplicaRow | None:
         with self._errors():
             return self._replica(zone, partition)
+
+    def replicas(self) -> list[ReplicaRow]:
+        """Every replica record (complete or partial), in (zone, partition) order."""
+        with self._errors():
+            rows = self._conn.execute(
+                "SELECT zone, partition, complete FROM replicas ORDER BY zone, partition"
+            ).fetchall()
+            return [ReplicaRow(str(z), int(p), bool(c)) for z, p, c in rows]
 
     def journal(self, zone: str, partition: int) -> list[JournalEntry]:
         with self._errors():
@@ -248,6 +260,7 @@ class AgentStore:
                             self._conn.execute(statement)
                     self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                     self._conn.execute("INSERT INTO meta (key, value) VALUES ('node', ?)", (node,))
+                self.data.create_schema()
                 owner = self._conn.execute("SELECT value FROM meta WHERE key = 'node'").fetchone()
             if owner is None or owner[0] != node:
                 found = None if owner is None else owner[0]

@@ -1,0 +1,319 @@
+"""The data plane end to end: real etcd, the real driver (in-process), agents as subprocesses
+running the real data plane (replication, ISR in etcd, catch-up by snapshot + log).
+
+* writes are acknowledged by the primary and land on every replica of stable;
+* a node joins: the rebalance copies the data to the new replicas before stable switches;
+* the primary of a busy partition is SIGKILLed: a new primary (an ISR member) takes over after
+  the lease expires and every acknowledged write is still there, on every replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from test_driver import ROOT, TIMEOUT, assert_clean_log, eventually, leader_fence, running_driver
+
+from placement.codec import InSyncSet, PrimaryLease, decode_isr, decode_primary
+from placement.etcd import EtcdClient
+from placement.keys import KeySpace
+from placement.metastore import Metastore
+from placement.model import ZoneSpec
+from placement.partitioning import partition_of
+from placement.primaries import LeaseConfig
+from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
+
+AGENT = """
+import asyncio, logging, sys
+from pathlib import Path
+from replica.server import serve
+from replica.data_plane import DataConfig
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+sys.exit(asyncio.run(serve(
+    sys.argv[1], sys.argv[2], Path(sys.argv[3]), etcd=sys.argv[4], prefix=sys.argv[5],
+    lease_ttl=2, data_config=DataConfig(isr_timeout=1.5, catch_up_bytes_per_s=0),
+)))
+"""
+
+LEASES = LeaseConfig(duration_ms=3000, renew_before_ms=1500)
+
+
+class Agents:
+    def __init__(self, tmp_path: Path, endpoint: str, keys: KeySpace) -> None:
+        self.tmp_path, self.endpoint, self.keys = tmp_path, endpoint, keys
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.addresses: dict[str, str] = {}
+        self.channels: dict[str, grpc.aio.Channel] = {}
+
+    async def start(self, node: str) -> None:
+        log = self.tmp_path / f"agent-{node}.log"
+        with log.open("ab") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", AGENT, node, "127.0.0.1:0", str(self.tmp_path / node),
+                self.endpoint, self.keys.prefix,
+                cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
+                stdin=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()
+        assert line.startswith(f"agent {node} listening on "), (line, log.read_text())
+        self.procs[node] = proc
+        self.addresses[node] = line.rsplit(" ", 1)[1].strip()
+
+    def data(self, node: str) -> data_pb2_grpc.DataServiceAsyncStub:
+        return data_pb2_grpc.DataServiceStub(self._channel(node))  # type: ignore[return-value]
+
+    def replication(self, node: str) -> data_pb2_grpc.ReplicationServiceAsyncStub:
+        return data_pb2_grpc.ReplicationServiceStub(self._channel(node))  # type: ignore[return-value]
+
+    def _channel(self, node: str) -> grpc.aio.Channel:
+        address = self.addresses[node]
+        if address not in self.channels:
+            self.channels[address] = grpc.aio.insecure_channel(address)
+        return self.channels[address]
+
+    async def close(self) -> None:
+        for channel in self.channels.values():
+            await channel.close()
+        for proc in self.procs.values():
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+        for node, proc in self.procs.items():
+            await asyncio.wait_for(proc.wait(), TIMEOUT)
+            if proc.stdout is not None:
+                await proc.stdout.read()
+            if proc.returncode != -signal.SIGKILL:
+                assert_clean_log(self.tmp_path / f"agent-{node}.log")
+
+
+@pytest.fixture
+async def agents(etcd: object, tmp_path: Path, keys: KeySpace) -> AsyncIterator[Agents]:
+    a = Agents(tmp_path, etcd.endpoint, keys)  # type: ignore[attr-defined]
+    try:
+        yield a
+    finally:
+        await a.close()
+
+
+async def primary_of(client: EtcdClient, keys: KeySpace, zone: str, p: int) -> PrimaryLease | None:
+    kv = (await client.get(keys.primary(zone, p))).first()
+    lease = decode_primary(kv.value) if kv is not None else None
+    return lease if isinstance(lease, PrimaryLease) else None
+
+
+async def isr_of(client: EtcdClient, keys: KeySpace, zone: str, p: int) -> InSyncSet | None:
+    kv = (await client.get(keys.isr(zone, p))).first()
+    isr = decode_isr(kv.value) if kv is not None else None
+    return isr if isinstance(isr, InSyncSet) else None
+
+
+async def put(
+    agents: Agents,
+    client: EtcdClient,
+    keys: KeySpace,
+    zone: str,
+    partitions: int,
+    key: bytes,
+    value: bytes,
+    deadline: float = 20.0,
+) -> data_pb2.WriteResponse:
+    """Put through the partition's primary, following redirects and retrying while it moves."""
+    p = partition_of(key, partitions)
+    ref = common_pb2.PartitionRef(zone=zone, partition=p)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while True:
+        lease = await primary_of(client, keys, zone, p)
+        try:
+            if lease is None or lease.node not in agents.addresses:
+                raise LookupError("no primary yet")
+            return await agents.data(lease.node).Put(
+                data_pb2.PutRequest(partition=ref, key=key, value=value), timeout=5
+            )
+        except (grpc.aio.AioRpcError, LookupError):
+            if loop.time() > end:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def replica_items(agents: Agents, node: str, zone: str, p: int) -> dict[bytes, bytes]:
+    out: dict[bytes, bytes] = {}
+    after = b""
+    while True:
+        reply = await agents.replication(node).ReadReplica(
+            data_pb2.ReadReplicaRequest(
+                partition=common_pb2.PartitionRef(zone=zone, partition=p), start_after=after
+            ),
+            timeout=5,
+        )
+        assert reply.hosted, f"{node} holds no complete replica of {zone}/{p}"
+        out.update((i.key, i.value) for i in reply.items)
+        if not reply.more:
+            return out
+        after = reply.items[-1].key
+
+
+async def stable_of(store: Metastore, zone: str) -> dict[int, tuple[str, ...]]:
+    state = await store.read_zone(zone)
+    return {
+        p: s.stable.value.peers  # type: ignore[union-attr]
+        for p, s in state.partitions.items()
+        if s.stable is not None and s.pending is None
+    }
+
+
+async def all_in_sync(client: EtcdClient, keys: KeySpace, store: Metastore, spec: ZoneSpec) -> bool:
+    stables = await stable_of(store, spec.name)
+    if len(stables) != spec.partitions:
+        return False
+    for p, peers in stables.items():
+        isr = await isr_of(client, keys, spec.name, p)
+        if isr is None or set(isr.members) != set(peers):
+            return False
+    return True
+
+
+async def check_replicas(
+    agents: Agents, store: Metastore, spec: ZoneSpec, acked: dict[bytes, bytes]
+) -> None:
+    stables = await stable_of(store, spec.name)
+    assert len(stables) == spec.partitions
+    for p, peers in stables.items():
+        want = {k: v for k, v in acked.items() if partition_of(k, spec.partitions) == p}
+        copies = [await replica_items(agents, n, spec.name, p) for n in peers]
+        for node, copy in zip(peers, copies, strict=True):
+            assert copy == copies[0], f"{spec.name}/{p}: {node} differs from {peers[0]}"
+            missing = {k for k, v in want.items() if copy.get(k) != v}
+            assert not missing, f"{spec.name}/{p} on {node}: {len(missing)} acknowledged lost"
+
+
+async def test_writes_reach_every_replica_and_a_joining_node_gets_the_data(
+    etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
+) -> None:
+    for n in ("n1", "n2", "n3"):
+        await agents.start(n)
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with running_driver(endpoint, keys, leases=LEASES) as driver:
+        store = Metastore(client, keys)
+        spec = ZoneSpec("kv", partitions=4, replicas=3)
+        assert (await store.create_zone(spec, await leader_fence(driver))).applied
+        await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+        acked: dict[bytes, bytes] = {}
+        for i in range(120):
+            key, value = f"k{i:04d}".encode(), f"v{i}".encode() * 20
+            reply = await put(agents, client, keys, "kv", 4, key, value)
+            assert reply.index > 0 and reply.lease_epoch >= 1
+            acked[key] = value
+        # Reads through the primary see every acknowledged write.
+        for key, value in list(acked.items())[:20]:
+            p = partition_of(key, 4)
+            lease = await primary_of(client, keys, "kv", p)
+            assert lease is not None
+            got = await agents.data(lease.node).Get(
+                data_pb2.GetRequest(
+                    partition=common_pb2.PartitionRef(zone="kv", partition=p), key=key
+                )
+            )
+            assert got.found and got.value == value
+        await check_replicas(agents, store, spec, acked)
+
+        # A non-primary answers FAILED_PRECONDITION naming the primary.
+        lease = await primary_of(client, keys, "kv", 0)
+        assert lease is not None
+        other = next(n for n in ("n1", "n2", "n3") if n != lease.node)
+        key0 = next(k for k in acked if partition_of(k, 4) == 0)
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await agents.data(other).Put(
+                data_pb2.PutRequest(
+                    partition=common_pb2.PartitionRef(zone="kv", partition=0), key=key0, value=b"x"
+                )
+            )
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        metadata = dict(e.value.trailing_metadata() or ())
+        assert metadata.get("x-primary", "").startswith(f"{lease.node}@")
+
+        # A fourth node joins; writes continue meanwhile; the new replicas hold everything.
+        await agents.start("n4")
+        for i in range(120, 200):
+            key, value = f"k{i:04d}".encode(), f"w{i}".encode()
+            await put(agents, client, keys, "kv", 4, key, value)
+            acked[key] = value
+
+        async def n4_holds_replicas() -> bool:
+            stables = await stable_of(store, "kv")
+            return len(stables) == 4 and any("n4" in peers for peers in stables.values())
+
+        await eventually(n4_holds_replicas, "n4 to join stable", within=TIMEOUT * 2)
+        await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable again")
+        await check_replicas(agents, store, spec, acked)
+
+
+async def test_sigkill_of_a_busy_primary_loses_no_acknowledged_write(
+    etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
+) -> None:
+    for n in ("n1", "n2", "n3"):
+        await agents.start(n)
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with running_driver(endpoint, keys, leases=LEASES) as driver:
+        store = Metastore(client, keys)
+        spec = ZoneSpec("kv", partitions=2, replicas=3)
+        assert (await store.create_zone(spec, await leader_fence(driver))).applied
+        await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+        victim_lease = await primary_of(client, keys, "kv", 0)
+        assert victim_lease is not None
+        victim = victim_lease.node
+        acked: dict[bytes, bytes] = {}
+        keys0 = [k for k in (f"key{i}".encode() for i in range(400)) if partition_of(k, 2) == 0]
+        stop = asyncio.Event()
+        acks = [0]
+
+        async def writer(offset: int) -> None:
+            seq = 0
+            while not stop.is_set():
+                key = keys0[(offset + seq * 4) % len(keys0)]
+                value = f"{offset}-{seq}".encode()
+                seq += 1
+                with contextlib.suppress(grpc.aio.AioRpcError, LookupError):
+                    await put(agents, client, keys, "kv", 2, key, value, deadline=0.5)
+                    acked[key] = value
+                    acks[0] += 1
+
+        writers = [asyncio.create_task(writer(i)) for i in range(4)]
+        await asyncio.sleep(2)
+        before = acks[0]
+        agents.procs[victim].send_signal(signal.SIGKILL)
+
+        async def moved() -> bool:
+            lease = await primary_of(client, keys, "kv", 0)
+            return lease is not None and lease.node != victim
+
+        await eventually(moved, "the lease to move off the killed primary")
+        await asyncio.sleep(2)
+        stop.set()
+        await asyncio.gather(*writers)
+        assert before > 0 and acks[0] > before, "writes resumed on the new primary"
+        new = await primary_of(client, keys, "kv", 0)
+        isr = await isr_of(client, keys, "kv", 0)
+        assert new is not None and isr is not None and new.node in isr.members
+        for key, value in acked.items():
+            p = partition_of(key, 2)
+            lease = await primary_of(client, keys, "kv", p)
+            assert lease is not None
+            got = await agents.data(lease.node).Get(
+                data_pb2.GetRequest(
+                    partition=common_pb2.PartitionRef(zone="kv", partition=p), key=key
+                )
+            )
+            assert got.found and got.value == value, f"acknowledged {key!r}={value!r} lost"
+        for node in isr.members:
+            copy = await replica_items(agents, node, "kv", 0)
+            for key, value in acked.items():
+                if partition_of(key, 2) == 0:
+                    assert copy.get(key) == value, f"{node} lacks acknowledged {key!r}"
