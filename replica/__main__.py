@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from placement.errors import PlacementError
+from placement.errors import InvalidInput, PlacementError
+from replica.data_plane import DataConfig
 from replica.registration import parse_attributes
 from replica.server import serve
 
@@ -31,6 +32,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--attribute", action="append", default=[], help="KEY=VALUE node attribute (repeatable)"
     )
     parser.add_argument("--lease-ttl", type=int, default=5, help="registration lease seconds")
+    parser.add_argument(
+        "--catch-up-mbps", type=float, default=64.0, help="catch-up bandwidth, MB/s (0 = no limit)"
+    )
+    parser.add_argument(
+        "--isr-timeout",
+        type=float,
+        default=3.0,
+        help="seconds before a silent replica leaves the ISR",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
@@ -38,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     try:
+        if args.catch_up_mbps < 0:
+            raise InvalidInput("--catch-up-mbps", f"{args.catch_up_mbps} is negative", "use >= 0")
+        if args.isr_timeout < 0.2:
+            raise InvalidInput("--isr-timeout", f"{args.isr_timeout} is too short", "use >= 0.2")
         attributes = parse_attributes(args.attribute)
         return asyncio.run(
             serve(
@@ -49,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 prefix=args.prefix,
                 attributes=attributes,
                 lease_ttl=args.lease_ttl,
+                data_config=DataConfig(
+                    isr_timeout=args.isr_timeout, catch_up_bytes_per_s=args.catch_up_mbps * 1e6
+                ),
             )
         )
     except PlacementError as e:

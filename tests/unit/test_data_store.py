@@ -1,0 +1,146 @@
+"""The replica data store: appends apply, undo restores exactly, followers accept only what
+extends their log, the fence rejects stale primaries, snapshots load and resume."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replica.data_store import AppendResult, DataStore, Entry
+
+Z, P = "z", 0
+
+
+@pytest.fixture
+def store() -> Iterator[DataStore]:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    s = DataStore(conn)
+    s.create_schema()
+    yield s
+    conn.close()
+
+
+def fresh() -> DataStore:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    s = DataStore(conn)
+    s.create_schema()
+    return s
+
+
+def contents(s: DataStore) -> dict[bytes, bytes]:
+    items, more = s.scan(Z, P, b"", b"", 10_000)
+    assert not more
+    return dict(items)
+
+
+ops = st.lists(
+    st.tuples(st.sampled_from([b"a", b"b", b"c", b"d"]), st.none() | st.binary(max_size=3)),
+    min_size=1,
+    max_size=30,
+)
+
+
+def as_entries(
+    raw: list[tuple[bytes, bytes | None]], start: int = 1, epoch: int = 1
+) -> list[Entry]:
+    return [Entry(start + i, epoch, k, v or b"", v is None) for i, (k, v) in enumerate(raw)]
+
+
+def replay(entries: list[Entry]) -> dict[bytes, bytes]:
+    out: dict[bytes, bytes] = {}
+    for e in entries:
+        if e.delete:
+            out.pop(e.key, None)
+        else:
+            out[e.key] = e.value
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops, st.integers(0, 30), st.integers(0, 30))
+def test_undo_to_any_point_equals_replaying_the_prefix(raw, commit: int, cut: int) -> None:  # type: ignore[no-untyped-def]
+    s = fresh()
+    entries = as_entries(raw)
+    s.append(Z, P, entries, min(commit, len(entries)))
+    assert contents(s) == replay(entries)
+    state = s.truncate(Z, P, cut)
+    kept = max(min(cut, len(entries)), min(commit, len(entries)))
+    assert state.last_index == kept
+    assert contents(s) == replay(entries[:kept])
+
+
+def test_follower_rejects_a_stale_epoch_and_undoes_on_a_new_one(store: DataStore) -> None:
+    result, state = store.follow(
+        Z, P, 2, 0, 0, as_entries([(b"a", b"1"), (b"b", b"2")], epoch=2), 1
+    )
+    assert result is AppendResult.OK
+    assert state.last_index == 2
+    assert state.commit_index == 1
+    # A deposed primary (epoch 1) changes nothing.
+    result, state = store.follow(Z, P, 1, 2, 2, as_entries([(b"c", b"x")], 3, epoch=1), 3)
+    assert result is AppendResult.STALE_EPOCH
+    assert contents(store) == {b"a": b"1", b"b": b"2"}
+    # A new primary (epoch 3): the uncommitted entry 2 is undone, the follower asks from 1.
+    result, state = store.follow(Z, P, 3, 2, 2, [], 2)
+    assert result is AppendResult.MISMATCH
+    assert state.last_index == 1
+    assert contents(store) == {b"a": b"1"}
+    result, state = store.follow(Z, P, 3, 1, 2, as_entries([(b"b", b"3")], 2, epoch=3), 2)
+    assert result is AppendResult.OK
+    assert state.last_index == 2
+    assert state.seen_epoch == 3
+    assert contents(store) == {b"a": b"1", b"b": b"3"}
+
+
+def test_follower_skips_entries_it_has_and_refuses_gaps(store: DataStore) -> None:
+    entries = as_entries([(b"a", b"1"), (b"b", b"2"), (b"c", b"3")])
+    assert store.follow(Z, P, 1, 0, 0, entries[:2], 0)[0] is AppendResult.OK
+    result, state = store.follow(Z, P, 1, 0, 0, entries, 3)  # a resend overlapping the log
+    assert result is AppendResult.OK
+    assert state.last_index == 3
+    assert state.commit_index == 3
+    result, state = store.follow(Z, P, 1, 5, 1, as_entries([(b"z", b"9")], 6), 6)
+    assert result is AppendResult.MISMATCH
+    assert state.last_index == 3
+    assert contents(store) == {b"a": b"1", b"b": b"2", b"c": b"3"}
+
+
+def test_snapshot_pages_load_and_then_the_log_continues(store: DataStore) -> None:
+    source = fresh()
+    source.append(Z, P, as_entries([(bytes([65 + i]), b"v" * 10) for i in range(20)]), 20)
+    state = store.begin_snapshot(Z, P, 20, 1)
+    assert state.loading_snapshot
+    after = b""
+    while True:
+        items, done = source.snapshot_page(Z, P, after, 50)
+        state = store.load_page(Z, P, items, done)
+        if done:
+            break
+        after = items[-1][0]
+        assert state.snap_after == after  # a restart resumes here
+    assert not state.loading_snapshot
+    assert state.last_index == 20
+    assert contents(store) == contents(source)
+    assert store.epoch_at(Z, P, 20, state) == 1
+    more = as_entries([(b"A", b"new")], 21)
+    assert store.follow(Z, P, 1, 20, 1, more, 21)[0] is AppendResult.OK
+    assert store.get(Z, P, b"A") == b"new"
+
+
+def test_trim_keeps_the_newest_and_moves_the_base(store: DataStore) -> None:
+    store.append(Z, P, as_entries([(b"k", bytes([i])) for i in range(10)]), 10)
+    state = store.trim(Z, P, 3)
+    assert (state.base_index, state.last_index) == (7, 10)
+    assert [e.index for e in store.entries(Z, P, 7, 10, 1 << 20)] == [8, 9, 10]
+    assert store.truncate(Z, P, 0).last_index == 10  # committed: never undone
+
+
+def test_scan_honours_prefix_start_after_and_limit(store: DataStore) -> None:
+    store.append(Z, P, as_entries([(k, b"1") for k in (b"a1", b"a2", b"a3", b"b1")]), 4)
+    assert store.scan(Z, P, b"a", b"", 2) == ([(b"a1", b"1"), (b"a2", b"1")], True)
+    assert store.scan(Z, P, b"a", b"a2", 5) == ([(b"a3", b"1")], False)
+    assert store.size(Z, P) == (4 * 3, 4)
