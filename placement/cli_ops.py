@@ -25,6 +25,8 @@ from rich.table import Table
 
 from placement.client import ApiError, PlacementClient, parse_endpoints
 from placement.errors import InvalidInput, PlacementError, StoreUnavailable
+from placement.limits import MAX_REPLICAS
+from placement.model import DEFAULT_MIN_IN_SYNC
 from placement.v1 import common_pb2, driver_pb2
 
 T = TypeVar("T")
@@ -72,6 +74,7 @@ def zone_config(
     failure_domain: str | None,
     scale_up_delay: float | None,
     scale_down_delay: float | None,
+    min_in_sync: int | None = None,
 ) -> tuple[driver_pb2.ZoneConfig, list[str]]:
     """The ZoneConfig and the names of the fields given (for AlterZone's ``update_fields``)."""
     config = driver_pb2.ZoneConfig()
@@ -94,6 +97,15 @@ def zone_config(
     if scale_down_delay is not None:
         config.scale_down_delay_seconds = scale_down_delay
         given.append("scale_down_delay")
+    if min_in_sync is not None:
+        if not 1 <= min_in_sync <= MAX_REPLICAS:
+            raise InvalidInput(
+                "--min-in-sync",
+                f"{min_in_sync} is out of range",
+                f"use 1..{MAX_REPLICAS} (the default is 2, at most --replicas)",
+            )
+        config.min_in_sync = min_in_sync
+        given.append("min_in_sync")
     return config, given
 
 
@@ -113,8 +125,20 @@ def zone_json(zone: driver_pb2.Zone) -> dict[str, Any]:
         "failure_domain": c.failure_domain or None,
         "scale_up_delay": c.scale_up_delay_seconds,
         "scale_down_delay": c.scale_down_delay_seconds,
+        "min_in_sync": c.min_in_sync or None,
+        "effective_min_in_sync": _effective_min_in_sync(c),
         "revision": zone.revision,
     }
+
+
+def _effective_min_in_sync(c: driver_pb2.ZoneConfig) -> int:
+    """What the replicas apply (``model.effective_min_in_sync``) for a config from the API."""
+    return min(c.min_in_sync or DEFAULT_MIN_IN_SYNC, c.replicas)
+
+
+def _min_in_sync_text(c: driver_pb2.ZoneConfig) -> str:
+    effective = _effective_min_in_sync(c)
+    return str(effective) if c.min_in_sync else f"{effective} (default)"
 
 
 def status_json(status: driver_pb2.ZoneStatus) -> dict[str, Any]:
@@ -221,6 +245,14 @@ def _zone_options(required: bool) -> Callable[[Callable[..., Any]], Callable[...
             click.option(
                 "--scale-down-delay", type=float, help="Seconds before a gone node is replaced."
             ),
+            click.option(
+                "--min-in-sync",
+                type=int,
+                help=(
+                    f"Fewest in-sync replicas a primary accepts writes with (1..{MAX_REPLICAS};"
+                    " default 2, at most --replicas)."
+                ),
+            ),
         ]
         for option in reversed(options):
             f = option(f)
@@ -236,7 +268,8 @@ def _print_zone(z: driver_pb2.Zone, verb: str) -> None:
         f"zone {z.name} {verb}: partitions={c.partitions} replicas={c.replicas} "
         f"selector={selector} failure-domain={c.failure_domain or '-'} "
         f"scale-up-delay={c.scale_up_delay_seconds:g}s "
-        f"scale-down-delay={c.scale_down_delay_seconds:g}s (revision {z.revision})"
+        f"scale-down-delay={c.scale_down_delay_seconds:g}s "
+        f"min-in-sync={_min_in_sync_text(c)} (revision {z.revision})"
     )
 
 
@@ -291,7 +324,19 @@ def zone_get(ctx: click.Context, name: str, as_json: bool) -> None:
 
 
 def _zone_table(zones: Sequence[driver_pb2.Zone]) -> None:
-    table = Table("zone", "partitions", "replicas", "selector", "failure domain", "delays up/down")
+    table = Table(
+        "zone",
+        "partitions",
+        "replicas",
+        "selector",
+        "domain",
+        "delays",
+        "min ISR",
+        caption=(
+            "domain: failure domain; delays: scale-up / scale-down; min ISR: fewest in-sync "
+            "replicas a primary accepts writes with (* = the default: 2, at most replicas)"
+        ),
+    )
     for z in zones:
         c = z.config
         table.add_row(
@@ -301,6 +346,7 @@ def _zone_table(zones: Sequence[driver_pb2.Zone]) -> None:
             ",".join(f"{k}={v}" for k, v in sorted(c.node_selector.items())) or "-",
             c.failure_domain or "-",
             f"{c.scale_up_delay_seconds:g}s / {c.scale_down_delay_seconds:g}s",
+            str(_effective_min_in_sync(c)) + ("" if c.min_in_sync else "*"),
         )
     _console().print(table)
 
@@ -514,6 +560,8 @@ def decode_entry(kind: str, field: str | None, raw: bytes) -> Any:
         "primary": codec.decode_primary,
         "control": codec.decode_control,
         "progress": codec.decode_report,
+        "isr": codec.decode_isr,
+        "sizes": codec.decode_size,
     }
     assign: dict[str | None, Callable[[bytes], Any]] = {
         "stable": codec.decode_assignment,
@@ -600,6 +648,20 @@ def agent() -> None:
 @click.option("--prefix", default="/placement", show_default=True, help="Metastore key prefix.")
 @click.option("--attribute", multiple=True, metavar="K=V", help="Node attribute (repeatable).")
 @click.option("--lease-ttl", type=click.IntRange(min=2), default=5, show_default=True)
+@click.option(
+    "--catch-up-mbps",
+    type=click.FloatRange(min=0),
+    default=64.0,
+    show_default=True,
+    help="Catch-up bandwidth of this agent in MB/s (0 = unlimited).",
+)
+@click.option(
+    "--isr-timeout",
+    type=click.FloatRange(min=0.2),
+    default=3.0,
+    show_default=True,
+    help="Seconds a replica may stay silent before its primary drops it from the in-sync set.",
+)
 def agent_run(
     etcd_endpoints: str,
     node: str,
@@ -608,10 +670,13 @@ def agent_run(
     prefix: str,
     attribute: tuple[str, ...],
     lease_ttl: int,
+    catch_up_mbps: float,
+    isr_timeout: float,
 ) -> None:
     """Run a replica agent that registers NODE in etcd (until SIGTERM/SIGINT)."""
     import logging
 
+    from replica.data_plane import DataConfig
     from replica.server import serve
 
     attributes = parse_pairs(attribute, "--attribute")
@@ -629,6 +694,9 @@ def agent_run(
             prefix=prefix,
             attributes=attributes,
             lease_ttl=lease_ttl,
+            data_config=DataConfig(
+                isr_timeout=isr_timeout, catch_up_bytes_per_s=catch_up_mbps * 1e6
+            ),
         )
     )
     sys.exit(code)

@@ -486,10 +486,14 @@ class DataPlane:
 
     async def fetch(self, request: data_pb2.FetchRequest) -> data_pb2.FetchResponse:
         key = (request.partition.zone, request.partition.partition)
-        primary = self._primaries.get(key)
-        if primary is None or not primary.ready.is_set() or primary.finished:
-            raise NotPrimary(key[0], key[1], self.view.primary_hint(key))
-        return await primary.fetch(request)
+        primary = self._serving(key)
+        if not primary.ready.is_set():
+            raise NotPrimary(key[0], key[1], "")
+        try:
+            return await primary.fetch(request)
+        except Deposed as e:  # this primary object was superseded while the fetch ran
+            log.info("%s/%s: fetch by %s on a superseded primary: %s", *key, request.node, e)
+            raise NotPrimary(key[0], key[1], self.view.primary_hint(key)) from None
 
     async def read_replica(
         self, zone: str, partition: int, start_after: bytes, limit: int
@@ -534,7 +538,9 @@ class DataPlane:
             if lease is None or lease.node != self.node or lease.lease_epoch != lease_epoch:
                 raise Deposed("the lease moved")
             if current_rev != isr_revision:
-                raise Deposed("the in-sync set changed under this primary")
+                raise Deposed(
+                    f"the in-sync set changed under this primary ({isr_revision} -> {current_rev})"
+                )
             value = InSyncSet(tuple(sorted(members)), self.node, lease_epoch, self.now_ms())
             result = await self.client.txn(
                 [
@@ -575,6 +581,7 @@ class Primary:
         self.isr_revision = 0
         self.state = DataState()
         self._queue: list[_Write] = []
+        self._inflight: list[_Write] = []
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._recent: list[Entry] = []
@@ -596,7 +603,9 @@ class Primary:
             await self._task
 
     def _fail_queue(self, error: Exception) -> None:
-        queue, self._queue = self._queue, []
+        """Fail every write not acknowledged yet (queued, or in a batch that was cut short)."""
+        queue, self._queue = self._inflight + self._queue, []
+        self._inflight = []
         for write in queue:
             if not write.future.done():
                 write.future.set_exception(error)
@@ -639,7 +648,9 @@ class Primary:
                 while self._queue:
                     batch = self._queue[: self.plane.config.batch_max]
                     del self._queue[: len(batch)]
+                    self._inflight = batch
                     await self._commit_batch(batch)
+                    self._inflight = []
         except Deposed as e:
             log.info("primary %s/%s@%d deposed: %s", self.zone, self.partition, self.lease_epoch, e)
         except asyncio.CancelledError:
@@ -719,6 +730,17 @@ class Primary:
                     write.future.set_result((entry.index, epoch, had))
             await plane.maybe_trim(self.key, len(entries))
 
+    async def _set_isr(self, members: frozenset[str]) -> None:
+        """Record the ISR in etcd and remember its revision — shielded: a fetch cancelled by
+        its learner must not leave the write done and the revision unrecorded."""
+
+        async def write() -> None:
+            self.isr_revision = await self.plane.write_isr(
+                self.key, self.lease_epoch, members, self.isr_revision
+            )
+
+        await asyncio.shield(asyncio.ensure_future(write()))
+
     def _check_lease(self) -> None:
         if not self.plane.lease_ok(self.key, self.lease_epoch):
             raise Deposed("the lease expired or moved")
@@ -743,9 +765,7 @@ class Primary:
                     f"{self.zone}/{self.partition}: {sorted(failed)} do not answer and the in-sync"
                     f" set may not shrink below {plane.min_in_sync(self.zone)}; write refused"
                 )
-            self.isr_revision = await plane.write_isr(
-                self.key, self.lease_epoch, keep, self.isr_revision
-            )
+            await self._set_isr(keep)
             for m in failed:
                 del self.members[m]
             log.warning(
@@ -778,6 +798,7 @@ class Primary:
             timeout = deadline - time.monotonic()
             if timeout <= 0:
                 return False
+            self._check_lease()  # a primary paused past its lease sends nothing when it wakes
             try:
                 reply = await stub.Append(request, timeout=timeout)
             except grpc.aio.AioRpcError as e:
@@ -856,10 +877,7 @@ class Primary:
                 and request.node not in self.members
                 and request.node != plane.node
             ):
-                members = frozenset(self.members) | {plane.node, request.node}
-                self.isr_revision = await plane.write_isr(
-                    self.key, self.lease_epoch, members, self.isr_revision
-                )
+                await self._set_isr(frozenset(self.members) | {plane.node, request.node})
                 self.members[request.node] = reached
                 log.info(
                     "%s/%s: %s joined the in-sync set", self.zone, self.partition, request.node
