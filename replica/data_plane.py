@@ -86,6 +86,7 @@ class DataConfig:
     size_interval: float = 10.0
     batch_max: int = 512
     tick: float = 0.5
+    heartbeat: float = 1.0
 
 
 @dataclass
@@ -643,7 +644,11 @@ class Primary:
             await self._reconcile()
             self.ready.set()
             while True:
-                await self._wake.wait()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.plane.config.heartbeat)
+                except TimeoutError:
+                    await self._heartbeat()
+                    continue
                 self._wake.clear()
                 while self._queue:
                     batch = self._queue[: self.plane.config.batch_max]
@@ -730,14 +735,36 @@ class Primary:
                     write.future.set_result((entry.index, epoch, had))
             await plane.maybe_trim(self.key, len(entries))
 
-    async def _set_isr(self, members: frozenset[str]) -> None:
-        """Record the ISR in etcd and remember its revision — shielded: a fetch cancelled by
-        its learner must not leave the write done and the revision unrecorded."""
+    async def _heartbeat(self) -> None:
+        """Idle: an empty append to every member, so a member that left (NOT_HOSTED) or went
+        silent leaves the ISR within ``isr_timeout`` even without writes, and followers learn
+        the commit index."""
+        if not self.members:
+            self._check_lease()
+            return
+        async with self._lock:
+            try:
+                await self._replicate(self.state.last_index)
+            except Unavailable as e:
+                log.debug("heartbeat of %s/%s: %s", self.zone, self.partition, e)
+
+    async def _set_isr(self, members: frozenset[str], joined: dict[str, int] | None = None) -> None:
+        """Record the ISR ``members`` in etcd, then make ``self.members`` (every other member,
+        with its match index; ``joined`` gives the new ones') agree with it. Shielded: a fetch
+        cancelled by its learner must never leave etcd and memory disagreeing — an ISR member
+        the primary does not replicate to would break every acknowledgement's promise."""
 
         async def write() -> None:
             self.isr_revision = await self.plane.write_isr(
                 self.key, self.lease_epoch, members, self.isr_revision
             )
+            log.info("%s/%s: in-sync set is now %s", self.zone, self.partition, sorted(members))
+            joined_now = joined or {}
+            self.members = {
+                m: self.members.get(m, joined_now.get(m, 0))
+                for m in sorted(members)
+                if m != self.plane.node
+            }
 
         await asyncio.shield(asyncio.ensure_future(write()))
 
@@ -766,8 +793,6 @@ class Primary:
                     f" set may not shrink below {plane.min_in_sync(self.zone)}; write refused"
                 )
             await self._set_isr(keep)
-            for m in failed:
-                del self.members[m]
             log.warning(
                 "%s/%s: removed %s from the in-sync set", self.zone, self.partition, sorted(failed)
             )
@@ -877,8 +902,8 @@ class Primary:
                 and request.node not in self.members
                 and request.node != plane.node
             ):
-                await self._set_isr(frozenset(self.members) | {plane.node, request.node})
-                self.members[request.node] = reached
+                members = frozenset(self.members) | {plane.node, request.node}
+                await self._set_isr(members, {request.node: reached})
                 log.info(
                     "%s/%s: %s joined the in-sync set", self.zone, self.partition, request.node
                 )
