@@ -23,7 +23,7 @@ T = TypeVar("T")
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 #: Scan's page size when the request asks for 0, and its cap.
-DEFAULT_SCAN_LIMIT = 1000
+DEFAULT_SCAN_LIMIT = 1000  # pages are also capped at 1 MiB of keys plus values
 MAX_SCAN_LIMIT = 10_000
 PRIMARY_METADATA = "x-primary"
 

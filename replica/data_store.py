@@ -131,10 +131,17 @@ class DataStore:
         return None if row is None else bytes(row[0])
 
     def scan(
-        self, zone: str, partition: int, prefix: bytes, start_after: bytes, limit: int
+        self,
+        zone: str,
+        partition: int,
+        prefix: bytes,
+        start_after: bytes,
+        limit: int,
+        max_bytes: int = 1 << 20,
     ) -> tuple[list[tuple[bytes, bytes]], bool]:
-        """Up to ``limit`` items with ``prefix`` after ``start_after``, in key order; and whether
-        more follow."""
+        """Up to ``limit`` items with ``prefix`` after ``start_after``, in key order, and no more
+        than about ``max_bytes`` of keys plus values (at least one item, so a page always moves
+        on); and whether more follow."""
         low = max(prefix, start_after)
         sql = "SELECT key, value FROM kv WHERE zone = ? AND partition = ? AND key >= ?"
         params: list[object] = [zone, partition, low]
@@ -147,7 +154,13 @@ class DataStore:
         sql += " ORDER BY key LIMIT ?"
         params.append(limit + 1)
         rows = self._conn.execute(sql, params).fetchall()
-        items = [(bytes(k), bytes(v)) for k, v in rows[:limit]]
+        items: list[tuple[bytes, bytes]] = []
+        size = 0
+        for k, v in rows[:limit]:
+            if items and size + len(k) + len(v) > max_bytes:
+                return items, True
+            items.append((bytes(k), bytes(v)))
+            size += len(k) + len(v)
         return items, len(rows) > limit
 
     def snapshot_page(

@@ -206,7 +206,7 @@ class ScanRequest(_message.Message):
     start_after: _builtins.bytes
     """Only keys strictly after this one (paging; empty = from the start)."""
     limit: _builtins.int
-    """At most this many items (0 = the server's default, 1000)."""
+    """At most this many items (0 = the server's default, 1000), and about 1 MiB of keys plus values."""
     @_builtins.property
     def partition(self) -> _common_pb2.PartitionRef: ...
     def __init__(

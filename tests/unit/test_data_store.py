@@ -144,3 +144,13 @@ def test_scan_honours_prefix_start_after_and_limit(store: DataStore) -> None:
     assert store.scan(Z, P, b"a", b"", 2) == ([(b"a1", b"1"), (b"a2", b"1")], True)
     assert store.scan(Z, P, b"a", b"a2", 5) == ([(b"a3", b"1")], False)
     assert store.size(Z, P) == (4 * 3, 4)
+
+
+def test_scan_pages_are_bounded_in_bytes_but_always_move_on(store: DataStore) -> None:
+    store.append(Z, P, as_entries([(bytes([97 + i]), b"x" * 1000) for i in range(5)]), 5)
+    items, more = store.scan(Z, P, b"", b"", 100, max_bytes=2500)
+    assert [k for k, _ in items] == [b"a", b"b"]
+    assert more
+    items, more = store.scan(Z, P, b"", b"d", 100, max_bytes=10)
+    assert [k for k, _ in items] == [b"e"]
+    assert not more
