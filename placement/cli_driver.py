@@ -31,6 +31,7 @@ from placement.driver import Driver, DriverConfig
 from placement.errors import InvalidInput
 from placement.etcd import EtcdClient
 from placement.keys import DEFAULT_PREFIX, KeySpace, validate_name
+from placement.primaries import LeaseConfig
 
 AddServicers = Callable[[grpc.aio.Server, Driver], Sequence[str]]
 
@@ -51,6 +52,7 @@ async def serve_driver(
     lease_ttl: int = 5,
     max_moves_global: int = 64,
     max_moves_per_node: int = 8,
+    primary_lease: float = 10.0,
     add_servicers: AddServicers | None = None,
     announce: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> int:
@@ -70,6 +72,9 @@ async def serve_driver(
         lease_ttl=lease_ttl,
         max_moves_global=max_moves_global,
         max_moves_per_node=max_moves_per_node,
+        leases=LeaseConfig(
+            duration_ms=int(primary_lease * 1000), renew_before_ms=int(primary_lease * 500)
+        ),
     )
     async with EtcdClient(list(endpoints)) as client:
         driver = Driver(client, keys, config)
@@ -125,6 +130,11 @@ def driver() -> None:
     "--max-moves-per-node", default=8, show_default=True, type=click.IntRange(1, 100_000),
     help="Partitions being moved at once onto one node.",
 )  # fmt: skip
+@click.option(
+    "--primary-lease", default=10.0, show_default=True, type=click.FloatRange(1.0, 3600.0),
+    help="Seconds a partition's primary lease lasts (renewed at half); a dead primary is "
+    "replaced after it expires.",
+)  # fmt: skip
 @click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
 def run(
     etcd: str,
@@ -134,6 +144,7 @@ def run(
     prefix: str,
     max_moves: int,
     max_moves_per_node: int,
+    primary_lease: float,
     log_level: str,
 ) -> None:
     """Run one driver instance until SIGTERM/SIGINT."""
@@ -154,6 +165,7 @@ def run(
                 lease_ttl=lease_ttl,
                 max_moves_global=max_moves,
                 max_moves_per_node=max_moves_per_node,
+                primary_lease=primary_lease,
             )
         )
         sys.exit(status)
