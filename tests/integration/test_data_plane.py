@@ -209,7 +209,8 @@ async def test_writes_reach_every_replica_and_a_joining_node_gets_the_data(
         for i in range(120):
             key, value = f"k{i:04d}".encode(), f"v{i}".encode() * 20
             reply = await put(agents, client, keys, "kv", 4, key, value)
-            assert reply.index > 0 and reply.lease_epoch >= 1
+            assert reply.index > 0
+            assert reply.lease_epoch >= 1
             acked[key] = value
         # Reads through the primary see every acknowledged write.
         for key, value in list(acked.items())[:20]:
@@ -221,7 +222,8 @@ async def test_writes_reach_every_replica_and_a_joining_node_gets_the_data(
                     partition=common_pb2.PartitionRef(zone="kv", partition=p), key=key
                 )
             )
-            assert got.found and got.value == value
+            assert got.found
+            assert got.value == value
         await check_replicas(agents, store, spec, acked)
 
         # A non-primary answers FAILED_PRECONDITION naming the primary.
@@ -298,10 +300,13 @@ async def test_sigkill_of_a_busy_primary_loses_no_acknowledged_write(
         await asyncio.sleep(2)
         stop.set()
         await asyncio.gather(*writers)
-        assert before > 0 and acks[0] > before, "writes resumed on the new primary"
+        assert before > 0, "writes were acknowledged before the kill"
+        assert acks[0] > before, "writes resumed on the new primary"
         new = await primary_of(client, keys, "kv", 0)
         isr = await isr_of(client, keys, "kv", 0)
-        assert new is not None and isr is not None and new.node in isr.members
+        assert new is not None
+        assert isr is not None
+        assert new.node in isr.members
         for key, value in acked.items():
             p = partition_of(key, 2)
             lease = await primary_of(client, keys, "kv", p)
@@ -311,7 +316,8 @@ async def test_sigkill_of_a_busy_primary_loses_no_acknowledged_write(
                     partition=common_pb2.PartitionRef(zone="kv", partition=p), key=key
                 )
             )
-            assert got.found and got.value == value, f"acknowledged {key!r}={value!r} lost"
+            assert got.found, f"acknowledged {key!r} lost"
+            assert got.value == value, f"acknowledged {key!r}={value!r} lost"
         for node in isr.members:
             copy = await replica_items(agents, node, "kv", 0)
             for key, value in acked.items():
