@@ -30,7 +30,11 @@ Per zone, in this order:
 
    MOVING -> IDLE (finish: stable := pending) or -> MOVING (pending := planned), MOVING ->
    CANCELLING (cancel written), CANCELLING -> IDLE (finish_cancel).
-5. **Primary leases** (:mod:`placement.primaries`): grants, renewals and moves.
+5. **Primary leases** (:mod:`placement.primaries`): grants, renewals and moves — a new holder
+   only from the live members of stable in the partition's in-sync set (``{p}/isr/...``, read
+   into :attr:`ZoneView.isrs`), each move compare-guarded on the ISR key's mod_revision.
+6. **Leftovers** of a dropped zone (no config, no assignment keys) — data nodes, primary leases,
+   ISR and replica-size keys -> :class:`DropLeftovers`.
 """
 
 from __future__ import annotations
@@ -45,12 +49,14 @@ from placement.codec import (
     CancelIntent,
     Corrupt,
     DataNodes,
+    InSyncSet,
     MoveReport,
     NodeRecord,
     PrimaryLease,
     decode_assignment,
     decode_cancel,
     decode_datanodes,
+    decode_isr,
     decode_node,
     decode_primary,
     decode_report,
@@ -64,7 +70,7 @@ from placement.keys import AssignField, KeyKind, KeySpace, ParsedKey
 from placement.metastore import PartitionState, TriggerAction, Versioned, decide_trigger
 from placement.model import Node, Peers, ZoneSpec
 from placement.placement import place
-from placement.primaries import LeaseConfig, plan_primaries
+from placement.primaries import LeaseConfig, LeaseWrite, corrupt_isrs, plan_primaries
 
 # -- the view ----------------------------------------------------------------------------------
 
@@ -80,6 +86,12 @@ class ZoneView:
     datanodes_mod: int
     partitions: Mapping[int, PartitionState]
     primaries: Mapping[int, Versioned[PrimaryLease]]
+    #: The partitions' in-sync sets (``{p}/isr/{zone}/{partition}``); absent = no ISR key.
+    isrs: Mapping[int, Versioned[InSyncSet | Corrupt]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    #: Some agent has a replica-size key (``{p}/sizes/{zone}/...``) of this zone.
+    has_sizes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +162,8 @@ def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
         return decode_datanodes(kv.value)
     if parsed.kind is KeyKind.PRIMARY:
         return Versioned(decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision)
+    if parsed.kind is KeyKind.ISR:
+        return Versioned(decode_isr(kv.value), kv.value, kv.mod_revision, kv.create_revision)
     if parsed.kind is KeyKind.PROGRESS:
         return decode_report(kv.value)
     if parsed.kind is KeyKind.ASSIGN:
@@ -176,6 +190,8 @@ def build_view(
     datanodes: dict[str, tuple[DataNodes | Corrupt, int]] = {}
     fields: dict[str, dict[int, dict[str, Versioned[object]]]] = {}
     primaries: dict[str, dict[int, Versioned[PrimaryLease]]] = {}
+    isrs: dict[str, dict[int, Versioned[InSyncSet | Corrupt]]] = {}
+    sizes: set[str] = set()
     nodes: dict[str, NodeRecord] = {}
     reports: dict[tuple[str, int], dict[str, MoveReport]] = {}
     paused = False
@@ -195,6 +211,11 @@ def build_view(
         elif parsed.kind is KeyKind.PRIMARY:
             assert parsed.partition is not None
             primaries.setdefault(parsed.name, {})[parsed.partition] = value  # type: ignore[assignment]
+        elif parsed.kind is KeyKind.ISR:
+            assert parsed.partition is not None
+            isrs.setdefault(parsed.name, {})[parsed.partition] = value  # type: ignore[assignment]
+        elif parsed.kind is KeyKind.SIZES:
+            sizes.add(parsed.name)
         elif parsed.kind is KeyKind.PROGRESS:
             assert parsed.partition is not None
             assert parsed.node is not None
@@ -207,7 +228,9 @@ def build_view(
                 parsed.field.value
             ] = value  # type: ignore[assignment]
     zones: dict[str, ZoneView] = {}
-    for name in sorted(set(specs) | set(fields) | set(datanodes) | set(primaries)):
+    for name in sorted(
+        set(specs) | set(fields) | set(datanodes) | set(primaries) | set(isrs) | sizes
+    ):
         spec, zone_mod = specs.get(name, (None, 0))
         dn, dn_mod = datanodes.get(name, (None, 0))
         parts = {
@@ -222,6 +245,8 @@ def build_view(
             dn_mod,
             MappingProxyType(parts),
             MappingProxyType(primaries.get(name, {})),
+            MappingProxyType(isrs.get(name, {})),
+            name in sizes,
         )
     return ClusterView(
         revision,
@@ -277,15 +302,18 @@ class Drive:
 
 @dataclass(frozen=True, slots=True)
 class WritePrimaries:
-    """CAS each ``{p}/primary/{zone}/{partition}`` from its expected mod_revision (0 = absent)."""
+    """CAS each ``{p}/primary/{zone}/{partition}`` from its expected mod_revision (0 = absent);
+    a write that changes the holder also compares the partition's ISR key (``LeaseWrite.isr_mod``:
+    ``mod_revision == isr_mod``, or ``version == 0`` when 0)."""
 
     zone: str
-    leases: Mapping[int, tuple[PrimaryLease, int]]
+    leases: Mapping[int, LeaseWrite]
 
 
 @dataclass(frozen=True, slots=True)
 class DropLeftovers:
-    """A dropped zone (no config, no assignment keys): delete its datanodes and primary keys."""
+    """A dropped zone (no config, no assignment keys): delete its datanodes, primary, ISR and
+    replica-size keys."""
 
     zone: str
 
@@ -312,6 +340,8 @@ class PassPlan:
     skipped: Mapping[str, str] = field(default_factory=dict)
     drops: tuple[DropLeftovers, ...] = ()
     cancels: tuple[CancelMove, ...] = ()
+    #: Per zone, partitions whose ISR key is corrupt: their leases stay where they are.
+    corrupt_isrs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def writes(self) -> bool:
@@ -375,15 +405,16 @@ def plan_zone_targets(
 
 
 def abandoned_moves(zone: ZoneView, applied: tuple[str, ...]) -> list[CancelMove]:
-    """Moves that cannot finish: a joining member of pending is no longer a data node (left
-    after its scale-down delay) and a planned target exists to move on to."""
+    """Moves that cannot finish: a member of pending — joining or staying — is no longer a data
+    node (left after its scale-down delay), so it can never report DONE, and a planned target
+    exists to move on to."""
     members = set(applied)
     found = []
     for state in zone.partitions.values():
         drive = drive_action(state)
         if drive is None or drive.cancel or state.planned is None:
             continue
-        if any(n not in members for n in drive.new if n not in drive.old):
+        if any(n not in members for n in drive.new):
             found.append(CancelMove(zone.name, state.partition, drive.revision))
     return found
 
@@ -415,6 +446,7 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
     skipped: dict[str, str] = {}
     drops: list[DropLeftovers] = []
     cancels: list[CancelMove] = []
+    unreadable: dict[str, tuple[int, ...]] = {}
     for name, zone in view.zones.items():
         spec = zone.spec
         if not view.paused:
@@ -424,7 +456,11 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
                     drives.append(drive)
         if not isinstance(spec, ZoneSpec):
             skipped[name] = "zone config absent" if spec is None else "zone config corrupt"
-            if spec is None and not zone.partitions and (zone.datanodes or zone.primaries):
+            if (
+                spec is None
+                and not zone.partitions
+                and (zone.datanodes or zone.primaries or zone.isrs or zone.has_sizes)
+            ):
                 drops.append(DropLeftovers(name))
             continue
         previous = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
@@ -450,9 +486,12 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
                 for p, s in zone.partitions.items()
                 if p < spec.partitions and (peers := s.peers(AssignField.STABLE)) is not None
             }
-            grants = plan_primaries(stables, zone.primaries, set(view.nodes), now_ms, leases)
+            isrs = {p: isr for p, isr in zone.isrs.items() if p in stables}
+            grants = plan_primaries(stables, zone.primaries, set(view.nodes), now_ms, leases, isrs)
             if grants:
                 primaries.append(WritePrimaries(name, MappingProxyType(grants)))
+            if bad := corrupt_isrs(isrs):
+                unreadable[name] = tuple(bad)
     return PassPlan(
         tuple(datanode_writes),
         tuple(creates),
@@ -462,6 +501,7 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
         MappingProxyType(skipped),
         tuple(drops),
         tuple(cancels),
+        MappingProxyType(unreadable),
     )
 
 

@@ -8,17 +8,22 @@ from placement.codec import (
     Assignment,
     CancelIntent,
     ControlMark,
+    Corrupt,
     DataNodes,
+    InSyncSet,
     MoveReport,
     NodeRecord,
     PrimaryLease,
+    ReplicaSize,
     TriggerMark,
     encode_assignment,
     encode_cancel,
     encode_control,
     encode_datanodes,
+    encode_isr,
     encode_node,
     encode_report,
+    encode_size,
     encode_trigger,
     encode_zone_spec,
 )
@@ -36,7 +41,7 @@ from placement.keys import AssignField, KeySpace
 from placement.metastore import Versioned
 from placement.model import Node, ZoneSpec
 from placement.placement import place
-from placement.primaries import LeaseConfig, plan_primaries
+from placement.primaries import LeaseConfig, LeaseWrite, plan_primaries
 
 KEYS = KeySpace("/t")
 NODES = ("n0", "n1", "n2", "n3")
@@ -211,10 +216,11 @@ def test_primary_leases_are_balanced_and_prefer_the_first_member() -> None:
     stables = dict(enumerate(result.assignments))
     grants = plan_primaries(stables, {}, {n.name for n in nodes}, 0, LeaseConfig(10_000, 5_000))
     assert sorted(grants) == list(range(50))
-    counts = Counter(lease.node for lease, _ in grants.values())
+    counts = Counter(w.lease.node for w in grants.values())
     assert max(counts.values()) - min(counts.values()) <= 1, counts
-    assert all(g.node == stables[p][0] for p, (g, _) in grants.items())
-    assert all(g.lease_epoch == 1 and mod == 0 for g, mod in grants.values())
+    assert all(w.lease.node == stables[p][0] for p, w in grants.items())
+    assert all(w.lease.lease_epoch == 1 and w.expected_mod == 0 for w in grants.values())
+    assert all(w.isr_mod == 0 for w in grants.values())  # no ISR key: compared as absent
 
 
 def test_primary_lease_renewal_and_move_when_the_holder_leaves() -> None:
@@ -223,11 +229,16 @@ def test_primary_lease_renewal_and_move_when_the_holder_leaves() -> None:
     cfg = LeaseConfig(10_000, 5_000)
     assert plan_primaries(stables, current, {"a", "b"}, 0, cfg) == {}
     renewed = plan_primaries(stables, current, {"a", "b"}, 7_000, cfg)
-    assert renewed == {1: (PrimaryLease("b", 1, 17_000), 9)}
-    moved = plan_primaries(stables, current, {"a"}, 7_000, cfg)
-    assert moved[1] == (PrimaryLease("a", 2, 17_000), 9)
+    assert renewed == {1: LeaseWrite(PrimaryLease("b", 1, 17_000), 9, None)}
+    # b's node record is gone: its lease moves only once it has expired (b's own clock)
+    assert 1 not in plan_primaries(stables, current, {"a"}, 7_000, cfg)
+    moved = plan_primaries(stables, current, {"a"}, 11_000, cfg)
+    assert moved[1] == LeaseWrite(PrimaryLease("a", 2, 21_000), 9, 0)
+    # the holder left stable: moved at once
+    left = plan_primaries({0: ("b", "c")}, current, {"a", "b", "c"}, 0, cfg)
+    assert left[0] == LeaseWrite(PrimaryLease("b", 4, 10_000), 5, 0)
     expired = plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 25_000, cfg)
-    assert expired[0][0].lease_epoch == 4
+    assert expired[0].lease.lease_epoch == 4
 
 
 def test_primary_leases_follow_the_preferred_primaries_after_a_join() -> None:
@@ -236,7 +247,9 @@ def test_primary_leases_follow_the_preferred_primaries_after_a_join() -> None:
     first = place(ZoneSpec("z", 40, 3), before).assignments
     live = {n.name for n in before}
     grants = plan_primaries(dict(enumerate(first)), {}, live, 0, cfg)
-    current = {p: lease(g.node, g.lease_epoch, g.expiry) for p, (g, _) in grants.items()}
+    current = {
+        p: lease(w.lease.node, w.lease.lease_epoch, w.lease.expiry) for p, w in grants.items()
+    }
     after = [*before, Node("n4")]
     stables = dict(
         enumerate(place(ZoneSpec("z", 40, 3), after, dict(enumerate(first))).assignments)
@@ -245,11 +258,12 @@ def test_primary_leases_follow_the_preferred_primaries_after_a_join() -> None:
     # not yet due for renewal: nothing moves early
     assert plan_primaries(stables, current, live, 1_000, cfg) == {}
     due = plan_primaries(stables, current, live, 6_000, cfg)
-    holders = {p: (due[p][0] if p in due else current[p].value) for p in stables}
+    holders = {p: (due[p].lease if p in due else current[p].value) for p in stables}
     counts = Counter(h.node for h in holders.values() if isinstance(h, PrimaryLease))
     assert set(counts) == live
     assert max(counts.values()) - min(counts.values()) <= 1, counts
-    for p, (grant, _) in due.items():
+    for p, write in due.items():
+        grant = write.lease
         old = current[p].value
         assert isinstance(old, PrimaryLease)
         assert grant.node == stables[p][0]
@@ -336,3 +350,69 @@ def test_move_reports_are_in_the_view_by_partition_and_node() -> None:
     assert view == store.view()
     assert dict(view.reported("z", 0, 8)) == {"n0": MoveReport(8, 1, "DONE", "", 6)}
     assert not view.reported("z", 0, 6)
+
+
+def test_isr_keys_are_in_the_view_and_steer_the_lease_grants() -> None:
+    spec = ZoneSpec("z", 3, 2)
+    store = cluster(spec)
+    write_stables(store, spec)
+    stables = {
+        p: s.peers(AssignField.STABLE) for p, s in store.view().zones["z"].partitions.items()
+    }
+    # partition 0: only the second member is in sync; 1: no ISR key; 2: corrupt ISR
+    second = stables[0][1]  # type: ignore[index]
+    isr_rev = store.put(KEYS.isr("z", 0), encode_isr(InSyncSet((second,), second, 1, 0)))
+    store.put(KEYS.isr("z", 2), b"not json")
+    store.put(KEYS.size("z", 0, "n0"), encode_size(ReplicaSize(10, 1, 0)))
+    cache = DecodeCache()
+    view = build_view(KEYS, store.kvs, store.revision, cache)
+    assert view == store.view()
+    isrs = view.zones["z"].isrs
+    assert isrs[0].value == InSyncSet((second,), second, 1, 0)
+    assert isrs[0].mod_revision == isr_rev
+    assert 1 not in isrs
+    assert isinstance(isrs[2].value, Corrupt)
+    plan = plan_pass(view, now_ms=0, leases=LeaseConfig())
+    (write,) = plan.primaries
+    assert set(write.leases) == {0, 1}  # the corrupt ISR names nobody to grant to
+    assert write.leases[0].lease.node == second
+    assert write.leases[0].isr_mod == isr_rev
+    assert write.leases[1].lease.node == stables[1][0]  # type: ignore[index]
+    assert write.leases[1].isr_mod == 0
+    assert dict(plan.corrupt_isrs) == {"z": (2,)}
+
+
+def test_a_dropped_zone_with_only_isr_or_size_keys_left_is_cleaned_up() -> None:
+    store = Store()
+    store.put(KEYS.isr("gone", 0), encode_isr(InSyncSet(("n0",), "n0", 1, 0)))
+    store.put(KEYS.size("sized", 3, "n1"), encode_size(ReplicaSize(1, 1, 0)))
+    plan = plan_pass(store.view(), now_ms=0)
+    assert sorted(d.zone for d in plan.drops) == ["gone", "sized"]
+
+
+def _pending_move(old: tuple[str, ...], new: tuple[str, ...], *, planned: bool) -> Store:
+    spec = ZoneSpec("z", 1, 3)
+    store = cluster(spec)
+    store.put(KEYS.assign("z", 0, AssignField.STABLE), encode_assignment(Assignment(old, 1, 0, 2)))
+    store.put(KEYS.assign("z", 0, AssignField.PENDING), encode_assignment(Assignment(new, 1, 0, 3)))
+    if planned:
+        store.put(
+            KEYS.assign("z", 0, AssignField.PLANNED), encode_assignment(Assignment(old, 1, 0, 4))
+        )
+    return store
+
+
+def test_a_move_whose_staying_or_joining_member_left_is_abandoned_once_planned_exists() -> None:
+    from placement.driver_core import abandoned_moves
+
+    # n1 stays in the move n0,n1,n2 -> n0,n1,n3 but left the data nodes: it can never say DONE.
+    store = _pending_move(("n0", "n1", "n2"), ("n0", "n1", "n3"), planned=True)
+    zone = store.view().zones["z"]
+    (cancel,) = abandoned_moves(zone, ("n0", "n2", "n3"))
+    assert cancel.partition == 0
+    (cancel,) = abandoned_moves(zone, ("n0", "n1", "n2"))  # the joining n3 left
+    assert cancel.partition == 0
+    assert abandoned_moves(zone, ("n0", "n2", "n1", "n3")) == []  # everyone still there
+    assert abandoned_moves(zone, ("n0", "n1", "n3")) == []  # the leaving n2 is not needed
+    no_plan = _pending_move(("n0", "n1", "n2"), ("n0", "n1", "n3"), planned=False).view()
+    assert abandoned_moves(no_plan.zones["z"], ("n0", "n2", "n3")) == []  # nothing to move on to
