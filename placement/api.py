@@ -72,6 +72,7 @@ ALTERABLE = (
     "failure_domain",
     "scale_up_delay",
     "scale_down_delay",
+    "min_in_sync",
 )
 _PROTO_FIELD = {
     "scale_up_delay": "scale_up_delay_seconds",
@@ -147,8 +148,11 @@ def make_spec(
     failure_domain: str | None,
     scale_up_delay: float,
     scale_down_delay: float,
+    min_in_sync: int | None = None,
 ) -> ZoneSpec:
-    """Validate every field (naming it on error) and build the spec; nothing is written here."""
+    """Validate every field (naming it on error) and build the spec; nothing is written here.
+
+    ``min_in_sync`` None = the zone default (2, at most ``replicas``)."""
     validate_name(name, "zone")
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise InvalidInput(
@@ -174,6 +178,12 @@ def make_spec(
     ):
         if not math.isfinite(delay) or delay < 0:
             raise InvalidInput(field_name, f"{delay} is negative or not finite", "use seconds >= 0")
+    if min_in_sync is not None and not 1 <= min_in_sync <= MAX_REPLICAS:
+        raise InvalidInput(
+            "min_in_sync",
+            f"{min_in_sync} is out of range",
+            f"use 1..{MAX_REPLICAS} (0 or unset = the default: 2, at most replicas)",
+        )
     return validate_zone_spec(
         ZoneSpec(
             name=name,
@@ -183,6 +193,7 @@ def make_spec(
             failure_domain=failure_domain,
             scale_up_delay=float(scale_up_delay),
             scale_down_delay=float(scale_down_delay),
+            min_in_sync=min_in_sync,
         )
     )
 
@@ -496,6 +507,7 @@ def zone_pb(record: ZoneRecord) -> driver_pb2.Zone:
         failure_domain=spec.failure_domain or "",
         scale_up_delay_seconds=spec.scale_up_delay,
         scale_down_delay_seconds=spec.scale_down_delay,
+        min_in_sync=spec.min_in_sync or 0,
     )
     return driver_pb2.Zone(name=record.name, config=config, revision=record.mod_revision)
 
@@ -509,6 +521,7 @@ def spec_from_pb(name: str, config: driver_pb2.ZoneConfig) -> ZoneSpec:
         config.failure_domain or None,
         config.scale_up_delay_seconds,
         config.scale_down_delay_seconds,
+        int(config.min_in_sync) or None,
     )
 
 
@@ -530,6 +543,7 @@ def altered(spec: ZoneSpec, config: driver_pb2.ZoneConfig, update: Sequence[str]
         "failure_domain": spec.failure_domain,
         "scale_up_delay": spec.scale_up_delay,
         "scale_down_delay": spec.scale_down_delay,
+        "min_in_sync": spec.min_in_sync,
     }
     for name in update:
         value = getattr(config, _PROTO_FIELD.get(name, name))
@@ -539,6 +553,8 @@ def altered(spec: ZoneSpec, config: driver_pb2.ZoneConfig, update: Sequence[str]
             value = value or None
         elif name in ("partitions", "replicas"):
             value = int(value)
+        elif name == "min_in_sync":
+            value = int(value) or None  # 0 = back to the default
         current[name] = value
     return make_spec(spec.name, **current)
 

@@ -22,7 +22,9 @@ Values and their fields:
   ``new``; with an equal revision the stored value is ``be8(new)`` plus a non-empty suffix, which
   compares *greater*, so an equal (repeated) trigger is rejected too;
 * zone config: the :class:`~placement.model.ZoneSpec` fields (``scale_up_delay`` and
-  ``scale_down_delay`` in seconds; a value written before they existed decodes with 0.0);
+  ``scale_down_delay`` in seconds; a value written before they existed decodes with 0.0;
+  ``min_in_sync`` is present only when set — absent, as in every value written before it
+  existed, decodes to ``None``, the default);
 * node record: name, address, attributes, weight;
 * data nodes of a zone (:class:`DataNodes`): the applied set, the last observed set and when the
   pending additions/removals were first seen (unix ms, ``null`` = none pending);
@@ -311,7 +313,11 @@ def trigger_is_older(stored_raw: bytes, new_revision: int) -> bool:
 _ZONE_KEYS_V1 = frozenset(
     {"v", "name", "partitions", "replicas", "node_selector", "failure_domain"}
 )
-_ZONE_KEYS = _ZONE_KEYS_V1 | {"scale_up_delay", "scale_down_delay"}
+_ZONE_KEYS_DELAYS = _ZONE_KEYS_V1 | {"scale_up_delay", "scale_down_delay"}
+_ZONE_KEYS = _ZONE_KEYS_DELAYS | {"min_in_sync"}
+#: Field sets a stored zone config may have: current (``min_in_sync`` present only when set),
+#: then the older layouts (no ``min_in_sync``; no delays either).
+_ZONE_LAYOUTS = (_ZONE_KEYS, _ZONE_KEYS_DELAYS, _ZONE_KEYS_V1)
 #: Largest scale-up/scale-down delay (seconds): 30 days.
 MAX_DELAY = 30 * 24 * 3600.0
 
@@ -339,6 +345,15 @@ def validate_zone_spec(spec: ZoneSpec) -> ZoneSpec:
             or not 0 <= delay <= MAX_DELAY
         ):
             raise InvalidInput(key, f"{delay!r} is not a delay in seconds", f"use 0..{MAX_DELAY:g}")
+    wanted = spec.min_in_sync
+    if wanted is not None and (
+        isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= MAX_REPLICAS
+    ):
+        raise InvalidInput(
+            "min_in_sync",
+            f"{wanted!r} is out of range",
+            f"use 1..{MAX_REPLICAS}, or leave it unset for the default (2, at most replicas)",
+        )
     return spec
 
 
@@ -354,16 +369,25 @@ def encode_zone_spec(spec: ZoneSpec) -> bytes:
             "failure_domain": spec.failure_domain,
             "scale_up_delay": float(spec.scale_up_delay),
             "scale_down_delay": float(spec.scale_down_delay),
+            **({} if spec.min_in_sync is None else {"min_in_sync": spec.min_in_sync}),
         }
     )
 
 
+def _load_zone_object(raw: bytes) -> dict[str, Any]:
+    error: _Bad | None = None
+    for layout in _ZONE_LAYOUTS:
+        try:
+            return _load_object(raw, layout)
+        except _Bad as e:
+            error = error or e
+    assert error is not None
+    raise error
+
+
 def decode_zone_spec(raw: bytes) -> ZoneSpec | Corrupt:
     try:
-        try:
-            obj = _load_object(raw, _ZONE_KEYS)
-        except _Bad:
-            obj = _load_object(raw, _ZONE_KEYS_V1)
+        obj = _load_zone_object(raw)
         name, domain = obj["name"], obj["failure_domain"]
         if not isinstance(name, str) or not (domain is None or isinstance(domain, str)):
             raise _Bad("name/failure_domain have the wrong type")
@@ -375,6 +399,7 @@ def decode_zone_spec(raw: bytes) -> ZoneSpec | Corrupt:
             failure_domain=domain,
             scale_up_delay=_float(obj, "scale_up_delay"),
             scale_down_delay=_float(obj, "scale_down_delay"),
+            min_in_sync=_int(obj, "min_in_sync") if "min_in_sync" in obj else None,
         )
         validate_zone_spec(spec)
         return spec

@@ -11,8 +11,9 @@ leader never decides from an old cache), the pass loop and one mover per partiti
 Losing the term cancels all of them at once; a new session then campaigns again.
 
 The pass loop (:func:`placement.driver_core.plan_pass` on a fresh immutable view) writes data
-nodes, creations, triggers and primary leases — every write a fenced transaction — and keeps one
-mover per :class:`~placement.driver_core.Drive`. A mover:
+nodes, creations, triggers and primary leases — every write a fenced transaction; a lease that
+changes holder also compares the partition's in-sync-set key as read — and keeps one mover per
+:class:`~placement.driver_core.Drive`. A mover:
 
 1. re-reads its partition from etcd (pending and cancel straight from the store) and stops if the
    drive changed;
@@ -71,11 +72,11 @@ from placement.driver_core import (
 from placement.election import Election, Leadership
 from placement.errors import Conflict, NotLeader, PlacementError, StoreUnavailable
 from placement.etcd import Compare, Delete, EtcdClient, Get, Put, Range
-from placement.keys import AssignField, KeySpace, prefix_range_end
+from placement.keys import AssignField, KeySpace, prefix_range_end, validate_name
 from placement.listwatch import ListWatch, Snapshot
 from placement.metastore import Fence, Metastore, Outcome, PartitionState, TransitionResult
 from placement.model import Peers
-from placement.primaries import LeaseConfig
+from placement.primaries import LeaseConfig, LeaseWrite
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,9 @@ Sleep = Callable[[float], Awaitable[None]]
 
 #: Primary-lease keys written per transaction (plus the fence compare: within etcd's 128).
 PRIMARY_BATCH = 120
+#: Compares per primary-lease transaction besides the fence (etcd: at most 128 per list): a
+#: renewal needs one (the lease key), a move two (the lease key and the ISR key).
+PRIMARY_COMPARES = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +212,8 @@ class Driver:
         }
         self._moving = 0
         self._moving_nodes: Counter[str] = Counter()
+        #: Corrupt ISR keys last logged (logged again only when the set changes).
+        self._corrupt_isrs: Mapping[str, tuple[int, ...]] = {}
 
     # -- what the API uses -------------------------------------------------------------------
 
@@ -420,6 +426,7 @@ class Driver:
                 len(trig.targets),
                 actions,
             )
+        self._log_corrupt_isrs(plan.corrupt_isrs)
         for primaries in plan.primaries:
             await self._write_primaries(primaries, fence, ts)
         for cancel in plan.cancels:
@@ -434,16 +441,37 @@ class Driver:
                 cancelled.outcome.value,
             )
         for drop in plan.drops:
-            prefix = self.keys.zone_primary_prefix(drop.zone)
+            prefixes = (
+                self.keys.zone_primary_prefix(drop.zone),
+                self.keys.zone_isr_prefix(drop.zone),
+                self.keys.sizes_prefix() + validate_name(drop.zone).encode() + b"/",
+            )
             await self._cas(
                 fence,
                 (Compare.version(self.keys.zone(drop.zone), "==", 0),),
                 (
                     Delete(self.keys.datanodes(drop.zone)),
-                    Delete(prefix, prefix_range_end(prefix)),
+                    *(Delete(prefix, prefix_range_end(prefix)) for prefix in prefixes),
                 ),
             )
-            log.info("zone %s: dropped; its data nodes and primary leases deleted", drop.zone)
+            log.info(
+                "zone %s: dropped; its data nodes, primary leases, in-sync sets and replica "
+                "sizes deleted",
+                drop.zone,
+            )
+
+    def _log_corrupt_isrs(self, found: Mapping[str, tuple[int, ...]]) -> None:
+        if found == self._corrupt_isrs:
+            return
+        self._corrupt_isrs = found
+        for zone, partitions in sorted(found.items()):
+            log.warning(
+                "zone %s: in-sync set of partition(s) %s unreadable: their primary leases stay "
+                "with the current holder (inspect %s)",
+                zone,
+                list(partitions),
+                self.keys.zone_isr_prefix(zone).decode(),
+            )
 
     async def _cas(
         self, fence: Fence, compares: Iterable[Compare], ops: Iterable[Put | Delete]
@@ -482,18 +510,47 @@ class Driver:
         )
 
     async def _write_primaries(self, write: WritePrimaries, fence: Fence, ts: int) -> None:
+        """Renewals and moves in separate transactions (an ISR change fails only the moves
+        batched with it, never a renewal), each at most PRIMARY_BATCH keys and PRIMARY_COMPARES
+        compares besides the fence. A lost compare: redone next pass, on a fresh view."""
         items = sorted(write.leases.items())
-        for start in range(0, len(items), PRIMARY_BATCH):
-            chunk = items[start : start + PRIMARY_BATCH]
-            compares = []
-            puts = []
-            for p, (lease, expected) in chunk:
-                key = self.keys.primary(write.zone, p)
-                compares.append(Compare.mod(key, "==", expected))
-                stamped = type(lease)(lease.node, lease.lease_epoch, lease.expiry, fence.epoch, ts)
-                puts.append(Put(key, encode_primary(stamped)))
-            if not await self._cas(fence, compares, puts):
-                log.info("zone %s: primary leases raced; redone next pass", write.zone)
+        for group in (
+            [(p, w) for p, w in items if not w.moves],
+            [(p, w) for p, w in items if w.moves],
+        ):
+            compares: list[Compare] = []
+            puts: list[Put] = []
+            for p, lease_write in group:
+                need = self._lease_txn(write.zone, p, lease_write, fence, ts)
+                if len(puts) == PRIMARY_BATCH or len(compares) + len(need[0]) > PRIMARY_COMPARES:
+                    await self._put_leases(write.zone, fence, compares, puts)
+                    compares, puts = [], []
+                compares.extend(need[0])
+                puts.append(need[1])
+            if puts:
+                await self._put_leases(write.zone, fence, compares, puts)
+
+    def _lease_txn(
+        self, zone: str, partition: int, write: LeaseWrite, fence: Fence, ts: int
+    ) -> tuple[list[Compare], Put]:
+        key = self.keys.primary(zone, partition)
+        compares = [Compare.mod(key, "==", write.expected_mod)]
+        if write.isr_mod is not None:
+            isr = self.keys.isr(zone, partition)
+            compares.append(
+                Compare.mod(isr, "==", write.isr_mod)
+                if write.isr_mod
+                else Compare.version(isr, "==", 0)
+            )
+        lease = write.lease
+        stamped = type(lease)(lease.node, lease.lease_epoch, lease.expiry, fence.epoch, ts)
+        return compares, Put(key, encode_primary(stamped))
+
+    async def _put_leases(
+        self, zone: str, fence: Fence, compares: list[Compare], puts: list[Put]
+    ) -> None:
+        if not await self._cas(fence, compares, puts):
+            log.info("zone %s: primary leases raced; redone next pass", zone)
 
     # -- movers ------------------------------------------------------------------------------
 

@@ -38,6 +38,10 @@ class ZoneSpec:
     ``scale_up_delay`` / ``scale_down_delay`` (seconds, >= 0) hold down data-node changes: a node
     that joins (leaves) the zone's matching set counts only after it has been there (gone) that
     long, so membership that flaps back within the delay moves nothing (``placement.datanodes``).
+
+    ``min_in_sync`` (1..MAX_REPLICAS, ``None`` = the default) is the fewest members a
+    partition's in-sync set may shrink to before its primary refuses writes; see
+    :func:`effective_min_in_sync` for the value the data plane applies.
     """
 
     name: str
@@ -47,3 +51,16 @@ class ZoneSpec:
     failure_domain: str | None = None
     scale_up_delay: float = 0.0
     scale_down_delay: float = 0.0
+    min_in_sync: int | None = None
+
+
+#: ``min_in_sync`` of a zone that does not set it.
+DEFAULT_MIN_IN_SYNC = 2
+
+
+def effective_min_in_sync(spec: ZoneSpec) -> int:
+    """The in-sync set size below which a primary refuses writes: the zone's ``min_in_sync``
+    (default :data:`DEFAULT_MIN_IN_SYNC`), capped at ``replicas`` — a zone of R replicas can
+    never need more than R members in sync, so R=1 zones stay writable with the default."""
+    wanted = spec.min_in_sync if spec.min_in_sync is not None else DEFAULT_MIN_IN_SYNC
+    return min(wanted, spec.replicas)

@@ -4,7 +4,7 @@ Format (documented in design/formats.md)::
 
     {"nodes": [{"name": str, "attributes": {str: str}, "weight": float?}],
      "zones": [{"name": str, "partitions": int, "replicas": int,
-                "node_selector": {str: str}?, "failure_domain": str?,
+                "node_selector": {str: str}?, "failure_domain": str?, "min_in_sync": int?,
                 "stable": {"<partition>": [node, ...]}?}]}
 
 Every problem is reported as :class:`InvalidInput` naming the field as a path
@@ -43,6 +43,7 @@ class _ZoneIn(BaseModel):
     replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)]
     node_selector: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     failure_domain: StrictStr | None = None
+    min_in_sync: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | None = None
     stable: dict[StrictStr, list[Name]] = Field(default_factory=dict)
 
 
@@ -153,5 +154,12 @@ def _zone(index: int, z: _ZoneIn) -> ZoneSnapshot:
         if len(set(peers)) != len(peers):
             raise InvalidInput(field, "a node is listed twice", "list each node once")
         stable[int(key)] = tuple(peers)
-    spec = ZoneSpec(z.name, z.partitions, z.replicas, dict(z.node_selector), z.failure_domain)
+    spec = ZoneSpec(
+        z.name,
+        z.partitions,
+        z.replicas,
+        dict(z.node_selector),
+        z.failure_domain,
+        min_in_sync=z.min_in_sync,
+    )
     return ZoneSnapshot(spec, stable)

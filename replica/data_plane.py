@@ -323,6 +323,14 @@ class DataPlane:
     # -- learner -----------------------------------------------------------------------------
 
     async def _learn(self, key: Key) -> None:
+        """Pull until in sync; on an unexpected error log it and end (``_roles`` restarts it)."""
+        try:
+            await self._pull(key)
+        except (PlacementError, ValueError, grpc.aio.AioRpcError) as e:
+            log.warning("learner of %s/%s stopped, restarting: %s", *key, e)
+            await asyncio.sleep(0.5)
+
+    async def _pull(self, key: Key) -> None:
         zone, partition = key
         ref = common_pb2.PartitionRef(zone=zone, partition=partition)
         state = await self.db.call(self.data.ensure, zone, partition)
@@ -658,6 +666,8 @@ class Primary:
                     self._inflight = []
         except Deposed as e:
             log.info("primary %s/%s@%d deposed: %s", self.zone, self.partition, self.lease_epoch, e)
+        except Unavailable as e:  # expected (members away, below the minimum): retried next tick
+            log.warning("primary %s/%s@%d: %s", self.zone, self.partition, self.lease_epoch, e)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -269,11 +269,14 @@ class DataStore:
     def append(
         self, zone: str, partition: int, entries: Sequence[Entry], commit_index: int
     ) -> DataState:
-        """Apply ``entries`` (they must follow ``last_index`` without a gap) and raise the commit
-        index to ``min(commit_index, last_index)``."""
+        """Apply ``entries`` (they must follow ``last_index`` without a gap; entries at or below
+        both ``last_index`` and ``commit_index`` are already here and skipped) and raise the
+        commit index to ``min(commit_index, last_index)``."""
         with self._transaction():
             state = self._ensure(zone, partition)
             for entry in entries:
+                if entry.index <= state.last_index and entry.index <= commit_index:
+                    continue  # a committed entry that arrived meanwhile another way (an Append)
                 if entry.index != state.last_index + 1:
                     raise ValueError(f"entry {entry.index} does not follow {state.last_index}")
                 state = self._append_one(zone, partition, state, entry)

@@ -69,11 +69,16 @@ class ZoneConfig(_message.Message):
     FAILURE_DOMAIN_FIELD_NUMBER: _builtins.int
     SCALE_UP_DELAY_SECONDS_FIELD_NUMBER: _builtins.int
     SCALE_DOWN_DELAY_SECONDS_FIELD_NUMBER: _builtins.int
+    MIN_IN_SYNC_FIELD_NUMBER: _builtins.int
     partitions: _builtins.int
     replicas: _builtins.int
     failure_domain: _builtins.str
     scale_up_delay_seconds: _builtins.float
     scale_down_delay_seconds: _builtins.float
+    min_in_sync: _builtins.int
+    """Fewest in-sync replicas a partition's primary accepts writes with (1..64); 0 = the default
+    (2, at most replicas). Replica agents apply min(min_in_sync or 2, replicas).
+    """
     @_builtins.property
     def node_selector(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -85,10 +90,11 @@ class ZoneConfig(_message.Message):
         failure_domain: _builtins.str = ...,
         scale_up_delay_seconds: _builtins.float = ...,
         scale_down_delay_seconds: _builtins.float = ...,
+        min_in_sync: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure_domain", b"failure_domain", "node_selector", b"node_selector", "partitions", b"partitions", "replicas", b"replicas", "scale_down_delay_seconds", b"scale_down_delay_seconds", "scale_up_delay_seconds", b"scale_up_delay_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure_domain", b"failure_domain", "min_in_sync", b"min_in_sync", "node_selector", b"node_selector", "partitions", b"partitions", "replicas", b"replicas", "scale_down_delay_seconds", b"scale_down_delay_seconds", "scale_up_delay_seconds", b"scale_up_delay_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

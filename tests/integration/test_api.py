@@ -18,11 +18,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from placement.api import SERVICE_NAME, PlacementAPI, register
-from placement.codec import NodeRecord
+from placement.codec import NodeRecord, decode_zone_spec
 from placement.election import Election, Leadership
 from placement.etcd import EtcdClient
 from placement.keys import KeySpace
 from placement.metastore import Fence, Metastore
+from placement.model import ZoneSpec, effective_min_in_sync
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 from replica.registration import Registration
 
@@ -148,6 +149,7 @@ async def test_crud_on_leader_and_via_follower(cluster: Cluster) -> None:
         ("z", {"node_selector": {"rack a": "x"}}, "node_selector"),
         ("z", {"scale_up_delay_seconds": -1.0}, "scale_up_delay"),
         ("z", {"scale_down_delay_seconds": -0.5}, "scale_down_delay"),
+        ("z", {"min_in_sync": 65}, "min_in_sync"),
         ("bad name", {}, "zone"),
     ],
 )
@@ -165,6 +167,36 @@ async def test_invalid_create_names_field_and_writes_nothing(
         assert field in (info.value.details() or "")
     assert await _zone_keys(c) == []
     assert await c.client.current_revision() == before
+
+
+async def test_min_in_sync_is_stored_shown_and_altered(cluster: Cluster) -> None:
+    c = cluster
+    created = await c.follower.stub.CreateZone(
+        driver_pb2.CreateZoneRequest(name="isr", config=_config(min_in_sync=3)), timeout=5
+    )
+    assert created.config.min_in_sync == 3
+    stored = decode_zone_spec((await c.client.get(c.keys.zone("isr"))).kvs[0].value)
+    assert isinstance(stored, ZoneSpec)
+    assert (stored.min_in_sync, effective_min_in_sync(stored)) == (3, 3)
+    lowered = await c.follower.stub.AlterZone(
+        driver_pb2.AlterZoneRequest(
+            name="isr", config=_config(min_in_sync=1), update_fields=["min_in_sync"]
+        ),
+        timeout=5,
+    )
+    assert (lowered.config.min_in_sync, lowered.config.replicas) == (1, 3)
+    # 0 (unset) on an alter naming the field: back to the default, which is not stored
+    default = await c.leader.stub.AlterZone(
+        driver_pb2.AlterZoneRequest(
+            name="isr", config=driver_pb2.ZoneConfig(), update_fields=["min_in_sync"]
+        ),
+        timeout=5,
+    )
+    assert default.config.min_in_sync == 0
+    raw = (await c.client.get(c.keys.zone("isr"))).kvs[0].value
+    assert b"min_in_sync" not in raw
+    got = await c.follower.stub.GetZone(driver_pb2.GetZoneRequest(name="isr"), timeout=5)
+    assert got.config.min_in_sync == 0
 
 
 async def test_duplicate_unknown_and_bad_alter(cluster: Cluster) -> None:
@@ -185,6 +217,7 @@ async def test_duplicate_unknown_and_bad_alter(cluster: Cluster) -> None:
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
     for fields, config, field in (
         (["replicas"], _config(replicas=0), "replicas"),
+        (["min_in_sync"], _config(min_in_sync=100), "min_in_sync"),
         (["colour"], _config(), "update_fields"),
         ([], _config(), "update_fields"),
     ):

@@ -88,15 +88,20 @@ def test_zone_lifecycle_and_assignments(ops_cluster: Cluster) -> None:
     c = ops_cluster
     created = placectl(
         c, "zone", "create", "orders", "--partitions", "6", "--replicas", "2",
-        "--failure-domain", "rack", "--scale-down-delay", "60",
+        "--failure-domain", "rack", "--scale-down-delay", "60", "--min-in-sync", "2",
     )  # fmt: skip
     assert created.returncode == 0, created.stderr
     assert "zone orders created" in created.stdout
+    assert "min-in-sync=2" in created.stdout
     got = ok_json(c, "zone", "get", "orders", "--json")
     assert got["partitions"] == 6
     assert got["replicas"] == 2
     assert got["failure_domain"] == "rack"
     assert got["scale_down_delay"] == 60.0
+    assert (got["min_in_sync"], got["effective_min_in_sync"]) == (2, 2)
+    shown = placectl(c, "zone", "get", "orders")
+    assert shown.returncode == 0, shown.stderr
+    assert "min ISR" in shown.stdout
     listed = ok_json(c, "zone", "list", "--json")
     assert "orders" in [z["name"] for z in listed["zones"]]
 
@@ -113,6 +118,7 @@ def test_zone_lifecycle_and_assignments(ops_cluster: Cluster) -> None:
 
     altered = placectl(c, "zone", "alter", "orders", "--replicas", "3")
     assert altered.returncode == 0, altered.stderr
+    assert ok_json(c, "zone", "get", "orders", "--json")["min_in_sync"] == 2  # kept
     watched = placectl(c, "zone", "status", "orders", "--watch", "--json", "--interval", "0.2")
     assert watched.returncode == 0, watched.stderr
     states = [json.loads(line)["state"] for line in watched.stdout.splitlines()]
@@ -167,6 +173,14 @@ def test_bad_input_one_line_exit_2_nothing_written(ops_cluster: Cluster) -> None
         (
             tuple(shlex.split("zone create z --partitions 4 --replicas 1 --scale-up-delay -3")),
             "scale_up_delay",
+        ),
+        (
+            ("zone", "create", "z", "--partitions", "4", "--replicas", "3", "--min-in-sync", "0"),
+            "--min-in-sync",
+        ),
+        (
+            ("zone", "create", "z", "--partitions", "4", "--replicas", "3", "--min-in-sync", "65"),
+            "--min-in-sync",
         ),
         (("zone", "alter", "nope", "--replicas", "2"), "nope"),
         (("zone", "alter", "nope"), "no setting"),

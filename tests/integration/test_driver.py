@@ -18,19 +18,29 @@ import os
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from placement.agent_client import AgentClient
-from placement.codec import NodeRecord, PrimaryLease, decode_datanodes, decode_primary
+from placement.codec import (
+    InSyncSet,
+    NodeRecord,
+    PrimaryLease,
+    ReplicaSize,
+    decode_datanodes,
+    decode_primary,
+    encode_isr,
+    encode_size,
+)
 from placement.driver import Driver, DriverConfig, RetryPolicy
-from placement.etcd import EtcdClient, EventKind, Lease
+from placement.etcd import Compare, EtcdClient, EventKind, Lease, Op, Put, TxnResult
 from placement.keys import AssignField, KeyKind, KeySpace
 from placement.metastore import Fence, Metastore, Outcome
 from placement.model import ZoneSpec
+from placement.primaries import LeaseConfig
 from placement.status import ZoneStatusState, zone_status
 from replica.store import AgentStore
 
@@ -688,3 +698,166 @@ async def test_an_agents_move_report_wakes_the_mover_instead_of_its_resend_backo
             return not found.kvs
 
         await eventually(reports_cleared, "the driver to delete the reports after finishing")
+
+
+class IsrRace(EtcdClient):
+    """The driver's own etcd client, which — once armed — puts a new in-sync set into etcd just
+    before the driver's next transaction that moves the lease away from ``holder``: a real
+    concurrent write landing between the driver's read and its write (etcd decides, nothing is
+    faked)."""
+
+    def __init__(self, endpoint: str, primary_key: bytes, isr_key: bytes) -> None:
+        super().__init__([endpoint])
+        self.primary_key = primary_key
+        self.isr_key = isr_key
+        #: (the ISR value to put, the holder whose lease is about to move)
+        self.armed: tuple[bytes, str] | None = None
+        #: ``succeeded`` of each lease transaction raced so far.
+        self.raced: list[bool] = []
+
+    def _moves(self, ops: Sequence[Op], holder: str) -> bool:
+        for op in ops:
+            if isinstance(op, Put) and op.key == self.primary_key:
+                lease = decode_primary(op.value)
+                return isinstance(lease, PrimaryLease) and lease.node != holder
+        return False
+
+    async def txn(
+        self, compares: Sequence[Compare], success: Sequence[Op] = (), failure: Sequence[Op] = ()
+    ) -> TxnResult:
+        if self.armed is not None and self._moves(success, self.armed[1]):
+            value, self.armed = self.armed[0], None
+            await super().txn((), (Put(self.isr_key, value),))
+            result = await super().txn(compares, success, failure)
+            self.raced.append(result.succeeded)
+            return result
+        return await super().txn(compares, success, failure)
+
+
+async def test_a_dead_primarys_lease_moves_after_expiry_to_an_isr_member_and_loses_to_an_isr_change(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    """One partition, three replicas, leases of 3 s (renewed with 1.5 s left); the scale-down
+    delay keeps dead nodes in stable, so only the lease rules are at work:
+
+    1. the holder's node record goes: its lease is left alone until it expires, then goes to
+       the one member the ISR names — not to the other live member of stable;
+    2. the new holder dies too; as the driver's move (to the last live member, in the ISR it
+       read) is sent, the ISR drops that member: the transaction's ISR compare fails, the next
+       passes re-decide on the new ISR (nobody in sync is live) and leave the lease alone;
+    3. once the ISR names the live member again, the lease moves to it.
+
+    Then dropping the zone deletes its ISR and replica-size keys with its primary keys.
+    """
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    for i in range(3):
+        await cluster.start_agent(f"n{i}")
+    spec = ZoneSpec("kv", partitions=1, replicas=3, scale_down_delay=3600.0)
+    primary_key, isr_key = keys.primary("kv", 0), keys.isr("kv", 0)
+    own = IsrRace(endpoint, primary_key, isr_key)
+    config = DriverConfig(
+        member_id="d1", api_address="127.0.0.1:1", lease_ttl=3, leases=LeaseConfig(3_000, 1_500)
+    )
+    driver = Driver(own, keys, config)
+    task = asyncio.create_task(driver.run())
+    try:
+        fence = await leader_fence(driver)
+        store = cluster.store
+        assert (await store.create_zone(spec, fence)).applied
+        await eventually(lambda: settled(store, spec), "zone creation")
+        stable = (await store.read_zone("kv")).partition(0).peers(AssignField.STABLE)
+        assert stable is not None
+        first, other, in_sync = stable
+
+        async def lease_now() -> PrimaryLease | None:
+            found = (await client.get(primary_key)).first()
+            value = decode_primary(found.value) if found is not None else None
+            return value if isinstance(value, PrimaryLease) else None
+
+        async def granted() -> bool:
+            held = await lease_now()
+            return held is not None and held.node == first
+
+        await eventually(granted, "the preferred primary to get the lease (no ISR key yet)")
+
+        async def put_isr(*members: str) -> None:
+            holder = await lease_now()
+            assert holder is not None
+            value = InSyncSet(tuple(sorted(members)), holder.node, holder.lease_epoch, 0)
+            await client.put(isr_key, encode_isr(value))
+
+        async def follow(holder: str, within: float) -> tuple[PrimaryLease, PrimaryLease]:
+            """Poll the lease until it leaves ``holder``: (its last value held, the new one)."""
+            last = await lease_now()
+            assert last is not None
+            assert last.node == holder
+            deadline = asyncio.get_running_loop().time() + within
+            while asyncio.get_running_loop().time() < deadline:
+                now = await lease_now()
+                assert now is not None
+                if now.node != holder:
+                    return last, now
+                last = now
+                await asyncio.sleep(0.02)
+            pytest.fail(f"the lease stayed with {holder} for {within:.0f}s")
+
+        # 1. the ISR names only `in_sync` besides the holder; the holder dies
+        await put_isr(first, in_sync)
+        await cluster.unregister(first)
+        old, new = await follow(first, TIMEOUT)
+        assert new.node == in_sync, (new, stable)
+        assert new.lease_epoch == old.lease_epoch + 1
+        assert new.ts >= old.expiry, "moved before the dead holder's lease had expired"
+
+        # 2. the new holder dies; the ISR changes under the driver's move to `other`
+        await put_isr(in_sync, other)
+        own.armed = (encode_isr(InSyncSet((in_sync,), in_sync, new.lease_epoch, 0)), in_sync)
+        await cluster.unregister(in_sync)
+
+        async def raced() -> bool:
+            return bool(own.raced)
+
+        await eventually(raced, "the driver's lease move to meet the ISR change")
+        assert own.raced == [False], "the lease write must lose against the ISR change"
+        stuck = await lease_now()
+        assert stuck is not None
+        assert stuck.node == in_sync
+        await asyncio.sleep(1.0 * SCALE)  # a couple of passes on the new ISR: nobody to move to
+        still = await lease_now()
+        assert still == stuck
+
+        # 3. the ISR names `other` again: the lease goes there
+        await client.put(isr_key, encode_isr(InSyncSet((in_sync, other), in_sync, 9, 0)))
+
+        async def moved_to_other() -> bool:
+            held = await lease_now()
+            return held is not None and held.node == other
+
+        await eventually(moved_to_other, "the lease to reach the member back in the ISR")
+        final = await lease_now()
+        assert final is not None
+        assert final.lease_epoch >= 10  # above every epoch the ISR was written under
+
+        # dropping the zone takes its ISR and replica-size keys along
+        await client.put(keys.size("kv", 0, other), encode_size(ReplicaSize(10, 1, 0)))
+        record = await store.get_zone("kv")
+        assert record is not None
+        assert (await store.delete_zone("kv", record.mod_revision, fence)).applied
+
+        async def leftovers_gone() -> bool:
+            for prefix in (
+                keys.zone_primary_prefix("kv"),
+                keys.zone_isr_prefix("kv"),
+                keys.sizes_prefix(),
+            ):
+                if (await client.list_prefix(prefix)).kvs:
+                    return False
+            return True
+
+        await eventually(leftovers_gone, "the dropped zone's primary, ISR and size keys to go")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await driver.agents.close()
+        await own.close()

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from placement.api import altered, make_spec, spec_from_pb, zone_pb
-from placement.cli import cli
+from placement.cli import cli, main
 from placement.cli_ops import (
     assignment_json,
     decode_entry,
@@ -96,6 +96,8 @@ def test_zone_config_names_given_fields() -> None:
         ({"scale_up_delay": -1.0}, "scale_up_delay"),
         ({"scale_down_delay": float("nan")}, "scale_down_delay"),
         ({"name": "no/slash"}, "zone"),
+        ({"min_in_sync": 0}, "min_in_sync"),
+        ({"min_in_sync": 65}, "min_in_sync"),
     ],
 )
 def test_make_spec_rejects_naming_the_field(kwargs: dict[str, object], field: str) -> None:
@@ -130,6 +132,8 @@ def test_spec_round_trip_and_alter() -> None:
         "failure_domain": None,
         "scale_up_delay": 5.0,
         "scale_down_delay": 0.0,
+        "min_in_sync": None,
+        "effective_min_in_sync": 2,
         "revision": 7,
     }
     changed = altered(spec, driver_pb2.ZoneConfig(replicas=3, partitions=99), ["replicas"])
@@ -196,3 +200,50 @@ def test_decode_entry_of_a_move_report() -> None:
         "detail": "ok",
         "ts": 5,
     }
+
+
+def test_min_in_sync_through_the_cli_options_the_api_edge_and_alter() -> None:
+    config, given = zone_config(
+        partitions=4,
+        replicas=3,
+        selector=[],
+        failure_domain=None,
+        scale_up_delay=None,
+        scale_down_delay=None,
+        min_in_sync=3,
+    )
+    assert given == ["partitions", "replicas", "min_in_sync"]
+    spec = spec_from_pb("z", config)
+    assert spec.min_in_sync == 3
+    shown = zone_json(zone_pb(ZoneRecord("z", spec, 7, 7)))
+    assert (shown["min_in_sync"], shown["effective_min_in_sync"]) == (3, 3)
+    # 0 on the wire = the default; alter back to it, or to another value
+    assert spec_from_pb("z", driver_pb2.ZoneConfig(partitions=4, replicas=3)).min_in_sync is None
+    lowered = altered(spec, driver_pb2.ZoneConfig(min_in_sync=1), ["min_in_sync"])
+    assert (lowered.min_in_sync, lowered.replicas) == (1, 3)
+    assert altered(spec, driver_pb2.ZoneConfig(), ["min_in_sync"]).min_in_sync is None
+    assert altered(spec, driver_pb2.ZoneConfig(replicas=5), ["replicas"]).min_in_sync == 3
+    with pytest.raises(InvalidInput, match="min_in_sync"):
+        altered(spec, driver_pb2.ZoneConfig(min_in_sync=65), ["min_in_sync"])
+    for bad in (0, -1, 65):
+        with pytest.raises(InvalidInput) as info:
+            zone_config(
+                partitions=4,
+                replicas=3,
+                selector=[],
+                failure_domain=None,
+                scale_up_delay=None,
+                scale_down_delay=None,
+                min_in_sync=bad,
+            )
+        assert info.value.field == "--min-in-sync"
+
+
+def test_cli_bad_min_in_sync_exits_2_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["zone", "create", "z", "--partitions", "4", "--replicas", "3", "--min-in-sync", "0"]
+    with pytest.raises(SystemExit) as info:
+        main(["--endpoint", "127.0.0.1:1", *argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("placectl: error: --min-in-sync")

@@ -33,7 +33,7 @@ from placement.codec import (
 )
 from placement.errors import InvalidInput
 from placement.limits import MAX_PARTITIONS, MAX_REPLICAS
-from placement.model import ZoneSpec
+from placement.model import ZoneSpec, effective_min_in_sync
 
 node_names = st.from_regex(r"[A-Za-z0-9_.-]{1,12}", fullmatch=True)
 peers = st.lists(node_names, min_size=1, max_size=6, unique=True).map(tuple)
@@ -299,3 +299,65 @@ def test_size_round_trip(nbytes: int, keys: int, ts: int) -> None:
     raw = encode_size(ReplicaSize(nbytes, keys, ts))
     assert decode_size(raw) == ReplicaSize(nbytes, keys, ts)
     assert json.loads(raw) == {"bytes": nbytes, "keys": keys, "ts": ts, "v": 1}
+
+
+@given(zone_specs, st.none() | st.integers(1, MAX_REPLICAS))
+def test_zone_spec_min_in_sync_round_trips_canonically(spec: ZoneSpec, wanted: int | None) -> None:
+    spec = ZoneSpec(
+        spec.name,
+        spec.partitions,
+        spec.replicas,
+        spec.node_selector,
+        spec.failure_domain,
+        min_in_sync=wanted,
+    )
+    raw = encode_zone_spec(spec)
+    decoded = decode_zone_spec(raw)
+    assert isinstance(decoded, ZoneSpec)
+    assert decoded.min_in_sync == wanted
+    assert encode_zone_spec(decoded) == raw
+    # unset is not written at all: a zone without it encodes as before the field existed
+    assert ("min_in_sync" in json.loads(raw)) == (wanted is not None)
+    assert effective_min_in_sync(decoded) == min(2 if wanted is None else wanted, spec.replicas)
+
+
+def test_zone_values_written_before_min_in_sync_decode_with_the_default() -> None:
+    v1 = b'{"failure_domain":null,"name":"z","node_selector":{},"partitions":4,"replicas":3,"v":1}'
+    delays = (
+        b'{"failure_domain":"rack","name":"z","node_selector":{},"partitions":4,"replicas":1,'
+        b'"scale_down_delay":5.0,"scale_up_delay":0.0,"v":1}'
+    )
+    old = decode_zone_spec(v1)
+    assert isinstance(old, ZoneSpec)
+    assert old.min_in_sync is None
+    assert effective_min_in_sync(old) == 2
+    with_delays = decode_zone_spec(delays)
+    assert isinstance(with_delays, ZoneSpec)
+    assert (with_delays.min_in_sync, with_delays.scale_down_delay) == (None, 5.0)
+    assert effective_min_in_sync(with_delays) == 1  # capped at replicas
+    assert encode_zone_spec(with_delays) == delays
+
+
+@pytest.mark.parametrize("bad", [0, MAX_REPLICAS + 1, -1, True, 2.5, None, "2"])
+def test_an_invalid_stored_min_in_sync_decodes_corrupt(bad: object) -> None:
+    raw = json.dumps(
+        {
+            "v": 1,
+            "name": "z",
+            "partitions": 4,
+            "replicas": 3,
+            "node_selector": {},
+            "failure_domain": None,
+            "scale_up_delay": 0.0,
+            "scale_down_delay": 0.0,
+            "min_in_sync": bad,
+        }
+    ).encode()
+    assert isinstance(decode_zone_spec(raw), Corrupt)
+
+
+def test_encoding_an_invalid_min_in_sync_names_the_field() -> None:
+    for bad in (0, MAX_REPLICAS + 1):
+        with pytest.raises(InvalidInput) as e:
+            encode_zone_spec(ZoneSpec("z", 1, 1, min_in_sync=bad))
+        assert e.value.field == "min_in_sync"

@@ -1,0 +1,276 @@
+"""The data API end to end: ``placectl data`` and ``placectl workload`` as subprocesses, and the
+routing client in-process, against real etcd, 2 drivers and 3 agents (subprocesses started by
+``placement.local_cluster``, on the session etcd under a private prefix).
+
+Deadlines scale with ``CI_TIME_MULTIPLIER`` (default 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from rich.console import Console
+
+from placement.data_client import (
+    PRIMARY_HEADER,
+    DataClient,
+    DriverRoutes,
+    ZoneRoutes,
+    header_value,
+    parse_primary_hint,
+)
+from placement.local_cluster import Cluster, UpOptions, start_cluster, wait_ready
+from placement.partitioning import partition_of
+from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
+from placement.workload import check_workload, run_writers
+
+EVENTUALLY = 60.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
+ZONE = "kv"
+PARTITIONS = 4
+
+
+def placectl(
+    cluster: Cluster, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "placement", "--endpoint", ",".join(cluster.driver_apis), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    return result.stdout
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+async def _wait_serving(cluster: Cluster) -> None:
+    """Every partition of the zone accepts a write (primaries elected, data service up)."""
+    deadline = time.monotonic() + EVENTUALLY
+    probes = {}
+    i = 0
+    while len(probes) < PARTITIONS:
+        key = f"probe-{i}".encode()
+        probes.setdefault(partition_of(key, PARTITIONS), key)
+        i += 1
+    async with DataClient(cluster.driver_apis, deadline=5.0) as client:
+        pending = dict(probes)
+        last: Exception | None = None
+        while pending:
+            for p, key in list(pending.items()):
+                try:
+                    await client.put(ZONE, key, b"ready")
+                    await client.delete(ZONE, key)
+                    del pending[p]
+                except Exception as e:  # any failure: not serving yet
+                    last = e
+            if pending and time.monotonic() > deadline:
+                pytest.fail(f"partitions {sorted(pending)} never accepted a write: {last}")
+            if pending:
+                await asyncio.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def data_cluster(etcd: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    prefix = f"/t{uuid.uuid4().hex[:12]}/placement"
+    opts = UpOptions(nodes=3, drivers=2, etcd=etcd.endpoint, api_port=0, prefix=prefix)
+    base = tmp_path_factory.mktemp("data-cluster")
+    cluster = start_cluster(opts, base, Console(quiet=True))
+    try:
+        asyncio.run(wait_ready(cluster, opts, demo_zone=False))
+        ok(
+            placectl(
+                cluster,
+                "zone",
+                "create",
+                ZONE,
+                "--partitions",
+                str(PARTITIONS),
+                "--replicas",
+                "3",
+                "--failure-domain",
+                "rack",
+            )
+        )
+        ok(placectl(cluster, "zone", "status", ZONE, "--watch", "--json", "--interval", "0.2"))
+        asyncio.run(_wait_serving(cluster))
+        yield cluster
+        # checked before the stop: agents stopping one by one may log their peers' absence
+        for log in (base / "logs").glob("*.log"):
+            text = log.read_text(errors="replace")
+            assert "Traceback" not in text, f"unexpected traceback in {log}:\n{text[-4000:]}"
+    finally:
+        cluster.stop()
+
+
+def test_put_get_delete_scan_through_the_cli(data_cluster: Cluster) -> None:
+    c = data_cluster
+    keys = [f"cli-{i:02d}" for i in range(12)]
+    for k in keys:
+        out = ok(placectl(c, "data", "put", ZONE, k, f"value of {k}"))
+        assert out.startswith(f"put {k}: index ")
+    assert ok(placectl(c, "data", "get", ZONE, "cli-03")) == "value of cli-03\n"
+    got = json.loads(ok(placectl(c, "data", "get", ZONE, "cli-04", "--json")))
+    assert got == {"key": "cli-04", "value": "value of cli-04"}
+
+    scanned = json.loads(ok(placectl(c, "data", "scan", ZONE, "--prefix", "cli-", "--json")))
+    assert [i["key"] for i in scanned["items"]] == keys  # every partition, merged in key order
+    assert scanned["count"] == len(keys)
+    lines = ok(placectl(c, "data", "scan", ZONE, "--prefix", "cli-1")).splitlines()
+    assert lines == [f"{k}\tvalue of {k}" for k in keys if k.startswith("cli-1")]
+
+    assert ok(placectl(c, "data", "delete", ZONE, "cli-03")) == "deleted cli-03\n"
+    assert ok(placectl(c, "data", "delete", ZONE, "cli-03")) == "cli-03 did not exist\n"
+    missing = placectl(c, "data", "get", ZONE, "cli-03")
+    assert missing.returncode == 1
+    assert missing.stdout == ""
+    assert "not found" in missing.stderr
+
+    # binary keys and values with --hex
+    ok(placectl(c, "data", "put", ZONE, "00ff10", "deadbeef00", "--hex"))
+    assert ok(placectl(c, "data", "get", ZONE, "00ff10", "--hex")) == "deadbeef00\n"
+    hexed = json.loads(ok(placectl(c, "data", "scan", ZONE, "--prefix", "00ff", "--hex", "--json")))
+    assert hexed["items"] == [{"key": "00ff10", "value": "deadbeef00"}]
+
+
+def test_bad_cli_input_is_one_line_and_exit_2(data_cluster: Cluster, tmp_path: Path) -> None:
+    c = data_cluster
+    one_line_error(placectl(c, "data", "put", ZONE, "", "v"), 2, "KEY")
+    one_line_error(placectl(c, "data", "get", ZONE, "zz", "--hex"), 2, "KEY", "not hex")
+    one_line_error(placectl(c, "data", "put", ZONE, "6b", "xyz", "--hex"), 2, "VALUE", "not hex")
+    one_line_error(placectl(c, "data", "scan", ZONE, "--prefix", "q", "--hex"), 2, "--prefix")
+    one_line_error(placectl(c, "data", "get", "no-such-zone", "k"), 2, "no-such-zone")
+    one_line_error(
+        placectl(c, "workload", "run", "--zone", ZONE, "--writers", "0", "--record", "x"),
+        2,
+        "--writers",
+    )
+    one_line_error(
+        placectl(c, "workload", "check", "--zone", ZONE, "--record", str(tmp_path / "none")),
+        2,
+        "--record",
+    )
+
+
+async def test_a_key_sent_to_a_non_primary_is_redirected(data_cluster: Cluster) -> None:
+    c = data_cluster
+    key = b"redirect-me"
+    async with DataClient(c.driver_apis) as client:
+        routes = await client.routes(ZONE, refresh=True)
+        p = partition_of(key, routes.partitions)
+        primary = routes.route(p).primary
+        other = next(n for n in routes.route(p).stable if n != primary)
+        assert primary
+
+        # straight to the agent: FAILED_PRECONDITION naming the primary
+        async with grpc.aio.insecure_channel(routes.addresses[other]) as channel:
+            stub = data_pb2_grpc.DataServiceStub(channel)
+            request = data_pb2.PutRequest(
+                partition=common_pb2.PartitionRef(zone=ZONE, partition=p), key=key, value=b"x"
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.Put(request, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        hint = parse_primary_hint(header_value(caught.value.trailing_metadata(), PRIMARY_HEADER))
+        assert hint is not None
+        assert (hint.node, hint.address) == (primary, routes.addresses[primary])
+
+    # a client whose table names the wrong primary follows the redirect and learns the right one
+    class WrongPrimary(DriverRoutes):
+        async def load(self, zone: str) -> ZoneRoutes:
+            loaded = await super().load(zone)
+            wrong = list(loaded.routes)
+            wrong[p] = replace(wrong[p], primary=other)
+            return replace(loaded, routes=tuple(wrong))
+
+    async with DataClient(c.driver_apis, route_source=WrongPrimary(c.driver_apis)) as client:
+        await client.put(ZONE, key, b"redirected")
+        assert (await client.routes(ZONE)).route(p).primary == primary
+        assert await client.get(ZONE, key) == b"redirected"
+
+
+async def test_workload_in_process_then_checked(data_cluster: Cluster, tmp_path: Path) -> None:
+    c = data_cluster
+    record = tmp_path / "in-process.jsonl"
+    async with DataClient(c.driver_apis) as client:
+        stats = await run_writers(client, ZONE, 4, 10, 3.0, record, seed=3)
+        assert stats.acked > 0
+        assert stats.failures == {}
+        assert stats.p50 <= stats.p99
+        result = await check_workload(client, ZONE, record)
+    assert result.ok, result.as_json()
+    assert result.acked_writes == stats.acked
+    assert result.partitions_checked == PARTITIONS
+    assert result.replicas_checked == 3 * PARTITIONS
+
+
+def test_workload_run_and_check_through_the_cli(data_cluster: Cluster, tmp_path: Path) -> None:
+    c = data_cluster
+    record = tmp_path / "cli.jsonl"
+    run = placectl(
+        c, "workload", "run", "--zone", ZONE, "--writers", "4", "--keys-per-writer", "10",
+        "--duration", "3", "--record", str(record), "--json",
+    )  # fmt: skip
+    stats = json.loads(ok(run))
+    assert stats["acked"] > 0
+    assert stats["failures"] == {}
+    checked = placectl(c, "workload", "check", "--zone", ZONE, "--record", str(record), "--json")
+    verdict = json.loads(ok(checked))
+    assert verdict["ok"] is True, verdict
+    assert verdict["acked_writes"] == stats["acked"]
+    assert verdict["lost"] == verdict["wrong"] == verdict["divergent_replicas"] == 0
+    human = placectl(c, "workload", "check", "--zone", ZONE, "--record", str(record))
+    assert ok(human).startswith("OK: zone kv run ")
+
+    # a record that claims an acknowledged write the zone does not hold fails the check (exit 1)
+    lines = record.read_text().splitlines()
+    header = json.loads(lines[0])
+    forged = tmp_path / "forged.jsonl"
+    forged.write_text(
+        "\n".join(
+            [
+                lines[0],
+                json.dumps(
+                    {
+                        "t": "attempt",
+                        "w": 0,
+                        "seq": 1,
+                        "key": f"{header['key_prefix']}ghost",
+                        "op": "put",
+                        "value": "v1",
+                    }
+                ),
+                json.dumps({"t": "ack", "w": 0, "seq": 1, "index": 1, "epoch": 1}),
+            ]
+        )
+        + "\n"
+    )
+    failed = placectl(
+        c, "workload", "check", "--zone", ZONE, "--record", str(forged), "--settle", "0"
+    )
+    assert failed.returncode == 1, (failed.stdout, failed.stderr)
+    assert failed.stdout.startswith("FAILED")
+    assert "ghost" in failed.stdout

@@ -1,0 +1,399 @@
+"""The routing client: its pure decisions, the scan merge, and the call loop against fakes
+(routes from a fake driver, stubs that answer like agents; no sockets, a fake clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from placement.client import ApiError
+from placement.data_client import (
+    Backoff,
+    DataClient,
+    DataRequestFailed,
+    DataUnavailable,
+    Fail,
+    PrimaryHint,
+    Redirect,
+    Retry,
+    ScanMerge,
+    ScanProtocolError,
+    ZoneRoutes,
+    build_routes,
+    decide,
+    header_value,
+    parse_primary_hint,
+    pick_target,
+)
+from placement.errors import InvalidInput
+from placement.partitioning import partition_of
+from placement.v1 import data_pb2
+
+Code = grpc.StatusCode
+
+# -- pure parts --------------------------------------------------------------------------------
+
+
+def test_parse_primary_hint() -> None:
+    assert parse_primary_hint("n2@127.0.0.1:7001") == PrimaryHint("n2", "127.0.0.1:7001")
+    assert parse_primary_hint("n2@[::1]:7001") == PrimaryHint("n2", "[::1]:7001")
+    for bad in (None, "", "n2", "@h:1", "n2@h", "n2@:1", "n2@h:0", "n2@h:99999", "n2@h:x"):
+        assert parse_primary_hint(bad) is None, bad
+
+
+def test_header_value_is_case_insensitive_and_decodes_bytes() -> None:
+    assert header_value(None, "x-primary") is None
+    assert header_value([("a", "1")], "x-primary") is None
+    assert header_value([("X-Primary", b"n1@h:1"), ("x-primary", "n2@h:2")], "x-primary") == (
+        "n1@h:1"
+    )
+
+
+def test_decide() -> None:
+    fp = Code.FAILED_PRECONDITION
+    hint = PrimaryHint("n2", "h:2")
+    assert decide(fp, "not primary", "n2@h:2", target="h:1", redirects=0) == Redirect(hint)
+    # no hint, the hint is where we just were, or too many hops: refresh and back off instead
+    assert isinstance(decide(fp, "", "", target="h:1", redirects=0), Retry)
+    assert isinstance(decide(fp, "", None, target="h:1", redirects=0), Retry)
+    assert isinstance(decide(fp, "", "n2@h:2", target="h:2", redirects=0), Retry)
+    assert isinstance(decide(fp, "", "n2@h:2", target="h:1", redirects=3), Retry)
+    for code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.ABORTED, Code.NOT_FOUND):
+        assert isinstance(decide(code, "x", None, target="h:1", redirects=0), Retry)
+    assert decide(Code.INVALID_ARGUMENT, "bad key", None, target="h:1", redirects=0) == Fail(
+        Code.INVALID_ARGUMENT, "bad key"
+    )
+    assert isinstance(decide(Code.INTERNAL, "boom", None, target="h:1", redirects=0), Fail)
+    retry = decide(Code.UNAVAILABLE, "in-sync set below minimum", None, target="h:1", redirects=0)
+    assert isinstance(retry, Retry)
+    assert "h:1" in retry.reason
+    assert "below minimum" in retry.reason
+
+
+def _routes() -> ZoneRoutes:
+    return build_routes(
+        "z",
+        3,
+        [(0, "n1", ["n1", "n2", "n3"]), (1, "n9", ["n2", "n3"]), (2, "", ["n3", "n1"])],
+        [("n1", "h:1"), ("n2", "h:2"), ("n3", "h:3"), ("n4", "")],
+    )
+
+
+def test_build_routes_and_pick_target() -> None:
+    routes = _routes()
+    assert routes.partitions == 3
+    assert "n4" not in routes.addresses
+    assert pick_target(routes, 0, 0) == ("n1", "h:1")
+    # primary n9 has no address: the stable members in turn (they redirect)
+    assert [pick_target(routes, 1, a) for a in range(3)] == [
+        ("n2", "h:2"),
+        ("n3", "h:3"),
+        ("n2", "h:2"),
+    ]
+    assert pick_target(routes, 2, 1) == ("n1", "h:1")
+    assert pick_target(build_routes("z", 1, [], []), 0, 0) is None
+    assert pick_target(routes, 7, 0) is None
+
+
+def test_with_primary_learns_a_redirect() -> None:
+    routes = _routes().with_primary(1, PrimaryHint("n9", "h:9"))
+    assert pick_target(routes, 1, 0) == ("n9", "h:9")
+    assert pick_target(routes, 0, 0) == ("n1", "h:1")
+
+
+@given(st.integers(0, 100), st.floats(0, 1))
+def test_backoff_is_capped_and_non_negative(attempt: int, r: float) -> None:
+    b = Backoff(initial=0.05, cap=1.0)
+    assert 0 <= b.delay(attempt, lambda: r) <= 1.0
+
+
+def _drive(merge: ScanMerge, pages: Callable[[int, bytes], tuple[list[Any], bool]]) -> list[Any]:
+    out: list[Any] = []
+    while True:
+        needed = merge.needs()
+        if needed:
+            for p in needed:
+                merge.feed(p, *pages(p, merge.after[p]))
+            continue
+        item = merge.pop()
+        if item is None:
+            return out
+        out.append(item)
+
+
+@settings(max_examples=200)
+@given(
+    st.dictionaries(st.binary(min_size=1, max_size=6), st.binary(max_size=4), max_size=60),
+    st.integers(1, 7),
+    st.integers(1, 5),
+)
+def test_scan_merge_yields_every_key_once_in_order(
+    data: dict[bytes, bytes], partitions: int, page: int
+) -> None:
+    by_partition: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(partitions)}
+    for k, v in data.items():
+        by_partition[partition_of(k, partitions)].append((k, v))
+
+    def pages(p: int, after: bytes) -> tuple[list[Any], bool]:
+        rest = sorted(kv for kv in by_partition[p] if kv[0] > after)
+        return rest[:page], len(rest) > page
+
+    assert _drive(ScanMerge(range(partitions)), pages) == sorted(data.items())
+
+
+def test_scan_merge_rejects_contract_breaks() -> None:
+    merge = ScanMerge([0])
+    with pytest.raises(ScanProtocolError):
+        merge.feed(0, [], True)
+    merge = ScanMerge([0])
+    with pytest.raises(ScanProtocolError):
+        merge.feed(0, [(b"b", b""), (b"a", b"")], False)
+    merge = ScanMerge([0, 1])
+    merge.feed(0, [(b"a", b"1")], False)
+    with pytest.raises(ValueError, match="pop before"):
+        merge.pop()
+
+
+# -- the call loop against fakes ---------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, delay: float) -> None:
+        self.sleeps.append(delay)
+        self.now += delay
+
+
+@dataclass
+class FakeSource:
+    routes: ZoneRoutes
+    loads: int = 0
+    error: Exception | None = None
+
+    async def load(self, zone: str) -> ZoneRoutes:
+        self.loads += 1
+        if self.error is not None:
+            raise self.error
+        return self.routes
+
+    async def close(self) -> None:
+        pass
+
+
+def rpc_error(code: grpc.StatusCode, detail: str = "", primary: str | None = None) -> Exception:
+    trailing = grpc.aio.Metadata(("x-primary", primary)) if primary is not None else None
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, detail)
+
+
+@dataclass
+class FakeAgent:
+    """Answers like an agent: ``script`` holds errors to raise first, then it serves ``kv``."""
+
+    address: str
+    kv: dict[bytes, bytes]
+    script: list[Exception] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+
+    def _next(self, method: str) -> None:
+        self.calls.append(method)
+        if self.script:
+            raise self.script.pop(0)
+
+    async def Put(self, r: data_pb2.PutRequest, **_: float) -> data_pb2.WriteResponse:
+        self._next("Put")
+        self.kv[r.key] = r.value
+        return data_pb2.WriteResponse(index=len(self.calls), lease_epoch=7)
+
+    async def Delete(self, r: data_pb2.DeleteRequest, **_: float) -> data_pb2.WriteResponse:
+        self._next("Delete")
+        existed = self.kv.pop(r.key, None) is not None
+        return data_pb2.WriteResponse(index=len(self.calls), lease_epoch=7, existed=existed)
+
+    async def Get(self, r: data_pb2.GetRequest, **_: float) -> data_pb2.GetResponse:
+        self._next("Get")
+        value = self.kv.get(r.key)
+        return data_pb2.GetResponse(found=value is not None, value=value or b"")
+
+    async def Scan(self, r: data_pb2.ScanRequest, **_: float) -> data_pb2.ScanResponse:
+        self._next("Scan")
+        keys = sorted(
+            k
+            for k in self.kv
+            if k.startswith(r.prefix)
+            and k > r.start_after
+            and partition_of(k, PARTITIONS) == r.partition.partition
+        )
+        page = keys[: r.limit or 1000]
+        return data_pb2.ScanResponse(
+            items=[data_pb2.KeyValue(key=k, value=self.kv[k]) for k in page],
+            more=len(keys) > len(page),
+        )
+
+
+@dataclass
+class FakeConnector:
+    agents: dict[str, FakeAgent]
+    dialed: list[str] = field(default_factory=list)
+
+    def data(self, address: str) -> Any:
+        self.dialed.append(address)
+        agent = self.agents.get(address)
+        if agent is None:
+            return FakeAgent(address, {}, [rpc_error(Code.UNAVAILABLE, "connection refused")] * 99)
+        return agent
+
+    def replication(self, address: str) -> Any:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        pass
+
+
+PARTITIONS = 4
+
+
+def make_client(
+    primary: str = "n1", agents: Sequence[FakeAgent] = (), deadline: float = 15.0
+) -> tuple[DataClient, FakeSource, FakeConnector, FakeClock]:
+    routes = build_routes(
+        "z",
+        PARTITIONS,
+        [(p, primary, ["n1", "n2", "n3"]) for p in range(PARTITIONS)],
+        [("n1", "h:1"), ("n2", "h:2"), ("n3", "h:3")],
+    )
+    source = FakeSource(routes)
+    connector = FakeConnector({a.address: a for a in agents})
+    clock = FakeClock()
+    client = DataClient(
+        "127.0.0.1:7400",
+        deadline=deadline,
+        route_source=source,
+        connector=connector,
+        clock=clock,
+        sleep=clock.sleep,
+        rng=lambda: 1.0,
+    )
+    return client, source, connector, clock
+
+
+async def test_put_get_delete_at_the_primary() -> None:
+    agent = FakeAgent("h:1", {})
+    client, source, _, clock = make_client(agents=[agent])
+    async with client:
+        result = await client.put("z", b"k", b"v")
+        assert (result.lease_epoch, result.existed) == (7, False)
+        assert await client.get("z", b"k") == b"v"
+        assert await client.delete("z", b"k") is True
+        assert await client.get("z", b"k") is None
+        assert await client.delete("z", b"k") is False
+    assert source.loads == 1
+    assert clock.sleeps == []
+
+
+async def test_a_redirect_is_followed_at_once_and_remembered() -> None:
+    stale = FakeAgent("h:1", {}, [rpc_error(Code.FAILED_PRECONDITION, "not primary", "n2@h:2")])
+    primary = FakeAgent("h:2", {})
+    client, source, connector, clock = make_client(agents=[stale, primary])
+    await client.put("z", b"k", b"v")
+    assert primary.kv == {b"k": b"v"}
+    assert connector.dialed == ["h:1", "h:2"]
+    assert clock.sleeps == []
+    assert await client.get("z", b"k") == b"v"
+    assert connector.dialed[-1] == "h:2"
+    assert source.loads == 1
+
+
+async def test_redirect_loops_are_cut_by_backoff_and_refresh() -> None:
+    ping = FakeAgent("h:1", {}, [rpc_error(Code.FAILED_PRECONDITION, "", "n2@h:2")] * 4)
+    pong = FakeAgent("h:2", {}, [rpc_error(Code.FAILED_PRECONDITION, "", "n1@h:1")] * 4)
+    client, source, _, clock = make_client(agents=[ping, pong])
+    await client.put("z", b"k", b"v")
+    assert len(clock.sleeps) >= 1
+    assert source.loads >= 2
+
+
+async def test_unavailable_refreshes_backs_off_and_retries() -> None:
+    agent = FakeAgent(
+        "h:1",
+        {},
+        [
+            rpc_error(Code.UNAVAILABLE, "in-sync set below minimum"),
+            rpc_error(Code.DEADLINE_EXCEEDED),
+        ],
+    )
+    client, source, _, clock = make_client(agents=[agent])
+    await client.put("z", b"k", b"v")
+    assert agent.kv == {b"k": b"v"}
+    assert clock.sleeps == [0.05, 0.1]
+    assert source.loads == 3
+
+
+async def test_no_primary_known_tries_stable_members_which_redirect() -> None:
+    redirecting = FakeAgent("h:1", {}, [rpc_error(Code.FAILED_PRECONDITION, "", "n3@h:3")])
+    primary = FakeAgent("h:3", {})
+    client, _, connector, _ = make_client(primary="", agents=[redirecting, primary])
+    await client.put("z", b"k", b"v")
+    assert connector.dialed == ["h:1", "h:3"]
+
+
+async def test_gives_up_at_the_deadline_with_a_domain_error() -> None:
+    client, _, _, clock = make_client(agents=[], deadline=2.0)
+    with pytest.raises(DataUnavailable) as caught:
+        await client.put("z", b"k", b"v")
+    message = str(caught.value)
+    assert f"put z/{partition_of(b'k', PARTITIONS)}" in message
+    assert "n1@h:1: UNAVAILABLE connection refused" in message
+    assert clock.now <= 2.0
+    assert caught.value.partition == partition_of(b"k", PARTITIONS)
+
+
+async def test_invalid_argument_is_invalid_input_and_other_errors_are_final() -> None:
+    agent = FakeAgent("h:1", {}, [rpc_error(Code.INVALID_ARGUMENT, "wrong partition")] * 2)
+    client, source, _, _ = make_client(agents=[agent])
+    with pytest.raises(InvalidInput, match="wrong partition"):
+        await client.put("z", b"k", b"v")
+    assert source.loads == 2  # refreshed once: the partition count might have changed
+    agent.script = [rpc_error(Code.INTERNAL, "disk on fire")]
+    with pytest.raises(DataRequestFailed, match="disk on fire"):
+        await client.get("z", b"k")
+
+
+async def test_bad_keys_and_unknown_zones_are_invalid_input() -> None:
+    client, source, _, _ = make_client(agents=[FakeAgent("h:1", {})])
+    with pytest.raises(InvalidInput, match="key"):
+        await client.put("z", b"", b"v")
+    with pytest.raises(InvalidInput, match="value"):
+        await client.put("z", b"k", b"x" * ((1 << 20) + 1))
+    source.error = ApiError(Code.NOT_FOUND, "zone 'nope' does not exist")
+    with pytest.raises(InvalidInput, match="does not exist"):
+        await client.get("nope", b"k")
+
+
+async def test_drivers_down_count_as_unavailable() -> None:
+    client, source, _, _ = make_client(agents=[FakeAgent("h:1", {})], deadline=1.0)
+    source.error = ApiError(Code.UNAVAILABLE, "no placement driver answered")
+    with pytest.raises(DataUnavailable, match="placement drivers"):
+        await client.get("z", b"k")
+
+
+async def test_scan_merges_every_partition_in_key_order_with_paging() -> None:
+    data = {f"key-{i:03d}".encode(): f"v{i}".encode() for i in range(50)}
+    data[b"other"] = b"x"
+    agent = FakeAgent("h:1", dict(data))
+    client, _, _, _ = make_client(agents=[agent])
+    got = [kv async for kv in client.scan("z", b"key-", page_size=3)]
+    assert got == sorted((k, v) for k, v in data.items() if k.startswith(b"key-"))
+    assert agent.calls.count("Scan") > PARTITIONS
+    assert [kv async for kv in client.scan("z", b"nothing")] == []

@@ -1,0 +1,329 @@
+"""Primary leases on the in-sync set: who may hold a lease, when it may move, the ISR compare."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from placement.codec import Corrupt, InSyncSet, PrimaryLease
+from placement.metastore import Versioned
+from placement.model import Node, Peers, ZoneSpec
+from placement.placement import place
+from placement.primaries import LeaseConfig, LeaseWrite, corrupt_isrs, plan_primaries
+
+CFG = LeaseConfig(10_000, 5_000)
+POOL = ("n0", "n1", "n2", "n3", "n4", "n5")
+
+
+def lease(node: str, epoch: int, expiry: int, mod: int = 5) -> Versioned[PrimaryLease]:
+    return Versioned(PrimaryLease(node, epoch, expiry), b"", mod, mod)
+
+
+def isr(members: Peers, mod: int = 40, lease_epoch: int = 1) -> Versioned[InSyncSet | Corrupt]:
+    primary = members[0]
+    return Versioned(InSyncSet(tuple(sorted(members)), primary, lease_epoch, 0), b"", mod, mod)
+
+
+def corrupt_isr(mod: int = 41) -> Versioned[InSyncSet | Corrupt]:
+    return Versioned(Corrupt(b"junk", "not JSON"), b"junk", mod, mod)
+
+
+# -- the rules, one at a time ------------------------------------------------------------------
+
+
+def test_a_grant_goes_only_to_a_live_member_of_the_isr() -> None:
+    stables = {0: ("a", "b", "c"), 1: ("a", "b", "c"), 2: ("a", "b", "c")}
+    isrs = {0: isr(("b", "c"), mod=11), 1: isr(("a",), mod=12), 2: isr(("c",), mod=13)}
+    grants = plan_primaries(stables, {}, {"a", "b"}, 0, CFG, isrs)
+    # 0: the preferred primary a is not in sync -> b; 1: a; 2: only c is in sync and c is down.
+    # The lease epoch starts above the one the ISR was written under (1), not at 1 again.
+    assert grants == {
+        0: LeaseWrite(PrimaryLease("b", 2, 10_000), 0, 11),
+        1: LeaseWrite(PrimaryLease("a", 2, 10_000), 0, 12),
+    }
+
+
+def test_without_an_isr_key_any_live_member_of_stable_may_hold_it() -> None:
+    grants = plan_primaries({0: ("a", "b")}, {}, {"b"}, 0, CFG, {})
+    assert grants == {0: LeaseWrite(PrimaryLease("b", 1, 10_000), 0, 0)}
+
+
+def test_a_dead_holder_keeps_its_lease_until_it_expires_then_an_isr_member_gets_it() -> None:
+    stables = {0: ("a", "b", "c")}
+    current = {0: lease("a", 3, 20_000, mod=7)}
+    isrs = {0: isr(("a", "c"), mod=9)}
+    live = {"b", "c"}  # a's node record is gone
+    for now in (0, 10_000, 19_999):
+        assert plan_primaries(stables, current, live, now, CFG, isrs) == {}
+    after = plan_primaries(stables, current, live, 20_000, CFG, isrs)
+    assert after == {0: LeaseWrite(PrimaryLease("c", 4, 30_000), 7, 9)}  # not b: not in sync
+
+
+def test_a_holder_that_left_stable_moves_at_once_to_an_isr_member() -> None:
+    current = {0: lease("a", 2, 20_000)}
+    moved = plan_primaries({0: ("b", "c")}, current, {"a", "b", "c"}, 0, CFG, {0: isr(("c",))})
+    assert moved == {0: LeaseWrite(PrimaryLease("c", 3, 10_000), 5, 40)}
+
+
+def test_no_candidate_leaves_the_lease_as_it_is() -> None:
+    current = {0: lease("a", 2, 1_000)}
+    # expired, holder gone, and the only in-sync member is down too
+    assert plan_primaries({0: ("a", "b")}, current, {"b"}, 5_000, CFG, {0: isr(("a",))}) == {}
+
+
+def test_a_holder_outside_the_isr_is_not_renewed_and_moves_after_expiry() -> None:
+    current = {0: lease("b", 2, 8_000)}
+    isrs = {0: isr(("a",), mod=3)}
+    # b is live and in stable but not in sync: no renewal (nor early move) while it holds it
+    assert plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 4_000, CFG, isrs) == {}
+    assert plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 8_000, CFG, isrs) == {
+        0: LeaseWrite(PrimaryLease("a", 3, 18_000), 5, 3)
+    }
+
+
+def test_hand_over_to_the_preferred_primary_needs_it_in_sync_and_carries_the_isr_revision() -> None:
+    current = {0: lease("b", 2, 12_000)}
+    stables = {0: ("a", "b")}
+    live = {"a", "b"}
+    not_in_sync = plan_primaries(stables, current, live, 8_000, CFG, {0: isr(("b",), mod=6)})
+    assert not_in_sync == {0: LeaseWrite(PrimaryLease("b", 2, 18_000), 5, None)}  # renewed
+    in_sync = plan_primaries(stables, current, live, 8_000, CFG, {0: isr(("a", "b"), mod=6)})
+    assert in_sync == {0: LeaseWrite(PrimaryLease("a", 3, 18_000), 5, 6)}
+    no_isr = plan_primaries(stables, current, live, 8_000, CFG, {})
+    assert no_isr == {0: LeaseWrite(PrimaryLease("a", 3, 18_000), 5, 0)}
+
+
+def test_a_corrupt_isr_lets_only_the_current_holder_keep_its_lease() -> None:
+    stables = {0: ("a", "b"), 1: ("a", "b"), 2: ("a", "b")}
+    current = {0: lease("b", 2, 12_000), 1: lease("a", 4, 3_000)}
+    isrs = {p: corrupt_isr() for p in stables}
+    writes = plan_primaries(stables, current, {"b"}, 8_000, CFG, isrs)
+    # 0: renewed, not handed to a; 1: a is gone and expired, b is not known to be in sync;
+    # 2: no lease and nobody known to be in sync
+    assert writes == {0: LeaseWrite(PrimaryLease("b", 2, 18_000), 5, None)}
+    # its own lease expired (e.g. the driver was down): the holder may get it back, compared
+    regrant = plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 20_000, CFG, {0: isrs[0]})
+    assert regrant == {0: LeaseWrite(PrimaryLease("b", 3, 30_000), 5, 41)}
+    assert corrupt_isrs({**isrs, 3: isr(("a",))}) == [0, 1, 2]
+
+
+def test_a_corrupt_lease_restarts_above_the_epoch_the_isr_was_written_under() -> None:
+    current: dict[int, Versioned[PrimaryLease]] = {
+        0: Versioned(Corrupt(b"x", "bad"), b"x", 8, 8)  # type: ignore[arg-type]
+    }
+    writes = plan_primaries({0: ("a",)}, current, {"a"}, 0, CFG, {0: isr(("a",), lease_epoch=7)})
+    assert writes == {0: LeaseWrite(PrimaryLease("a", 8, 10_000), 8, 40)}
+
+
+def test_balance_is_kept_when_every_member_is_in_sync() -> None:
+    nodes = [Node(f"n{i}") for i in range(5)]
+    stables = dict(enumerate(place(ZoneSpec("z", 50, 3), nodes).assignments))
+    live = {n.name for n in nodes}
+    plain = plan_primaries(stables, {}, live, 0, CFG)
+    isrs = {p: isr(peers, mod=100 + p) for p, peers in stables.items()}
+    with_isr = plan_primaries(stables, {}, live, 0, CFG, isrs)
+    assert {p: w.lease.node for p, w in with_isr.items()} == {
+        p: w.lease.node for p, w in plain.items()
+    }
+    assert all(w.isr_mod == 100 + p for p, w in with_isr.items())
+    counts = Counter(w.lease.node for w in with_isr.values())
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+
+
+def test_balance_without_the_preferred_primaries_spreads_over_the_isr() -> None:
+    # n0 is preferred everywhere but in sync nowhere: the leases spread ±1 over n1..n3
+    stables = {p: ("n0", *(f"n{1 + (p + i) % 3}" for i in range(2))) for p in range(12)}
+    isrs = {p: isr(stables[p][1:]) for p in stables}
+    grants = plan_primaries(stables, {}, set(POOL), 0, CFG, isrs)
+    counts = Counter(w.lease.node for w in grants.values())
+    assert "n0" not in counts
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+
+
+# -- properties --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    stables: Mapping[int, Peers]
+    current: Mapping[int, Versioned[PrimaryLease]]
+    isrs: Mapping[int, Versioned[InSyncSet | Corrupt]]
+    live: frozenset[str]
+    now: int
+
+
+@st.composite
+def cases(draw: st.DrawFn, *, with_isr: bool = True) -> Case:
+    partitions = draw(st.integers(1, 10))
+    stables: dict[int, Peers] = {}
+    current: dict[int, Versioned[PrimaryLease]] = {}
+    isrs: dict[int, Versioned[InSyncSet | Corrupt]] = {}
+    for p in range(partitions):
+        peers = tuple(draw(st.lists(st.sampled_from(POOL), min_size=1, max_size=4, unique=True)))
+        stables[p] = peers
+        if draw(st.booleans()):
+            holder = draw(st.sampled_from(POOL))
+            epoch = draw(st.integers(1, 5))
+            current[p] = lease(holder, epoch, draw(st.integers(0, 30_000)), mod=10 + p)
+        if with_isr:
+            kind = draw(st.sampled_from(["absent", "set", "corrupt"]))
+            if kind == "set":
+                members = draw(st.lists(st.sampled_from(POOL), min_size=1, max_size=4, unique=True))
+                isrs[p] = isr(tuple(members), mod=100 + p)
+            elif kind == "corrupt":
+                isrs[p] = corrupt_isr(mod=100 + p)
+    live = frozenset(draw(st.lists(st.sampled_from(POOL), unique=True)))
+    return Case(stables, current, isrs, live, draw(st.integers(0, 30_000)))
+
+
+def _holder(case: Case, p: int) -> PrimaryLease | None:
+    entry = case.current.get(p)
+    return entry.value if entry is not None and isinstance(entry.value, PrimaryLease) else None
+
+
+@given(cases())
+def test_a_new_holder_is_always_a_live_member_of_stable_in_the_isr(case: Case) -> None:
+    writes = plan_primaries(case.stables, case.current, case.live, case.now, CFG, case.isrs)
+    for p, write in writes.items():
+        old = _holder(case, p)
+        new = write.lease
+        assert new.node in case.stables[p]
+        assert new.expiry == case.now + CFG.duration_ms
+        assert write.expected_mod == (case.current[p].mod_revision if p in case.current else 0)
+        isr_entry = case.isrs.get(p)
+        if old is not None and new.node == old.node and new.lease_epoch == old.lease_epoch:
+            assert write.isr_mod is None  # a renewal: no ISR compare
+            continue
+        # the holder changes (or a new lease epoch starts): decided on the ISR, compared on it
+        assert new.node in case.live
+        assert write.isr_mod == (isr_entry.mod_revision if isr_entry is not None else 0)
+        floor = 1 if old is None else old.lease_epoch + 1
+        if isr_entry is not None and isinstance(isr_entry.value, InSyncSet):
+            floor = max(floor, isr_entry.value.lease_epoch + 1)
+        assert new.lease_epoch == floor
+        if isr_entry is None:
+            continue
+        if isinstance(isr_entry.value, InSyncSet):
+            assert new.node in isr_entry.value.members
+        else:
+            assert old is not None  # corrupt ISR: nobody but the holder
+            assert new.node == old.node
+
+
+@given(cases())
+def test_a_holder_in_stable_is_never_replaced_before_its_lease_expires_unless_handed_over(
+    case: Case,
+) -> None:
+    writes = plan_primaries(case.stables, case.current, case.live, case.now, CFG, case.isrs)
+    for p, write in writes.items():
+        old = _holder(case, p)
+        if old is None or old.node not in case.stables[p] or write.lease.node == old.node:
+            continue
+        if case.now < old.expiry:
+            # only a hand-over to the preferred primary, by a live holder, at renewal time
+            assert write.lease.node == case.stables[p][0]
+            assert old.node in case.live
+            assert old.expiry - case.now < CFG.renew_before_ms
+
+
+@given(cases())
+def test_a_lease_that_is_fine_is_left_alone(case: Case) -> None:
+    writes = plan_primaries(case.stables, case.current, case.live, case.now, CFG, case.isrs)
+    for p in case.stables:
+        old = _holder(case, p)
+        fine = old is not None and old.expiry - case.now >= CFG.renew_before_ms
+        if fine and old is not None and old.node in case.stables[p]:
+            assert p not in writes
+
+
+@given(cases(with_isr=False))
+def test_with_every_member_in_sync_the_leases_are_those_without_an_isr(case: Case) -> None:
+    plain = plan_primaries(case.stables, case.current, case.live, case.now, CFG)
+    full = {p: isr(peers, mod=200 + p) for p, peers in case.stables.items()}
+    with_isr = plan_primaries(case.stables, case.current, case.live, case.now, CFG, full)
+    assert {p: replace(w.lease, lease_epoch=0) for p, w in with_isr.items()} == {
+        p: replace(w.lease, lease_epoch=0) for p, w in plain.items()
+    }
+    for p, write in with_isr.items():
+        # the same epochs, except that a brand-new lease starts above the ISR's epoch (1)
+        assert write.lease.lease_epoch == max(
+            plain[p].lease.lease_epoch, 2 if p not in case.current else 0
+        )
+        assert write.isr_mod in (None, 200 + p)
+        assert (write.isr_mod is None) == (plain[p].isr_mod is None)
+
+
+def _before_isr(
+    stables: Mapping[int, Peers],
+    current: Mapping[int, Versioned[PrimaryLease]],
+    live: Set[str],
+    now_ms: int,
+    config: LeaseConfig,
+) -> dict[int, tuple[PrimaryLease, int]]:
+    """plan_primaries as it was before the data plane (the oracle for "no ISR: as before")."""
+    keep: dict[int, PrimaryLease] = {}
+    move: list[int] = []
+    for p, peers in sorted(stables.items()):
+        entry = current.get(p)
+        old = entry.value if entry is not None else None
+        if (
+            isinstance(old, PrimaryLease)
+            and old.node in peers
+            and old.node in live
+            and old.expiry > now_ms
+        ):
+            keep[p] = old
+        else:
+            move.append(p)
+    counts = Counter(held.node for held in keep.values())
+    writes: dict[int, tuple[PrimaryLease, int]] = {}
+    for p, held in keep.items():
+        if held.expiry - now_ms < config.renew_before_ms:
+            preferred = stables[p][0]
+            if held.node != preferred and preferred in live:
+                counts[held.node] -= 1
+                counts[preferred] += 1
+                handed = PrimaryLease(preferred, held.lease_epoch + 1, now_ms + config.duration_ms)
+                writes[p] = (handed, current[p].mod_revision)
+                continue
+            renewed = PrimaryLease(held.node, held.lease_epoch, now_ms + config.duration_ms)
+            writes[p] = (renewed, current[p].mod_revision)
+    for p in move:
+        candidates = [n for n in stables[p] if n in live]
+        if not candidates:
+            continue
+        if candidates[0] == stables[p][0]:
+            holder = candidates[0]
+        else:
+            holder = min(candidates, key=lambda n: (counts[n], stables[p].index(n)))
+        counts[holder] += 1
+        entry = current.get(p)
+        old = entry.value if entry is not None else None
+        lease_epoch = old.lease_epoch + 1 if isinstance(old, PrimaryLease) else 1
+        writes[p] = (
+            PrimaryLease(holder, lease_epoch, now_ms + config.duration_ms),
+            entry.mod_revision if entry is not None else 0,
+        )
+    return writes
+
+
+@given(cases(with_isr=False))
+def test_without_isr_keys_leases_are_planned_as_before_the_data_plane(case: Case) -> None:
+    # The one change without ISR keys: a dead holder's lease waits for its expiry. Cases
+    # without such a holder must come out exactly as before.
+    current = {
+        p: entry
+        for p, entry in case.current.items()
+        if not (
+            entry.value.node in case.stables[p]
+            and entry.value.node not in case.live
+            and entry.value.expiry > case.now
+        )
+    }
+    writes = plan_primaries(case.stables, current, case.live, case.now, CFG, {})
+    before = _before_isr(case.stables, current, case.live, case.now, CFG)
+    assert {p: (w.lease, w.expected_mod) for p, w in writes.items()} == before
