@@ -19,6 +19,7 @@ import click
 from placement.cli_driver import driver
 from placement.cli_ops import COMMANDS as OPS_COMMANDS
 from placement.errors import PlacementError
+from placement.pipeline.cli_pipeline import pipeline
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
 
@@ -64,8 +65,8 @@ def cli(ctx: click.Context, endpoint: str) -> None:
     "--input",
     "input_path",
     required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Cluster snapshot JSON (see design/formats.md).",
+    type=click.Path(path_type=Path),
+    help="Cluster snapshot JSON, or a directory written by `placectl pipeline export`.",
 )
 @click.option(
     "--output",
@@ -76,23 +77,54 @@ def cli(ctx: click.Context, endpoint: str) -> None:
 )
 @click.option(
     "--engine",
-    type=click.Choice(["local"]),
+    type=click.Choice(["local", "spark"]),
     default="local",
     show_default=True,
-    help="Planning engine.",
+    help="Planning engine; both give byte-identical plans.",
 )
-def plan(input_path: Path, output_path: Path, engine: str) -> None:
+@click.option("--master", default=None, help="Spark master URL for --engine spark [local[*]].")
+@click.option(
+    "--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."
+)
+@click.option(
+    "--add-node", multiple=True, metavar="NAME[,attr=value...]", help="What if this node joined."
+)
+@click.option("--remove-node", multiple=True, metavar="NAME", help="What if this node left.")
+@click.option(
+    "--set-replicas", multiple=True, metavar="ZONE=R", help="What if ZONE had R replicas."
+)
+@click.option(
+    "--set-partitions", multiple=True, metavar="ZONE=P", help="What if ZONE had P partitions."
+)
+def plan(
+    input_path: Path,
+    output_path: Path,
+    engine: str,
+    master: str | None,
+    spark_conf: tuple[str, ...],
+    add_node: tuple[str, ...],
+    remove_node: tuple[str, ...],
+    set_replicas: tuple[str, ...],
+    set_partitions: tuple[str, ...],
+) -> None:
     """Compute the target assignment of every zone in a snapshot, with moves and balance."""
-    from placement.plan import fleet_plan_json, plan_fleet
-    from placement.snapshot import load_snapshot
+    from placement.pipeline.cli_pipeline import run_plan
 
-    snapshot = load_snapshot(input_path)
-    result = fleet_plan_json(plan_fleet(snapshot))
-    write_json_atomically(output_path, result)
-    summary = result["summary"]
+    summary = run_plan(
+        input_path,
+        output_path,
+        engine=engine,
+        master=master,
+        spark_conf=spark_conf,
+        add_nodes=add_node,
+        remove_nodes=remove_node,
+        set_replicas=set_replicas,
+        set_partitions=set_partitions,
+    )
     click.echo(
         f"planned {summary['zones']} zone(s): {summary['moves']} move(s), "
-        f"node load spread {summary['spread']} -> {output_path}"
+        f"{summary['bytes_to_move']} byte(s) to move, node load spread "
+        f"{summary['spread_before']} -> {summary['spread']} -> {output_path}"
     )
 
 
@@ -114,3 +146,5 @@ def main(argv: list[str] | None = None) -> None:
 cli.add_command(driver)
 for _command in OPS_COMMANDS:
     cli.add_command(_command)
+cli.add_command(pipeline)
+import placement.cli_data  # noqa: E402, F401  (registers `placectl data` and `workload`)

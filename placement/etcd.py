@@ -1085,3 +1085,130 @@ def _event(msg: Any) -> WatchEvent:
     kind = EventKind.DELETE if msg.type == rpc.Event.DELETE else EventKind.PUT
     prev = _kv(msg.prev_kv) if msg.HasField("prev_kv") else None
     return WatchEvent(kind, _kv(msg.kv), prev)
+
+
+# -- history of a key range (appended for the data pipeline's export) --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """Every change to a key range between two revisions, as etcd still holds it.
+
+    ``events`` are the changes with ``from_revision <= mod_revision <= to_revision`` in revision
+    order, each with its previous value (``prev_kv``) when etcd still had it. ``from_revision`` is
+    the first revision asked for, or ``compact_revision + 1`` when etcd had compacted past it.
+    """
+
+    from_revision: int
+    to_revision: int
+    events: tuple[WatchEvent, ...]
+
+
+async def read_history(
+    client: EtcdClient,
+    key: bytes,
+    range_end: bytes | None,
+    *,
+    from_revision: int = 1,
+    quiet: float = 0.2,
+    catch_up_within: float = 60.0,
+    page_size: int = 1000,
+) -> History:
+    """Every event on ``[key, range_end)`` from ``from_revision`` (raised past compaction) up to
+    the current revision, read with a watch (with ``prev_kv``) that is closed once it caught up.
+
+    A watch never says "you have seen everything up to R", so the end is found by reconstruction:
+    the keys and ``mod_revision``\\ s of the range at ``from_revision - 1``, with every event
+    received applied, must equal those read at R (read first), and the stream must have been quiet
+    for ``quiet`` seconds (an event after R ends it at once). Raises :class:`StoreUnavailable` if
+    that does not happen within ``catch_up_within`` seconds.
+    """
+    if from_revision < 1:
+        raise InvalidInput("from_revision", "must be >= 1", "1 reads all retained history")
+    target_revision, target = await _mod_revisions(client, key, range_end, 0, page_size)
+    start = from_revision
+    while True:
+        try:
+            base: dict[bytes, int] = {}
+            if start > 1:
+                _, base = await _mod_revisions(client, key, range_end, start - 1, page_size)
+            events = await _events_until(
+                client, key, range_end, start, target_revision, base, target, quiet, catch_up_within
+            )
+            return History(start, target_revision, events)
+        except Compacted as e:
+            start = max(start + 1, e.compact_revision + 1)
+            if start > target_revision + 1:
+                raise StoreUnavailable(
+                    f"history of {key!r}: compacted past revision {target_revision}"
+                ) from e
+
+
+async def _mod_revisions(
+    client: EtcdClient, key: bytes, range_end: bytes | None, revision: int, page_size: int
+) -> tuple[int, dict[bytes, int]]:
+    """``(revision, key -> mod_revision)`` of the range at one revision (0 = now), paginated."""
+    found: dict[bytes, int] = {}
+    start = key
+    while True:
+        page = await client.range(
+            start, range_end, revision=revision, limit=page_size, keys_only=True
+        )
+        revision = page.revision
+        found.update((kv.key, kv.mod_revision) for kv in page.kvs)
+        if not page.more or not page.kvs or range_end is None:
+            return revision, found
+        start = page.kvs[-1].key + b"\x00"
+
+
+async def _events_until(
+    client: EtcdClient,
+    key: bytes,
+    range_end: bytes | None,
+    start: int,
+    end: int,
+    state: dict[bytes, int],
+    target: Mapping[bytes, int],
+    quiet: float,
+    catch_up_within: float,
+) -> tuple[WatchEvent, ...]:
+    events: list[WatchEvent] = []
+    queue: asyncio.Queue[WatchBatch | Exception] = asyncio.Queue()
+
+    async def pump(watch: Watch) -> None:
+        try:
+            async for batch in watch:
+                await queue.put(batch)
+        except Exception as e:  # handed to the reader, which raises it
+            await queue.put(e)
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + catch_up_within
+    async with client.watch(key, range_end, start_revision=start, prev_kv=True) as watch:
+        task = asyncio.create_task(pump(watch))
+        try:
+            while True:
+                if loop.time() > deadline:
+                    raise StoreUnavailable(
+                        f"history of {key!r}: not caught up in {catch_up_within}s"
+                    )
+                try:
+                    item = await asyncio.wait_for(queue.get(), quiet)
+                except TimeoutError:
+                    if state == target:
+                        return tuple(events)
+                    continue
+                if isinstance(item, Exception):
+                    raise item
+                for event in item.events:
+                    if event.kv.mod_revision > end:
+                        return tuple(events)
+                    events.append(event)
+                    if event.kind is EventKind.PUT:
+                        state[event.kv.key] = event.kv.mod_revision
+                    else:
+                        state.pop(event.kv.key, None)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

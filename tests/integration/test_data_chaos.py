@@ -611,7 +611,9 @@ async def grow_to_new_node(
 ) -> tuple[ZoneSpec, dict[bytes, bytes]]:
     """Zone "big" (P=1, R=2 on n1, n2) with ~4 MB; n3 starts; R := 3; returns once n3 holds
     part of the copy (complete=False)."""
-    spec = ZoneSpec("big", partitions=1, replicas=2)
+    # A scale-down delay, as operators set one: a node that restarts within it is not "gone",
+    # so its unfinished move resumes instead of being abandoned and re-planned.
+    spec = ZoneSpec("big", partitions=1, replicas=2, scale_down_delay=60)
     assert (await store.create_zone(spec, fence)).applied
     await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
     loaded_at = time.monotonic()
@@ -623,7 +625,7 @@ async def grow_to_new_node(
     await agents.start("n3")
     record = await store.get_zone("big")
     assert record is not None
-    bigger = ZoneSpec("big", partitions=1, replicas=3)
+    bigger = ZoneSpec("big", partitions=1, replicas=3, scale_down_delay=60)
     assert (await store.update_zone(bigger, record.mod_revision, fence)).applied
 
     async def partial() -> bool:
@@ -686,7 +688,7 @@ async def test_a_cancelled_rebalance_leaves_no_copy(
         # Back to R=2 first (the driver plans nothing for a partition with a pending), then cancel.
         record = await store.get_zone("big")
         assert record is not None
-        spec = ZoneSpec("big", partitions=1, replicas=2)
+        spec = ZoneSpec("big", partitions=1, replicas=2, scale_down_delay=60)
         assert (await store.update_zone(spec, record.mod_revision, fence)).applied
         state = await store.read_partition("big", 0)
         assert state.pending is not None

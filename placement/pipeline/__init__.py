@@ -1,0 +1,6 @@
+"""The data pipeline: export to Parquet, fleet-wide what-if planning (local or Spark), analytics.
+
+Pure modules (no I/O): :mod:`whatif`, :mod:`planning`, :mod:`rows`, :mod:`history`,
+:mod:`analytics`, :mod:`spark_master` (parsing). Thin I/O shells: :mod:`export`, :mod:`inputs`,
+:mod:`outputs`, :mod:`spark_plan`, :mod:`report`, :mod:`cli_pipeline`. See design/pipeline.md.
+"""

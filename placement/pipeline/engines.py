@@ -1,0 +1,77 @@
+"""The local engine, and what both engines share: one zone in, rows of results out (pure).
+
+:func:`zone_rows` is the unit of work: the Spark engine runs it inside ``applyInPandas`` (one
+call per zone), the local engine in a loop. Its rows carry the zone's JSON fragment and its
+contribution to the fleet totals, or the error that stops the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from placement.errors import InvalidInput
+from placement.model import Node
+from placement.pipeline.inputs import PlanInput, PlannedZone, local_zone_inputs
+from placement.pipeline.planning import (
+    COUNTER_KINDS,
+    FleetTotals,
+    ZoneInput,
+    plan_zone_input,
+    zone_fragment,
+)
+
+#: Row kinds besides the counter kinds: the zone itself (value = moves), its bytes, an error.
+ZONE, BYTES, ERROR = "zone", "bytes", "error"
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRow:
+    """One output row of a zone: ``kind`` is ZONE, BYTES, ERROR or a counter kind."""
+
+    zone_index: int
+    kind: str
+    key: str
+    value: int
+    fragment: str | None = None
+
+
+def zone_rows(
+    zone: PlannedZone, make_input: Callable[[], ZoneInput], nodes: Sequence[Node]
+) -> list[ResultRow]:
+    """Plans one zone; bad input becomes one ERROR row (Spark cannot raise our errors across)."""
+    try:
+        result = plan_zone_input(make_input(), nodes)
+    except InvalidInput as e:
+        return [ResultRow(zone.index, ERROR, zone.spec.name, 0, str(e))]
+    i = zone.index
+    rows = [
+        ResultRow(i, ZONE, zone.spec.name, result.plan.moves, zone_fragment(result)),
+        ResultRow(i, BYTES, zone.spec.name, result.bytes_to_move),
+    ]
+    for kind, values in result.counters().items():
+        rows.extend(ResultRow(i, kind, key, value) for key, value in values.items())
+    return rows
+
+
+def totals_from_rows(rows: Sequence[ResultRow]) -> FleetTotals:
+    """The fleet totals of a set of rows (what the Spark engine computes with a group-by)."""
+    totals = FleetTotals()
+    for row in rows:
+        if row.kind == ZONE:
+            totals.zones += 1
+            totals.moves += row.value
+        elif row.kind == BYTES:
+            totals.bytes_to_move += row.value
+        elif row.kind in COUNTER_KINDS:
+            totals.counters[row.kind].update({row.key: row.value})
+    return totals
+
+
+def plan_local(plan_input: PlanInput, totals: FleetTotals) -> Iterator[str]:
+    """The local engine: zone fragments in output order; ``totals`` is filled as they are
+    consumed, and complete once the iterator is exhausted. Raises the first zone's error."""
+    for _zone, zone_in in local_zone_inputs(plan_input):
+        result = plan_zone_input(zone_in, plan_input.nodes)
+        totals.add(result)
+        yield zone_fragment(result)

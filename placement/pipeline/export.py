@@ -1,0 +1,233 @@
+"""``placectl pipeline export``: the cluster's placement state and assignment history -> Parquet.
+
+The snapshot tables (nodes, zones, assignments, primaries, sizes) are read at **one** etcd
+revision; the history is every event on the assignment keys etcd still retains (from its
+compaction point up to now, :func:`placement.etcd.read_history`). Converting keys and values to
+rows is pure (:func:`snapshot_tables`, :func:`history_rows`); undecodable values become rows with
+null payload (``peers``) or are skipped, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from placement.codec import (
+    Assignment,
+    NodeRecord,
+    PrimaryLease,
+    ReplicaSize,
+    decode_assignment,
+    decode_cancel,
+    decode_node,
+    decode_primary,
+    decode_size,
+    decode_zone_spec,
+)
+from placement.etcd import EtcdClient, EventKind, KeyValue, WatchEvent, read_history
+from placement.keys import AssignField, KeyKind, KeySpace, prefix_range_end
+from placement.model import ZoneSpec
+from placement.pipeline.outputs import atomic_directory
+from placement.pipeline.rows import TABLES
+
+#: Rows per Parquet row group: small enough that Spark splits a big table over its tasks.
+ROW_GROUP_SIZE = 65_536
+
+_PEER_FIELDS = (AssignField.STABLE, AssignField.PENDING, AssignField.PLANNED)
+
+
+@dataclass(frozen=True, slots=True)
+class ExportSummary:
+    revision: int
+    history_from: int
+    history_to: int
+    rows: dict[str, int]
+
+
+def _assignment(raw: bytes, field: AssignField) -> Assignment | None:
+    if field not in _PEER_FIELDS:
+        return None
+    value = decode_assignment(raw)
+    return value if isinstance(value, Assignment) else None
+
+
+def snapshot_tables(keys: KeySpace, kvs: Iterable[KeyValue]) -> dict[str, list[dict[str, Any]]]:
+    """Rows of the nodes, zones, assignments, primaries and sizes tables from keys read at one
+    revision (any key of the prefix may be passed; others are ignored)."""
+    tables: dict[str, list[dict[str, Any]]] = {
+        "nodes": [],
+        "zones": [],
+        "assignments": [],
+        "primaries": [],
+        "sizes": [],
+    }
+    for kv in kvs:
+        parsed = keys.parse(kv.key)
+        if parsed is None:
+            continue
+        if parsed.kind is KeyKind.NODE:
+            node = decode_node(kv.value)
+            if isinstance(node, NodeRecord):
+                tables["nodes"].append(
+                    {
+                        "name": parsed.name,
+                        "address": node.address,
+                        "attributes": dict(node.attributes),
+                        "weight": node.weight,
+                        "mod_revision": kv.mod_revision,
+                    }
+                )
+        elif parsed.kind is KeyKind.ZONE:
+            spec = decode_zone_spec(kv.value)
+            if isinstance(spec, ZoneSpec):
+                tables["zones"].append(
+                    {
+                        "name": spec.name,
+                        "partitions": spec.partitions,
+                        "replicas": spec.replicas,
+                        "node_selector": dict(spec.node_selector),
+                        "failure_domain": spec.failure_domain,
+                        "scale_up_delay": spec.scale_up_delay,
+                        "scale_down_delay": spec.scale_down_delay,
+                        "mod_revision": kv.mod_revision,
+                    }
+                )
+        elif parsed.kind is KeyKind.ASSIGN and parsed.field in _PEER_FIELDS:
+            value = _assignment(kv.value, parsed.field)
+            tables["assignments"].append(
+                {
+                    "zone": parsed.name,
+                    "partition": parsed.partition,
+                    "field": parsed.field.value,
+                    "peers": list(value.peers) if value else None,
+                    "epoch": value.epoch if value else None,
+                    "ts": value.ts if value else None,
+                    "trigger": value.trigger if value else None,
+                    "mod_revision": kv.mod_revision,
+                }
+            )
+        elif parsed.kind is KeyKind.PRIMARY:
+            lease = decode_primary(kv.value)
+            if isinstance(lease, PrimaryLease):
+                tables["primaries"].append(
+                    {
+                        "zone": parsed.name,
+                        "partition": parsed.partition,
+                        "node": lease.node,
+                        "lease_epoch": lease.lease_epoch,
+                        "expiry": lease.expiry,
+                        "mod_revision": kv.mod_revision,
+                    }
+                )
+        elif parsed.kind is KeyKind.SIZES:
+            size = decode_size(kv.value)
+            if isinstance(size, ReplicaSize):
+                tables["sizes"].append(
+                    {
+                        "zone": parsed.name,
+                        "partition": parsed.partition,
+                        "node": parsed.node,
+                        "bytes": size.bytes,
+                        "keys": size.keys,
+                        "ts": size.ts,
+                    }
+                )
+    return tables
+
+
+def _value_ts(raw: bytes, field: AssignField) -> tuple[int | None, int | None]:
+    """``(ts, epoch)`` of a stored assignment or cancel value, when it decodes."""
+    decoded: Any = decode_cancel(raw) if field is AssignField.CANCEL else _assignment(raw, field)
+    if decoded is None or not hasattr(decoded, "ts"):
+        return None, None
+    return decoded.ts, decoded.epoch
+
+
+def history_rows(keys: KeySpace, events: Iterable[WatchEvent]) -> list[dict[str, Any]]:
+    """One row per event on a stable/pending/planned/cancel key (trigger keys are left out: the
+    pending/planned writes they guard carry the same revision)."""
+    rows: list[dict[str, Any]] = []
+    for event in events:
+        parsed = keys.parse(event.kv.key)
+        if parsed is None or parsed.kind is not KeyKind.ASSIGN or parsed.field is None:
+            continue
+        if parsed.field is AssignField.TRIGGER:
+            continue
+        put = event.kind is EventKind.PUT
+        value = _assignment(event.kv.value, parsed.field) if put else None
+        prev = _assignment(event.prev_kv.value, parsed.field) if event.prev_kv else None
+        ts, epoch = _value_ts(event.kv.value, parsed.field) if put else (None, None)
+        rows.append(
+            {
+                "revision": event.kv.mod_revision,
+                "zone": parsed.name,
+                "partition": parsed.partition,
+                "field": parsed.field.value,
+                "event": "put" if put else "delete",
+                "peers": list(value.peers) if value else None,
+                "prev_peers": list(prev.peers) if prev else None,
+                "ts": ts,
+                "epoch": epoch,
+            }
+        )
+    return rows
+
+
+async def read_export(
+    client: EtcdClient, keys: KeySpace
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+    """Reads the snapshot at one revision and the retained history of the assignment keys."""
+    first = await client.list_prefix(keys.zones_prefix())
+    revision = first.revision
+    kvs = list(first.kvs)
+    for prefix in (
+        keys.nodes_prefix(),
+        keys.assign_prefix(),
+        keys.primary_prefix(),
+        keys.sizes_prefix(),
+    ):
+        kvs.extend((await client.list_prefix(prefix, revision=revision)).kvs)
+    tables = snapshot_tables(keys, kvs)
+    assign = keys.assign_prefix()
+    history = await read_history(client, assign, prefix_range_end(assign))
+    tables["history"] = history_rows(keys, history.events)
+    meta = {
+        "revision": revision,
+        "history_from": history.from_revision,
+        "history_to": history.to_revision,
+    }
+    return tables, meta
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, row_group_size=ROW_GROUP_SIZE)
+
+
+def write_tables(
+    out: Path, tables: Mapping[str, list[dict[str, Any]]], meta: Mapping[str, Any]
+) -> None:
+    """An export directory: ``<table>.parquet`` for every table, plus ``meta.json``."""
+    with atomic_directory(out, "--out") as tmp:
+        for name, rows in tables.items():
+            write_parquet(tmp / f"{name}.parquet", rows, TABLES[name])
+        (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=1, sort_keys=True) + "\n")
+
+
+async def export(endpoints: str, prefix: str, out: Path) -> ExportSummary:
+    """``placectl pipeline export``: read everything first, then write the directory atomically."""
+    keys = KeySpace(prefix)
+    async with EtcdClient(endpoints) as client:
+        tables, meta = await read_export(client, keys)
+    write_tables(out, tables, {**meta, "prefix": prefix})
+    return ExportSummary(
+        revision=meta["revision"],
+        history_from=meta["history_from"],
+        history_to=meta["history_to"],
+        rows={name: len(rows) for name, rows in tables.items()},
+    )

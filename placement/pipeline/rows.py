@@ -1,0 +1,184 @@
+"""The Parquet tables of an export directory: their schemas, and rows <-> domain values (pure).
+
+Every table is one Parquet file ``<name>.parquet`` in the directory (design/pipeline.md lists the
+columns). Rows read back are validated here, for both engines, and problems are reported as
+:class:`InvalidInput` naming the table, the row and the column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from placement.errors import InvalidInput
+from placement.keys import validate_name
+from placement.model import Peers
+from placement.snapshot import Snapshot, parse_snapshot
+
+_STR_MAP = pa.map_(pa.string(), pa.string())
+_PEERS = pa.list_(pa.string())
+
+NODES = pa.schema(
+    [
+        ("name", pa.string()),
+        ("address", pa.string()),
+        ("attributes", _STR_MAP),
+        ("weight", pa.float64()),
+        ("mod_revision", pa.int64()),
+    ]
+)
+ZONES = pa.schema(
+    [
+        ("name", pa.string()),
+        ("partitions", pa.int32()),
+        ("replicas", pa.int32()),
+        ("node_selector", _STR_MAP),
+        ("failure_domain", pa.string()),
+        ("scale_up_delay", pa.float64()),
+        ("scale_down_delay", pa.float64()),
+        ("mod_revision", pa.int64()),
+    ]
+)
+ASSIGNMENTS = pa.schema(
+    [
+        ("zone", pa.string()),
+        ("partition", pa.int32()),
+        ("field", pa.string()),
+        ("peers", _PEERS),
+        ("epoch", pa.int64()),
+        ("ts", pa.int64()),
+        ("trigger", pa.int64()),
+        ("mod_revision", pa.int64()),
+    ]
+)
+PRIMARIES = pa.schema(
+    [
+        ("zone", pa.string()),
+        ("partition", pa.int32()),
+        ("node", pa.string()),
+        ("lease_epoch", pa.int64()),
+        ("expiry", pa.int64()),
+        ("mod_revision", pa.int64()),
+    ]
+)
+SIZES = pa.schema(
+    [
+        ("zone", pa.string()),
+        ("partition", pa.int32()),
+        ("node", pa.string()),
+        ("bytes", pa.int64()),
+        ("keys", pa.int64()),
+        ("ts", pa.int64()),
+    ]
+)
+HISTORY = pa.schema(
+    [
+        ("revision", pa.int64()),
+        ("zone", pa.string()),
+        ("partition", pa.int32()),
+        ("field", pa.string()),
+        ("event", pa.string()),
+        ("peers", _PEERS),
+        ("prev_peers", _PEERS),
+        ("ts", pa.int64()),
+        ("epoch", pa.int64()),
+    ]
+)
+
+#: Every table of an export directory; the plan needs the first three, sizes when present.
+TABLES: Mapping[str, pa.Schema] = {
+    "nodes": NODES,
+    "zones": ZONES,
+    "assignments": ASSIGNMENTS,
+    "sizes": SIZES,
+    "primaries": PRIMARIES,
+    "history": HISTORY,
+}
+REQUIRED_FOR_PLAN = ("nodes", "zones", "assignments")
+
+
+def _relocate(error: InvalidInput, table: str) -> InvalidInput:
+    """``zones[3].replicas`` (a JSON path) -> ``zones.parquet[3].replicas``."""
+    path = error.field
+    for name in ("nodes", "zones"):
+        if path.startswith(f"{name}["):
+            path = f"{table}.parquet" + path[len(name) :]
+    return InvalidInput(path, error.problem, error.fix)
+
+
+def _pairs(value: Any) -> dict[str, str]:
+    """A Parquet map as pyarrow returns it (list of pairs) or a dict -> dict."""
+    if value is None:
+        return {}
+    return dict(value.items()) if isinstance(value, dict) else dict(value)
+
+
+def skeleton(
+    node_rows: Iterable[Mapping[str, Any]], zone_rows: Iterable[Mapping[str, Any]]
+) -> Snapshot:
+    """Nodes and zone configs (no assignments yet), validated like a JSON snapshot."""
+    nodes = [
+        {"name": r["name"], "attributes": _pairs(r["attributes"]), "weight": r["weight"]}
+        for r in node_rows
+    ]
+    zones = [
+        {
+            "name": r["name"],
+            "partitions": r["partitions"],
+            "replicas": r["replicas"],
+            "node_selector": _pairs(r["node_selector"]),
+            "failure_domain": r["failure_domain"],
+        }
+        for r in zone_rows
+    ]
+    try:
+        parsed = parse_snapshot({"nodes": [], "zones": zones})
+    except InvalidInput as e:
+        raise _relocate(e, "zones") from e
+    try:
+        with_nodes = parse_snapshot({"nodes": nodes, "zones": []})
+    except InvalidInput as e:
+        raise _relocate(e, "nodes") from e
+    return Snapshot(with_nodes.nodes, parsed.zones)
+
+
+def stable_from_rows(
+    zone: str, partitions: int, rows: Iterable[tuple[int, Sequence[str] | None]]
+) -> dict[int, Peers]:
+    """A zone's stable rows ``(partition, peers)`` -> partition -> peers, validated against the
+    zone's (current) partition count. Rows with null peers (undecodable in etcd) are unknown and
+    skipped: their partition is placed afresh."""
+    stable: dict[int, Peers] = {}
+    for partition, peers in rows:
+        where = f"assignments.parquet[zone={zone},partition={partition}]"
+        if not 0 <= partition < partitions:
+            raise InvalidInput(
+                where,
+                f"partition {partition} is not one of zone {zone}'s {partitions} partitions",
+                "re-export the cluster or fix the row",
+            )
+        if partition in stable:
+            raise InvalidInput(where, "a second stable row", "keep one stable row per partition")
+        if peers is None:
+            continue
+        names = tuple(str(p) for p in peers)
+        for name in names:
+            try:
+                validate_name(name, "node")
+            except InvalidInput as e:
+                raise InvalidInput(f"{where}.peers", e.problem, e.fix) from e
+        if len(set(names)) != len(names):
+            raise InvalidInput(f"{where}.peers", "a node is listed twice", "list each node once")
+        stable[partition] = names
+    return stable
+
+
+def snapshot_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
+    """The stable assignments of a JSON snapshot as ``assignments`` rows (field ``stable``)."""
+    return [
+        {"zone": z.spec.name, "partition": p, "field": "stable", "peers": list(peers)}
+        for z in snapshot.zones
+        for p, peers in sorted(z.stable.items())
+    ]
