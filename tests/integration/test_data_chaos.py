@@ -33,9 +33,12 @@ from test_data_plane import (
     LEASES,
     Agents,
     all_in_sync,
+    check_replicas,
     isr_of,
     primary_of,
     put,
+    raw_replica,
+    replica_items,
     stable_of,
 )
 from test_driver import ROOT, TIMEOUT, eventually, leader_fence, running_driver, settled
@@ -202,52 +205,6 @@ async def read_through_primary(
             if asyncio.get_running_loop().time() > deadline:
                 raise
             await asyncio.sleep(0.1)
-
-
-# ReadReplica pages are bounded by count only (1000 items by default): with 8 KiB values a
-# default page exceeds gRPC's 4 MiB receive limit, so these helpers ask for small pages.
-PAGE = 64
-
-
-async def raw_replica(
-    agents: Agents, node: str, zone: str, p: int
-) -> tuple[bool, dict[bytes, bytes]]:
-    """(hosted, items) of whatever ``node`` holds of zone/p (complete or not)."""
-    out: dict[bytes, bytes] = {}
-    after = b""
-    while True:
-        reply = await agents.replication(node).ReadReplica(
-            data_pb2.ReadReplicaRequest(partition=ref(zone, p), start_after=after, limit=PAGE),
-            timeout=5,
-        )
-        out.update((i.key, i.value) for i in reply.items)
-        if not reply.more or not reply.items:
-            return reply.hosted, out
-        after = reply.items[-1].key
-
-
-async def replica_items(agents: Agents, node: str, zone: str, p: int) -> dict[bytes, bytes]:
-    hosted, items = await raw_replica(agents, node, zone, p)
-    assert hosted, f"{node} holds no complete replica of {zone}/{p}"
-    return items
-
-
-async def check_replicas(
-    agents: Agents, store: Metastore, spec: ZoneSpec, acked: dict[bytes, bytes]
-) -> int:
-    """Every replica of stable is identical and holds ``acked``; returns the replicas read."""
-    stables = await stable_of(store, spec.name)
-    assert len(stables) == spec.partitions
-    checked = 0
-    for p, peers in stables.items():
-        want = {k: v for k, v in acked.items() if partition_of(k, spec.partitions) == p}
-        copies = [await replica_items(agents, n, spec.name, p) for n in peers]
-        for node, copy in zip(peers, copies, strict=True):
-            assert copy == copies[0], f"{spec.name}/{p}: {node} differs from {peers[0]}"
-            missing = {k for k, v in want.items() if copy.get(k) != v}
-            assert not missing, f"{spec.name}/{p} on {node}: {len(missing)} acknowledged lost"
-            checked += 1
-    return checked
 
 
 async def no_pending(store: Metastore, zone: str) -> bool:

@@ -143,23 +143,6 @@ async def put(
             await asyncio.sleep(0.1)
 
 
-async def replica_items(agents: Agents, node: str, zone: str, p: int) -> dict[bytes, bytes]:
-    out: dict[bytes, bytes] = {}
-    after = b""
-    while True:
-        reply = await agents.replication(node).ReadReplica(
-            data_pb2.ReadReplicaRequest(
-                partition=common_pb2.PartitionRef(zone=zone, partition=p), start_after=after
-            ),
-            timeout=5,
-        )
-        assert reply.hosted, f"{node} holds no complete replica of {zone}/{p}"
-        out.update((i.key, i.value) for i in reply.items)
-        if not reply.more:
-            return out
-        after = reply.items[-1].key
-
-
 async def stable_of(store: Metastore, zone: str) -> dict[int, tuple[str, ...]]:
     state = await store.read_zone(zone)
     return {
@@ -180,11 +163,44 @@ async def all_in_sync(client: EtcdClient, keys: KeySpace, store: Metastore, spec
     return True
 
 
+#: ReadReplica page size (pages are also capped at about 1 MiB by the agent).
+PAGE = 64
+
+
+async def raw_replica(
+    agents: Agents, node: str, zone: str, p: int
+) -> tuple[bool, dict[bytes, bytes]]:
+    """(hosted, items) of whatever ``node`` holds of zone/p (complete or not)."""
+    out: dict[bytes, bytes] = {}
+    after = b""
+    while True:
+        reply = await agents.replication(node).ReadReplica(
+            data_pb2.ReadReplicaRequest(
+                partition=common_pb2.PartitionRef(zone=zone, partition=p),
+                start_after=after,
+                limit=PAGE,
+            ),
+            timeout=5,
+        )
+        out.update((i.key, i.value) for i in reply.items)
+        if not reply.more or not reply.items:
+            return reply.hosted, out
+        after = reply.items[-1].key
+
+
+async def replica_items(agents: Agents, node: str, zone: str, p: int) -> dict[bytes, bytes]:
+    hosted, items = await raw_replica(agents, node, zone, p)
+    assert hosted, f"{node} holds no complete replica of {zone}/{p}"
+    return items
+
+
 async def check_replicas(
     agents: Agents, store: Metastore, spec: ZoneSpec, acked: dict[bytes, bytes]
-) -> None:
+) -> int:
+    """Every replica of stable is identical and holds ``acked``; returns the replicas read."""
     stables = await stable_of(store, spec.name)
     assert len(stables) == spec.partitions
+    checked = 0
     for p, peers in stables.items():
         want = {k: v for k, v in acked.items() if partition_of(k, spec.partitions) == p}
         copies = [await replica_items(agents, n, spec.name, p) for n in peers]
@@ -192,6 +208,8 @@ async def check_replicas(
             assert copy == copies[0], f"{spec.name}/{p}: {node} differs from {peers[0]}"
             missing = {k for k, v in want.items() if copy.get(k) != v}
             assert not missing, f"{spec.name}/{p} on {node}: {len(missing)} acknowledged lost"
+            checked += 1
+    return checked
 
 
 async def test_writes_reach_every_replica_and_a_joining_node_gets_the_data(
