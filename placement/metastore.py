@@ -261,6 +261,9 @@ def decide_trigger(state: PartitionState, target: Peers, trigger_revision: int) 
 
     * stored trigger not older than ``trigger_revision`` (byte compare, as etcd does) -> STALE;
     * no pending: target != stable -> WRITE_PENDING, else RECORD_ONLY;
+    * pending being cancelled (a cancel key exists): WRITE_PLANNED — the cancel may end on old or
+      on new, so the target must survive it as planned (finish_cancel makes it pending; equal to
+      stable it is a move without copies), never be dropped as "already pending";
     * pending: target == pending -> DELETE_PLANNED (RECORD_ONLY if there is none), else
       WRITE_PLANNED.
 
@@ -273,6 +276,8 @@ def decide_trigger(state: PartitionState, target: Peers, trigger_revision: int) 
         if state.peers(AssignField.STABLE) != target:
             return TriggerAction.WRITE_PENDING
         return TriggerAction.RECORD_ONLY
+    if state.cancel is not None:
+        return TriggerAction.WRITE_PLANNED
     if state.peers(AssignField.PENDING) == target:
         return (
             TriggerAction.DELETE_PLANNED if state.planned is not None else TriggerAction.RECORD_ONLY
@@ -320,7 +325,8 @@ def plan_trigger(
     Compares: trigger newer — ``value(trigger) < be8(new)`` when a trigger was read, else
     ``version(trigger) == 0`` (etcd's VALUE compare is false on a missing key, so the absent case
     is its own branch, chosen by what was read: a mismatch fails the txn and the re-read picks the
-    other branch); ``mod_revision`` of stable, pending and planned equal to what was read.
+    other branch); ``mod_revision`` of stable, pending, planned and cancel equal to what was read
+    (the decision depends on whether a cancel exists).
     """
     action = decide_trigger(state, target, trigger_revision)
     if action is TriggerAction.STALE:
@@ -337,6 +343,7 @@ def plan_trigger(
         _mod_is(keys, state, AssignField.STABLE),
         _mod_is(keys, state, AssignField.PENDING),
         _mod_is(keys, state, AssignField.PLANNED),
+        _mod_is(keys, state, AssignField.CANCEL),
     )
     assignment = encode_assignment(Assignment(target, epoch, ts, trigger_revision))
     puts = {AssignField.TRIGGER: encode_trigger(TriggerMark(trigger_revision, epoch, ts))}

@@ -107,6 +107,8 @@ def model_trigger(m: MPartition, target: Peers, rev: int, epoch: int, ts: int) -
     if m.get(F.PENDING) is None:
         if m.peers(F.STABLE) != target:
             writes[F.PENDING] = new
+    elif m.get(F.CANCEL) is not None:
+        writes[F.PLANNED] = new  # the cancel may end on old or new: the target must survive it
     elif m.peers(F.PENDING) == target:
         if m.get(F.PLANNED) is not None:
             writes[F.PLANNED] = None

@@ -1,0 +1,45 @@
+"""Rule 2 of BRIEF §3 (``decide_trigger``): what a new target does to a partition's keys."""
+
+from __future__ import annotations
+
+from placement.codec import Assignment, CancelIntent, TriggerMark, encode_trigger
+from placement.metastore import PartitionState, TriggerAction, Versioned, decide_trigger
+
+A, B = ("n1", "n2"), ("n1", "n2", "n3")
+
+
+def state(
+    *, pending: tuple[str, ...] | None, cancel: bool, planned: bool = False
+) -> PartitionState:
+    def v(peers: tuple[str, ...], rev: int) -> Versioned[Assignment]:
+        return Versioned(Assignment(peers, 1, 0, 5), b"", rev, rev)
+
+    trigger = TriggerMark(5, 1, 0)
+    return PartitionState(
+        "z",
+        0,
+        6,
+        stable=v(A, 2),
+        pending=v(pending, 3) if pending is not None else None,
+        planned=v(A, 4) if planned else None,
+        cancel=Versioned(CancelIntent(A, B, 3, 1, 0), b"", 5, 5) if cancel else None,
+        trigger=Versioned(trigger, encode_trigger(trigger), 2, 2),
+    )
+
+
+def test_a_target_equal_to_a_pending_being_cancelled_is_kept_as_planned() -> None:
+    # The cancel may revert to stable A: the target B must survive as planned, not be dropped.
+    assert decide_trigger(state(pending=B, cancel=True), B, 9) is TriggerAction.WRITE_PLANNED
+    assert decide_trigger(state(pending=B, cancel=True), A, 9) is TriggerAction.WRITE_PLANNED
+
+
+def test_without_a_cancel_the_rule_is_unchanged() -> None:
+    assert decide_trigger(state(pending=B, cancel=False), B, 9) is TriggerAction.RECORD_ONLY
+    assert (
+        decide_trigger(state(pending=B, cancel=False, planned=True), B, 9)
+        is TriggerAction.DELETE_PLANNED
+    )
+    assert decide_trigger(state(pending=B, cancel=False), A, 9) is TriggerAction.WRITE_PLANNED
+    assert decide_trigger(state(pending=None, cancel=False), B, 9) is TriggerAction.WRITE_PENDING
+    assert decide_trigger(state(pending=None, cancel=False), A, 9) is TriggerAction.RECORD_ONLY
+    assert decide_trigger(state(pending=B, cancel=True), B, 5) is TriggerAction.STALE
