@@ -43,7 +43,7 @@ TIME_BOX_S = 60.0
 #: Runs per timing (best kept): the fresh zone takes a second per baseline run; the changes
 #: take milliseconds, where a few runs are too noisy on a shared machine.
 REPEATS = 3
-CHANGE_REPEATS = 20
+CHANGE_REPEATS = 60
 OURS = "place() (ours)"
 INTRO = f"""\
 Produced by `.venv/bin/python bench/placement_bench.py` (do not edit by hand). Times are the

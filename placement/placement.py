@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, pairwise
 from operator import attrgetter
@@ -31,7 +31,14 @@ from numpy.typing import NDArray
 
 from placement.errors import InvalidInput
 from placement.model import Node, Peers, ZoneSpec
-from placement.placement_core import CoreProblem, Pairs, solve, stable_argsort
+from placement.placement_core import (
+    CoreProblem,
+    Pairs,
+    members_matrix,
+    solve,
+    solve_rows,
+    stable_argsort,
+)
 from placement.placement_hash import mix64, name_key
 from placement.placement_primary import choose_primaries
 from placement.placement_targets import Targets, weighted_targets
@@ -75,10 +82,10 @@ def place(
         )
     ctx = _Context.build(zone, eligible, current or {})
     if zone.failure_domain is None:
-        pairs = _solve_flat(ctx)
+        members = _solve_flat(ctx)
     else:
         pairs = _solve_domains(ctx, zone.failure_domain)
-    members = _members_matrix(pairs, ctx.partitions, ctx.width, len(eligible))
+        members = members_matrix(pairs, ctx.partitions, ctx.width, len(eligible))
     load = np.bincount(members.ravel(), minlength=len(eligible))
     primary = choose_primaries(members, load, ctx.cur_primary, ctx.row_key)
     return _assemble(ctx.names, members, primary, load, ctx.given)
@@ -112,6 +119,10 @@ def _check_zone(zone: ZoneSpec) -> None:
 
 
 def _check_nodes(nodes: Sequence[Node]) -> None:
+    names = [node.name for node in nodes]
+    weights = [node.weight for node in nodes]
+    if len(set(names)) == len(names) and all(0 < w < math.inf for w in weights):
+        return  # the usual case; otherwise the loop below names the first offending node
     seen: set[str] = set()
     for k, node in enumerate(nodes):
         if node.name in seen:
@@ -139,10 +150,18 @@ class _Given:
     ``matrix[p]`` are the node indices of ``values[p]`` in the given order (-1: not eligible).
     An output row equal to its input row can reuse it (no name lookups, and no copy at all for
     a tuple, e.g. a previous :class:`Placement` fed back).
+
+    ``slots``/``row_count``, when every partition ``0..P-1`` is given: the position
+    ``p · width + column`` of every valid current pair in the matrix of the sorted given rows,
+    and the number of valid pairs per partition (hints for the core, see
+    :class:`~placement.placement_core.CoreProblem`).
     """
 
     matrix: I64
     values: list[Sequence[str]]
+    slots: I64 | None = None
+    row_count: I64 | None = None
+    ordered: I64 | None = None  #: the first ``P`` rows of ``matrix``, each sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,29 +228,32 @@ def _parse_current(
     """
     values = list(current.values())
     try:
-        lengths = list(map(len, values))
+        sizes = set(map(len, values))
     except TypeError:
         return (*_parse_current_slow(current, partitions, index), None)
-    # The usual keys 0..n-1 in order are checked by one list comparison; any others are read
-    # into an array (integers only).
-    dense = bool(lengths) and lengths[0] > 0 and lengths.count(lengths[0]) == len(lengths)
+    # The usual keys 0..n-1 in order, all with the same number of members, are checked by one
+    # list comparison; any others are read into an array (integers only).
+    common = sizes.pop() if len(sizes) == 1 else 0
     keys = None
-    if not (dense and list(current) == _range_list(len(values))):
+    if common > 0 and list(current) == _range_list(len(values)):
+        lengths = [common]
+        total = common * len(values)
+    else:
         try:
             keys = np.frombuffer(array("q", current), dtype=np.int64)
         except (TypeError, OverflowError):
             return (*_parse_current_slow(current, partitions, index), None)
-    total = sum(lengths)
-    names = chain.from_iterable(values)
-    try:
-        node = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=total)
-    except ValueError:  # fewer members than their ``len()`` said
-        return (*_parse_current_slow(current, partitions, index), None)
-    if next(names, _END) is not _END:  # more members than their ``len()`` said
+        lengths = list(map(len, values))
+        total = sum(lengths)
+    node = _lookup(index, chain.from_iterable(values), total)
+    if node is None:  # fewer or more members than their ``len()`` said
         return (*_parse_current_slow(current, partitions, index), None)
     if keys is None:
         matrix = node.reshape(len(values), lengths[0])
-        return (*_parse_dense(matrix, partitions), _Given(matrix, values))
+        rows, nodes, first, primary, slots, count, ordered = _parse_dense(matrix, partitions)
+        if len(matrix) < partitions:
+            return rows, nodes, first, primary, _Given(matrix, values, ordered=ordered)
+        return rows, nodes, first, primary, _Given(matrix, values, slots, count, ordered)
     row = np.repeat(keys, lengths)
     size = np.asarray(lengths, dtype=np.int64)
     first = np.zeros(total, dtype=np.bool_)
@@ -270,22 +292,105 @@ class _Index(dict[str, int]):
         return -1
 
 
-def _parse_dense(matrix: I64, partitions: int) -> tuple[I64, I64, NDArray[np.bool_], I64]:
+class _ByteIndex(dict[str, int]):
+    """:class:`_Index` for fewer than 255 nodes, with 255 for a name that is not eligible."""
+
+    __slots__ = ()
+
+    def __missing__(self, name: str) -> int:
+        return 255
+
+
+def _byte_nodes() -> I64:
+    table = np.arange(256, dtype=np.int64)
+    table[255] = -1
+    table.flags.writeable = False
+    return table
+
+
+#: Node index of a byte code of :class:`_ByteIndex` (255: not eligible, -1).
+_BYTE_NODES = _byte_nodes()
+
+
+def _lookup(index: _Index, names: Iterator[str], total: int) -> I64 | None:
+    """The node index of each name (-1: not eligible); None unless there are ``total`` names.
+
+    With fewer than 255 nodes the indices are collected as bytes (``bytearray`` of the
+    lookups): the per-name cost of the loop is the floor here, and filling a byte buffer
+    costs less per name than ``np.fromiter`` (Python ints to a C array).
+    """
+    if len(index) < 255:
+        codes = bytearray(map(_ByteIndex(index).__getitem__, names))
+        if len(codes) != total:
+            return None
+        nodes: I64 = _BYTE_NODES[np.frombuffer(codes, dtype=np.uint8)]
+        return nodes
+    try:
+        nodes = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=total)
+    except ValueError:  # fewer names
+        return None
+    if next(names, _END) is not _END:  # more names
+        return None
+    return nodes
+
+
+def _parse_dense(
+    matrix: I64, partitions: int
+) -> tuple[I64, I64, NDArray[np.bool_], I64, I64, I64, I64]:
     """:func:`_parse_current` when row ``p`` of ``matrix`` lists partition ``p`` (-1: not
-    eligible)."""
+    eligible), then the position of every pair in the rows' sorted matrix, the number of
+    pairs per row and that sorted matrix (see :class:`_Given`).
+
+    Works column by column and fills the pairs in place: few large temporaries, since each
+    fresh array of the size of the input costs page faults.
+    """
     matrix = matrix[:partitions]
+    n_rows, width = matrix.shape
     lead = matrix[:, 0].copy()
     columns = _sorted_columns(matrix)
-    valid = [columns[0] >= 0]
-    valid += [(b >= 0) & (b != a) for a, b in pairwise(columns)]
-    rows = np.repeat(np.arange(len(matrix), dtype=np.int64), matrix.shape[1])
-    nodes: I64 = np.stack(columns, axis=1).ravel()
-    if not all(v.all() for v in valid):
-        keep = np.stack(valid, axis=1).ravel()
-        rows, nodes = rows[keep], nodes[keep]
+    valid = columns[0] >= 0
+    every = bool(valid.all())
+    masks = [valid]
+    for a, b in pairwise(columns):
+        ok = b != a
+        if every:
+            every = bool(ok.all())  # b > a >= 0 once sorted: no -1 left
+        masks.append(ok & (b >= 0))
+    nodes = np.empty((n_rows, width), dtype=np.int64)
+    for j, column in enumerate(columns):
+        nodes[:, j] = column
+    first = nodes == lead[:, None]
+    rows = _row_ids(n_rows, width)
     primary = np.full(partitions, -1, dtype=np.int64)
-    primary[: len(lead)] = lead
-    return rows, nodes, nodes == lead[rows], primary
+    primary[:n_rows] = lead
+    if every:
+        count = np.full(n_rows, width, dtype=np.int64)
+        return (
+            rows,
+            nodes.reshape(-1),
+            first.reshape(-1),
+            primary,
+            _row_ids(n_rows * width, 1),
+            count,
+            nodes,
+        )
+    keep = np.empty((n_rows, width), dtype=np.bool_)
+    count = masks[0].astype(np.int64)
+    for j, mask in enumerate(masks):
+        keep[:, j] = mask
+        if j:
+            count += mask
+    slots = np.flatnonzero(keep)
+    flat = nodes.reshape(-1)
+    return rows[slots], flat[slots], first.reshape(-1)[slots], primary, slots, count, nodes
+
+
+@functools.lru_cache(maxsize=4)
+def _row_ids(n_rows: int, width: int) -> I64:
+    """``np.repeat(np.arange(n_rows), width)``, cached and read-only."""
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), width)
+    rows.flags.writeable = False
+    return rows
 
 
 def sort_rows(matrix: I64) -> I64:
@@ -304,7 +409,13 @@ def _sorted_columns(matrix: I64) -> list[I64]:
     if width > 4:
         ordered = np.sort(matrix, axis=1)
         return [ordered[:, j] for j in range(width)]
-    columns = [matrix[:, j] for j in range(width)]
+    return _sort_network([matrix[:, j] for j in range(width)])
+
+
+def _sort_network(columns: list[I64]) -> list[I64]:
+    """Element-wise sorted ``columns`` (at most 4): ``out[0] <= out[1] <= …`` in every row."""
+    columns = list(columns)
+    width = len(columns)
     for round_ in range(width):
         for j in range(round_ % 2, width - 1, 2):
             low = np.minimum(columns[j], columns[j + 1])
@@ -342,10 +453,13 @@ def _parse_current_slow(
     return r[order], n[order], np.asarray(firsts, dtype=np.bool_)[order], primary
 
 
-def _solve_flat(ctx: _Context) -> Pairs:
-    """No failure domain: one core problem over all eligible nodes, each capped at P."""
+def _solve_flat(ctx: _Context) -> I64:
+    """No failure domain: one core problem over all eligible nodes, each capped at P; the
+    members matrix."""
     _, targets = weighted_targets(ctx.weights, ctx.total, hi=[ctx.partitions] * len(ctx.names))
-    return solve(
+    given = ctx.given
+    dense = given is not None and given.matrix.shape[1] == ctx.width
+    return solve_rows(
         CoreProblem(
             demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
             targets=targets,
@@ -354,7 +468,10 @@ def _solve_flat(ctx: _Context) -> Pairs:
             cur_first=ctx.cur_first,
             row_key=ctx.row_key,
             node_key=ctx.node_key,
-        )
+            row_count=given.row_count if given is not None else None,
+            slots=given.slots if dense and given is not None else None,
+        ),
+        ctx.width,
     )
 
 
@@ -537,22 +654,20 @@ def _inside_domain(ctx: _Context, dom: _Domains, d: int, rows: I64) -> Pairs:
 # --- output --------------------------------------------------------------------------------------
 
 
-def _members_matrix(pairs: Pairs, partitions: int, width: int, n_nodes: int) -> I64:
-    """Rows × width node indices, each row sorted (= name order)."""
-    rows, nodes = pairs
-    if len(rows) != partitions * width:
-        raise AssertionError("placement: wrong number of replicas")
-    if (np.bincount(rows, minlength=partitions) != width).any():
-        raise AssertionError("placement: a partition with the wrong number of replicas")
-    code = rows * n_nodes + nodes
-    # Mostly sorted (kept pairs come sorted, then the few new ones): timsort merges the runs
-    # in linear time; a fresh zone's random order is faster with the default sort.
-    presorted = np.count_nonzero(code[1:] < code[:-1]) * 64 < len(code)
-    code.sort(kind="stable" if presorted else None)
-    if width > 1 and (code[1:] == code[:-1]).any():
-        raise AssertionError("placement: a node twice in one partition")
-    matrix: I64 = (code % n_nodes).reshape(partitions, width)
-    return matrix
+def _output_columns(members: I64, primary: I64) -> list[I64]:
+    """The output rows as columns: the primary, then the other members in index order."""
+    width = members.shape[1]
+    # Column by column (contiguous arrays): member j of the others is by_column[j] before the
+    # primary's position in the (sorted) row, by_column[j + 1] after it.
+    by_column = members.T.copy()
+    position = by_column[0] < primary
+    if width > 2:
+        position = position.astype(np.int64)
+        for j in range(1, width):
+            position += by_column[j] < primary
+    columns = [primary]
+    columns += [np.where(position > j, by_column[j], by_column[j + 1]) for j in range(width - 1)]
+    return columns
 
 
 def _assemble(
@@ -564,28 +679,32 @@ def _assemble(
     object when it is already a tuple); only the others are looked up by index.
     """
     rows, width = members.shape
-    # Column by column (contiguous arrays): member j of the others is members[:, j] before the
-    # primary's position in the (sorted) row, members[:, j + 1] after it.
-    position = np.zeros(rows, dtype=np.int64)
-    for j in range(width):
-        position += members[:, j] < primary
-    columns = [primary]
-    columns += [np.where(position > j, members[:, j], members[:, j + 1]) for j in range(width - 1)]
     table = np.asarray(names, dtype=object)
     assignments: tuple[Peers, ...]
     if given is not None and given.matrix.shape[1] == width:
         size = min(len(given.matrix), rows)
         same = given.matrix[:size, 0] == primary[:size]
-        for j in range(1, width):
-            same &= given.matrix[:size, j] == columns[j][:size]
+        if given.ordered is not None and len(given.ordered) >= size:
+            # The given row is the output row when it has the same members (sorted rows
+            # equal), leads with the primary and lists the others in increasing order.
+            for j in range(width):
+                same &= given.ordered[:size, j] == members[:size, j]
+            for j in range(1, width - 1):
+                same &= given.matrix[:size, j] < given.matrix[:size, j + 1]
+        else:
+            columns = _output_columns(members[:size], primary[:size])
+            for j in range(1, width):
+                same &= given.matrix[:size, j] == columns[j]
         changed = np.flatnonzero(~same).tolist() + list(range(size, rows))
         out: list[Peers] = list(map(tuple, given.values[:size]))
         out.extend(() for _ in range(size, rows))
-        fresh = zip(*(table[column[changed]].tolist() for column in columns), strict=True)
+        columns = _output_columns(members[changed], primary[changed])
+        fresh = zip(*(table[column].tolist() for column in columns), strict=True)
         for p, peers in zip(changed, fresh, strict=True):
             out[p] = peers
         assignments = tuple(out)
     else:
+        columns = _output_columns(members, primary)
         assignments = tuple(zip(*(table[column].tolist() for column in columns), strict=True))
     primaries = np.bincount(primary, minlength=len(names))
     return Placement(

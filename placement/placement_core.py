@@ -28,6 +28,7 @@ the maximum number of current pairs among all balanced assignments.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Collection, Sequence
@@ -50,6 +51,12 @@ class CoreProblem:
     ``cur_row``/``cur_node`` are the valid current pairs (distinct, nodes eligible, rows in
     range); ``cur_first`` marks the pairs that are their row's current primary, which the core
     prefers to keep when it must drop something. Keys only break ties.
+
+    Hints, never required (they save passes over the pairs): ``row_count`` is the number of
+    current pairs of every row; ``slots``, when every row demands the same ``width``, is the
+    position ``row · width + column`` of every current pair in a rows × width matrix (a row's
+    pairs in ascending columns) — ``slots`` of length ``rows · width`` means every row is
+    complete (``full_rows``).
     """
 
     demand: I64
@@ -59,6 +66,8 @@ class CoreProblem:
     cur_first: NDArray[np.bool_]
     row_key: NDArray[np.uint64]
     node_key: NDArray[np.uint64]
+    row_count: I64 | None = None
+    slots: I64 | None = None
 
     @property
     def n_rows(self) -> int:
@@ -68,22 +77,147 @@ class CoreProblem:
     def n_nodes(self) -> int:
         return len(self.targets.floor)
 
+    @property
+    def full_rows(self) -> bool:
+        """Every row has exactly ``demand`` current pairs (known from ``slots``)."""
+        if self.slots is None or not len(self.demand):
+            return False
+        return len(self.slots) == self.n_rows * int(self.demand[0])
+
+    def counts(self) -> I64:
+        """Current pairs per row."""
+        if self.row_count is not None:
+            return self.row_count
+        return np.bincount(self.cur_row, minlength=self.n_rows)
+
 
 def solve(pb: CoreProblem) -> Pairs:
     """All (row, node) pairs of a balanced assignment with the fewest pairs outside ``C``."""
     keep, ceil = _keep_current(pb)
+    return _fill(pb, keep, ceil)
+
+
+def solve_rows(pb: CoreProblem, width: int) -> I64:
+    """:func:`solve` as a matrix: row ``p`` lists its ``width`` nodes in index order.
+
+    Every row must demand ``width`` nodes. With ``slots`` (where the current pairs sit in a
+    rows × width matrix), the result is that matrix with the open positions (dropped pairs,
+    missing members) taken by the new pairs, only the rows that changed being sorted again:
+    the same matrix as sorting all pairs, without the passes over all of them.
+    """
+    keep, ceil = _keep_current(pb)
+    if FAST_ROWS and pb.slots is not None:
+        matrix = _edit_rows(pb, pb.slots, keep, ceil, width)
+        if matrix is not None:
+            return matrix
+    return members_matrix(_fill(pb, keep, ceil), pb.n_rows, width, pb.n_nodes)
+
+
+def _edit_rows(
+    pb: CoreProblem, slots: I64, keep: NDArray[np.bool_], ceil: NDArray[np.bool_], width: int
+) -> I64 | None:
+    """:func:`solve_rows` by editing the current rows: the steps of :func:`_fill` with row
+    pointers instead of passes over the pairs; None when the keep is not proven maximal or a
+    conflict is left after the swap repair (then :func:`_fill` decides)."""
+    n_rows, n_nodes = pb.n_rows, pb.n_nodes
+    dropped = np.flatnonzero(~keep)
+    kept_count = pb.counts() - np.bincount(pb.cur_row[dropped], minlength=n_rows)
+    holes = pb.demand - kept_count
+    held = np.bincount(pb.cur_node, minlength=n_nodes)
+    held -= np.bincount(pb.cur_node[dropped], minlength=n_nodes)
+    free = pb.targets.floor + ceil - held
+    if not _keep_is_maximal(pb, keep, ceil, holes, free, dropped):
+        return None
+    fillers = np.flatnonzero(free > 0)
+    simple = FAST_FILL and (holes <= 1).all() and not held[fillers].any()
+    single = simple and len(fillers) == 1 and free[fillers[0]] == holes.sum()
+    if single and (free >= 0).all():
+        # One node, holding nothing, takes every hole: the fill's order does not matter.
+        new_row = np.flatnonzero(holes)
+        new_node = np.full(len(new_row), fillers[0], dtype=np.int64)
+    else:
+        single = False
+        new_row, new_node = _bulk_fill(pb, holes, free)
+    if not simple:
+        kept_row, kept_node = (
+            (pb.cur_row, pb.cur_node) if not len(dropped) else (pb.cur_row[keep], pb.cur_node[keep])
+        )
+        kept_ptr = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(kept_count, out=kept_ptr[1:])
+        conflict = _conflicts(n_nodes, kept_row, kept_node, new_row, new_node, kept_ptr)
+        if conflict.any():
+            new_node, conflict = _swap_repair(
+                pb, kept_row, kept_node, new_row, new_node, conflict, kept_ptr
+            )
+            if conflict.any():
+                return None
+    if len(slots) == n_rows * width:  # full rows: the open positions are the dropped pairs
+        flat = pb.cur_node.copy()
+        open_ = dropped
+    else:
+        flat = np.empty(n_rows * width, dtype=np.int64)
+        flat[slots] = pb.cur_node
+        taken = np.zeros(n_rows * width, dtype=np.bool_)
+        taken[slots[keep] if len(dropped) else slots] = True
+        open_ = np.flatnonzero(~taken)
+    if len(open_) != len(new_row):
+        raise AssertionError("placement: wrong number of replicas")
+    if single:
+        flat[open_] = fillers[0]
+    elif len(open_):
+        # Open positions are in row order; so are the new slots once sorted by row, and
+        # every row has as many of each (its holes).
+        flat[open_] = new_node[stable_argsort(new_row, n_rows)]
+    matrix = flat.reshape(n_rows, width)
+    touched = np.flatnonzero(holes)
+    if len(touched):
+        rows = np.sort(matrix[touched], axis=1)
+        if width > 1 and (rows[:, 1:] == rows[:, :-1]).any():
+            raise AssertionError("placement: a node twice in one partition")
+        matrix[touched] = rows
+    return matrix
+
+
+def members_matrix(pairs: Pairs, partitions: int, width: int, n_nodes: int) -> I64:
+    """Rows × width node indices, each row sorted (= name order)."""
+    rows, nodes = pairs
+    if len(rows) != partitions * width:
+        raise AssertionError("placement: wrong number of replicas")
+    if (np.bincount(rows, minlength=partitions) != width).any():
+        raise AssertionError("placement: a partition with the wrong number of replicas")
+    code = rows * n_nodes + nodes
+    # Mostly sorted (kept pairs come sorted, then the few new ones): timsort merges the runs
+    # in linear time; a fresh zone's random order is faster with the default sort.
+    presorted = np.count_nonzero(code[1:] < code[:-1]) * 64 < len(code)
+    code.sort(kind="stable" if presorted else None)
+    if width > 1 and (code[1:] == code[:-1]).any():
+        raise AssertionError("placement: a node twice in one partition")
+    matrix: I64 = (code % n_nodes).reshape(partitions, width)
+    return matrix
+
+
+def _fill(pb: CoreProblem, keep: NDArray[np.bool_], ceil: NDArray[np.bool_]) -> Pairs:
+    """Phase 1 completed (:func:`_maximize_keep` when the greedy keep is not proven maximal),
+    then phase 2: the pairs of :func:`solve`."""
     kept_row, kept_node = pb.cur_row[keep], pb.cur_node[keep]
     holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
-    free = pb.targets.floor + ceil - np.bincount(kept_node, minlength=pb.n_nodes)
+    held = np.bincount(kept_node, minlength=pb.n_nodes)
+    free = pb.targets.floor + ceil - held
     if not _keep_is_maximal(pb, keep, ceil, holes, free):
         state = _State(pb, kept_row, kept_node, ceil)
         _maximize_keep(state)
         kept_row, kept_node = state.pairs()
         ceil = np.asarray(state.ceil, dtype=np.bool_)
         holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
-        free = pb.targets.floor + ceil - np.bincount(kept_node, minlength=pb.n_nodes)
+        held = np.bincount(kept_node, minlength=pb.n_nodes)
+        free = pb.targets.floor + ceil - held
     new_row, new_node = _bulk_fill(pb, holes, free)
-    conflict = _conflicts(pb.n_nodes, kept_row, kept_node, new_row, new_node)
+    if FAST_FILL and (holes <= 1).all() and not held[free > 0].any():
+        # One column of holes (each row once) filled by nodes that keep nothing (a join):
+        # no slot can meet a node already in its row.
+        conflict = np.zeros(len(new_row), dtype=np.bool_)
+    else:
+        conflict = _conflicts(pb.n_nodes, kept_row, kept_node, new_row, new_node)
     if conflict.any():
         new_node, conflict = _swap_repair(pb, kept_row, kept_node, new_row, new_node, conflict)
     placed = ~conflict
@@ -106,9 +240,10 @@ def solve(pb: CoreProblem) -> Pairs:
 def _keep_current(pb: CoreProblem) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
     """Greedy keep: which current pairs stay, and which eligible nodes take ``floor + 1``."""
     keep = _truncate_rows(pb)
-    load = np.bincount(pb.cur_node[keep], minlength=pb.n_nodes)
+    every = bool(keep.all())
+    load = np.bincount(pb.cur_node if every else pb.cur_node[keep], minlength=pb.n_nodes)
     ceil = _choose_ceil(pb, load)
-    keep = _shed_nodes(pb, keep, pb.targets.floor + ceil)
+    keep = _shed_nodes(pb, keep, pb.targets.floor + ceil, load if every else None)
     return keep, ceil
 
 
@@ -118,7 +253,9 @@ def _truncate_rows(pb: CoreProblem) -> NDArray[np.bool_]:
     The current primary is dropped last, then the node furthest above its floor goes first.
     """
     keep = np.ones(len(pb.cur_row), dtype=np.bool_)
-    count = np.bincount(pb.cur_row, minlength=pb.n_rows)
+    if pb.full_rows:
+        return keep
+    count = pb.counts()
     over = np.flatnonzero(count > pb.demand)
     if over.size == 0:
         return keep
@@ -151,7 +288,9 @@ def _choose_ceil(pb: CoreProblem, load: I64) -> NDArray[np.bool_]:
     return ceil
 
 
-def _shed_nodes(pb: CoreProblem, keep: NDArray[np.bool_], cap: I64) -> NDArray[np.bool_]:
+def _shed_nodes(
+    pb: CoreProblem, keep: NDArray[np.bool_], cap: I64, all_load: I64 | None = None
+) -> NDArray[np.bool_]:
     """Nodes above their target drop replicas where the fill can replace them without conflict.
 
     Preferred rows: no hole yet (a joining node can take all the holes), then rows that hold
@@ -160,19 +299,23 @@ def _shed_nodes(pb: CoreProblem, keep: NDArray[np.bool_], cap: I64) -> NDArray[n
     previous ones. Vectorised: every node's choice is first computed against the initial holes
     (one global sort); a node's choice stays valid unless one of its chosen rows received a
     hole from an earlier node (holes only grow, so rows it did not choose only get worse), and
-    only such nodes are recomputed, in order.
+    only such nodes are recomputed, in order. ``all_load`` (optional): the load of all the
+    current pairs, when ``keep`` keeps them all.
     """
-    every = bool(keep.all())  # the usual case: no row was truncated (no gathers needed)
-    kept = np.arange(len(keep)) if every else np.flatnonzero(keep)
+    every = all_load is not None or bool(keep.all())  # the usual case: no gathers needed
+    kept = _positions(len(keep)) if every else np.flatnonzero(keep)
     kept_node = pb.cur_node if every else pb.cur_node[kept]
-    load = np.bincount(kept_node, minlength=pb.n_nodes)
+    load = all_load if all_load is not None else np.bincount(kept_node, minlength=pb.n_nodes)
     over = np.flatnonzero(load > cap)
     if over.size == 0:
         return keep
     keep = keep.copy()
     kept_row = pb.cur_row if every else pb.cur_row[kept]
-    holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
-    room = np.clip(cap - load, 0, None)
+    if every:
+        holes = pb.demand - pb.counts()
+    else:
+        holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
+    room = np.maximum(cap - load, 0)
     if (room[load > 0] > 0).any():  # a node holding kept pairs has room
         kept_room = room[kept_node]
         blocked = np.bincount(kept_row, weights=kept_room, minlength=pb.n_rows).astype(np.int64)
@@ -182,22 +325,27 @@ def _shed_nodes(pb: CoreProblem, keep: NDArray[np.bool_], cap: I64) -> NDArray[n
     shed = load[over] - cap[over]
     rank_of = np.full(pb.n_nodes, -1, dtype=np.int64)
     rank_of[over] = np.arange(len(over))
-    group = rank_of[kept_node]
-    # The shedding nodes' pairs, in row order; ``group`` = the node's rank in shedding order.
+    # The shedding nodes' pairs, in row order: ``seg`` (positions in the current pairs),
+    # ``nodes``, ``rows``; ``group`` = the node's rank in shedding order (computed when needed).
     if len(over) == int(np.count_nonzero(load)):  # every node holding pairs sheds (a join)
-        seg, rows = kept, kept_row
+        seg, nodes, rows = kept, kept_node, kept_row
+        first = pb.cur_first if every else pb.cur_first[seg]
     else:
-        mine = group >= 0
-        seg, group, rows = kept[mine], group[mine], kept_row[mine]
+        mine = rank_of[kept_node] >= 0
+        seg, nodes, rows = kept[mine], kept_node[mine], kept_row[mine]
+        first = pb.cur_first[seg]
     over_key = pb.node_key[over]
     picked = None
+    # With :func:`_shed_by_tie`: every group's candidates in its order, beyond its choice.
+    spare: tuple[I64, I64] | None = None
     if FAST_SHED and not holes.any() and not blocked.any():  # e.g. a join: no hole, no room
-        picked = _shed_by_tie(group, pb.cur_first[seg], pb.row_key[rows], over_key, shed)
+        found = _shed_by_tie(rank_of, nodes, first, rows, pb.row_key, over_key, shed)
+        if found is not None:
+            picked, spare = found[0], found[1:]
     if picked is None:
+        group = rank_of[nodes]
         tie = mix64(pb.row_key[rows] ^ over_key[group])
-        picked = smallest_per_group(
-            group, (holes[rows], blocked[rows], pb.cur_first[seg]), tie, shed
-        )
+        picked = smallest_per_group(group, (holes[rows], blocked[rows], first), tie, shed)
     keep[seg[picked]] = False
     chosen = rows[picked]
     bounds = np.concatenate(([0], np.cumsum(shed)))
@@ -213,11 +361,32 @@ def _shed_nodes(pb: CoreProblem, keep: NDArray[np.bool_], cap: I64) -> NDArray[n
             return keep
         g = int(later.min())
         lo, hi = int(bounds[g]), int(bounds[g + 1])
-        now = holes + np.bincount(chosen[:lo], minlength=pb.n_rows)
-        part = np.flatnonzero(group == g)
+        # The holes of a row once the node's predecessors have shed: its initial holes plus
+        # the times they chose it.
+        earlier = np.sort(chosen[:lo])
+        if spare is not None:
+            # No hole, no room anywhere at first, so the node's order is (holes now, primary
+            # last, tie): its first rows without a hole now among its candidates (the
+            # non-primary rows below its tie limit, in tie order) decide when there are enough.
+            order, starts = spare
+            cand = order[starts[g] : starts[g + 1]]
+            rows_c = rows[cand]
+            now_c = np.searchsorted(earlier, rows_c, "right") - np.searchsorted(earlier, rows_c)
+            ready = cand[now_c == 0]
+            if len(ready) >= shed[g]:
+                keep[seg[picked[lo:hi]]] = True
+                picked[lo:hi] = ready[: shed[g]]
+                keep[seg[picked[lo:hi]]] = False
+                chosen[lo:hi] = rows[picked[lo:hi]]
+                settled = g
+                continue
+        part = np.flatnonzero(nodes == over[g])
         seg_g, rows_g = seg[part], rows[part]
+        now_g = holes[rows_g] + (
+            np.searchsorted(earlier, rows_g, "right") - np.searchsorted(earlier, rows_g)
+        )
         tie_g = mix64(pb.row_key[rows_g] ^ over_key[g])
-        redo = np.lexsort((tie_g, pb.cur_first[seg_g], blocked[rows_g], now[rows_g]))
+        redo = np.lexsort((tie_g, pb.cur_first[seg_g], blocked[rows_g], now_g))
         redo = redo[: shed[g]]
         keep[seg[picked[lo:hi]]] = True
         keep[seg_g[redo]] = False
@@ -226,20 +395,38 @@ def _shed_nodes(pb: CoreProblem, keep: NDArray[np.bool_], cap: I64) -> NDArray[n
         settled = g
 
 
+@functools.lru_cache(maxsize=4)
+def _positions(size: int) -> I64:
+    """``np.arange(size)``, cached and read-only."""
+    positions = np.arange(size, dtype=np.int64)
+    positions.flags.writeable = False
+    return positions
+
+
+#: Skip :func:`_conflicts` when no conflict is possible (tests switch it off to compare).
+FAST_FILL = True
+#: Build :func:`solve_rows`'s matrix by editing complete current rows (tests switch it off).
+FAST_ROWS = True
 #: Use :func:`_shed_by_tie` when it applies (tests switch it off to compare with the general path).
 FAST_SHED = True
 
 
 def _shed_by_tie(
-    group: I64,
+    rank_of: I64,
+    nodes: I64,
     first: NDArray[np.bool_],
+    rows: I64,
     row_key: NDArray[np.uint64],
     over_key: NDArray[np.uint64],
     take: I64,
-) -> I64 | None:
+) -> tuple[I64, I64, I64] | None:
     """:func:`smallest_per_group` of :func:`_shed_nodes` when every row has no hole and no
-    blocked slot (a join), or None when it cannot decide.
+    blocked slot (a join), or None when it cannot decide; then every group's candidates in
+    its order and where each group starts among them (group ``g``'s are
+    ``order[starts[g]:starts[g + 1]]``).
 
+    The pairs are given by ``nodes``, ``first`` and ``rows``; a pair's group is
+    ``rank_of[node]`` (every given pair belongs to a shedding node).
     The order is then (``first``, tie) in every group: when a group has at least ``take[g]``
     non-primary pairs, its choice is the ``take[g]`` of them with the smallest tie (ties broken
     by position). Only the non-primary pairs are hashed, only those below a per-group limit on
@@ -247,25 +434,29 @@ def _shed_by_tie(
     """
     n_groups = len(take)
     candidates = np.flatnonzero(~first)
-    mine = group[candidates]
+    mine = rank_of[nodes[candidates]]
     size = np.bincount(mine, minlength=n_groups)
     if (size < take).any():
         return None
-    tie = mix64(row_key[candidates] ^ over_key[mine])
+    tie = row_key[rows[candidates]]
+    tie ^= over_key[mine]
+    mix64(tie, out=tie)
     share = 4.0 * take / np.maximum(size, 1) + 1 / 256
     limit = np.full(n_groups, np.iinfo(np.uint64).max, dtype=np.uint64)
     partial = share < 1
     limit[partial] = (share[partial] * 2.0**63).astype(np.uint64) * np.uint64(2)
-    passing = tie < limit[mine]
+    passing = np.flatnonzero(tie < limit[mine])  # few: gathers beat boolean masks
     mine, tie, candidates = mine[passing], tie[passing], candidates[passing]
     sizes = np.bincount(mine, minlength=n_groups)
     if (sizes < take).any():
         return None
     order = lex_order((mine,), tie)
-    rank = np.arange(len(order)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    starts = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    rank = np.arange(len(order)) - np.repeat(starts[:-1], sizes)
     ordered = order[rank < take[mine[order]]]
     result: I64 = candidates[ordered]
-    return result
+    return result, candidates[order], starts
 
 
 def smallest_per_group(
@@ -381,17 +572,24 @@ def lex_order(
 
 
 def _keep_is_maximal(
-    pb: CoreProblem, keep: NDArray[np.bool_], ceil: NDArray[np.bool_], holes: I64, free: I64
+    pb: CoreProblem,
+    keep: NDArray[np.bool_],
+    ceil: NDArray[np.bool_],
+    holes: I64,
+    free: I64,
+    unused: I64 | None = None,
 ) -> bool:
     """A sufficient test that no augmenting path over current pairs exists.
 
     Such a path starts at a row with a hole and an unused current pair and must end at a node
     with an unused current pair and room (or one that could take over a ``floor + 1`` slot from
     a node with room). No candidate end, or no candidate start, means the greedy keep is maximal.
-    ``holes`` and ``free`` are the rows' missing members and the nodes' room after the keep.
+    ``holes`` and ``free`` are the rows' missing members and the nodes' room after the keep;
+    ``unused`` (optional) lists the current pairs not kept (``np.flatnonzero(~keep)``).
     """
-    unused = ~keep
-    if not unused.any():
+    if unused is None:
+        unused = np.flatnonzero(~keep)
+    if not len(unused):
         return True
     if not (holes[pb.cur_row[unused]] > 0).any():
         return True
@@ -577,15 +775,32 @@ def _bulk_fill(pb: CoreProblem, holes: I64, free: I64) -> Pairs:
 
 
 def _conflicts(
-    n_nodes: int, kept_row: I64, kept_node: I64, row: I64, node: I64
+    n_nodes: int,
+    kept_row: I64,
+    kept_node: I64,
+    row: I64,
+    node: I64,
+    kept_ptr: I64 | None = None,
 ) -> NDArray[np.bool_]:
-    """New slots whose node already holds the row (kept, or an earlier new slot)."""
+    """New slots whose node already holds the row (kept, or an earlier new slot).
+
+    ``kept_ptr`` (optional): the kept pairs are grouped by row, row ``p``'s at
+    ``kept_ptr[p]:kept_ptr[p + 1]``; each new slot is then checked against its row only.
+    """
     code = row * n_nodes + node
-    kept = kept_row * n_nodes + kept_node
-    if len(kept) > 1 and not (kept[1:] > kept[:-1]).all():
-        kept = np.sort(kept)
-    at = np.minimum(np.searchsorted(kept, code), max(len(kept) - 1, 0))
-    clash = kept[at] == code if len(kept) else np.zeros(len(code), dtype=np.bool_)
+    if kept_ptr is not None:
+        start = kept_ptr[row]
+        count = kept_ptr[row + 1] - start
+        clash = np.zeros(len(code), dtype=np.bool_)
+        last = max(len(kept_node) - 1, 0)
+        for j in range(int(count.max()) if len(count) and len(kept_node) else 0):
+            clash |= (j < count) & (kept_node[np.minimum(start + j, last)] == node)
+    else:
+        kept = kept_row * n_nodes + kept_node
+        if len(kept) > 1 and not (kept[1:] > kept[:-1]).all():
+            kept = np.sort(kept)
+        at = np.minimum(np.searchsorted(kept, code), max(len(kept) - 1, 0))
+        clash = kept[at] == code if len(kept) else np.zeros(len(code), dtype=np.bool_)
     order = stable_argsort(code, max(n_nodes * (int(row.max()) + 1), 1) if len(row) else 1)
     ordered = code[order]
     dup = np.zeros(len(code), dtype=np.bool_)
@@ -594,19 +809,28 @@ def _conflicts(
 
 
 def _swap_repair(
-    pb: CoreProblem, kept_row: I64, kept_node: I64, row: I64, node: I64, pending: NDArray[np.bool_]
+    pb: CoreProblem,
+    kept_row: I64,
+    kept_node: I64,
+    row: I64,
+    node: I64,
+    pending: NDArray[np.bool_],
+    kept_ptr: I64 | None = None,
 ) -> tuple[I64, NDArray[np.bool_]]:
     """Place conflicting slots by swapping nodes with another new slot (a 0-cost path).
 
     Slot ``s`` wants ``(p, i)`` but ``i`` already holds ``p``; a placed new slot ``(q, k)`` with
     ``k ∉ p`` and ``i ∉ q`` becomes ``(p, k), (q, i)``: same loads, same number of new pairs.
     Returns the new nodes and the slots still unplaced (left to :func:`_shortest_augment`).
+    ``kept_ptr`` (optional): the kept pairs are sorted by row, row ``p``'s at
+    ``kept_ptr[p]:kept_ptr[p + 1]``.
     """
-    if len(kept_row) > 1 and not (kept_row[1:] >= kept_row[:-1]).all():
-        by_row = np.argsort(kept_row, kind="stable")
-        kept_row, kept_node = kept_row[by_row], kept_node[by_row]
-    kept_ptr = np.zeros(pb.n_rows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(kept_row, minlength=pb.n_rows), out=kept_ptr[1:])
+    if kept_ptr is None:
+        if len(kept_row) > 1 and not (kept_row[1:] >= kept_row[:-1]).all():
+            by_row = np.argsort(kept_row, kind="stable")
+            kept_row, kept_node = kept_row[by_row], kept_node[by_row]
+        kept_ptr = np.zeros(pb.n_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(kept_row, minlength=pb.n_rows), out=kept_ptr[1:])
     new_order = stable_argsort(row, pb.n_rows)
     new_ptr = np.zeros(pb.n_rows + 1, dtype=np.int64)
     np.cumsum(np.bincount(row, minlength=pb.n_rows), out=new_ptr[1:])
@@ -624,7 +848,7 @@ def _swap_repair(
         return cache[r]
 
     cur_ptr = np.zeros(pb.n_rows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(pb.cur_row, minlength=pb.n_rows), out=cur_ptr[1:])
+    np.cumsum(pb.counts(), out=cur_ptr[1:])
     todo = np.flatnonzero(pending).tolist()
     # Many conflicts mean many probes: Python lists are faster to probe than numpy scalars.
     bulk = len(todo) > 64

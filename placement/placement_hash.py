@@ -6,6 +6,7 @@ Python's ``hash()`` of a string is salted per process, so every key here comes f
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -21,8 +22,12 @@ _S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
 _BLOCK = 1 << 15
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def name_key(*parts: str) -> int:
-    """A stable 64-bit key for a tuple of names (NUL-separated: ``("a", "bc") != ("ab", "c")``)."""
+    """A stable 64-bit key for a tuple of names (NUL-separated: ``("a", "bc") != ("ab", "c")``).
+
+    Memoised (a pure function): a zone's node keys are the same from one call to the next.
+    """
     digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 

@@ -44,34 +44,36 @@ def choose_primaries(members: I64, load: I64, current: I64, row_key: NDArray[np.
 
 def _sticky(members: I64, current: I64, hi: I64, row_key: NDArray[np.uint64]) -> I64:
     """Current primaries that are still members, at most ``hi`` per node (lowest row keys win)."""
-    primary = np.full(len(members), -1, dtype=np.int64)
-    hit = members == current[:, None]  # never true for -1 (no current primary)
-    valid = hit[:, 0].copy()
-    for column in range(1, hit.shape[1]):
-        valid |= hit[:, column]
-    rows = np.flatnonzero(valid)
-    if rows.size == 0:
-        return primary
-    nodes = current[rows]
-    full = np.bincount(nodes, minlength=len(hi)) > hi
-    if not full.any():
-        primary[rows] = nodes
-        return primary
+    valid = members[:, 0] == current  # never true for -1 (no current primary)
+    for column in range(1, members.shape[1]):
+        valid |= members[:, column] == current
+    lead = np.where(valid, current, -1)
+    held = np.bincount(lead + 1, minlength=len(hi) + 1)[1:]  # bin 0: rows without one
+    over = np.zeros(len(hi) + 1, dtype=np.bool_)  # over[-1]: rows without a valid primary
+    over[:-1] = held > hi
+    if not over.any():
+        return lead
     # Only the nodes above ``hi`` need the row-key order; the others keep all their rows.
-    free = ~full[nodes]
-    primary[rows[free]] = nodes[free]
-    rows, nodes = rows[~free], nodes[~free]
+    taken = over[lead]
+    primary = np.where(taken, -1, lead)
+    rows = np.flatnonzero(taken)
+    nodes = lead[rows]
     excess = np.bincount(nodes, minlength=len(hi)) - hi
     if FAST_STICKY and excess.max() <= 4:
         # Few rows too many per node: drop each node's largest row keys one at a time
         # (row keys are distinct, so "the hi smallest" is the same set).
         keys = row_key[rows]
-        keep = np.ones(len(rows), dtype=np.bool_)
+        above = excess[nodes]
+        drop = np.zeros(len(rows), dtype=np.bool_)
         for step in range(int(excess.max())):
             largest = np.zeros(len(hi), dtype=np.uint64)
-            np.maximum.at(largest, nodes[keep], keys[keep])
-            keep &= ~((keys == largest[nodes]) & (excess[nodes] > step))
-        primary[rows[keep]] = nodes[keep]
+            if step:
+                live = ~drop
+                np.maximum.at(largest, nodes[live], keys[live])
+            else:
+                np.maximum.at(largest, nodes, keys)
+            drop |= (keys == largest[nodes]) & (above > step)
+        primary[rows] = np.where(drop, -1, nodes)
         return primary
     order = lex_order((nodes,), row_key[rows])
     rows, nodes = rows[order], nodes[order]
@@ -117,6 +119,9 @@ def _greedy(members: I64, primary: I64, rows: I64, lo: I64, hi: I64) -> None:
 FAST_STICKY = True
 #: In :meth:`_Balancer._shift`, test for the end of the path before deduplicating a scan.
 FAST_END = True
+#: Upper-fix searches expand each node as soon as it is reached (:meth:`_Balancer._give_by_level`;
+#: tests switch it off to compare with the queue-based search).
+FAST_LEVEL = True
 
 
 class _Balancer:
@@ -267,6 +272,8 @@ class _Balancer:
         the first one not reached yet that can end the path does. Each expansion is vectorised:
         the neighbours not reached yet, deduplicated keeping first occurrences, in scan order.
         """
+        if give and FAST_END and FAST_LEVEL:
+            return self._give_by_level(start)
         n_nodes = len(self.lo)
         reached = np.zeros(n_nodes, dtype=np.bool_)
         reached[start] = True
@@ -305,15 +312,77 @@ class _Balancer:
             new[1:] = ordered[1:] != ordered[:-1]
             first = np.sort(by_value[new])
             rows, others = rows[first], others[first]
-            done = ends[others]
-            k = int(done.argmax())
-            if done[k]:
-                via_row[others[k]], via_node[others[k]] = rows[k], node
-                return self._apply(via_row, via_node, int(others[k]), give)
+            if not FAST_END:  # otherwise known: no fresh entry ends a path
+                done = ends[others]
+                k = int(done.argmax())
+                if done[k]:
+                    via_row[others[k]], via_node[others[k]] = rows[k], node
+                    return self._apply(via_row, via_node, int(others[k]), give)
             reached[others] = True
             via_row[others], via_node[others] = rows, node
             queue.extend(others.tolist())
         raise AssertionError("placement primaries: no alternating path (infeasible bounds)")
+
+    def _give_by_level(self, start: int) -> list[tuple[int, int, int]]:
+        """:meth:`_shift` for the upper fix, expanding nodes as soon as they are reached.
+
+        A node that can end the path never enters the search as an intermediate (its first
+        occurrence ends it), so an expansion ends the search exactly when it holds such a node,
+        whichever nodes were reached before. Nodes are expanded in the order of the BFS (first
+        occurrence in the expansions of the previous level, in order), each as soon as it is
+        found: usually the first node reached from ``start`` ends the search, and the rest of
+        the start's expansion is never deduplicated.
+        """
+        primary, members = self.primary, self.members
+        width = members.shape[1]
+        ends = self.count < self.hi
+        reached = {start}
+        via: dict[int, tuple[int, int]] = {}
+
+        def expand(node: int) -> tuple[I64, I64, int]:
+            led = np.flatnonzero(primary == node)
+            block = members[led].ravel()
+            hit = ends[block]
+            k = int(hit.argmax()) if len(hit) else 0
+            return led, block, k if len(hit) and hit[k] else -1
+
+        node = start
+        led, block, k = expand(start)
+        level = [(start, led, block)]
+        while k < 0 and level:
+            found: list[tuple[int, I64, I64]] = []
+            for node, led, block in level:
+                for at, other in enumerate(block.tolist()):
+                    if other in reached:
+                        continue
+                    reached.add(other)
+                    via[other] = (int(led[at // width]), node)
+                    found_led, found_block, k = expand(other)
+                    if k >= 0:
+                        node, led, block = other, found_led, found_block
+                        break
+                    found.append((other, found_led, found_block))
+                if k >= 0:
+                    break
+            level = found
+        if k < 0:
+            raise AssertionError("placement primaries: no alternating path (infeasible bounds)")
+        end = int(block[k])
+        via[end] = (int(led[k // width]), node)
+        return self._apply_via(via, end)
+
+    def _apply_via(self, via: dict[int, tuple[int, int]], end: int) -> list[tuple[int, int, int]]:
+        """:meth:`_apply` of an upper-fix path recorded as ``via[node] = (row, parent)``."""
+        node = end
+        changes = []
+        self.count[end] += 1
+        while node in via:
+            row, prev = via[node]
+            self.primary[row] = node
+            changes.append((row, prev, node))
+            node = prev
+        self.count[node] -= 1
+        return changes
 
     def _apply(
         self, via_row: I64, via_node: I64, end: int, give: bool
