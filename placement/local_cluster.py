@@ -441,6 +441,12 @@ def run_up(opts: UpOptions) -> int:
             console.print(f"demo zone {DEMO_ZONE} created; try:")
             console.print(f"  placectl --endpoint {endpoint} zone status {DEMO_ZONE} --watch")
             console.print(f"  placectl --endpoint {endpoint} assignments {DEMO_ZONE}")
+            console.print(f"  placectl --endpoint {endpoint} data put {DEMO_ZONE} hello world")
+            console.print(f"  placectl --endpoint {endpoint} data scan {DEMO_ZONE}")
+            console.print(
+                f"  placectl --endpoint {endpoint} workload run --zone {DEMO_ZONE}"
+                " --duration 10 --record run.jsonl"
+            )
             console.print(f"  placectl inspect --etcd {cluster.etcd_endpoint}")
             console.print("cluster up; Ctrl-C stops every process")
             asyncio.run(_live(cluster, console, opts.live))

@@ -171,6 +171,11 @@ def test_up_brings_up_a_cluster_and_leaves_nothing(
         assert len(nodes) == 3
         assignments = json.loads(up.placectl("assignments", "demo", "--json").stdout)
         assert all(len(p["stable"]) == 3 for p in assignments["partitions"])
+        put = up.placectl("data", "put", "demo", "hello", "world")
+        assert put.returncode == 0, put.stderr
+        got = up.placectl("data", "get", "demo", "hello")
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.strip() == "world"
         assert up.stop(sig, group=group) == 0
         assert "stopped" in "".join(up.output)
         for name, pid in up.pids.items():
