@@ -340,7 +340,11 @@ class Driver:
     # -- one term ----------------------------------------------------------------------------
 
     async def _lead(self, fence: Fence) -> None:
-        watch = ListWatch(self.client, self.keys.prefix.encode() + b"/")
+        sizes = self.keys.sizes_prefix()
+        # Replica-size reports (agents, every few seconds) inform nothing the leader decides.
+        watch = ListWatch(
+            self.client, self.keys.prefix.encode() + b"/", quiet=lambda key: key.startswith(sizes)
+        )
         snapshot = await retry(
             watch.start,
             policy=self.config.store_retry,

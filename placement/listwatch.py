@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -74,7 +74,11 @@ class ListWatch:
         page_size: int = 1000,
         sleep: Sleep = asyncio.sleep,
         backoff: Backoff | None = None,
+        quiet: Callable[[bytes], bool] | None = None,
     ) -> None:
+        """``quiet(key)`` true: a change of that key is applied but wakes nobody — it shows in
+        the next snapshot made for another change (e.g. the driver and replica-size reports)."""
+        self._quiet = quiet
         self._client = client
         self._prefix = prefix
         self._end = prefix_range_end(prefix)
@@ -199,7 +203,8 @@ class ListWatch:
                 self._kvs.pop(event.kv.key, None)
             else:
                 self._kvs[event.kv.key] = event.kv
-        changed = bool(batch.events)
+        quiet = self._quiet
+        changed = any(quiet is None or not quiet(e.kv.key) for e in batch.events)
         self._revision = max(self._revision, batch.revision)
         if changed:
             self._changes += 1

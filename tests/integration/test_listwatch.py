@@ -122,3 +122,20 @@ async def test_relists_when_compacted_while_disconnected(etcd_factory: Any) -> N
             assert _state(last) == await _etcd_state(writer, b"/q/")
         finally:
             await lw.close()
+
+
+async def test_quiet_keys_wake_nobody_but_show_in_the_next_snapshot(
+    client: EtcdClient, prefix: str
+) -> None:
+    base = f"{prefix}/lq/".encode()
+    quiet = base + b"sizes/"
+    async with ListWatch(client, base, quiet=lambda key: key.startswith(quiet)) as lw:
+        first = lw.snapshot()
+        await client.put(quiet + b"a", b"1")
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await lw.wait_newer(first)
+        rev = await client.put(base + b"zone", b"z")
+        last = await _until(lw, first, lambda s: s.revision >= rev)
+        assert quiet + b"a" in last.kvs
+        assert _state(last) == await _etcd_state(client, base)
