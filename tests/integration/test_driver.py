@@ -82,6 +82,17 @@ async def eventually(
         await asyncio.sleep(0.05)
 
 
+async def counted(driver: Driver, name: str, at_least: int) -> int:
+    """``driver.stats[name]`` once it reached ``at_least``: a counter is bumped after the
+    transaction it counts returns, so a test that saw the etcd effect may still be ahead of it."""
+
+    async def reached() -> bool:
+        return driver.stats[name] >= at_least
+
+    await eventually(reached, f"stats[{name!r}] to reach {at_least} ({driver.stats})")
+    return driver.stats[name]
+
+
 def assert_clean_log(path: Path) -> None:
     text = path.read_text(errors="replace") if path.exists() else ""
     assert "Traceback" not in text, f"unexpected traceback in {path}:\n{text[-4000:]}"
@@ -329,7 +340,7 @@ async def test_create_then_alter_replicas_3_5_4_ends_on_the_4_replica_target_via
         status = zone_status(four, final.partitions, None, 0.0)
         assert status.state is ZoneStatusState.READY
         assert status.partitions_done == 8
-        assert driver.stats["finished"] >= 8
+        assert await counted(driver, "finished", 8) >= 8
 
         async def replicas_follow_stable() -> bool:
             return hosting(cluster, "orders", 8) == {p: frozenset(stables[p]) for p in range(8)}
@@ -337,7 +348,7 @@ async def test_create_then_alter_replicas_3_5_4_ends_on_the_4_replica_target_via
         # Make-before-break: every member of stable holds a complete replica record, and the
         # node each partition dropped (5 -> 4) was told to Retire and holds none.
         await eventually(replicas_follow_stable, "replicas on exactly the members of stable")
-        assert driver.stats["retired"] >= 8
+        assert await counted(driver, "retired", 8) >= 8
 
         record = await store.get_zone("orders")
         assert record is not None
@@ -478,7 +489,8 @@ async def test_cancel_racing_completion_exactly_one_wins(
                 assert outcome is Outcome.STALE
                 assert stable == new, (p, stable, new)
         assert outcomes[Outcome.APPLIED] >= 1, outcomes
-        assert driver.stats["cancel_finished"] == outcomes[Outcome.APPLIED]
+        applied = outcomes[Outcome.APPLIED]
+        assert await counted(driver, "cancel_finished", applied) == applied
         # Agents agree with etcd: no partition is left on a configuration etcd does not name.
         for event in await history(client, keys.zone_assign_prefix("c"), 1):
             assert event[0] in (EventKind.PUT.value, EventKind.DELETE.value)
@@ -534,7 +546,7 @@ async def test_moves_are_throttled_globally_and_per_node(
         three = ZoneSpec("t", partitions=20, replicas=3)
         assert (await store.update_zone(three, record.mod_revision, fence)).applied
         await eventually(lambda: settled(store, three), "the throttled rebalance")
-        assert driver.stats["finished"] == 20
+        assert await counted(driver, "finished", 20) == 20
         assert 1 <= driver.stats["max_moves"] <= 3, driver.stats
         assert driver.stats["max_moves_per_node"] == 1, driver.stats
 
@@ -609,7 +621,7 @@ async def test_a_joining_node_that_dies_mid_rebalance_is_routed_around_via_cance
             )
 
         await eventually(without_n4, "every partition stable on n0..n3 again")
-        assert driver.stats["cancel_finished"] >= 1
+        assert await counted(driver, "cancel_finished", 1) >= 1
 
 
 async def test_a_new_term_retires_a_replica_that_stable_does_not_name(
@@ -645,10 +657,7 @@ async def test_a_new_term_retires_a_replica_that_stable_does_not_name(
 
             await eventually(retired, "the new term's sweep to retire n3's replica")
 
-            async def counted() -> bool:  # the agent commits before the driver reads its answer
-                return driver.stats["retired"] >= 1
-
-            await eventually(counted, "the driver to count the retire")
+            assert await counted(driver, "retired", 1) >= 1
             assert driver.stats["terms"] >= 2
     finally:
         await direct.close()
@@ -685,8 +694,8 @@ async def test_an_agents_move_report_wakes_the_mover_instead_of_its_resend_backo
         await eventually(lambda: settled(store, three), "the rebalance", within=8.0 * SCALE)
         took = asyncio.get_running_loop().time() - began
         logging.getLogger(__name__).warning("rebalance with reports took %.2fs", took)
-        assert driver.stats["finished"] == 2, driver.stats
-        assert driver.stats["report_wakeups"] >= 1, driver.stats
+        assert await counted(driver, "finished", 2) == 2, driver.stats
+        assert await counted(driver, "report_wakeups", 1) >= 1, driver.stats
         events = await history(client, keys.progress_prefix(), start)
         puts = [key for kind, key in events if kind == EventKind.PUT.value]
         assert puts, "no agent wrote a move report"
