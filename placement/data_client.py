@@ -40,6 +40,7 @@ import grpc
 from placement.client import ApiError, PlacementClient, parse_endpoints
 from placement.errors import InvalidInput, PlacementError
 from placement.partitioning import partition_of, validate_key, validate_value
+from placement.retry import RetryPolicy
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc, driver_pb2
 
 if TYPE_CHECKING:
@@ -252,17 +253,6 @@ def pick_target(routes: ZoneRoutes, partition: int, attempt: int) -> tuple[str, 
     return node, routes.addresses[node]
 
 
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Capped exponential backoff, full jitter: retry ``n`` waits ``U(0, min(cap, initial·2ⁿ))``."""
-
-    initial: float = 0.05
-    cap: float = 1.0
-
-    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
-        return rng() * min(self.cap, self.initial * 2.0 ** min(attempt, 30))
-
-
 def build_routes(
     zone: str,
     partitions: int,
@@ -430,6 +420,10 @@ def _rpc_failure(e: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str, str | N
     return e.code(), e.details() or "", header_value(e.trailing_metadata(), PRIMARY_HEADER)
 
 
+#: The client's retry backoff: capped at 1 s, so a moved primary is found again quickly.
+DEFAULT_BACKOFF = RetryPolicy(cap=1.0)
+
+
 class DataClient:
     """``async with DataClient(["127.0.0.1:7400"]) as c: await c.put("orders", b"k", b"v")``.
 
@@ -443,7 +437,7 @@ class DataClient:
         *,
         deadline: float = 15.0,
         call_timeout: float = 5.0,
-        backoff: Backoff = Backoff(),
+        backoff: RetryPolicy = DEFAULT_BACKOFF,
         route_source: RouteSource | None = None,
         connector: Connector | None = None,
         clock: Callable[[], float] = time.monotonic,

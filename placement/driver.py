@@ -41,12 +41,11 @@ import contextlib
 import functools
 import json
 import logging
-import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from placement.agent_client import AgentAnswer, AgentClient, AgentUnavailable
 from placement.codec import (
@@ -77,10 +76,10 @@ from placement.listwatch import ListWatch, Snapshot
 from placement.metastore import Fence, Metastore, Outcome, PartitionState, TransitionResult
 from placement.model import Peers
 from placement.primaries import LeaseConfig, LeaseWrite
+from placement.retry import RetryPolicy, retry
 
 log = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -90,40 +89,6 @@ PRIMARY_BATCH = 120
 #: Compares per primary-lease transaction besides the fence (etcd: at most 128 per list): a
 #: renewal needs one (the lease key), a move two (the lease key and the ISR key).
 PRIMARY_COMPARES = 120
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Exponential backoff with full jitter: attempt ``n`` waits ``U(0, min(cap, initial·2ⁿ))``."""
-
-    initial: float = 0.05
-    cap: float = 2.0
-    factor: float = 2.0
-
-    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
-        return rng() * min(self.cap, self.initial * self.factor**attempt)
-
-
-async def retry(
-    op: Callable[[], Awaitable[_T]],
-    *,
-    policy: RetryPolicy,
-    retry_on: tuple[type[BaseException], ...],
-    sleep: Sleep,
-    attempts: int | None = None,
-    rng: Callable[[], float] = random.random,
-) -> _T:
-    """The one retry helper: call ``op`` until it returns, retrying ``retry_on`` errors with
-    ``policy``'s backoff; after ``attempts`` tries (None = forever) the last error is raised."""
-    attempt = 0
-    while True:
-        try:
-            return await op()
-        except retry_on:
-            attempt += 1
-            if attempts is not None and attempt >= attempts:
-                raise
-            await sleep(policy.delay(attempt, rng))
 
 
 @dataclass(slots=True)

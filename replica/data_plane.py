@@ -40,7 +40,7 @@ from placement.codec import (
     encode_size,
 )
 from placement.errors import InvalidInput, PlacementError
-from placement.etcd import Compare, EtcdClient, Put
+from placement.etcd import Compare, EtcdClient, Get, Put, Range
 from placement.keys import KeyKind, KeySpace
 from placement.listwatch import ListWatch
 from placement.model import ZoneSpec, effective_min_in_sync
@@ -166,6 +166,7 @@ class DataPlane:
         self._learners: dict[Key, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
+        self._view_changed = asyncio.Condition()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._sizes: dict[Key, tuple[int, int]] = {}
         self._appended: dict[Key, int] = {}
@@ -216,6 +217,8 @@ class DataPlane:
             snapshot = await watch.wait_newer(snapshot)
             self._rebuild_view()
             self._changed.set()
+            async with self._view_changed:
+                self._view_changed.notify_all()
 
     def _rebuild_view(self) -> None:
         view = View()
@@ -314,11 +317,10 @@ class DataPlane:
         learner copy it, return once this node is in the partition's in-sync set."""
         await db.call(db.store.begin_replica, job.zone, job.partition)
         await db.call(self.data.ensure, job.zone, job.partition)
-        self._changed.set()
+        self._changed.set()  # the roles loop starts this replica's learner
         key = (job.zone, job.partition)
-        while not self.in_sync(key):
-            self._changed.set()
-            await asyncio.sleep(0.1)
+        async with self._view_changed:
+            await self._view_changed.wait_for(lambda: self.in_sync(key))
 
     # -- learner -----------------------------------------------------------------------------
 
@@ -525,9 +527,13 @@ class DataPlane:
     async def read_lease_and_isr(
         self, key: Key
     ) -> tuple[PrimaryLease | None, int, InSyncSet | None, int]:
-        """Fresh from etcd: (lease, its mod revision, ISR, its mod revision); 0 = absent."""
-        lease_kv = (await self.client.get(self.keys.primary(*key))).first()
-        isr_kv = (await self.client.get(self.keys.isr(*key))).first()
+        """Fresh from etcd, both at one revision (one read-only transaction): (lease, its mod
+        revision, ISR, its mod revision); 0 = absent."""
+        result = await self.client.txn([], [Get(self.keys.primary(*key)), Get(self.keys.isr(*key))])
+        lease_range, isr_range = result.responses
+        assert isinstance(lease_range, Range)
+        assert isinstance(isr_range, Range)
+        lease_kv, isr_kv = lease_range.first(), isr_range.first()
         lease = decode_primary(lease_kv.value) if lease_kv is not None else None
         isr = decode_isr(isr_kv.value) if isr_kv is not None else None
         return (
@@ -711,20 +717,17 @@ class Primary:
                 for write in batch:
                     write.future.set_exception(error)
                 return
-            existed: list[bool] = []
-            entries: list[Entry] = []
             index, epoch = self.state.last_index, self.lease_epoch
-            for write in batch:
-                index += 1
-                if write.value is None:
-                    old = await plane.db.call(plane.data.get, self.zone, self.partition, write.key)
-                    existed.append(old is not None)
-                    entries.append(Entry(index, epoch, write.key, b"", True))
-                else:
-                    existed.append(False)
-                    entries.append(Entry(index, epoch, write.key, write.value))
-            self.state = await plane.db.call(
-                plane.data.append, self.zone, self.partition, entries, self.state.commit_index
+            entries = [
+                Entry(index + i, epoch, w.key, w.value or b"", w.value is None)
+                for i, w in enumerate(batch, 1)
+            ]
+            self.state, existed = await plane.db.call(
+                plane.data.append_writes,
+                self.zone,
+                self.partition,
+                entries,
+                self.state.commit_index,
             )
             self._remember(entries)
             try:
@@ -914,9 +917,6 @@ class Primary:
             ):
                 members = frozenset(self.members) | {plane.node, request.node}
                 await self._set_isr(members, {request.node: reached})
-                log.info(
-                    "%s/%s: %s joined the in-sync set", self.zone, self.partition, request.node
-                )
             return data_pb2.FetchResponse(
                 outcome=data_pb2.FETCH_OK,
                 entries=[_entry_pb(e) for e in entries],

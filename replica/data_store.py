@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -223,12 +223,6 @@ class DataStore:
         ).fetchone()
         return int(row[0]), int(row[1])
 
-    def all_states(self) -> list[tuple[str, int, DataState]]:
-        rows = self._conn.execute(
-            f"SELECT zone, partition, {_STATE_COLUMNS} FROM dstate ORDER BY zone, partition"
-        ).fetchall()
-        return [(str(r[0]), int(r[1]), _state(r[2:])) for r in rows]
-
     # -- writes (one transaction each) ---------------------------------------------------------
 
     def ensure(self, zone: str, partition: int) -> DataState:
@@ -246,18 +240,6 @@ class DataStore:
                 self._put_state(zone, partition, state)
             return state
 
-    def observe_epoch(self, zone: str, partition: int, epoch: int) -> DataState:
-        """Raise the fence to ``epoch``; on a raise, undo the log down to the commit index (the
-        new primary re-sends what it holds). Idempotent."""
-        with self._transaction():
-            state = self._ensure(zone, partition)
-            if epoch <= state.seen_epoch:
-                return state
-            state = self._undo_to(zone, partition, state, state.commit_index)
-            state = replace(state, seen_epoch=epoch)
-            self._put_state(zone, partition, state)
-            return state
-
     def truncate(self, zone: str, partition: int, index: int) -> DataState:
         """Undo every entry above ``index`` (never below the commit index or the base)."""
         with self._transaction():
@@ -272,6 +254,14 @@ class DataStore:
         """Apply ``entries`` (they must follow ``last_index`` without a gap; entries at or below
         both ``last_index`` and ``commit_index`` are already here and skipped) and raise the
         commit index to ``min(commit_index, last_index)``."""
+        return self.append_writes(zone, partition, entries, commit_index)[0]
+
+    def append_writes(
+        self, zone: str, partition: int, entries: Sequence[Entry], commit_index: int
+    ) -> tuple[DataState, tuple[bool, ...]]:
+        """:meth:`append`, also telling for each applied entry whether its key held a value
+        before (a primary's answer to a delete)."""
+        existed: list[bool] = []
         with self._transaction():
             state = self._ensure(zone, partition)
             for entry in entries:
@@ -279,11 +269,12 @@ class DataStore:
                     continue  # a committed entry that arrived meanwhile another way (an Append)
                 if entry.index != state.last_index + 1:
                     raise ValueError(f"entry {entry.index} does not follow {state.last_index}")
-                state = self._append_one(zone, partition, state, entry)
+                state, had = self._append_one(zone, partition, state, entry)
+                existed.append(had)
             commit = max(state.commit_index, min(commit_index, state.last_index))
             state = replace(state, commit_index=commit)
             self._put_state(zone, partition, state)
-            return state
+            return state, tuple(existed)
 
     def follow(
         self,
@@ -331,7 +322,7 @@ class DataStore:
             for entry in todo:
                 if entry.index != state.last_index + 1:
                     return AppendResult.MISMATCH, state
-                state = self._append_one(zone, partition, state, entry)
+                state, _ = self._append_one(zone, partition, state, entry)
             commit = max(state.commit_index, min(commit_index, state.last_index))
             state = replace(state, commit_index=commit)
             self._put_state(zone, partition, state)
@@ -426,7 +417,10 @@ class DataStore:
             ),
         )
 
-    def _append_one(self, zone: str, partition: int, state: DataState, entry: Entry) -> DataState:
+    def _append_one(
+        self, zone: str, partition: int, state: DataState, entry: Entry
+    ) -> tuple[DataState, bool]:
+        """Log and apply one entry; also whether its key held a value before."""
         prev = self.get(zone, partition, entry.key)
         self._conn.execute(
             "INSERT INTO rlog (zone, partition, idx, epoch, key, value, del, prev)"
@@ -443,7 +437,7 @@ class DataStore:
             ),
         )
         self._apply(zone, partition, entry.key, None if entry.delete else entry.value)
-        return replace(state, last_index=entry.index, last_epoch=entry.epoch)
+        return replace(state, last_index=entry.index, last_epoch=entry.epoch), prev is not None
 
     def _apply(self, zone: str, partition: int, key: bytes, value: bytes | None) -> None:
         if value is None:
@@ -481,15 +475,21 @@ class DataStore:
             commit_index=min(state.commit_index, index),
         )
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[None]:
+        return transaction(self._conn)
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction on ``conn`` (autocommit mode): committed on exit, rolled back on
+    any exception. Shared by the agent's stores (``replica.store`` too)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _state(row: Sequence[Any]) -> DataState:

@@ -115,7 +115,7 @@ async def start_agent(
         plane = DataPlane(node, db, etcd_client, keys, config=data_config)
         catch_up = catch_up if catch_up is not None else plane.catch_up
     agent = ReplicaAgent(node, db, catch_up=catch_up, on_fatal=on_fatal)
-    services = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
+    served = [SERVICE_NAME]  # the agent's own services: reported SERVING by health checks
     try:
         if plane is not None:
             await plane.start()
@@ -123,12 +123,14 @@ async def start_agent(
             data_pb2_grpc.add_ReplicationServiceServicer_to_server(
                 ReplicationServicer(plane), server
             )
-            services += [DATA_SERVICE_NAME, REPLICATION_SERVICE_NAME]
+            served += [DATA_SERVICE_NAME, REPLICATION_SERVICE_NAME]
         await agent.start()
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaServicer(agent), server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(services, server)
+        reflection.enable_server_reflection(
+            [*served, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+        )
         await server.start()
     except BaseException:
         await server.stop(None)
@@ -136,7 +138,7 @@ async def start_agent(
             await plane.close()
         await agent.close()
         raise
-    for service in ("", *services[:1], *services[3:]):
+    for service in ("", *served):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     return RunningAgent(node, host, bound, server, agent, health_servicer, plane)
 

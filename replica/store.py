@@ -21,13 +21,13 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from placement.errors import PlacementError
 from placement.model import Peers
-from replica.data_store import DataStore
+from replica.data_store import DataStore, transaction
 from replica.protocol import (
     CreateReplica,
     DiscardReplica,
@@ -272,15 +272,8 @@ class AgentStore:
         if version not in (0, SCHEMA_VERSION):
             raise CorruptAgentStore(self.path, f"schema version {version} is not {SCHEMA_VERSION}")
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[None]:
+        return transaction(self._conn)
 
     @contextmanager
     def _errors(self) -> Iterator[None]:

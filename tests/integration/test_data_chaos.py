@@ -41,8 +41,8 @@ from test_data_plane import (
     replica_items,
     stable_of,
 )
-from test_driver import ROOT, TIMEOUT, eventually, leader_fence, running_driver, settled
-from test_driver_chaos import DriverProc, Drivers, wait_leader
+from test_driver import TIMEOUT, eventually, leader_fence, running_driver, settled
+from test_driver_chaos import Drivers, wait_leader
 
 from placement.codec import PrimaryLease, decode_primary
 from placement.etcd import EtcdClient, EventKind, WatchEvent
@@ -67,21 +67,8 @@ sys.exit(asyncio.run(serve(
 )))
 """
 
-# ``placectl driver run`` with the primary leases of the in-process tests (3 s instead of the
-# 10 s default: the CLI does not expose them).
-DRIVER_SCRIPT = f"""
-import functools, sys
-import placement.cli_driver as cli_driver
-from placement.primaries import LeaseConfig
-cli_driver.DriverConfig = functools.partial(
-    cli_driver.DriverConfig,
-    leases=LeaseConfig(duration_ms={LEASES.duration_ms}, renew_before_ms={LEASES.renew_before_ms}),
-)
-from placement.cli import main
-main(sys.argv[1:])
-"""
-
-DRIVER_TTL = 2
+# Driver subprocesses (election TTL 2 s) with the in-process tests' 3 s primary leases.
+PRIMARY_LEASE = str(LEASES.duration_ms / 1000)
 
 
 class ChaosAgents(Agents):
@@ -98,23 +85,11 @@ class ChaosAgents(Agents):
         super().__init__(tmp_path, endpoint, keys)
         self.throttle, self.fetch_bytes = throttle, fetch_bytes
 
-    def data_dir(self, node: str) -> Path:
-        return self.tmp_path / node
-
-    async def start(self, node: str) -> None:
-        log = self.tmp_path / f"agent-{node}.log"
-        with log.open("ab") as err:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", AGENT_SCRIPT, node, "127.0.0.1:0", str(self.data_dir(node)),
-                self.endpoint, self.keys.prefix, str(self.throttle), str(self.fetch_bytes),
-                cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
-                stdin=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
-        assert proc.stdout is not None
-        line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()
-        assert line.startswith(f"agent {node} listening on "), (line, log.read_text())
-        self.procs[node] = proc
-        self.addresses[node] = line.rsplit(" ", 1)[1].strip()
+    def command(self, node: str) -> list[str]:
+        return [
+            sys.executable, "-c", AGENT_SCRIPT, node, "127.0.0.1:0", str(self.data_dir(node)),
+            self.endpoint, self.keys.prefix, str(self.throttle), str(self.fetch_bytes),
+        ]  # fmt: skip
 
     async def kill(self, node: str) -> None:
         proc = self.procs[node]
@@ -146,30 +121,9 @@ async def slow_agents(etcd: object, tmp_path: Path, keys: KeySpace) -> AsyncIter
         await a.close()
 
 
-class DriverSubprocs(Drivers):
-    """``Drivers`` running :data:`DRIVER_SCRIPT` (short primary leases)."""
-
-    async def start(self, member: str, *extra: str) -> DriverProc:
-        log = self.tmp_path / f"driver-{member}.log"
-        with log.open("ab") as err:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", DRIVER_SCRIPT, "driver", "run",
-                "--etcd", self.endpoint, "--listen", "127.0.0.1:0", "--id", member,
-                "--lease-ttl", str(DRIVER_TTL), "--prefix", self.prefix, *extra,
-                cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
-                stdin=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
-        assert proc.stdout is not None
-        line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()
-        assert line.startswith(f"driver {member} serving on 127.0.0.1:"), (line, log.read_text())
-        driver = DriverProc(member, proc, line.rsplit(" ", 1)[1].strip(), log)
-        self.procs[member] = driver
-        return driver
-
-
 @pytest.fixture
-async def drivers(etcd: object, tmp_path: Path, prefix: str) -> AsyncIterator[DriverSubprocs]:
-    ds = DriverSubprocs(tmp_path, etcd.endpoint, prefix, {})  # type: ignore[attr-defined]
+async def drivers(etcd: object, tmp_path: Path, prefix: str) -> AsyncIterator[Drivers]:
+    ds = Drivers(tmp_path, etcd.endpoint, prefix, {})  # type: ignore[attr-defined]
     try:
         yield ds
     finally:
@@ -284,16 +238,16 @@ class Writer:
 async def test_chaos_under_writes_loses_no_acknowledged_write(
     etcd: object,
     agents: ChaosAgents,
-    drivers: DriverSubprocs,
+    drivers: Drivers,
     client: EtcdClient,
     keys: KeySpace,
 ) -> None:
     zone, partitions = "kv", 4
     for n in ("n1", "n2", "n3", "n4", "n5"):
         await agents.start(n)
-    await drivers.start("d1")
+    await drivers.start("d1", "--primary-lease", PRIMARY_LEASE)
     await wait_leader(client, keys)
-    await drivers.start("d2")
+    await drivers.start("d2", "--primary-lease", PRIMARY_LEASE)
     member, fence = await wait_leader(client, keys)
     assert member == "d1"
     store = Metastore(client, keys)

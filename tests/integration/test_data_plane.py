@@ -51,12 +51,21 @@ class Agents:
         self.addresses: dict[str, str] = {}
         self.channels: dict[str, grpc.aio.Channel] = {}
 
+    def data_dir(self, node: str) -> Path:
+        return self.tmp_path / node
+
+    def command(self, node: str) -> list[str]:
+        """The agent's command line (subclasses pass their own script and settings)."""
+        return [
+            sys.executable, "-c", AGENT, node, "127.0.0.1:0", str(self.data_dir(node)),
+            self.endpoint, self.keys.prefix,
+        ]  # fmt: skip
+
     async def start(self, node: str) -> None:
         log = self.tmp_path / f"agent-{node}.log"
         with log.open("ab") as err:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", AGENT, node, "127.0.0.1:0", str(self.tmp_path / node),
-                self.endpoint, self.keys.prefix,
+                *self.command(node),
                 cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
                 stdin=asyncio.subprocess.DEVNULL,
             )  # fmt: skip

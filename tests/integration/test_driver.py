@@ -35,12 +35,13 @@ from placement.codec import (
     encode_isr,
     encode_size,
 )
-from placement.driver import Driver, DriverConfig, RetryPolicy
+from placement.driver import Driver, DriverConfig
 from placement.etcd import Compare, EtcdClient, EventKind, Lease, Op, Put, TxnResult
 from placement.keys import AssignField, KeyKind, KeySpace
 from placement.metastore import Fence, Metastore, Outcome
 from placement.model import ZoneSpec
 from placement.primaries import LeaseConfig
+from placement.retry import RetryPolicy
 from placement.status import ZoneStatusState, zone_status
 from replica.store import AgentStore
 

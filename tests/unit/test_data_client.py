@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from placement.client import ApiError
 from placement.data_client import (
-    Backoff,
     DataClient,
     DataRequestFailed,
     DataUnavailable,
@@ -33,6 +32,7 @@ from placement.data_client import (
 )
 from placement.errors import InvalidInput
 from placement.partitioning import partition_of
+from placement.retry import RetryPolicy
 from placement.v1 import data_pb2
 
 Code = grpc.StatusCode
@@ -109,7 +109,7 @@ def test_with_primary_learns_a_redirect() -> None:
 
 @given(st.integers(0, 100), st.floats(0, 1))
 def test_backoff_is_capped_and_non_negative(attempt: int, r: float) -> None:
-    b = Backoff(initial=0.05, cap=1.0)
+    b = RetryPolicy(initial=0.05, cap=1.0)
     assert 0 <= b.delay(attempt, lambda: r) <= 1.0
 
 
