@@ -1,7 +1,7 @@
 """Stateless placement baselines for the benchmark: rendezvous hashing and a consistent-hash ring.
 
 Both return a ``P × R`` array of node indices whose first column is the preferred primary, so the
-benchmark scores them exactly like :func:`placement.placement.place`.
+benchmark scores them exactly like :func:`placement.algo.place.place`.
 
 * Rendezvous (highest random weight), as Apache Ignite 3's ``RendezvousDistributionFunction``:
   every (partition, node) pair gets a 64-bit score; a partition takes the R highest-scoring nodes,
@@ -13,7 +13,7 @@ benchmark scores them exactly like :func:`placement.placement.place`.
   points with first-occurrence de-duplication (rows that need more distinct nodes than the window
   holds are retried with a wider window).
 
-:func:`as_names` turns an index result into what :func:`placement.placement.place` returns, a
+:func:`as_names` turns an index result into what :func:`placement.algo.place.place` returns, a
 tuple of name tuples, so that timings compare like with like.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from placement.placement_hash import mix64, name_key
+from placement.algo.hashing import mix64, name_key
 
 I64 = NDArray[np.int64]
 

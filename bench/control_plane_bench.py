@@ -22,9 +22,9 @@ measures, from a watch of the whole prefix opened before the agent starts:
 
 After the last repetition, on that cluster (READY, all agents): N sequential and N concurrent
 (``--concurrency`` in flight) ``GetAssignments`` of the whole zone through the API (paginated as
-the API does, ``placement.client.PlacementClient``) against a direct etcd read of the same keys
+the API does, ``placement.api.client.PlacementClient``) against a direct etcd read of the same keys
 (assign range + primary range in one read-only txn, as the API reads them, decoded with
-``placement.codec``) and a plain ``EtcdClient.list_prefix`` of ``{p}/assign/{zone}/`` + decoding.
+``metastore.codec``) and a plain ``EtcdClient.list_prefix`` of ``{p}/assign/{zone}/`` + decoding.
 
 Writes ``bench/results/control_plane.md`` (table, command, machine, load, date) and prints the
 same table. Every process it starts runs in its own process group and is stopped (SIGTERM, then
@@ -58,8 +58,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from placement.client import ApiError, PlacementClient  # noqa: E402
-from placement.codec import (  # noqa: E402
+from placement.api.client import ApiError, PlacementClient  # noqa: E402
+from placement.driver.core import build_view, plan_pass  # noqa: E402
+from placement.local.cluster import free_ports  # noqa: E402
+from placement.metastore.codec import (  # noqa: E402
     Assignment,
     DataNodes,
     PrimaryLease,
@@ -67,10 +69,8 @@ from placement.codec import (  # noqa: E402
     decode_datanodes,
     decode_primary,
 )
-from placement.driver_core import build_view, plan_pass  # noqa: E402
-from placement.etcd import EtcdClient, EventKind, Get, KeyValue, Range, WatchBatch  # noqa: E402
-from placement.keys import AssignField, KeyKind, KeySpace, prefix_range_end  # noqa: E402
-from placement.local_cluster import free_ports  # noqa: E402
+from placement.metastore.etcd import EtcdClient, EventKind, Get, KeyValue, Range, WatchBatch  # noqa: E402
+from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end  # noqa: E402
 from placement.v1 import driver_pb2  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "control_plane.md"

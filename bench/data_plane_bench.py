@@ -66,7 +66,8 @@ from control_plane_bench import (  # noqa: E402
     start_etcd,
 )
 
-from placement.codec import (  # noqa: E402
+from placement.data.partitioning import partition_of  # noqa: E402
+from placement.metastore.codec import (  # noqa: E402
     InSyncSet,
     NodeRecord,
     PrimaryLease,
@@ -74,10 +75,9 @@ from placement.codec import (  # noqa: E402
     decode_node,
     decode_primary,
 )
-from placement.etcd import EtcdClient  # noqa: E402
-from placement.keys import KeySpace  # noqa: E402
-from placement.metastore import Metastore  # noqa: E402
-from placement.partitioning import partition_of  # noqa: E402
+from placement.metastore.etcd import EtcdClient  # noqa: E402
+from placement.metastore.keys import KeySpace  # noqa: E402
+from placement.metastore.store import Metastore  # noqa: E402
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "data_plane.md"
@@ -459,7 +459,7 @@ async def cluster_a(
         await start_etcd(cluster)
         await start_driver(cluster, [])
         await asyncio.gather(*(start_agent(cluster, f"n{k}") for k in (1, 2, 3)))
-        from placement.client import PlacementClient
+        from placement.api.client import PlacementClient
 
         async with (
             PlacementClient([cluster.api], deadline=30.0) as api,
@@ -517,7 +517,7 @@ async def cluster_b(args: argparse.Namespace, base: Path) -> CatchUpResult:
         await start_etcd(cluster)
         await start_driver(cluster, [])
         await asyncio.gather(*(start_agent(cluster, f"n{k}") for k in (1, 2, 3)))
-        from placement.client import PlacementClient
+        from placement.api.client import PlacementClient
 
         async with (
             PlacementClient([cluster.api], deadline=30.0) as api,

@@ -13,7 +13,10 @@ import argparse
 import statistics
 import time
 
-from placement.codec import (
+from placement.algo.place import place
+from placement.core.model import Node, ZoneSpec
+from placement.driver.core import DecodeCache, build_view
+from placement.metastore.codec import (
     Assignment,
     DataNodes,
     NodeRecord,
@@ -26,11 +29,8 @@ from placement.codec import (
     encode_trigger,
     encode_zone_spec,
 )
-from placement.driver_core import DecodeCache, build_view
-from placement.etcd import KeyValue
-from placement.keys import AssignField, KeySpace
-from placement.model import Node, ZoneSpec
-from placement.placement import place
+from placement.metastore.etcd import KeyValue
+from placement.metastore.keys import AssignField, KeySpace
 
 
 def prefix(partitions: int) -> tuple[KeySpace, dict[bytes, KeyValue]]:

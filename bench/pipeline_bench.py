@@ -27,9 +27,9 @@ from typing import Any
 
 import psutil
 
-from placement.model import Node, ZoneSpec
+from placement.algo.place import place
+from placement.core.model import Node, ZoneSpec
 from placement.pipeline.export import write_tables
-from placement.placement import place
 
 ROOT = Path(__file__).resolve().parents[1]
 

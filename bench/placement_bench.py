@@ -32,9 +32,9 @@ import numpy as np
 from baselines import as_names, hash_ring, rendezvous
 from numpy.typing import NDArray
 
-from placement.model import Node, ZoneSpec
-from placement.placement import place
-from placement.placement_hash import mix64, name_key
+from placement.algo.hashing import mix64, name_key
+from placement.algo.place import place
+from placement.core.model import Node, ZoneSpec
 
 I64 = NDArray[np.int64]
 RESULTS = Path(__file__).resolve().parent / "results" / "placement.md"

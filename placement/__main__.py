@@ -1,5 +1,5 @@
 """``python -m placement`` is ``placectl``."""
 
-from placement.cli import main
+from placement.cli.main import main
 
 main()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from placement.errors import InvalidInput, PlacementError
-from replica.data_plane import DataConfig
+from replica.data.plane import DataConfig
 from replica.registration import parse_attributes
 from replica.server import serve
 

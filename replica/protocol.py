@@ -57,9 +57,9 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Generic, TypeVar
 
+from placement.core.limits import MAX_PARTITIONS, NAME_PATTERN
+from placement.core.model import Peers
 from placement.errors import InvalidInput
-from placement.limits import MAX_PARTITIONS, NAME_PATTERN
-from placement.model import Peers
 
 _NAME = re.compile(NAME_PATTERN)
 
@@ -217,7 +217,7 @@ class Decision(Generic[OutcomeT]):
 
 
 def validate_name(field: str, name: str) -> None:
-    """Zone and node names: 1–64 of ``[A-Za-z0-9_.-]`` (placement.limits)."""
+    """Zone and node names: 1–64 of ``[A-Za-z0-9_.-]`` (placement.core.limits)."""
     if not _NAME.match(name):
         raise InvalidInput(field, f"invalid name {name!r}", "use 1-64 of [A-Za-z0-9_.-]")
 

@@ -15,11 +15,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from placement.codec import MoveReport, NodeRecord, encode_node, encode_report
 from placement.errors import Conflict, InvalidInput, NotLeader, StoreUnavailable
-from placement.etcd import Backoff, EtcdClient, Lease
-from placement.keys import KeySpace
-from placement.metastore import Metastore
+from placement.metastore.codec import MoveReport, NodeRecord, encode_node, encode_report
+from placement.metastore.etcd import Backoff, EtcdClient, Lease
+from placement.metastore.keys import KeySpace
+from placement.metastore.store import Metastore
 
 log = logging.getLogger(__name__)
 

@@ -17,17 +17,17 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from placement.codec import NodeRecord, encode_node
 from placement.errors import InvalidInput
-from placement.etcd import EtcdClient
-from placement.keys import KeySpace
+from placement.metastore.codec import NodeRecord, encode_node
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import KeySpace
 from placement.v1 import data_pb2, data_pb2_grpc, replica_pb2, replica_pb2_grpc
-from replica.data_grpc import DataServicer, ReplicationServicer
-from replica.data_plane import DataConfig, DataPlane
+from replica.data.plane import DataConfig, DataPlane
+from replica.data.servicers import DataServicer, ReplicationServicer
 from replica.protocol import validate_name
+from replica.records import AgentStore
 from replica.registration import Registration
 from replica.service import CatchUp, ReplicaAgent, ReplicaServicer, SerialStore
-from replica.store import AgentStore
 
 SERVICE_NAME: str = replica_pb2.DESCRIPTOR.services_by_name["ReplicaService"].full_name
 DATA_SERVICE_NAME: str = data_pb2.DESCRIPTOR.services_by_name["DataService"].full_name

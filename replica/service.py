@@ -25,8 +25,8 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
-from placement.codec import MoveReport
 from placement.errors import InvalidInput, PlacementError
+from placement.metastore.codec import MoveReport
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from replica.protocol import (
     CancelOutcome,
@@ -49,7 +49,7 @@ from replica.protocol import (
     validate_request,
     validate_retire,
 )
-from replica.store import AgentStore
+from replica.records import AgentStore
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from placement.core.model import Node
 from placement.errors import InvalidInput
-from placement.model import Node
 from placement.pipeline.inputs import PlanInput, PlannedZone, local_zone_inputs
 from placement.pipeline.planning import (
     COUNTER_KINDS,

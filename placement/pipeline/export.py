@@ -2,7 +2,7 @@
 
 The snapshot tables (nodes, zones, assignments, primaries, sizes) are read at **one** etcd
 revision; the history is every event on the assignment keys etcd still retains (from its
-compaction point up to now, :func:`placement.etcd.read_history`). Converting keys and values to
+compaction point up to now, :func:`~.etcd.read_history`). Converting keys and values to
 rows is pure (:func:`snapshot_tables`, :func:`history_rows`); undecodable values become rows with
 null payload (``peers``) or are skipped, never a crash.
 """
@@ -18,7 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from placement.codec import (
+from placement.core.model import ZoneSpec
+from placement.metastore.codec import (
     Assignment,
     NodeRecord,
     PrimaryLease,
@@ -30,9 +31,8 @@ from placement.codec import (
     decode_size,
     decode_zone_spec,
 )
-from placement.etcd import EtcdClient, EventKind, KeyValue, WatchEvent, read_history
-from placement.keys import AssignField, KeyKind, KeySpace, prefix_range_end
-from placement.model import ZoneSpec
+from placement.metastore.etcd import EtcdClient, EventKind, KeyValue, WatchEvent, read_history
+from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
 from placement.pipeline.outputs import atomic_directory
 from placement.pipeline.rows import TABLES
 

@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from placement.model import Peers
+from placement.core.model import Peers
 
 DONE, CANCELLED, DROPPED, SUPERSEDED, IN_PROGRESS = (
     "done",

@@ -17,12 +17,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from placement.core.model import Node, ZoneSpec
 from placement.errors import InvalidInput
-from placement.model import Node, ZoneSpec
 from placement.pipeline.planning import ZoneInput, partition_size
 from placement.pipeline.rows import REQUIRED_FOR_PLAN, TABLES, skeleton, stable_from_rows
+from placement.pipeline.snapshot import Snapshot, load_snapshot
 from placement.pipeline.whatif import WhatIf, apply_to_nodes, apply_to_spec, check_zones
-from placement.snapshot import Snapshot, load_snapshot
 
 _FIX_DIR = "pass a snapshot JSON file or a directory written by `placectl pipeline export`"
 

@@ -1,7 +1,7 @@
 """The fleet plan's pure core, shared by the local and the Spark engine.
 
-Per zone, :func:`plan_zone_input` runs :func:`placement.plan.plan_zone` (hence
-:func:`placement.placement.place`, the driver's function) and adds what the plan costs: bytes to
+Per zone, :func:`plan_zone_input` runs :func:`placement.pipeline.fleet.plan_zone` (hence
+:func:`placement.algo.place.place`, the driver's function) and adds what the plan costs: bytes to
 move and the load before. :func:`zone_fragment` renders one zone's JSON text, and
 :func:`fleet_summary` the fleet totals from summed counters, so both engines write
 byte-identical files however the work was split (design/formats.md, "Plan").
@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from placement.model import Node, Peers, ZoneSpec
-from placement.plan import ZonePlan, plan_zone, zone_plan_json
-from placement.snapshot import ZoneSnapshot
+from placement.core.model import Node, Peers, ZoneSpec
+from placement.pipeline.fleet import ZonePlan, plan_zone, zone_plan_json
+from placement.pipeline.snapshot import ZoneSnapshot
 
 #: Kinds of per-node / per-domain counters a zone contributes to the fleet summary.
 LOAD, LOAD_BEFORE, DOMAIN, DOMAIN_BEFORE = "load", "load_before", "domain", "domain_before"
@@ -115,7 +115,7 @@ def _spread(load: Mapping[str, int]) -> int:
 
 
 def zone_json(result: ZoneResult) -> dict[str, Any]:
-    """``placement.plan.zone_plan_json`` plus the summary fields this pipeline adds."""
+    """``placement.pipeline.fleet.zone_plan_json`` plus the summary fields this pipeline adds."""
     out = zone_plan_json(result.plan)
     out["summary"].update(
         {

@@ -12,10 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from placement.core.model import Peers
 from placement.errors import InvalidInput
-from placement.keys import validate_name
-from placement.model import Peers
-from placement.snapshot import Snapshot, parse_snapshot
+from placement.metastore.keys import validate_name
+from placement.pipeline.snapshot import Snapshot, parse_snapshot
 
 _STR_MAP = pa.map_(pa.string(), pa.string())
 _PEERS = pa.list_(pa.string())

@@ -27,8 +27,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from placement.core.model import Node
 from placement.errors import InvalidInput
-from placement.model import Node
 from placement.pipeline.engines import BYTES, ERROR, ZONE, zone_rows
 from placement.pipeline.inputs import PlanInput, PlannedZone, zone_input
 from placement.pipeline.planning import COUNTER_KINDS, FleetTotals, partition_size

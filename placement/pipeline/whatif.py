@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
+from placement.core.model import Node, ZoneSpec
 from placement.errors import InvalidInput
-from placement.keys import validate_name
-from placement.limits import MAX_PARTITIONS, MAX_REPLICAS
-from placement.model import Node, ZoneSpec
+from placement.metastore.keys import validate_name
 
 
 @dataclass(frozen=True, slots=True)

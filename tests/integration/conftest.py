@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from placement.etcd import EtcdClient
-from placement.keys import KeySpace
-from placement.local_cluster import free_ports
+from placement.local.cluster import free_ports
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import KeySpace
 
 _START_TIMEOUT = 30.0
 

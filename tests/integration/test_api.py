@@ -17,13 +17,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from placement.api import SERVICE_NAME, PlacementAPI, register
-from placement.codec import NodeRecord, decode_zone_spec
-from placement.election import Election, Leadership
-from placement.etcd import EtcdClient
-from placement.keys import KeySpace
-from placement.metastore import Fence, Metastore
-from placement.model import ZoneSpec, effective_min_in_sync
+from placement.api.service import SERVICE_NAME, PlacementAPI, register
+from placement.core.model import ZoneSpec, effective_min_in_sync
+from placement.metastore.codec import NodeRecord, decode_zone_spec
+from placement.metastore.election import Election, Leadership
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import KeySpace
+from placement.metastore.store import Fence, Metastore
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 from replica.registration import Registration
 

@@ -1,6 +1,6 @@
 """``placectl`` operator commands as subprocesses against real drivers, agents and etcd.
 
-One cluster per module (2 drivers and 3 agents as subprocesses via ``placement.local_cluster``,
+One cluster per module (2 drivers and 3 agents as subprocesses via ``placement.local.cluster``,
 on the session etcd under a private prefix); every command runs as ``python -m placement``.
 """
 
@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from placement.election import current_leader
-from placement.etcd import EtcdClient
-from placement.keys import KeySpace
-from placement.local_cluster import Cluster, UpOptions, start_cluster, wait_ready
+from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
+from placement.metastore.election import current_leader
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import KeySpace
 
 EVENTUALLY = 30.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
 

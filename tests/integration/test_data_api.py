@@ -1,6 +1,6 @@
 """The data API end to end: ``placectl data`` and ``placectl workload`` as subprocesses, and the
 routing client in-process, against real etcd, 2 drivers and 3 agents (subprocesses started by
-``placement.local_cluster``, on the session etcd under a private prefix).
+``placement.local.cluster``, on the session etcd under a private prefix).
 
 Deadlines scale with ``CI_TIME_MULTIPLIER`` (default 1).
 """
@@ -23,7 +23,7 @@ import grpc
 import pytest
 from rich.console import Console
 
-from placement.data_client import (
+from placement.data.client import (
     PRIMARY_HEADER,
     DataClient,
     DriverRoutes,
@@ -31,10 +31,10 @@ from placement.data_client import (
     header_value,
     parse_primary_hint,
 )
-from placement.local_cluster import Cluster, UpOptions, start_cluster, wait_ready
-from placement.partitioning import partition_of
+from placement.data.partitioning import partition_of
+from placement.data.workload import check_workload, run_writers
+from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
-from placement.workload import check_workload, run_writers
 
 EVENTUALLY = 60.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
 ZONE = "kv"

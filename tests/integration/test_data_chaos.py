@@ -44,20 +44,20 @@ from test_data_plane import (
 from test_driver import TIMEOUT, eventually, leader_fence, running_driver, settled
 from test_driver_chaos import Drivers, wait_leader
 
-from placement.codec import PrimaryLease, decode_primary
-from placement.etcd import EtcdClient, EventKind, WatchEvent
-from placement.keys import AssignField, KeySpace, prefix_range_end
-from placement.metastore import Fence, Metastore
-from placement.model import ZoneSpec
-from placement.partitioning import partition_of
+from placement.core.model import ZoneSpec
+from placement.data.partitioning import partition_of
+from placement.metastore.codec import PrimaryLease, decode_primary
+from placement.metastore.etcd import EtcdClient, EventKind, WatchEvent
+from placement.metastore.keys import AssignField, KeySpace, prefix_range_end
+from placement.metastore.store import Fence, Metastore
 from placement.v1 import common_pb2, data_pb2
-from replica.store import AgentStore
+from replica.records import AgentStore
 
 AGENT_SCRIPT = """
 import asyncio, logging, sys
 from pathlib import Path
 from replica.server import serve
-from replica.data_plane import DataConfig
+from replica.data.plane import DataConfig
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 sys.exit(asyncio.run(serve(
     sys.argv[1], sys.argv[2], Path(sys.argv[3]), etcd=sys.argv[4], prefix=sys.argv[5],

@@ -20,20 +20,20 @@ import grpc
 import pytest
 from test_driver import ROOT, TIMEOUT, assert_clean_log, eventually, leader_fence, running_driver
 
-from placement.codec import InSyncSet, PrimaryLease, decode_isr, decode_primary
-from placement.etcd import EtcdClient
-from placement.keys import KeySpace
-from placement.metastore import Metastore
-from placement.model import ZoneSpec
-from placement.partitioning import partition_of
-from placement.primaries import LeaseConfig
+from placement.core.model import ZoneSpec
+from placement.data.partitioning import partition_of
+from placement.driver.leases import LeaseConfig
+from placement.metastore.codec import InSyncSet, PrimaryLease, decode_isr, decode_primary
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import KeySpace
+from placement.metastore.store import Metastore
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 
 AGENT = """
 import asyncio, logging, sys
 from pathlib import Path
 from replica.server import serve
-from replica.data_plane import DataConfig
+from replica.data.plane import DataConfig
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 sys.exit(asyncio.run(serve(
     sys.argv[1], sys.argv[2], Path(sys.argv[3]), etcd=sys.argv[4], prefix=sys.argv[5],

@@ -1,6 +1,6 @@
 """The placement driver against a real etcd and real replica-agent subprocesses.
 
-The driver runs in-process (the real :class:`~placement.driver.Driver`: election, list-watch,
+The driver runs in-process (the real :class:`~placement.driver.loop.Driver`: election, list-watch,
 movers, gRPC to the agents); agents are ``serve()`` processes whose catch-up takes
 ``CATCHUP_DELAY`` seconds (a stand-in for copying data, so rebalances stay in flight long enough
 to race with). The test registers the agents' node records itself (``Metastore.register_node``
@@ -24,8 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from placement.agent_client import AgentClient
-from placement.codec import (
+from placement.core.model import ZoneSpec
+from placement.driver.agents import AgentClient
+from placement.driver.leases import LeaseConfig
+from placement.driver.loop import Driver, DriverConfig
+from placement.driver.status import ZoneStatusState, zone_status
+from placement.metastore.codec import (
     InSyncSet,
     NodeRecord,
     PrimaryLease,
@@ -35,15 +39,11 @@ from placement.codec import (
     encode_isr,
     encode_size,
 )
-from placement.driver import Driver, DriverConfig
-from placement.etcd import Compare, EtcdClient, EventKind, Lease, Op, Put, TxnResult
-from placement.keys import AssignField, KeyKind, KeySpace
-from placement.metastore import Fence, Metastore, Outcome
-from placement.model import ZoneSpec
-from placement.primaries import LeaseConfig
+from placement.metastore.etcd import Compare, EtcdClient, EventKind, Lease, Op, Put, TxnResult
+from placement.metastore.keys import AssignField, KeyKind, KeySpace
+from placement.metastore.store import Fence, Metastore, Outcome
 from placement.retry import RetryPolicy
-from placement.status import ZoneStatusState, zone_status
-from replica.store import AgentStore
+from replica.records import AgentStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALE = float(os.environ.get("PLACEMENT_TEST_TIME_SCALE", "1"))

@@ -35,12 +35,12 @@ from test_driver import (
     settled,
 )
 
-from placement.election import current_leader
-from placement.etcd import EtcdClient, EventKind
-from placement.keys import AssignField, KeySpace
-from placement.metastore import Fence
-from placement.model import ZoneSpec
-from replica.store import AgentStore
+from placement.core.model import ZoneSpec
+from placement.metastore.election import current_leader
+from placement.metastore.etcd import EtcdClient, EventKind
+from placement.metastore.keys import AssignField, KeySpace
+from placement.metastore.store import Fence
+from replica.records import AgentStore
 
 TTL = 2
 _STABLE = AssignField.STABLE

@@ -1,4 +1,4 @@
-"""placement.election against a real etcd: one leader, fencing of a deposed one, take-over."""
+"""metastore.election against a real etcd: one leader, fencing of a deposed one, take-over."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from placement.election import Election, current_leader
 from placement.errors import NotLeader
-from placement.etcd import EtcdClient, EventKind
-from placement.keys import KeySpace, prefix_range_end
-from placement.metastore import Metastore, Outcome
+from placement.metastore.election import Election, current_leader
+from placement.metastore.etcd import EtcdClient, EventKind
+from placement.metastore.keys import KeySpace, prefix_range_end
+from placement.metastore.store import Metastore, Outcome
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""placement.etcd against a real etcd: reads at revisions, typed txns, errors, leases, watches."""
+"""metastore.etcd against a real etcd: reads at revisions, typed txns, errors, leases, watches."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from placement.errors import Compacted, InvalidInput, StoreUnavailable
-from placement.etcd import (
+from placement.metastore.etcd import (
     MAX_TXN_OPS,
     Compare,
     Delete,
@@ -25,7 +25,7 @@ from placement.etcd import (
     WatchBatch,
     WatchEvent,
 )
-from placement.keys import prefix_range_end
+from placement.metastore.keys import prefix_range_end
 
 pytestmark = pytest.mark.integration
 

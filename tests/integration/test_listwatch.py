@@ -1,4 +1,4 @@
-"""placement.listwatch on a real etcd: snapshots, resume after a crash, re-list on compaction."""
+"""metastore.listwatch on a real etcd: snapshots, resume after a crash, re-list on compaction."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from placement.etcd import Backoff, EtcdClient, Put
-from placement.listwatch import ListWatch, Snapshot, WatchState
+from placement.metastore.etcd import Backoff, EtcdClient, Put
+from placement.metastore.listwatch import ListWatch, Snapshot, WatchState
 
 pytestmark = pytest.mark.integration
 

@@ -1,22 +1,22 @@
-"""placement.metastore against a real etcd: every transition's branches and outcomes, fencing,
+"""placement.metastore.store against a real etcd: every transition's branches and outcomes, fencing,
 batches within etcd's limits, zone configs, node records, corrupt values."""
 
 from __future__ import annotations
 
 import pytest
 
-from placement.codec import Assignment, CancelIntent, Corrupt, NodeRecord, TriggerMark
+from placement.core.model import ZoneSpec
 from placement.errors import Conflict, InvalidInput, NotLeader
-from placement.etcd import MAX_TXN_OPS, EtcdClient
-from placement.keys import AssignField, KeySpace
-from placement.metastore import (
+from placement.metastore.codec import Assignment, CancelIntent, Corrupt, NodeRecord, TriggerMark
+from placement.metastore.etcd import MAX_TXN_OPS, EtcdClient
+from placement.metastore.keys import AssignField, KeySpace
+from placement.metastore.store import (
     Fence,
     Metastore,
     Outcome,
     PartitionState,
     TriggerAction,
 )
-from placement.model import ZoneSpec
 
 pytestmark = pytest.mark.integration
 

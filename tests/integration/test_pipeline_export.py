@@ -11,11 +11,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from placement.codec import NodeRecord, ReplicaSize, encode_size
-from placement.etcd import EtcdClient, read_history
-from placement.keys import KeySpace, prefix_range_end
-from placement.metastore import Fence, Metastore, Outcome
-from placement.model import ZoneSpec
+from placement.core.model import ZoneSpec
+from placement.metastore.codec import NodeRecord, ReplicaSize, encode_size
+from placement.metastore.etcd import EtcdClient, read_history
+from placement.metastore.keys import KeySpace, prefix_range_end
+from placement.metastore.store import Fence, Metastore, Outcome
 from placement.pipeline.export import export
 from placement.pipeline.report import PLOTS, build_report
 

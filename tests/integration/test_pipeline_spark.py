@@ -14,16 +14,16 @@ import pytest
 from pyspark.sql import SparkSession
 from test_pipeline_export import write_known_history
 
+from placement.algo.place import place
+from placement.cli.pipeline import run_plan
+from placement.core.model import Node, ZoneSpec
 from placement.errors import InvalidInput
-from placement.etcd import EtcdClient
-from placement.keys import KeySpace
-from placement.model import Node, ZoneSpec
-from placement.pipeline.cli_pipeline import run_plan
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import KeySpace
 from placement.pipeline.export import export, write_tables
 from placement.pipeline.rows import ASSIGNMENTS
 from placement.pipeline.spark_master import parse_master
 from placement.pipeline.spark_plan import start_spark
-from placement.placement import place
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "snapshot.json"

@@ -15,7 +15,7 @@ After every step etcd's state (values and mod revisions) must equal the model's,
 * stale triggers, stale finishes and deposed writers change nothing (full state incl. mod
   revisions compared before/after).
 
-The model below is written from the rules, independently of ``placement.metastore``'s planners.
+The model below is written from the rules, independently of the metastore's planners.
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from placement.codec import Assignment, CancelIntent, TriggerMark
+from placement.core.model import Peers
 from placement.errors import NotLeader
-from placement.etcd import EtcdClient
-from placement.keys import AssignField, KeySpace
-from placement.metastore import (
+from placement.metastore.codec import Assignment, CancelIntent, TriggerMark
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import AssignField, KeySpace
+from placement.metastore.store import (
     Fence,
     Metastore,
     Outcome,
@@ -51,7 +52,6 @@ from placement.metastore import (
     TransitionResult,
     ZoneState,
 )
-from placement.model import Peers
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from replica.protocol import PartitionRecord, Phase
-from replica.store import AgentStore, ReplicaRow
+from replica.records import AgentStore, ReplicaRow
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0 * float(os.environ.get("TEST_TIMEOUT_MULTIPLIER", "1"))

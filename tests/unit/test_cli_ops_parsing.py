@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from placement.api import altered, make_spec, spec_from_pb, zone_pb
-from placement.cli import cli, main
-from placement.cli_ops import (
+from placement.api.client import parse_endpoints
+from placement.api.service import altered, make_spec, spec_from_pb, zone_pb
+from placement.cli.main import cli, main
+from placement.cli.ops import (
     assignment_json,
     decode_entry,
     parse_pairs,
@@ -15,10 +16,9 @@ from placement.cli_ops import (
     zone_config,
     zone_json,
 )
-from placement.client import parse_endpoints
-from placement.codec import Assignment, NodeRecord, encode_assignment, encode_node
 from placement.errors import InvalidInput
-from placement.metastore import ZoneRecord
+from placement.metastore.codec import Assignment, NodeRecord, encode_assignment, encode_node
+from placement.metastore.store import ZoneRecord
 from placement.v1 import common_pb2, driver_pb2
 from replica.registration import parse_attributes
 
@@ -190,7 +190,7 @@ def test_cli_bad_flags_exit_2_one_line() -> None:
 
 
 def test_decode_entry_of_a_move_report() -> None:
-    from placement.codec import MoveReport, encode_report
+    from placement.metastore.codec import MoveReport, encode_report
 
     raw = encode_report(MoveReport(9, 2, "DONE", "ok", 5))
     assert decode_entry("progress", None, raw) == {

@@ -8,7 +8,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from placement.codec import (
+from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
+from placement.core.model import ZoneSpec, effective_min_in_sync
+from placement.errors import InvalidInput
+from placement.metastore.codec import (
     MAX_INT,
     Assignment,
     CancelIntent,
@@ -31,9 +34,6 @@ from placement.codec import (
     encode_zone_spec,
     trigger_is_older,
 )
-from placement.errors import InvalidInput
-from placement.limits import MAX_PARTITIONS, MAX_REPLICAS
-from placement.model import ZoneSpec, effective_min_in_sync
 
 node_names = st.from_regex(r"[A-Za-z0-9_.-]{1,12}", fullmatch=True)
 peers = st.lists(node_names, min_size=1, max_size=6, unique=True).map(tuple)
@@ -274,7 +274,7 @@ _node_names = st.from_regex(r"\A[a-z][a-z0-9-]{0,8}\Z")
 
 @given(st.sets(_node_names, min_size=1, max_size=5), st.integers(1, 2**40), st.integers(0, 2**40))
 def test_isr_round_trip_sorts_members(members: set[str], lease_epoch: int, ts: int) -> None:
-    from placement.codec import InSyncSet, decode_isr, encode_isr
+    from placement.metastore.codec import InSyncSet, decode_isr, encode_isr
 
     primary = min(members)
     value = InSyncSet(tuple(sorted(members, reverse=True)), primary, lease_epoch, ts)
@@ -284,7 +284,7 @@ def test_isr_round_trip_sorts_members(members: set[str], lease_epoch: int, ts: i
 
 
 def test_isr_without_its_primary_is_refused_and_decodes_corrupt() -> None:
-    from placement.codec import Corrupt, InSyncSet, decode_isr, encode_isr
+    from placement.metastore.codec import Corrupt, InSyncSet, decode_isr, encode_isr
 
     with pytest.raises(InvalidInput, match="members"):
         encode_isr(InSyncSet(("a", "b"), "c", 1, 0))
@@ -294,7 +294,7 @@ def test_isr_without_its_primary_is_refused_and_decodes_corrupt() -> None:
 
 @given(st.integers(0, 2**50), st.integers(0, 2**40), st.integers(0, 2**40))
 def test_size_round_trip(nbytes: int, keys: int, ts: int) -> None:
-    from placement.codec import ReplicaSize, decode_size, encode_size
+    from placement.metastore.codec import ReplicaSize, decode_size, encode_size
 
     raw = encode_size(ReplicaSize(nbytes, keys, ts))
     assert decode_size(raw) == ReplicaSize(nbytes, keys, ts)

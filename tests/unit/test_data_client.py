@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.client import ApiError
-from placement.data_client import (
+from placement.api.client import ApiError
+from placement.data.client import (
     DataClient,
     DataRequestFailed,
     DataUnavailable,
@@ -30,8 +30,8 @@ from placement.data_client import (
     parse_primary_hint,
     pick_target,
 )
+from placement.data.partitioning import partition_of
 from placement.errors import InvalidInput
-from placement.partitioning import partition_of
 from placement.retry import RetryPolicy
 from placement.v1 import data_pb2
 

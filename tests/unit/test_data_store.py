@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replica.data_store import AppendResult, DataStore, Entry
+from replica.data.storage import AppendResult, DataStore, Entry
 
 Z, P = "z", 0
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placement.codec import DataNodes, NodeRecord, decode_datanodes, encode_datanodes
-from placement.datanodes import advance, holddown_remaining, matching_nodes
-from placement.model import ZoneSpec
+from placement.core.model import ZoneSpec
+from placement.driver.datanodes import advance, holddown_remaining, matching_nodes
+from placement.metastore.codec import DataNodes, NodeRecord, decode_datanodes, encode_datanodes
 
 SPEC = ZoneSpec("z", 8, 2, scale_up_delay=10.0, scale_down_delay=30.0)
 ABC = ("a", "b", "c")

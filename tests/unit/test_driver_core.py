@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from collections import Counter
 
-from placement.codec import (
+from placement.algo.place import place
+from placement.core.model import Node, ZoneSpec
+from placement.driver.core import (
+    ClusterView,
+    DecodeCache,
+    Drive,
+    Verdict,
+    aggregate,
+    build_view,
+    plan_pass,
+)
+from placement.driver.leases import LeaseConfig, LeaseWrite, plan_primaries
+from placement.metastore.codec import (
     Assignment,
     CancelIntent,
     ControlMark,
@@ -27,21 +39,9 @@ from placement.codec import (
     encode_trigger,
     encode_zone_spec,
 )
-from placement.driver_core import (
-    ClusterView,
-    DecodeCache,
-    Drive,
-    Verdict,
-    aggregate,
-    build_view,
-    plan_pass,
-)
-from placement.etcd import KeyValue
-from placement.keys import AssignField, KeySpace
-from placement.metastore import Versioned
-from placement.model import Node, ZoneSpec
-from placement.placement import place
-from placement.primaries import LeaseConfig, LeaseWrite, plan_primaries
+from placement.metastore.etcd import KeyValue
+from placement.metastore.keys import AssignField, KeySpace
+from placement.metastore.store import Versioned
 
 KEYS = KeySpace("/t")
 NODES = ("n0", "n1", "n2", "n3")
@@ -403,7 +403,7 @@ def _pending_move(old: tuple[str, ...], new: tuple[str, ...], *, planned: bool) 
 
 
 def test_a_move_whose_staying_or_joining_member_left_is_abandoned_once_planned_exists() -> None:
-    from placement.driver_core import abandoned_moves
+    from placement.driver.core import abandoned_moves
 
     # n1 stays in the move n0,n1,n2 -> n0,n1,n3 but left the data nodes: it can never say DONE.
     store = _pending_move(("n0", "n1", "n2"), ("n0", "n1", "n3"), planned=True)

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from placement.core.limits import MAX_PARTITIONS
 from placement.errors import InvalidInput
-from placement.keys import (
+from placement.metastore.keys import (
     AssignField,
     KeyKind,
     KeySpace,
@@ -15,7 +16,6 @@ from placement.keys import (
     prefix_range_end,
     validate_name,
 )
-from placement.limits import MAX_PARTITIONS
 
 names = st.from_regex(r"[A-Za-z0-9_.-]{1,64}", fullmatch=True).filter(
     lambda s: s not in {".", ".."}

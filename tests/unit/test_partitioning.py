@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from placement.data.partitioning import jump_hash, key_hash, partition_of
 from placement.errors import InvalidInput
-from placement.partitioning import jump_hash, key_hash, partition_of
 
 
 def test_pinned_values_never_change() -> None:

@@ -11,13 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.codec import Assignment, ReplicaSize, encode_assignment, encode_size
+from placement.core.model import Node, ZoneSpec
 from placement.errors import InvalidInput
-from placement.etcd import EventKind, KeyValue, WatchEvent
-from placement.keys import AssignField, KeySpace
-from placement.model import Node, ZoneSpec
+from placement.metastore.codec import Assignment, ReplicaSize, encode_assignment, encode_size
+from placement.metastore.etcd import EventKind, KeyValue, WatchEvent
+from placement.metastore.keys import AssignField, KeySpace
 from placement.pipeline.engines import totals_from_rows, zone_rows
 from placement.pipeline.export import history_rows, snapshot_tables
+from placement.pipeline.fleet import fleet_plan_json, plan_fleet
 from placement.pipeline.inputs import PlannedZone
 from placement.pipeline.planning import (
     FleetTotals,
@@ -29,6 +30,7 @@ from placement.pipeline.planning import (
     zone_fragment,
 )
 from placement.pipeline.rows import skeleton, stable_from_rows
+from placement.pipeline.snapshot import load_snapshot
 from placement.pipeline.spark_master import parse_master, probe_master
 from placement.pipeline.whatif import (
     WhatIf,
@@ -37,8 +39,6 @@ from placement.pipeline.whatif import (
     check_zones,
     parse_whatif,
 )
-from placement.plan import fleet_plan_json, plan_fleet
-from placement.snapshot import load_snapshot
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "snapshot.json"
 NODES = (Node("a", {"rack": "1"}), Node("b", {"rack": "2"}), Node("c", {"rack": "3"}))
@@ -90,7 +90,7 @@ def test_removing_nodes_keeps_the_others_in_order(removed: list[str]) -> None:
 
 
 def test_local_engine_keeps_the_existing_plan_fields() -> None:
-    """Without what-if, every field of placement.plan's output is unchanged (compatible)."""
+    """Without what-if, every field of pipeline.fleet's output is unchanged (compatible)."""
     snapshot = load_snapshot(EXAMPLE)
     old = fleet_plan_json(plan_fleet(snapshot))
     totals = FleetTotals()

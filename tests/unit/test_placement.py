@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_placement_oracles import check_all, eligible_nodes, loads, primaries
 
+from placement.algo.place import count_moves, place
+from placement.core.model import Node, Peers, ZoneSpec
 from placement.errors import InvalidInput
-from placement.model import Node, Peers, ZoneSpec
-from placement.placement import count_moves, place
 
 NAMES = [f"n{i:02d}" for i in range(12)]
 WEIGHTS = st.sampled_from([0.5, 1.0, 1.5, 2.0, 3.0, 7.0])

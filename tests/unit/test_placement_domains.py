@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_placement_oracles import check_all
 
-from placement.model import Node, Peers, ZoneSpec
-from placement.placement import count_moves, place
+from placement.algo.place import count_moves, place
+from placement.core.model import Node, Peers, ZoneSpec
 
 
 def as_current(assignments: Sequence[Peers]) -> dict[int, list[str]]:

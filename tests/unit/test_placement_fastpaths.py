@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from placement import placement_core, placement_primary
-from placement.model import Node, ZoneSpec
-from placement.placement import (
+from placement.algo import preferred as placement_primary
+from placement.algo import solver as placement_core
+from placement.algo.hashing import mix64
+from placement.algo.place import (
     _assemble,
     _Index,
     _parse_current,
@@ -30,16 +31,16 @@ from placement.placement import (
     place,
     sort_rows,
 )
-from placement.placement_core import (
+from placement.algo.preferred import choose_primaries
+from placement.algo.solver import (
     CoreProblem,
     _conflicts,
     _shed_nodes,
     lex_order,
     smallest_per_group,
 )
-from placement.placement_hash import mix64
-from placement.placement_primary import choose_primaries
-from placement.placement_targets import Targets, round_shares, water_fill, weighted_targets
+from placement.algo.targets import Targets, round_shares, water_fill, weighted_targets
+from placement.core.model import Node, ZoneSpec
 
 I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]

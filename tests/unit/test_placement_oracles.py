@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
-from placement.model import Node, ZoneSpec
-from placement.placement import Placement
+from placement.algo.place import Placement
+from placement.core.model import Node, ZoneSpec
 
 
 def shares(

@@ -16,12 +16,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement import placement_core, placement_primary
-from placement.model import Node, ZoneSpec
-from placement.placement import _Index, _parse_current, place
-from placement.placement_core import _conflicts
-from placement.placement_hash import mix64
-from placement.placement_primary import choose_primaries
+from placement.algo import preferred as placement_primary
+from placement.algo import solver as placement_core
+from placement.algo.hashing import mix64
+from placement.algo.place import _Index, _parse_current, place
+from placement.algo.preferred import choose_primaries
+from placement.algo.solver import _conflicts
+from placement.core.model import Node, ZoneSpec
 
 FLAGS = ("FAST_ROWS", "FAST_FILL")
 

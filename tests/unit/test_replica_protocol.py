@@ -15,8 +15,8 @@ from hypothesis.stateful import (
     rule,
 )
 
+from placement.core.model import Peers
 from placement.errors import InvalidInput
-from placement.model import Peers
 from replica.protocol import (
     CancelOutcome,
     CreateReplica,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from placement.codec import Assignment, DataNodes
-from placement.metastore import PartitionState, Versioned
-from placement.model import Peers, ZoneSpec
-from placement.status import ZoneStatusState, zone_status
+from placement.core.model import Peers, ZoneSpec
+from placement.driver.status import ZoneStatusState, zone_status
+from placement.metastore.codec import Assignment, DataNodes
+from placement.metastore.store import PartitionState, Versioned
 
 
 def _state(p: int, stable: Peers, pending: Peers | None = None) -> PartitionState:

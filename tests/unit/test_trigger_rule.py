@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from placement.codec import Assignment, CancelIntent, TriggerMark, encode_trigger
-from placement.metastore import PartitionState, TriggerAction, Versioned, decide_trigger
+from placement.metastore.codec import Assignment, CancelIntent, TriggerMark, encode_trigger
+from placement.metastore.store import PartitionState, TriggerAction, Versioned, decide_trigger
 
 A, B = ("n1", "n2"), ("n1", "n2", "n3")
 

@@ -15,16 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.data_client import (
+from placement.data.client import (
     DataUnavailable,
     ReplicaCopy,
     WriteResult,
     ZoneRoutes,
     build_routes,
 )
-from placement.errors import InvalidInput
-from placement.partitioning import partition_of
-from placement.workload import (
+from placement.data.partitioning import partition_of
+from placement.data.workload import (
     Attempt,
     Record,
     Recorder,
@@ -39,6 +38,7 @@ from placement.workload import (
     percentile,
     run_writers,
 )
+from placement.errors import InvalidInput
 
 # -- generated histories -----------------------------------------------------------------------
 

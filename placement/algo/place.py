@@ -1,0 +1,714 @@
+"""The placement function: zone spec + eligible nodes + current assignment → ordered replica sets.
+
+Pure: no I/O, no clock, no randomness (ties are broken by deterministic hashes of the zone,
+node names and partition ids). The CLI, the driver and the Spark pipeline all call :func:`place`.
+
+Guarantees (design/placement.md states them exactly; tests/unit/test_placement*.py checks them):
+
+* every partition gets ``R' = min(R, N)`` distinct eligible nodes;
+* node loads are within 1 of their water-filled weighted share (±1 when unweighted);
+* with a failure-domain attribute, partitions span ``min(R', D)`` domains, domain totals are
+  water-filled, node loads are within 1 of their share inside their domain;
+* node ``i`` leads ``⌊ℓ_i/R'⌋`` or ``⌈ℓ_i/R'⌉`` partitions (its replica load ``ℓ_i``);
+* without failure domains, the number of new (partition, node) pairs is the minimum over all
+  assignments with those loads (a min-cost flow, see :mod:`placement.algo.solver`);
+* the same input in any order gives the same output.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain, pairwise
+from operator import attrgetter
+from types import MappingProxyType
+
+import numpy as np
+from numpy.typing import NDArray
+
+from placement.algo.hashing import mix64, name_key
+from placement.algo.preferred import choose_primaries
+from placement.algo.solver import (
+    CoreProblem,
+    Pairs,
+    members_matrix,
+    solve,
+    solve_rows,
+    stable_argsort,
+)
+from placement.algo.targets import Targets, weighted_targets
+from placement.core.model import Node, Peers, ZoneSpec
+from placement.errors import InvalidInput
+
+I64 = NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The target of one zone.
+
+    ``assignments[p]`` lists partition ``p``'s nodes: the preferred primary first, then the other
+    members in name order. ``loads`` and ``primary_loads`` count replicas and preferred primaries
+    per eligible node (zero included), in name order.
+    """
+
+    assignments: tuple[Peers, ...]
+    loads: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
+    primary_loads: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
+
+
+def place(
+    zone: ZoneSpec, nodes: Sequence[Node], current: Mapping[int, Sequence[str]] | None = None
+) -> Placement:
+    """Balanced replica sets for ``zone`` that keep as much of ``current`` as balance allows.
+
+    ``nodes`` are filtered by ``zone.node_selector``; current members that are not eligible have
+    left and their replicas are re-placed; current entries for partitions ``≥ P`` are ignored.
+    Raises :class:`InvalidInput` for P < 1, R < 1, weights ≤ 0, duplicate names, no eligible node.
+    """
+    _check_zone(zone)
+    _check_nodes(nodes)
+    selected = (n for n in nodes if n.matches(zone.node_selector)) if zone.node_selector else nodes
+    eligible = sorted(selected, key=attrgetter("name"))
+    if not eligible:
+        raise InvalidInput(
+            "nodes",
+            f"no eligible node for zone {zone.name}",
+            f"register nodes matching the selector {dict(zone.node_selector)} "
+            "or relax the zone's node_selector",
+        )
+    ctx = _Context.build(zone, eligible, current or {})
+    if zone.failure_domain is None:
+        members = _solve_flat(ctx)
+    else:
+        pairs = _solve_domains(ctx, zone.failure_domain)
+        members = members_matrix(pairs, ctx.partitions, ctx.width, len(eligible))
+    load = np.bincount(members.ravel(), minlength=len(eligible))
+    primary = choose_primaries(members, load, ctx.cur_primary, ctx.row_key)
+    return _assemble(ctx.names, members, primary, load, ctx.given)
+
+
+def count_moves(current: Mapping[int, Sequence[str]], new: Sequence[Peers]) -> int:
+    """Number of (partition, node) pairs of ``new`` that ``current`` does not have."""
+    moves = 0
+    for partition, peers in enumerate(new):
+        before = set(current.get(partition, ()))
+        moves += sum(1 for name in set(peers) if name not in before)
+    return moves
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+
+def _check_zone(zone: ZoneSpec) -> None:
+    if zone.partitions < 1:
+        raise InvalidInput(
+            "zone.partitions",
+            f"zone {zone.name} has {zone.partitions} partitions",
+            "use at least 1 partition",
+        )
+    if zone.replicas < 1:
+        raise InvalidInput(
+            "zone.replicas",
+            f"zone {zone.name} asks for {zone.replicas} replicas",
+            "use at least 1 replica",
+        )
+
+
+def _check_nodes(nodes: Sequence[Node]) -> None:
+    names = [node.name for node in nodes]
+    weights = [node.weight for node in nodes]
+    if len(set(names)) == len(names) and all(0 < w < math.inf for w in weights):
+        return  # the usual case; otherwise the loop below names the first offending node
+    seen: set[str] = set()
+    for k, node in enumerate(nodes):
+        if node.name in seen:
+            raise InvalidInput(
+                f"nodes[{k}].name",
+                f"duplicate node name {node.name!r}",
+                "give every node a unique name",
+            )
+        seen.add(node.name)
+        if not (math.isfinite(node.weight) and node.weight > 0):
+            raise InvalidInput(
+                f"nodes[{k}].weight",
+                f"node {node.name} has weight {node.weight}",
+                "use a finite weight above 0 (1.0 = an ordinary node)",
+            )
+
+
+# --- the problem in index space ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Given:
+    """The current assignment as given, when partition ``p`` is ``values[p]`` for ``p < n``.
+
+    ``matrix[p]`` are the node indices of ``values[p]`` in the given order (-1: not eligible).
+    An output row equal to its input row can reuse it (no name lookups, and no copy at all for
+    a tuple, e.g. a previous :class:`Placement` fed back).
+
+    ``slots``/``row_count``, when every partition ``0..P-1`` is given: the position
+    ``p · width + column`` of every valid current pair in the matrix of the sorted given rows,
+    and the number of valid pairs per partition (hints for the core, see
+    :class:`~placement.algo.solver.CoreProblem`).
+    """
+
+    matrix: I64
+    values: list[Sequence[str]]
+    slots: I64 | None = None
+    row_count: I64 | None = None
+    ordered: I64 | None = None  #: the first ``P`` rows of ``matrix``, each sorted
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """A zone's problem with nodes as indices 0..N-1 in name order.
+
+    ``cur_*`` are the valid current pairs (deduplicated, eligible nodes, partitions < P), sorted.
+    """
+
+    zone: str
+    names: list[str]
+    weights: list[float]
+    attributes: list[Mapping[str, str]]
+    partitions: int
+    width: int
+    row_key: NDArray[np.uint64]
+    node_key: NDArray[np.uint64]
+    cur_row: I64
+    cur_node: I64
+    cur_first: NDArray[np.bool_]
+    cur_primary: I64
+    given: _Given | None
+
+    @staticmethod
+    def build(
+        zone: ZoneSpec, eligible: list[Node], current: Mapping[int, Sequence[str]]
+    ) -> _Context:
+        names = [n.name for n in eligible]
+        rows, nodes, firsts, primary, given = _parse_current(
+            current, zone.partitions, _Index((name, i) for i, name in enumerate(names))
+        )
+        return _Context(
+            zone=zone.name,
+            names=names,
+            weights=[n.weight for n in eligible],
+            attributes=[n.attributes for n in eligible],
+            partitions=zone.partitions,
+            width=min(zone.replicas, len(eligible)),
+            row_key=mix64(np.arange(zone.partitions, dtype=np.uint64), name_key(zone.name)),
+            node_key=np.asarray([name_key(zone.name, n) for n in names], dtype=np.uint64),
+            cur_row=rows,
+            cur_node=nodes,
+            cur_first=firsts,
+            cur_primary=primary,
+            given=given,
+        )
+
+    @property
+    def total(self) -> int:
+        return self.partitions * self.width
+
+
+def _parse_current(
+    current: Mapping[int, Sequence[str]], partitions: int, index: _Index
+) -> tuple[I64, I64, NDArray[np.bool_], I64, _Given | None]:
+    """Valid current pairs sorted by (row, node), whether each is its row's primary, and every
+    row's current primary.
+
+    The primary is the first listed member, only when that node is still eligible. Vectorised:
+    the names are flattened once and looked up with one C-level ``map``. The usual input —
+    partitions ``0..n-1`` in order, all with the same number of members — is a matrix whose
+    rows are sorted and deduplicated in place; anything else goes through a stable sort of
+    the pair codes (the first occurrence of a duplicate wins, so a primary is never lost).
+    """
+    values = list(current.values())
+    try:
+        sizes = set(map(len, values))
+    except TypeError:
+        return (*_parse_current_slow(current, partitions, index), None)
+    # The usual keys 0..n-1 in order, all with the same number of members, are checked by one
+    # list comparison; any others are read into an array (integers only).
+    common = sizes.pop() if len(sizes) == 1 else 0
+    keys = None
+    if common > 0 and list(current) == _range_list(len(values)):
+        lengths = [common]
+        total = common * len(values)
+    else:
+        try:
+            keys = np.frombuffer(array("q", current), dtype=np.int64)
+        except (TypeError, OverflowError):
+            return (*_parse_current_slow(current, partitions, index), None)
+        lengths = list(map(len, values))
+        total = sum(lengths)
+    node = _lookup(index, chain.from_iterable(values), total)
+    if node is None:  # fewer or more members than their ``len()`` said
+        return (*_parse_current_slow(current, partitions, index), None)
+    if keys is None:
+        matrix = node.reshape(len(values), lengths[0])
+        rows, nodes, first, primary, slots, count, ordered = _parse_dense(matrix, partitions)
+        if len(matrix) < partitions:
+            return rows, nodes, first, primary, _Given(matrix, values, ordered=ordered)
+        return rows, nodes, first, primary, _Given(matrix, values, slots, count, ordered)
+    row = np.repeat(keys, lengths)
+    size = np.asarray(lengths, dtype=np.int64)
+    first = np.zeros(total, dtype=np.bool_)
+    first[(np.cumsum(size) - size)[size > 0]] = True
+    valid = (node >= 0) & (row >= 0) & (row < partitions)
+    width = len(index)
+    code = row[valid] * width + node[valid]
+    first = first[valid]
+    order = stable_argsort(code, partitions * width)
+    code = code[order]
+    distinct = np.ones(len(code), dtype=np.bool_)
+    distinct[1:] = code[1:] != code[:-1]
+    code, first = code[distinct], first[order[distinct]]
+    rows, nodes = code // width, code % width
+    primary = np.full(partitions, -1, dtype=np.int64)
+    primary[rows[first]] = nodes[first]
+    return rows, nodes, first, primary, None
+
+
+_END = object()
+
+
+@functools.lru_cache(maxsize=4)
+def _range_list(n: int) -> list[int]:
+    """``list(range(n))``, cached (compared with the keys of ``current``; never modified)."""
+    return list(range(n))
+
+
+class _Index(dict[str, int]):
+    """Node index by name; -1 for a name that is not eligible (one-argument lookups are the
+    fastest ``map`` can call)."""
+
+    __slots__ = ()
+
+    def __missing__(self, name: str) -> int:
+        return -1
+
+
+class _ByteIndex(dict[str, int]):
+    """:class:`_Index` for fewer than 255 nodes, with 255 for a name that is not eligible."""
+
+    __slots__ = ()
+
+    def __missing__(self, name: str) -> int:
+        return 255
+
+
+def _byte_nodes() -> I64:
+    table = np.arange(256, dtype=np.int64)
+    table[255] = -1
+    table.flags.writeable = False
+    return table
+
+
+#: Node index of a byte code of :class:`_ByteIndex` (255: not eligible, -1).
+_BYTE_NODES = _byte_nodes()
+
+
+def _lookup(index: _Index, names: Iterator[str], total: int) -> I64 | None:
+    """The node index of each name (-1: not eligible); None unless there are ``total`` names.
+
+    With fewer than 255 nodes the indices are collected as bytes (``bytearray`` of the
+    lookups): the per-name cost of the loop is the floor here, and filling a byte buffer
+    costs less per name than ``np.fromiter`` (Python ints to a C array).
+    """
+    if len(index) < 255:
+        codes = bytearray(map(_ByteIndex(index).__getitem__, names))
+        if len(codes) != total:
+            return None
+        nodes: I64 = _BYTE_NODES[np.frombuffer(codes, dtype=np.uint8)]
+        return nodes
+    try:
+        nodes = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=total)
+    except ValueError:  # fewer names
+        return None
+    if next(names, _END) is not _END:  # more names
+        return None
+    return nodes
+
+
+def _parse_dense(
+    matrix: I64, partitions: int
+) -> tuple[I64, I64, NDArray[np.bool_], I64, I64, I64, I64]:
+    """:func:`_parse_current` when row ``p`` of ``matrix`` lists partition ``p`` (-1: not
+    eligible), then the position of every pair in the rows' sorted matrix, the number of
+    pairs per row and that sorted matrix (see :class:`_Given`).
+
+    Works column by column and fills the pairs in place: few large temporaries, since each
+    fresh array of the size of the input costs page faults.
+    """
+    matrix = matrix[:partitions]
+    n_rows, width = matrix.shape
+    lead = matrix[:, 0].copy()
+    columns = _sorted_columns(matrix)
+    valid = columns[0] >= 0
+    every = bool(valid.all())
+    masks = [valid]
+    for a, b in pairwise(columns):
+        ok = b != a
+        if every:
+            every = bool(ok.all())  # b > a >= 0 once sorted: no -1 left
+        masks.append(ok & (b >= 0))
+    nodes = np.empty((n_rows, width), dtype=np.int64)
+    for j, column in enumerate(columns):
+        nodes[:, j] = column
+    first = nodes == lead[:, None]
+    rows = _row_ids(n_rows, width)
+    primary = np.full(partitions, -1, dtype=np.int64)
+    primary[:n_rows] = lead
+    if every:
+        count = np.full(n_rows, width, dtype=np.int64)
+        return (
+            rows,
+            nodes.reshape(-1),
+            first.reshape(-1),
+            primary,
+            _row_ids(n_rows * width, 1),
+            count,
+            nodes,
+        )
+    keep = np.empty((n_rows, width), dtype=np.bool_)
+    count = masks[0].astype(np.int64)
+    for j, mask in enumerate(masks):
+        keep[:, j] = mask
+        if j:
+            count += mask
+    slots = np.flatnonzero(keep)
+    flat = nodes.reshape(-1)
+    return rows[slots], flat[slots], first.reshape(-1)[slots], primary, slots, count, nodes
+
+
+@functools.lru_cache(maxsize=4)
+def _row_ids(n_rows: int, width: int) -> I64:
+    """``np.repeat(np.arange(n_rows), width)``, cached and read-only."""
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), width)
+    rows.flags.writeable = False
+    return rows
+
+
+def sort_rows(matrix: I64) -> I64:
+    """``np.sort(matrix, axis=1)``, faster for short rows (see :func:`_sorted_columns`)."""
+    if matrix.shape[1] == 0:
+        return matrix.copy()
+    out: I64 = np.stack(_sorted_columns(matrix), axis=1)
+    return out
+
+
+def _sorted_columns(matrix: I64) -> list[I64]:
+    """The columns of ``np.sort(matrix, axis=1)``; a compare-exchange network (odd-even
+    transposition) when rows are short: numpy's per-row sort has a high fixed cost for 2-4
+    elements."""
+    width = matrix.shape[1]
+    if width > 4:
+        ordered = np.sort(matrix, axis=1)
+        return [ordered[:, j] for j in range(width)]
+    return _sort_network([matrix[:, j] for j in range(width)])
+
+
+def _sort_network(columns: list[I64]) -> list[I64]:
+    """Element-wise sorted ``columns`` (at most 4): ``out[0] <= out[1] <= …`` in every row."""
+    columns = list(columns)
+    width = len(columns)
+    for round_ in range(width):
+        for j in range(round_ % 2, width - 1, 2):
+            low = np.minimum(columns[j], columns[j + 1])
+            columns[j + 1] = np.maximum(columns[j], columns[j + 1])
+            columns[j] = low
+    return columns
+
+
+def _parse_current_slow(
+    current: Mapping[int, Sequence[str]], partitions: int, index: Mapping[str, int]
+) -> tuple[I64, I64, NDArray[np.bool_], I64]:
+    """:func:`_parse_current` for unusual inputs (keys that are not ``int``, members without a
+    consistent ``len``)."""
+    rows: list[int] = []
+    nodes: list[int] = []
+    firsts: list[bool] = []
+    primary = np.full(partitions, -1, dtype=np.int64)
+    for row, peers in current.items():
+        if not 0 <= row < partitions:
+            continue
+        seen: set[int] = set()
+        for position, name in enumerate(peers):
+            i = index.get(name)
+            if i is None or i in seen:
+                continue
+            seen.add(i)
+            rows.append(row)
+            nodes.append(i)
+            firsts.append(position == 0)
+            if position == 0:
+                primary[row] = i
+    r = np.asarray(rows, dtype=np.int64)
+    n = np.asarray(nodes, dtype=np.int64)
+    order = np.lexsort((n, r))
+    return r[order], n[order], np.asarray(firsts, dtype=np.bool_)[order], primary
+
+
+def _solve_flat(ctx: _Context) -> I64:
+    """No failure domain: one core problem over all eligible nodes, each capped at P; the
+    members matrix."""
+    _, targets = weighted_targets(ctx.weights, ctx.total, hi=[ctx.partitions] * len(ctx.names))
+    given = ctx.given
+    dense = given is not None and given.matrix.shape[1] == ctx.width
+    return solve_rows(
+        CoreProblem(
+            demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
+            targets=targets,
+            cur_row=ctx.cur_row,
+            cur_node=ctx.cur_node,
+            cur_first=ctx.cur_first,
+            row_key=ctx.row_key,
+            node_key=ctx.node_key,
+            row_count=given.row_count if given is not None else None,
+            slots=given.slots if dense and given is not None else None,
+        ),
+        ctx.width,
+    )
+
+
+# --- failure domains -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Domains:
+    """Eligible nodes grouped by failure-domain value (a node without it is its own domain)."""
+
+    labels: list[str]
+    of_node: I64
+    nodes: list[I64]
+    weights: list[float]
+
+    @staticmethod
+    def build(ctx: _Context, attribute: str) -> _Domains:
+        labels_of = [
+            f"={a[attribute]}" if attribute in a else f"node:{name}"
+            for a, name in zip(ctx.attributes, ctx.names, strict=True)
+        ]
+        labels = sorted(set(labels_of))
+        position = {label: d for d, label in enumerate(labels)}
+        of_node = np.asarray([position[label] for label in labels_of], dtype=np.int64)
+        nodes = [np.flatnonzero(of_node == d) for d in range(len(labels))]
+        weights = [sum(ctx.weights[i] for i in members.tolist()) for members in nodes]
+        return _Domains(labels, of_node, nodes, weights)
+
+
+def _solve_domains(ctx: _Context, attribute: str) -> Pairs:
+    """Hierarchical: domains per partition first (sticky), then nodes inside each domain (sticky).
+
+    With ``D ≥ R'`` domains a partition takes ``R'`` distinct domains (a domain holds at most one
+    replica of it). With ``D < R'`` every partition takes every domain and the remaining replicas
+    go to domains with more nodes, at most ``min(size, R' − D + 1)`` per domain.
+    """
+    dom = _Domains.build(ctx, attribute)
+    if len(dom.labels) >= ctx.width:
+        rows, doms = _domains_distinct(ctx, dom)
+    else:
+        rows, doms = _domains_all(ctx, dom)
+    out_rows: list[I64] = []
+    out_nodes: list[I64] = []
+    for d in range(len(dom.labels)):
+        mine = doms == d
+        r, n = _inside_domain(ctx, dom, d, rows[mine])
+        out_rows.append(r)
+        out_nodes.append(n)
+    return np.concatenate(out_rows), np.concatenate(out_nodes)
+
+
+def _domain_keys(ctx: _Context, labels: list[str]) -> NDArray[np.uint64]:
+    return np.asarray([name_key(ctx.zone, "domain", label) for label in labels], dtype=np.uint64)
+
+
+def _domain_pairs(ctx: _Context, dom: _Domains) -> tuple[I64, I64, NDArray[np.bool_], I64]:
+    """Current (row, domain) pairs with their multiplicity, and which hold the row's primary."""
+    code = ctx.cur_row * len(dom.labels) + dom.of_node[ctx.cur_node]
+    codes, counts = np.unique(code, return_counts=True)
+    first = np.isin(codes, code[ctx.cur_first])
+    return codes // len(dom.labels), codes % len(dom.labels), first, counts
+
+
+def _domains_distinct(ctx: _Context, dom: _Domains) -> Pairs:
+    """Level 1 with ``D ≥ R'``: the core with domains as nodes, each capped at P."""
+    n_dom = len(dom.labels)
+    _, targets = weighted_targets(dom.weights, ctx.total, hi=[ctx.partitions] * n_dom)
+    rows, doms, first, _ = _domain_pairs(ctx, dom)
+    return solve(
+        CoreProblem(
+            demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
+            targets=targets,
+            cur_row=rows,
+            cur_node=doms,
+            cur_first=first,
+            row_key=ctx.row_key,
+            node_key=_domain_keys(ctx, dom.labels),
+        )
+    )
+
+
+def _domains_all(ctx: _Context, dom: _Domains) -> Pairs:
+    """Level 1 with ``D < R'``: domain ``d`` becomes ``m_d`` virtual nodes ``d#0..``.
+
+    ``d#0`` has target P (every partition spans every domain); the others split the rest of the
+    domain's water-filled total, following the current multiplicities where possible. The
+    result lists a domain once per replica it holds.
+    """
+    n_dom, extra = len(dom.labels), ctx.width - len(dom.labels)
+    cap = [min(len(members), extra + 1) for members in dom.nodes]
+    rows, doms, first, counts = _domain_pairs(ctx, dom)
+    counts = np.minimum(counts, np.asarray(cap)[doms])
+    totals = _domain_totals(ctx, dom, cap, np.bincount(np.repeat(doms, counts), minlength=n_dom))
+    virtual_of: list[list[int]] = []
+    targets: list[int] = []
+    labels: list[str] = []
+    for d in range(n_dom):
+        held = [int(np.count_nonzero((doms == d) & (counts > k))) for k in range(1, cap[d])]
+        split = _split_sticky(totals[d] - ctx.partitions, held, ctx.partitions)
+        virtual_of.append(list(range(len(targets), len(targets) + cap[d])))
+        targets.extend([ctx.partitions, *split])
+        labels.extend(f"{dom.labels[d]}#{k}" for k in range(cap[d]))
+    v_rows = np.repeat(rows, counts)
+    offsets = np.concatenate([np.arange(c) for c in counts.tolist()]) if len(counts) else rows
+    base = np.asarray([v[0] for v in virtual_of], dtype=np.int64)
+    v_nodes = base[np.repeat(doms, counts)] + offsets
+    v_first = np.repeat(first, counts) & (offsets == 0)
+    order = np.lexsort((v_nodes, v_rows))
+    out_rows, out_virtual = solve(
+        CoreProblem(
+            demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
+            targets=Targets.exact(targets),
+            cur_row=v_rows[order],
+            cur_node=v_nodes[order],
+            cur_first=v_first[order],
+            row_key=ctx.row_key,
+            node_key=_domain_keys(ctx, labels),
+        )
+    )
+    domain_of_virtual = np.repeat(np.arange(n_dom), cap)
+    return out_rows, domain_of_virtual[out_virtual]
+
+
+def _domain_totals(ctx: _Context, dom: _Domains, cap: list[int], held: I64) -> list[int]:
+    """Water-filled domain totals in ``[P, m_d·P]``; ``+1`` to domains holding most above floor."""
+    p = ctx.partitions
+    _, t = weighted_targets(dom.weights, ctx.total, hi=[c * p for c in cap], lo=[p] * len(cap))
+    cand = np.flatnonzero(t.eligible)
+    order = np.lexsort((_domain_keys(ctx, dom.labels)[cand], t.floor[cand] - held[cand]))
+    totals = t.floor.copy()
+    totals[cand[order[: t.extra]]] += 1
+    return [int(x) for x in totals.tolist()]
+
+
+def _split_sticky(total: int, held: list[int], cap: int) -> list[int]:
+    """Split ``total`` over slots capped at ``cap``, as close as possible to ``held``."""
+    split = [min(h, cap) for h in held]
+    missing = total - sum(split)
+    k = 0
+    while missing > 0:
+        step = min(cap - split[k], missing)
+        split[k] += step
+        missing -= step
+        k += 1
+    k = len(split) - 1
+    while missing < 0:
+        step = min(split[k], -missing)
+        split[k] -= step
+        missing += step
+        k -= 1
+    return split
+
+
+def _inside_domain(ctx: _Context, dom: _Domains, d: int, rows: I64) -> Pairs:
+    """Level 2: the domain's replicas of ``rows`` (a repeated row = more replicas) on its nodes."""
+    nodes = dom.nodes[d]
+    part_rows, demand = np.unique(rows, return_counts=True)
+    if part_rows.size == 0:
+        return part_rows, part_rows
+    weights = [ctx.weights[i] for i in nodes.tolist()]
+    cap = len(part_rows)
+    _, targets = weighted_targets(weights, int(demand.sum()), hi=[cap] * len(weights))
+    local_node = np.full(len(ctx.names), -1, dtype=np.int64)
+    local_node[nodes] = np.arange(len(nodes))
+    mine = (dom.of_node[ctx.cur_node] == d) & np.isin(ctx.cur_row, part_rows)
+    out_rows, out_nodes = solve(
+        CoreProblem(
+            demand=demand.astype(np.int64),
+            targets=targets,
+            cur_row=np.searchsorted(part_rows, ctx.cur_row[mine]).astype(np.int64),
+            cur_node=local_node[ctx.cur_node[mine]],
+            cur_first=ctx.cur_first[mine],
+            row_key=mix64(ctx.row_key[part_rows], name_key(ctx.zone, dom.labels[d])),
+            node_key=ctx.node_key[nodes],
+        )
+    )
+    return part_rows[out_rows], nodes[out_nodes]
+
+
+# --- output --------------------------------------------------------------------------------------
+
+
+def _output_columns(members: I64, primary: I64) -> list[I64]:
+    """The output rows as columns: the primary, then the other members in index order."""
+    width = members.shape[1]
+    # Column by column (contiguous arrays): member j of the others is by_column[j] before the
+    # primary's position in the (sorted) row, by_column[j + 1] after it.
+    by_column = members.T.copy()
+    position = by_column[0] < primary
+    if width > 2:
+        position = position.astype(np.int64)
+        for j in range(1, width):
+            position += by_column[j] < primary
+    columns = [primary]
+    columns += [np.where(position > j, by_column[j], by_column[j + 1]) for j in range(width - 1)]
+    return columns
+
+
+def _assemble(
+    names: list[str], members: I64, primary: I64, load: I64, given: _Given | None
+) -> Placement:
+    """Primary first, the others in name order; names instead of indices.
+
+    Rows equal to their given current row are rebuilt from it with ``tuple()`` (the same
+    object when it is already a tuple); only the others are looked up by index.
+    """
+    rows, width = members.shape
+    table = np.asarray(names, dtype=object)
+    assignments: tuple[Peers, ...]
+    if given is not None and given.matrix.shape[1] == width:
+        size = min(len(given.matrix), rows)
+        same = given.matrix[:size, 0] == primary[:size]
+        if given.ordered is not None and len(given.ordered) >= size:
+            # The given row is the output row when it has the same members (sorted rows
+            # equal), leads with the primary and lists the others in increasing order.
+            for j in range(width):
+                same &= given.ordered[:size, j] == members[:size, j]
+            for j in range(1, width - 1):
+                same &= given.matrix[:size, j] < given.matrix[:size, j + 1]
+        else:
+            columns = _output_columns(members[:size], primary[:size])
+            for j in range(1, width):
+                same &= given.matrix[:size, j] == columns[j]
+        changed = np.flatnonzero(~same).tolist() + list(range(size, rows))
+        out: list[Peers] = list(map(tuple, given.values[:size]))
+        out.extend(() for _ in range(size, rows))
+        columns = _output_columns(members[changed], primary[changed])
+        fresh = zip(*(table[column].tolist() for column in columns), strict=True)
+        for p, peers in zip(changed, fresh, strict=True):
+            out[p] = peers
+        assignments = tuple(out)
+    else:
+        columns = _output_columns(members, primary)
+        assignments = tuple(zip(*(table[column].tolist() for column in columns), strict=True))
+    primaries = np.bincount(primary, minlength=len(names))
+    return Placement(
+        assignments=assignments,
+        loads=MappingProxyType(dict(zip(names, load.tolist(), strict=True))),
+        primary_loads=MappingProxyType(dict(zip(names, primaries.tolist(), strict=True))),
+    )

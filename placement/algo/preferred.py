@@ -1,0 +1,402 @@
+"""Preferred primaries: one member per partition, each node within 1 of its primary target.
+
+Target. Node ``i`` holding ``ℓ_i`` replicas of a zone with ``R'`` replicas per partition leads
+``ℓ_i / R'`` partitions on average; the count is kept in ``[⌊ℓ_i/R'⌋, ⌈ℓ_i/R'⌉]``. This is always
+achievable: "every member leads with probability 1/R'" is a fractional solution with exactly these
+node totals, and flow integrality rounds it to an integral one within floor/ceil. With equal loads
+(±1) the counts are ±1 across nodes; with weights or failure domains they follow the loads.
+
+Stickiness. A current primary that is still a member stays primary unless its node is already
+at its upper bound. Repairs use shortest alternating paths, so they change few primaries.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+
+import numpy as np
+from numpy.typing import NDArray
+
+from placement.algo.solver import lex_order, stable_argsort
+
+I64 = NDArray[np.int64]
+
+
+def choose_primaries(members: I64, load: I64, current: I64, row_key: NDArray[np.uint64]) -> I64:
+    """The primary node of every row of ``members`` (rows × R' node indices).
+
+    ``current[p]`` is the row's current primary or -1.
+    """
+    width = members.shape[1]
+    lo = load // width
+    hi = -(-load // width)
+    primary = _sticky(members, current, hi, row_key)
+    open_rows = np.flatnonzero(primary < 0)
+    if open_rows.size:
+        # Row keys are distinct: the stable order of lex_order is argsort's only order.
+        _greedy(members, primary, open_rows[lex_order((), row_key[open_rows])], lo, hi)
+    count = np.bincount(primary, minlength=len(load))
+    if ((count > hi) | (count < lo)).any():
+        _Balancer(members, primary, lo, hi).run()
+    return primary
+
+
+def _sticky(members: I64, current: I64, hi: I64, row_key: NDArray[np.uint64]) -> I64:
+    """Current primaries that are still members, at most ``hi`` per node (lowest row keys win)."""
+    valid = members[:, 0] == current  # never true for -1 (no current primary)
+    for column in range(1, members.shape[1]):
+        valid |= members[:, column] == current
+    lead = np.where(valid, current, -1)
+    held = np.bincount(lead + 1, minlength=len(hi) + 1)[1:]  # bin 0: rows without one
+    over = np.zeros(len(hi) + 1, dtype=np.bool_)  # over[-1]: rows without a valid primary
+    over[:-1] = held > hi
+    if not over.any():
+        return lead
+    # Only the nodes above ``hi`` need the row-key order; the others keep all their rows.
+    taken = over[lead]
+    primary = np.where(taken, -1, lead)
+    rows = np.flatnonzero(taken)
+    nodes = lead[rows]
+    excess = np.bincount(nodes, minlength=len(hi)) - hi
+    if FAST_STICKY and excess.max() <= 4:
+        # Few rows too many per node: drop each node's largest row keys one at a time
+        # (row keys are distinct, so "the hi smallest" is the same set).
+        keys = row_key[rows]
+        above = excess[nodes]
+        drop = np.zeros(len(rows), dtype=np.bool_)
+        for step in range(int(excess.max())):
+            largest = np.zeros(len(hi), dtype=np.uint64)
+            if step:
+                live = ~drop
+                np.maximum.at(largest, nodes[live], keys[live])
+            else:
+                np.maximum.at(largest, nodes, keys)
+            drop |= (keys == largest[nodes]) & (above > step)
+        primary[rows] = np.where(drop, -1, nodes)
+        return primary
+    order = lex_order((nodes,), row_key[rows])
+    rows, nodes = rows[order], nodes[order]
+    start = np.zeros(len(nodes), dtype=np.bool_)
+    start[0] = True
+    start[1:] = nodes[1:] != nodes[:-1]
+    first = np.flatnonzero(start)
+    within = np.arange(len(nodes)) - np.repeat(first, np.diff(np.append(first, len(nodes))))
+    ok = within < hi[nodes]
+    primary[rows[ok]] = nodes[ok]
+    return primary
+
+
+def _greedy(members: I64, primary: I64, rows: I64, lo: I64, hi: I64) -> None:
+    """Each open row picks the member furthest below its bounds (ties: lowest index).
+
+    A node's key is ``count − lo``, plus a large constant once it reaches ``hi``; it is kept
+    per node and updated when the node's count changes. Members are sorted, so a strict
+    comparison keeps the lowest index on ties.
+    """
+    count = np.bincount(primary[primary >= 0], minlength=len(lo)).tolist()
+    lo_l, hi_l = lo.tolist(), hi.tolist()
+    full = 1 << 40
+    key = [
+        c - low + (full if c >= high else 0) for c, low, high in zip(count, lo_l, hi_l, strict=True)
+    ]
+    chosen = []
+    for row_members in members[rows].tolist():
+        best, best_key = -1, full * 4
+        for i in row_members:
+            k = key[i]
+            if k < best_key:
+                best, best_key = i, k
+        chosen.append(best)
+        c = count[best] + 1
+        count[best] = c
+        key[best] = c - lo_l[best] + (full if c >= hi_l[best] else 0)
+    primary[rows] = chosen
+
+
+#: Use the per-node maximum in :func:`_sticky` when few rows are too many (tests switch it off
+#: to compare with the general path).
+FAST_STICKY = True
+#: In :meth:`_Balancer._shift`, test for the end of the path before deduplicating a scan.
+FAST_END = True
+#: Upper-fix searches expand each node as soon as it is reached (:meth:`_Balancer._give_by_level`;
+#: tests switch it off to compare with the queue-based search).
+FAST_LEVEL = True
+
+
+class _Balancer:
+    """Moves primaries along alternating paths until every node is within its bounds.
+
+    Upper fix: a node above ``hi`` hands one of its rows to a co-member, who hands one on, … until
+    a node below ``hi`` takes it. Lower fix: symmetric, ending at a node above ``lo``. Both exist
+    whenever the bounds are feasible (they are, see the module docstring); intermediate nodes keep
+    their counts, so one fix never breaks another.
+    """
+
+    def __init__(self, members: I64, primary: I64, lo: I64, hi: I64) -> None:
+        self.members = members
+        self.primary = primary
+        self.lo = lo
+        self.hi = hi
+        self.count = np.bincount(primary, minlength=len(lo))
+        self._by_node: I64 | None = None
+        self._starts: I64 | None = None
+        self._scans = 0
+
+    def rows_of(self, node: int) -> I64:
+        """The rows ``node`` is a member of, in row order.
+
+        The first few calls scan the matrix; later ones build and use an index by node.
+        """
+        if self._by_node is None and self._scans < 8:
+            self._scans += 1
+            hit = self.members == node
+            found = hit[:, 0].copy()
+            for column in range(1, hit.shape[1]):
+                found |= hit[:, column]
+            return np.flatnonzero(found)
+        if self._by_node is None or self._starts is None:
+            flat = self.members.ravel()
+            self._by_node = stable_argsort(flat, len(self.lo)) // self.members.shape[1]
+            self._starts = np.zeros(len(self.lo) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(flat, minlength=len(self.lo)), out=self._starts[1:])
+        rows: I64 = self._by_node[self._starts[node] : self._starts[node + 1]]
+        return rows
+
+    def run(self) -> None:
+        over = np.flatnonzero(self.count > self.hi)
+        if over.size:
+            self._hand_all(over)
+        for node in np.flatnonzero(self.count < self.lo).tolist():
+            self._take_direct(node)
+            while self.count[node] < self.lo[node]:
+                self._shift(node, give=False)
+
+    def _hand_all(self, over: I64) -> None:
+        """The upper fix of every node of ``over`` in turn, with the short paths batched.
+
+        Same choices as repeated :meth:`_shift` calls per node: while a path of length one
+        exists, the search takes the first member below ``hi`` in the giver's rows (row order,
+        then member order). Those (giver, row, member) candidates are listed once for all
+        givers: a member at or above ``hi`` stays there while givers give, so the list only
+        loses entries. When no such path is left, :meth:`_shift` searches longer ones; the
+        list is patched for the rows they move.
+        """
+        primary = self.primary
+        count, hi = self.count.tolist(), self.hi.tolist()  # Python ints in the loop
+        todo = over.tolist()
+        queue = self._candidates(over)
+        pending = set(todo)
+        j = 0
+        for start in todo:
+            pending.discard(start)
+            while j < len(queue) and queue[j][0] < start:
+                j += 1
+            given = -1
+            while j < len(queue) and queue[j][0] == start and count[start] > hi[start]:
+                _, row, other = queue[j]
+                j += 1
+                if row != given and count[other] < hi[other]:
+                    primary[row] = other
+                    count[other] += 1
+                    count[start] -= 1
+                    given = row
+            if count[start] <= hi[start]:
+                continue
+            self.count[:] = count
+            while self.count[start] > self.hi[start]:
+                # A longer path moves rows between its nodes; a row it moves *into* a giver
+                # holds no member below ``hi`` (the search would have stopped there), so only
+                # the entries of rows moved *out of* a giver still to come must go.
+                for row, old, _ in self._shift(start, give=True):
+                    if old in pending:
+                        at = bisect.bisect_left(queue, (old, row))
+                        while at < len(queue) and queue[at][:2] == (old, row):
+                            del queue[at]
+            count = self.count.tolist()
+        self.count[:] = count
+
+    def _candidates(self, givers: I64) -> list[tuple[int, int, int]]:
+        """(giver, row, member) for the rows of ``givers`` and their members below ``hi``.
+
+        Sorted: by giver, then row, then member — the scan order of :meth:`_shift`.
+        """
+        primary = self.primary
+        taker = self.count < self.hi
+        giving = np.zeros(len(self.lo), dtype=np.bool_)
+        giving[givers] = True
+        near = taker[self.members]
+        reach = near[:, 0].copy()
+        for column in range(1, near.shape[1]):
+            reach |= near[:, column]
+        rows = np.flatnonzero(giving[primary] & reach)
+        rows = rows[stable_argsort(primary[rows], len(self.lo))]
+        owner = primary[rows]
+        others = self.members[rows]
+        ri, ci = np.nonzero(taker[others] & (others != owner[:, None]))
+        return list(
+            zip(owner[ri].tolist(), rows[ri].tolist(), others[ri, ci].tolist(), strict=True)
+        )
+
+    def _take_direct(self, start: int) -> None:
+        """The paths of length one that :meth:`_shift` would find first for the lower fix.
+
+        ``_shift(start, give=False)`` scans the rows ``start`` is a member of but does not lead,
+        in row order, and takes the first whose primary is above ``lo``. A primary passed over
+        stays at or below ``lo`` (taking only lowers counts), so one forward scan makes the
+        same choices as repeated searches; when it runs out, ``_shift`` continues.
+        """
+        count, lo, primary = self.count, self.lo, self.primary
+        rows = self.rows_of(start)
+        rows = rows[primary[rows] != start]
+        others = primary[rows]
+        at = 0
+        while count[start] < lo[start]:
+            rest = others[at:]
+            ok = count[rest] > lo[rest]
+            k = int(ok.argmax()) if len(ok) else 0
+            if not len(ok) or not ok[k]:
+                return
+            i = at + k
+            primary[rows[i]] = start
+            count[others[i]] -= 1
+            count[start] += 1
+            at = i + 1
+
+    def _shift(self, start: int, give: bool) -> list[tuple[int, int, int]]:
+        """BFS for one alternating path from ``start`` and apply it.
+
+        Returns the changes as (row, previous primary, new primary).
+
+        A node's neighbours are scanned in row order (members in index order when giving);
+        the first one not reached yet that can end the path does. Each expansion is vectorised:
+        the neighbours not reached yet, deduplicated keeping first occurrences, in scan order.
+        """
+        if give and FAST_END and FAST_LEVEL:
+            return self._give_by_level(start)
+        n_nodes = len(self.lo)
+        reached = np.zeros(n_nodes, dtype=np.bool_)
+        reached[start] = True
+        via_row = np.full(n_nodes, -1, dtype=np.int64)
+        via_node = np.full(n_nodes, -1, dtype=np.int64)
+        # Counts do not change during the search: which nodes can end a path is fixed.
+        ends = self.count < self.hi if give else self.count > self.lo
+        queue: deque[int] = deque([start])
+        while queue:
+            node = queue.popleft()
+            if give:
+                rows = np.flatnonzero(self.primary == node)
+                width = self.members.shape[1]
+                others = self.members[rows].ravel()
+                rows = np.repeat(rows, width)
+            else:
+                rows = self.rows_of(node)
+                rows = rows[self.primary[rows] != node]
+                others = self.primary[rows]
+            fresh = ~reached[others]
+            if FAST_END:
+                # The first fresh entry that ends a path is its node's first occurrence: the
+                # path is found without deduplicating the scan.
+                end = fresh & ends[others]
+                k = int(end.argmax()) if len(end) else 0
+                if len(end) and end[k]:
+                    via_row[others[k]], via_node[others[k]] = rows[k], node
+                    return self._apply(via_row, via_node, int(others[k]), give)
+            rows, others = rows[fresh], others[fresh]
+            if not len(others):
+                continue
+            # First occurrences, in scan order.
+            by_value = np.argsort(others, kind="stable")
+            ordered = others[by_value]
+            new = np.ones(len(ordered), dtype=np.bool_)
+            new[1:] = ordered[1:] != ordered[:-1]
+            first = np.sort(by_value[new])
+            rows, others = rows[first], others[first]
+            if not FAST_END:  # otherwise known: no fresh entry ends a path
+                done = ends[others]
+                k = int(done.argmax())
+                if done[k]:
+                    via_row[others[k]], via_node[others[k]] = rows[k], node
+                    return self._apply(via_row, via_node, int(others[k]), give)
+            reached[others] = True
+            via_row[others], via_node[others] = rows, node
+            queue.extend(others.tolist())
+        raise AssertionError("placement primaries: no alternating path (infeasible bounds)")
+
+    def _give_by_level(self, start: int) -> list[tuple[int, int, int]]:
+        """:meth:`_shift` for the upper fix, expanding nodes as soon as they are reached.
+
+        A node that can end the path never enters the search as an intermediate (its first
+        occurrence ends it), so an expansion ends the search exactly when it holds such a node,
+        whichever nodes were reached before. Nodes are expanded in the order of the BFS (first
+        occurrence in the expansions of the previous level, in order), each as soon as it is
+        found: usually the first node reached from ``start`` ends the search, and the rest of
+        the start's expansion is never deduplicated.
+        """
+        primary, members = self.primary, self.members
+        width = members.shape[1]
+        ends = self.count < self.hi
+        reached = {start}
+        via: dict[int, tuple[int, int]] = {}
+
+        def expand(node: int) -> tuple[I64, I64, int]:
+            led = np.flatnonzero(primary == node)
+            block = members[led].ravel()
+            hit = ends[block]
+            k = int(hit.argmax()) if len(hit) else 0
+            return led, block, k if len(hit) and hit[k] else -1
+
+        node = start
+        led, block, k = expand(start)
+        level = [(start, led, block)]
+        while k < 0 and level:
+            found: list[tuple[int, I64, I64]] = []
+            for node, led, block in level:
+                for at, other in enumerate(block.tolist()):
+                    if other in reached:
+                        continue
+                    reached.add(other)
+                    via[other] = (int(led[at // width]), node)
+                    found_led, found_block, k = expand(other)
+                    if k >= 0:
+                        node, led, block = other, found_led, found_block
+                        break
+                    found.append((other, found_led, found_block))
+                if k >= 0:
+                    break
+            level = found
+        if k < 0:
+            raise AssertionError("placement primaries: no alternating path (infeasible bounds)")
+        end = int(block[k])
+        via[end] = (int(led[k // width]), node)
+        return self._apply_via(via, end)
+
+    def _apply_via(self, via: dict[int, tuple[int, int]], end: int) -> list[tuple[int, int, int]]:
+        """:meth:`_apply` of an upper-fix path recorded as ``via[node] = (row, parent)``."""
+        node = end
+        changes = []
+        self.count[end] += 1
+        while node in via:
+            row, prev = via[node]
+            self.primary[row] = node
+            changes.append((row, prev, node))
+            node = prev
+        self.count[node] -= 1
+        return changes
+
+    def _apply(
+        self, via_row: I64, via_node: I64, end: int, give: bool
+    ) -> list[tuple[int, int, int]]:
+        node = end
+        changes = []
+        self.count[end] += 1 if give else -1
+        while True:
+            row, prev = int(via_row[node]), int(via_node[node])
+            if row < 0:
+                break
+            old, new = (prev, node) if give else (node, prev)
+            self.primary[row] = new
+            changes.append((row, old, new))
+            node = prev
+        self.count[node] += -1 if give else 1
+        return changes

@@ -1,0 +1,66 @@
+"""Immutable domain types shared by the placement function, the metastore layer and the CLI.
+
+No I/O and no protobuf here: servicers and the CLI convert at the edges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+#: Ordered replica list of one partition; the first member is the preferred primary.
+Peers = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node that may hold replicas: unique ``name``, selector/failure-domain ``attributes``.
+
+    ``weight`` scales the node's share of replicas (1.0 = an ordinary node); it must be > 0.
+    """
+
+    name: str
+    attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    weight: float = 1.0
+
+    def matches(self, selector: Mapping[str, str]) -> bool:
+        """True when every ``key=value`` of ``selector`` is one of this node's attributes."""
+        return all(self.attributes.get(k) == v for k, v in selector.items())
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneSpec:
+    """What a zone asks for: ``partitions`` × ``replicas`` on the nodes its selector matches.
+
+    ``failure_domain`` names a node attribute (e.g. ``rack``); replicas of one partition go to
+    distinct values of it whenever possible.
+
+    ``scale_up_delay`` / ``scale_down_delay`` (seconds, >= 0) hold down data-node changes: a node
+    that joins (leaves) the zone's matching set counts only after it has been there (gone) that
+    long, so membership that flaps back within the delay moves nothing (``driver.datanodes``).
+
+    ``min_in_sync`` (1..MAX_REPLICAS, ``None`` = the default) is the fewest members a
+    partition's in-sync set may shrink to before its primary refuses writes; see
+    :func:`effective_min_in_sync` for the value the data plane applies.
+    """
+
+    name: str
+    partitions: int
+    replicas: int
+    node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
+    failure_domain: str | None = None
+    scale_up_delay: float = 0.0
+    scale_down_delay: float = 0.0
+    min_in_sync: int | None = None
+
+
+#: ``min_in_sync`` of a zone that does not set it.
+DEFAULT_MIN_IN_SYNC = 2
+
+
+def effective_min_in_sync(spec: ZoneSpec) -> int:
+    """The in-sync set size below which a primary refuses writes: the zone's ``min_in_sync``
+    (default :data:`DEFAULT_MIN_IN_SYNC`), capped at ``replicas`` — a zone of R replicas can
+    never need more than R members in sync, so R=1 zones stay writable with the default."""
+    wanted = spec.min_in_sync if spec.min_in_sync is not None else DEFAULT_MIN_IN_SYNC
+    return min(wanted, spec.replicas)

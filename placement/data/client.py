@@ -1,0 +1,711 @@
+"""The routing client of the data plane: put, get, delete and scan by key, sent to the primary.
+
+A client learns, per zone and from the placement drivers (``GetZone``, ``GetAssignments``,
+``ListNodes``), the partition count, each partition's primary and stable members and every node's
+address, and caches them (:class:`ZoneRoutes`). A key goes to ``partition_of(key, P)``'s primary.
+
+Answers and what the client does (:func:`decide`, pure):
+
+* ``FAILED_PRECONDITION`` with trailing ``x-primary = NODE@HOST:PORT``: the agent is not the
+  primary and names it: retry there at once (at most ``MAX_REDIRECTS`` hops in a row, then as
+  below). Without a usable hint: the same as unavailable.
+* ``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``ABORTED``, ``NOT_FOUND``, a connection error, or no
+  primary known: re-read the routes from the drivers and retry with capped, jittered exponential
+  backoff until ``deadline`` (default 15 s) has passed since the call began; then
+  :class:`DataUnavailable` names the operation, partition, target and last error.
+* ``INVALID_ARGUMENT``: :class:`~placement.errors.InvalidInput` (after one route refresh, in case
+  the zone's partition count changed under a cached table).
+* Anything else: :class:`DataRequestFailed`.
+
+A retried ``put`` is idempotent (a whole-value write); a retried ``delete`` may report
+``existed=False`` when an earlier, unanswered attempt already removed the key. An error after an
+unanswered attempt means the outcome is unknown, never that nothing happened.
+
+One gRPC channel per agent address, reused by every call. Protobuf stays in this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import random
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+import grpc
+
+from placement.api.client import ApiError, PlacementClient, parse_endpoints
+from placement.data.partitioning import partition_of, validate_key, validate_value
+from placement.errors import InvalidInput, PlacementError
+from placement.retry import RetryPolicy
+from placement.v1 import common_pb2, data_pb2, data_pb2_grpc, driver_pb2
+
+if TYPE_CHECKING:
+    DataStub = data_pb2_grpc.DataServiceAsyncStub
+    ReplicationStub = data_pb2_grpc.ReplicationServiceAsyncStub
+
+T = TypeVar("T")
+
+#: Redirect hops followed without a pause before the client backs off and refreshes instead.
+MAX_REDIRECTS = 3
+#: Scan page size asked of the agents (their default is 1000 too).
+SCAN_PAGE = 1000
+#: Partitions whose first scan page is fetched concurrently.
+SCAN_FANOUT = 16
+PRIMARY_HEADER = "x-primary"
+WRITES = frozenset({"put", "delete"})
+
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 3_000),
+    ("grpc.http2.ping_timeout_ms", 3_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+)
+RETRY_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.NOT_FOUND,
+    }
+)
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+class DataUnavailable(PlacementError):
+    """No primary of the partition answered before the deadline; the outcome of a write that was
+    sent at least once is unknown."""
+
+    def __init__(self, op: str, zone: str, partition: int | None, last: str, waited: float) -> None:
+        self.op = op
+        self.zone = zone
+        self.partition = partition
+        self.last = last
+        where = f"{zone}/{partition}" if partition is not None else zone
+        unknown = "; the write may or may not have happened" if op in WRITES else ""
+        super().__init__(f"{op} {where}: gave up after {waited:.1f}s (last: {last}){unknown}")
+
+
+class DataRequestFailed(PlacementError):
+    """An agent answered with an error that retrying does not fix (``code``, ``detail``)."""
+
+    def __init__(self, op: str, zone: str, code: grpc.StatusCode, detail: str, target: str) -> None:
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{op} {zone}: {target} answered {code.name}: {detail or 'no detail'}")
+
+
+# -- domain values -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """An acknowledged write: its replication-log ``index`` and primary ``lease_epoch``."""
+
+    index: int
+    lease_epoch: int
+    existed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PrimaryHint:
+    """A parsed ``x-primary`` value: ``node`` serves at ``address`` (HOST:PORT)."""
+
+    node: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRoute:
+    """``primary`` = node name ("" = none known); ``stable`` = the replicas, preferred first."""
+
+    primary: str = ""
+    stable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneRoutes:
+    """One zone's routing table as read from the drivers (``routes[p]`` for partition ``p``)."""
+
+    zone: str
+    partitions: int
+    routes: tuple[PartitionRoute, ...]
+    addresses: Mapping[str, str]
+    generation: int = 0
+
+    def route(self, partition: int) -> PartitionRoute:
+        if 0 <= partition < len(self.routes):
+            return self.routes[partition]
+        return PartitionRoute()
+
+    def with_primary(self, partition: int, hint: PrimaryHint) -> ZoneRoutes:
+        """The table after an agent named ``hint`` as ``partition``'s primary (same generation)."""
+        routes = list(self.routes)
+        while len(routes) <= partition:
+            routes.append(PartitionRoute())
+        routes[partition] = replace(routes[partition], primary=hint.node)
+        addresses = {**self.addresses, hint.node: hint.address}
+        return replace(self, routes=tuple(routes), addresses=addresses)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaCopy:
+    """One replica's own data as ``ReadReplica`` returned it (``hosted=False``: no copy)."""
+
+    node: str
+    hosted: bool
+    items: Mapping[bytes, bytes]
+    last_index: int = 0
+    commit_index: int = 0
+
+
+# -- pure decisions ----------------------------------------------------------------------------
+
+
+def parse_primary_hint(text: str | None) -> PrimaryHint | None:
+    """``"NODE@HOST:PORT"`` -> hint; ``None`` for absent, empty or malformed values."""
+    if not text:
+        return None
+    node, sep, address = text.strip().partition("@")
+    if not sep or not node:
+        return None
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return PrimaryHint(node, address)
+
+
+def header_value(metadata: Iterable[tuple[str, str | bytes]] | None, name: str) -> str | None:
+    """The first value of header ``name`` (case-insensitive) in gRPC metadata, or None."""
+    if metadata is None:
+        return None
+    wanted = name.lower()
+    for key, value in metadata:
+        if key.lower() == wanted:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """Retry at once at the named primary."""
+
+    hint: PrimaryHint
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Refresh the routes, back off, retry (``reason`` is kept for the final error)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Stop: the answer does not change by retrying."""
+
+    code: grpc.StatusCode
+    detail: str
+
+
+Action = Redirect | Retry | Fail
+
+
+def decide(
+    code: grpc.StatusCode,
+    detail: str,
+    x_primary: str | None,
+    *,
+    target: str,
+    redirects: int,
+    max_redirects: int = MAX_REDIRECTS,
+) -> Action:
+    """What to do after the agent at ``target`` answered ``code`` (see the module docstring)."""
+    reason = f"{target}: {code.name} {detail}".rstrip()
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        hint = parse_primary_hint(x_primary)
+        if hint is not None and hint.address != target and redirects < max_redirects:
+            return Redirect(hint)
+        return Retry(reason)
+    if code in RETRY_CODES:
+        return Retry(reason)
+    return Fail(code, detail)
+
+
+def pick_target(routes: ZoneRoutes, partition: int, attempt: int) -> tuple[str, str] | None:
+    """``(node, address)`` to send ``partition``'s request to: its primary when known and
+    addressable, else its stable members in turn (any agent redirects to the primary it knows)."""
+    route = routes.route(partition)
+    if route.primary and route.primary in routes.addresses:
+        return route.primary, routes.addresses[route.primary]
+    members = [n for n in route.stable if n in routes.addresses]
+    if not members:
+        return None
+    node = members[attempt % len(members)]
+    return node, routes.addresses[node]
+
+
+def build_routes(
+    zone: str,
+    partitions: int,
+    assignments: Iterable[tuple[int, str, Sequence[str]]],
+    nodes: Iterable[tuple[str, str]],
+    generation: int = 0,
+) -> ZoneRoutes:
+    """The routing table from ``(partition, primary, stable)`` rows and ``(node, address)`` pairs;
+    partitions without a row get an empty route (they are not assigned yet)."""
+    routes = [PartitionRoute() for _ in range(partitions)]
+    for p, primary, stable in assignments:
+        if 0 <= p < partitions:
+            routes[p] = PartitionRoute(primary, tuple(stable))
+    addresses = {name: address for name, address in nodes if address}
+    return ZoneRoutes(zone, partitions, tuple(routes), addresses, generation)
+
+
+class ScanProtocolError(PlacementError):
+    """An agent's scan page broke the contract (unordered keys, or empty yet ``more``)."""
+
+
+class ScanMerge:
+    """A k-way merge of per-partition scan pages into one key-ordered stream. Pure.
+
+    Drive it: while :meth:`needs` names partitions, fetch each one's next page (keys after
+    ``after[p]``) and :meth:`feed` it; then :meth:`pop` gives the next item, or None at the end.
+    Every partition holds a disjoint key set, so the merge is a total order. Invariant: an item is
+    popped only when every partition that may still have keys has at least one buffered, so no
+    smaller key can arrive later.
+    """
+
+    def __init__(self, partitions: Iterable[int]) -> None:
+        self._buffers: dict[int, deque[tuple[bytes, bytes]]] = {}
+        self._more: dict[int, bool] = {}
+        self.after: dict[int, bytes] = {}
+        self._heap: list[tuple[bytes, int]] = []
+        for p in partitions:
+            self._buffers[p] = deque()
+            self._more[p] = True
+            self.after[p] = b""
+
+    def needs(self) -> list[int]:
+        return [p for p, buf in self._buffers.items() if not buf and self._more[p]]
+
+    def feed(self, partition: int, items: Sequence[tuple[bytes, bytes]], more: bool) -> None:
+        buf = self._buffers[partition]
+        if buf or not self._more[partition]:
+            raise ValueError(f"partition {partition} was not waiting for a page")
+        last = self.after[partition]
+        for key, _ in items:
+            if last and key <= last:
+                raise ScanProtocolError(
+                    f"partition {partition}: scan page keys out of order at {key!r}"
+                )
+            last = key
+        if more and not items:
+            raise ScanProtocolError(f"partition {partition}: empty scan page that says more")
+        buf.extend(items)
+        self._more[partition] = more
+        if items:
+            self.after[partition] = items[-1][0]
+            heapq.heappush(self._heap, (items[0][0], partition))
+
+    def pop(self) -> tuple[bytes, bytes] | None:
+        if self.needs():
+            raise ValueError("pop before every waiting partition was fed")
+        if not self._heap:
+            return None
+        _, p = heapq.heappop(self._heap)
+        buf = self._buffers[p]
+        item = buf.popleft()
+        if buf:
+            heapq.heappush(self._heap, (buf[0][0], p))
+        return item
+
+
+# -- I/O: connections, routes, the call loop ---------------------------------------------------
+
+
+class Connector(Protocol):
+    """Stubs by agent address (one channel each, reused)."""
+
+    def data(self, address: str) -> DataStub: ...
+
+    def replication(self, address: str) -> ReplicationStub: ...
+
+    async def close(self) -> None: ...
+
+
+class GrpcConnector:
+    """One ``grpc.aio`` channel per agent address, with keepalive and a capped reconnect backoff."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(
+                address, options=list(CHANNEL_OPTIONS)
+            )
+        return channel
+
+    def data(self, address: str) -> DataStub:
+        return data_pb2_grpc.DataServiceStub(self._channel(address))
+
+    def replication(self, address: str) -> ReplicationStub:
+        return data_pb2_grpc.ReplicationServiceStub(self._channel(address))
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+
+
+class RouteSource(Protocol):
+    """Where routing tables come from (the drivers in production, a fake in unit tests)."""
+
+    async def load(self, zone: str) -> ZoneRoutes: ...
+
+    async def close(self) -> None: ...
+
+
+class DriverRoutes:
+    """Routing tables read from the placement drivers' API (any instance)."""
+
+    def __init__(self, endpoints: Sequence[str] | str, *, deadline: float = 5.0) -> None:
+        self._client = PlacementClient(
+            endpoints, call_timeout=min(5.0, deadline), deadline=deadline
+        )
+
+    async def load(self, zone: str) -> ZoneRoutes:
+        got_zone, rows, nodes = await asyncio.gather(
+            self._client.call(
+                lambda s, t: s.GetZone(driver_pb2.GetZoneRequest(name=zone), timeout=t)
+            ),
+            self._assignments(zone),
+            self._client.call(lambda s, t: s.ListNodes(driver_pb2.ListNodesRequest(), timeout=t)),
+        )
+        return build_routes(
+            zone,
+            got_zone.config.partitions,
+            rows,
+            ((n.name, n.address) for n in nodes.nodes),
+        )
+
+    async def _assignments(self, zone: str) -> list[tuple[int, str, Sequence[str]]]:
+        rows: list[tuple[int, str, Sequence[str]]] = []
+        token = ""
+        while True:
+            request = driver_pb2.GetAssignmentsRequest(zone=zone, page_token=token)
+            page = await self._client.call(
+                lambda s, t, r=request: s.GetAssignments(r, timeout=t)  # type: ignore[misc]
+            )
+            rows.extend((a.partition, a.primary, list(a.stable.names)) for a in page.assignments)
+            token = page.next_page_token
+            if not token:
+                return rows
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def _rpc_failure(e: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str, str | None]:
+    return e.code(), e.details() or "", header_value(e.trailing_metadata(), PRIMARY_HEADER)
+
+
+#: The client's retry backoff: capped at 1 s, so a moved primary is found again quickly.
+DEFAULT_BACKOFF = RetryPolicy(cap=1.0)
+
+
+class DataClient:
+    """``async with DataClient(["127.0.0.1:7400"]) as c: await c.put("orders", b"k", b"v")``.
+
+    ``deadline`` bounds each operation (retries included); ``call_timeout`` each RPC. ``clock``
+    is monotonic seconds; ``sleep`` and ``rng`` are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        driver_endpoints: Sequence[str] | str,
+        *,
+        deadline: float = 15.0,
+        call_timeout: float = 5.0,
+        backoff: RetryPolicy = DEFAULT_BACKOFF,
+        route_source: RouteSource | None = None,
+        connector: Connector | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        if not (deadline > 0 and call_timeout > 0):
+            raise InvalidInput("deadline", "must be positive", "e.g. 15")
+        self.endpoints = parse_endpoints(driver_endpoints)
+        self.deadline = deadline
+        self.call_timeout = call_timeout
+        self._backoff = backoff
+        self._source = route_source or DriverRoutes(self.endpoints, deadline=min(5.0, deadline))
+        self._connector: Connector = connector or GrpcConnector()
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng
+        self._routes: dict[str, ZoneRoutes] = {}
+        self._stale: set[str] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._generation = 0
+
+    async def __aenter__(self) -> DataClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._connector.close()
+        await self._source.close()
+
+    # -- routes --
+
+    async def routes(self, zone: str, *, refresh: bool = False) -> ZoneRoutes:
+        """The cached routing table of ``zone``, read from the drivers when missing or stale.
+
+        Raises InvalidInput for an unknown zone, :class:`~placement.api.client.ApiError` when no
+        driver answers. Concurrent callers share one refresh.
+        """
+        if refresh:
+            self._invalidate(zone, None)
+        cached = self._routes.get(zone)
+        if cached is not None and zone not in self._stale:
+            return cached
+        lock = self._locks.setdefault(zone, asyncio.Lock())
+        async with lock:
+            cached = self._routes.get(zone)
+            if cached is not None and zone not in self._stale:
+                return cached
+            try:
+                loaded = await self._source.load(zone)
+            except ApiError as e:
+                if e.code == grpc.StatusCode.NOT_FOUND:
+                    raise InvalidInput("zone", e.detail or f"{zone!r} does not exist") from e
+                raise
+            self._generation += 1
+            loaded = replace(loaded, generation=self._generation)
+            self._routes[zone] = loaded
+            self._stale.discard(zone)
+            return loaded
+
+    def _invalidate(self, zone: str, seen: ZoneRoutes | None) -> None:
+        """Mark ``zone``'s table stale unless it was refreshed since ``seen`` was read."""
+        current = self._routes.get(zone)
+        if seen is None or current is None or current.generation == seen.generation:
+            self._stale.add(zone)
+
+    def _learn_primary(self, zone: str, partition: int, hint: PrimaryHint) -> None:
+        current = self._routes.get(zone)
+        if current is not None:
+            self._routes[zone] = current.with_primary(partition, hint)
+
+    # -- the call loop --
+
+    async def _call(
+        self,
+        op: str,
+        zone: str,
+        locate: Callable[[ZoneRoutes], int],
+        invoke: Callable[[DataStub, int, float], Awaitable[T]],
+    ) -> T:
+        """Send ``invoke(stub, partition, timeout)`` to the partition's primary, following
+        redirects and retrying unavailability until the deadline (see the module docstring)."""
+        start = self._clock()
+        give_up = start + self.deadline
+        attempt = 0
+        redirects = 0
+        redirect: PrimaryHint | None = None
+        refreshed_for_invalid = False
+        last = "no attempt made"
+        partition: int | None = None
+        while True:
+            try:
+                routes = await self.routes(zone)
+            except ApiError as e:
+                if not e.unavailable:
+                    raise
+                routes, last = None, f"placement drivers: {e.detail or e.code.name}"
+            if routes is not None:
+                partition = locate(routes)
+                target = (
+                    (redirect.node, redirect.address)
+                    if redirect is not None
+                    else pick_target(routes, partition, attempt)
+                )
+                redirect = None
+                if target is None:
+                    last = f"no primary or replica address known for partition {partition}"
+                else:
+                    node, address = target
+                    remaining = give_up - self._clock()
+                    if remaining <= 0:
+                        raise DataUnavailable(op, zone, partition, last, self._clock() - start)
+                    try:
+                        return await invoke(
+                            self._connector.data(address),
+                            partition,
+                            min(self.call_timeout, remaining),
+                        )
+                    except grpc.aio.AioRpcError as e:
+                        code, detail, x_primary = _rpc_failure(e)
+                    action = decide(
+                        code,
+                        detail,
+                        x_primary,
+                        target=address,
+                        redirects=redirects,
+                    )
+                    where = f"{node}@{address}"
+                    if isinstance(action, Redirect):
+                        redirects += 1
+                        redirect = action.hint
+                        self._learn_primary(zone, partition, action.hint)
+                        continue
+                    if isinstance(action, Fail):
+                        if code == grpc.StatusCode.INVALID_ARGUMENT:
+                            if not refreshed_for_invalid:
+                                refreshed_for_invalid = True
+                                fresh = await self.routes(zone, refresh=True)
+                                if fresh.partitions != routes.partitions:
+                                    continue
+                            raise InvalidInput(f"{op} {zone}/{partition}", detail or "rejected")
+                        raise DataRequestFailed(op, zone, code, detail, where)
+                    last = f"{where}: {code.name}" + (f" {detail}" if detail else "")
+            redirects = 0
+            if routes is not None:
+                self._invalidate(zone, routes)
+            delay = self._backoff.delay(attempt, self._rng)
+            attempt += 1
+            if self._clock() + delay >= give_up:
+                raise DataUnavailable(op, zone, partition, last, self._clock() - start)
+            await self._sleep(delay)
+
+    # -- the data API --
+
+    async def put(self, zone: str, key: bytes, value: bytes) -> WriteResult:
+        """Write ``value`` under ``key``; returns once every in-sync replica persisted it."""
+        validate_key(key)
+        validate_value(value)
+
+        async def invoke(stub: DataStub, p: int, t: float) -> WriteResult:
+            request = data_pb2.PutRequest(partition=_ref(zone, p), key=key, value=value)
+            reply = await stub.Put(request, timeout=t)
+            return WriteResult(reply.index, reply.lease_epoch, reply.existed)
+
+        return await self._call("put", zone, lambda r: partition_of(key, r.partitions), invoke)
+
+    async def delete_with_result(self, zone: str, key: bytes) -> WriteResult:
+        """Delete ``key``; the result carries the log position and whether the key existed."""
+        validate_key(key)
+
+        async def invoke(stub: DataStub, p: int, t: float) -> WriteResult:
+            request = data_pb2.DeleteRequest(partition=_ref(zone, p), key=key)
+            reply = await stub.Delete(request, timeout=t)
+            return WriteResult(reply.index, reply.lease_epoch, reply.existed)
+
+        return await self._call("delete", zone, lambda r: partition_of(key, r.partitions), invoke)
+
+    async def delete(self, zone: str, key: bytes) -> bool:
+        """Delete ``key``; True when it existed (see the module docstring on retries)."""
+        return (await self.delete_with_result(zone, key)).existed
+
+    async def get(self, zone: str, key: bytes) -> bytes | None:
+        """The committed value of ``key``, or None when absent."""
+        validate_key(key)
+
+        async def invoke(stub: DataStub, p: int, t: float) -> bytes | None:
+            reply = await stub.Get(data_pb2.GetRequest(partition=_ref(zone, p), key=key), timeout=t)
+            return reply.value if reply.found else None
+
+        return await self._call("get", zone, lambda r: partition_of(key, r.partitions), invoke)
+
+    async def scan_partition(
+        self, zone: str, partition: int, *, prefix: bytes = b"", after: bytes = b"", limit: int = 0
+    ) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """One page of ``partition``'s keys after ``after``: ``(items, more)``."""
+
+        async def invoke(
+            stub: DataStub, p: int, t: float
+        ) -> tuple[list[tuple[bytes, bytes]], bool]:
+            request = data_pb2.ScanRequest(
+                partition=_ref(zone, p), prefix=prefix, start_after=after, limit=limit
+            )
+            reply = await stub.Scan(request, timeout=t)
+            return [(kv.key, kv.value) for kv in reply.items], reply.more
+
+        return await self._call("scan", zone, lambda r: partition, invoke)
+
+    async def scan(
+        self, zone: str, prefix: bytes = b"", *, page_size: int = SCAN_PAGE
+    ) -> AsyncIterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` of ``zone`` whose key starts with ``prefix``, in key order.
+
+        Pages through every partition (each page a separate committed read: not a point-in-time
+        snapshot of the zone) and merges them; at most one page per partition is buffered.
+        """
+        if not isinstance(prefix, bytes):
+            raise InvalidInput("prefix", f"{prefix!r} is not bytes", "UTF-8 encode text")
+        routes = await self.routes(zone)
+        merge = ScanMerge(range(routes.partitions))
+        semaphore = asyncio.Semaphore(SCAN_FANOUT)
+
+        async def fetch(p: int) -> tuple[int, list[tuple[bytes, bytes]], bool]:
+            async with semaphore:
+                items, more = await self.scan_partition(
+                    zone, p, prefix=prefix, after=merge.after[p], limit=page_size
+                )
+            return p, items, more
+
+        while True:
+            needed = merge.needs()
+            if needed:
+                for p, items, more in await asyncio.gather(*(fetch(p) for p in needed)):
+                    merge.feed(p, items, more)
+                continue
+            item = merge.pop()
+            if item is None:
+                return
+            yield item
+
+    # -- replicas (the checker) --
+
+    async def read_replica(
+        self, zone: str, partition: int, node: str, address: str, *, page: int = SCAN_PAGE
+    ) -> ReplicaCopy:
+        """``node``'s own copy of the partition, all pages (``ReadReplica``; not routed)."""
+        stub = self._connector.replication(address)
+        items: dict[bytes, bytes] = {}
+        after = b""
+        while True:
+            request = data_pb2.ReadReplicaRequest(
+                partition=_ref(zone, partition), start_after=after, limit=page
+            )
+            try:
+                reply = await stub.ReadReplica(request, timeout=self.call_timeout)
+            except grpc.aio.AioRpcError as e:
+                raise DataRequestFailed(
+                    "read-replica", zone, e.code(), e.details() or "", f"{node}@{address}"
+                ) from e
+            if not reply.hosted:
+                return ReplicaCopy(node, False, {})
+            for kv in reply.items:
+                items[kv.key] = kv.value
+            if not reply.more or not reply.items:
+                return ReplicaCopy(node, True, items, reply.last_index, reply.commit_index)
+            after = reply.items[-1].key
+
+
+def _ref(zone: str, partition: int) -> common_pb2.PartitionRef:
+    return common_pb2.PartitionRef(zone=zone, partition=partition)

@@ -1,0 +1,70 @@
+"""The key → partition function of the data plane: stable, documented, language-neutral.
+
+``partition_of(key, partitions)``:
+
+1. ``h = blake2b(key, digest_size=8)`` read as a big-endian unsigned 64-bit integer;
+2. Lamping & Veach's *jump consistent hash* of ``h`` into ``partitions`` buckets.
+
+Both steps are fully specified (RFC 7693 and the paper's 64-bit LCG), so a client in any language
+computes the same partition. Jump hashing moves only ``1/(P+1)`` of the keys when a zone grows
+from ``P`` to ``P+1`` partitions, instead of nearly all of them as ``h mod P`` would.
+
+Pure code: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from placement.core.limits import MAX_PARTITIONS
+from placement.errors import InvalidInput
+
+#: Largest key and value the data API accepts (bytes).
+MAX_KEY_BYTES = 4096
+MAX_VALUE_BYTES = 1 << 20
+
+_MASK = (1 << 64) - 1
+
+
+def key_hash(key: bytes) -> int:
+    """The 64-bit hash of ``key`` (BLAKE2b, 8-byte digest, big-endian)."""
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+
+def jump_hash(h: int, buckets: int) -> int:
+    """Lamping & Veach, "A Fast, Minimal Memory, Consistent Hash Algorithm" (2014)."""
+    b, j = -1, 0
+    while j < buckets:
+        b = j
+        h = (h * 2862933555777941757 + 1) & _MASK
+        j = int((b + 1) * ((1 << 31) / ((h >> 33) + 1)))
+    return b
+
+
+def partition_of(key: bytes, partitions: int) -> int:
+    """The partition of ``key`` in a zone of ``partitions`` partitions."""
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise InvalidInput("partitions", f"{partitions!r} is not an integer", "pass an int")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidInput(
+            "partitions", f"{partitions} is out of range", f"use 1..{MAX_PARTITIONS}"
+        )
+    return jump_hash(key_hash(validate_key(key)), partitions)
+
+
+def validate_key(key: bytes, field: str = "key") -> bytes:
+    """``key`` if it is 1..MAX_KEY_BYTES bytes, else :class:`InvalidInput` naming ``field``."""
+    if not isinstance(key, bytes):
+        raise InvalidInput(field, f"{key!r} is not bytes", "pass bytes (UTF-8 encode text)")
+    if not 1 <= len(key) <= MAX_KEY_BYTES:
+        raise InvalidInput(field, f"is {len(key)} bytes long", f"use 1..{MAX_KEY_BYTES} bytes")
+    return key
+
+
+def validate_value(value: bytes, field: str = "value") -> bytes:
+    """``value`` if it is at most MAX_VALUE_BYTES bytes, else :class:`InvalidInput`."""
+    if not isinstance(value, bytes):
+        raise InvalidInput(field, f"{value!r} is not bytes", "pass bytes (UTF-8 encode text)")
+    if len(value) > MAX_VALUE_BYTES:
+        raise InvalidInput(field, f"is {len(value)} bytes long", f"use at most {MAX_VALUE_BYTES}")
+    return value

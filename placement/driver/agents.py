@@ -1,0 +1,145 @@
+"""The driver's gRPC client of replica agents (``ReplicaService``). Protobuf stays in here.
+
+One channel per agent address, with keepalive **and** a ping timeout (so a SIGSTOPped agent is
+noticed), a capped reconnect backoff, and a deadline on every call. Transport failures raise
+:class:`AgentUnavailable`; answers come back as :class:`AgentAnswer` with the outcome's enum name
+(``ACCEPTED``/``DONE``/``STALE``/``FAILED``; ``CANCELLED``/``NOTHING_TO_CANCEL``/
+``ALREADY_DONE``/``CANCEL_STALE``; ``RETIRED``/``KEPT``/``RETIRE_STALE``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from placement.core.model import Peers
+from placement.errors import PlacementError
+from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
+
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 5_000),
+    ("grpc.keepalive_timeout_ms", 3_000),
+    ("grpc.http2.ping_timeout_ms", 3_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+)
+
+
+class AgentUnavailable(PlacementError):
+    """The agent did not answer (down, frozen, refused): retry with backoff."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAnswer:
+    outcome: str
+    accepted_revision: int
+    accepted_epoch: int
+    detail: str = ""
+
+
+class AgentClient:
+    """Calls agents by address; ``timeout`` is every call's deadline in seconds."""
+
+    def __init__(self, *, timeout: float = 3.0) -> None:
+        self.timeout = timeout
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _stub(self, address: str) -> replica_pb2_grpc.ReplicaServiceAsyncStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
+            self._channels[address] = channel
+        return replica_pb2_grpc.ReplicaServiceStub(channel)  # an AsyncStub on an aio channel
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close(None)
+
+    async def _call(self, address: str, method: str, request: Any, outcomes: Any) -> AgentAnswer:
+        """One unary call; every gRPC failure is :class:`AgentUnavailable` (the caller retries)."""
+        try:
+            response = await getattr(self._stub(address), method)(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise AgentUnavailable(f"{address}: {method}: {e.code().name} {e.details()}") from e
+        return AgentAnswer(
+            outcomes.Name(response.outcome),
+            response.accepted_revision,
+            response.accepted_epoch,
+            response.detail,
+        )
+
+    @staticmethod
+    def _move(zone: str, partition: int, old: Peers, new: Peers) -> dict[str, Any]:
+        return {
+            "partition": common_pb2.PartitionRef(zone=zone, partition=partition),
+            "old_peers": common_pb2.Peers(names=list(old)),
+            "new_peers": common_pb2.Peers(names=list(new)),
+        }
+
+    async def rebalance(
+        self,
+        address: str,
+        zone: str,
+        partition: int,
+        old: Peers,
+        new: Peers,
+        revision: int,
+        epoch: int,
+    ) -> AgentAnswer:
+        request = replica_pb2.RebalanceRequest(
+            **self._move(zone, partition, old, new), revision=revision, epoch=epoch
+        )
+        return await self._call(address, "Rebalance", request, replica_pb2.RebalanceOutcome)
+
+    async def cancel(
+        self,
+        address: str,
+        zone: str,
+        partition: int,
+        old: Peers,
+        new: Peers,
+        revision: int,
+        epoch: int,
+    ) -> AgentAnswer:
+        request = replica_pb2.CancelRebalanceRequest(
+            **self._move(zone, partition, old, new), revision=revision, epoch=epoch
+        )
+        return await self._call(address, "CancelRebalance", request, replica_pb2.CancelOutcome)
+
+    async def retire(
+        self,
+        address: str,
+        zone: str,
+        partition: int,
+        stable: Peers,
+        revision: int,
+        epoch: int,
+    ) -> AgentAnswer:
+        """Tell a node that left stable (as of etcd ``revision``) to drop its replica."""
+        request = replica_pb2.RetireRequest(
+            partition=common_pb2.PartitionRef(zone=zone, partition=partition),
+            stable_peers=common_pb2.Peers(names=list(stable)),
+            revision=revision,
+            epoch=epoch,
+        )
+        return await self._call(address, "Retire", request, replica_pb2.RetireOutcome)
+
+    async def hosted(self, address: str, zone: str, partition: int) -> bool:
+        """Whether the agent holds a complete replica of the partition (False if unknown)."""
+        request = replica_pb2.GetPartitionStateRequest(
+            partition=common_pb2.PartitionRef(zone=zone, partition=partition)
+        )
+        try:
+            response = await self._stub(address).GetPartitionState(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                return False
+            raise AgentUnavailable(
+                f"{address}: GetPartitionState: {e.code().name} {e.details()}"
+            ) from e
+        return response.hosted

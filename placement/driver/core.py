@@ -1,0 +1,546 @@
+"""The placement driver's decisions: one pass over an immutable view -> actions. Pure: no I/O.
+
+The leader loop (:mod:`placement.driver.loop`) builds a :class:`ClusterView` from one list-watch
+snapshot of the whole prefix (one etcd revision), calls :func:`plan_pass` and executes the
+actions; every write it makes is a fenced, compare-guarded transaction, so deciding on a snapshot
+that is already old is safe (the write is refused or re-decided by the metastore).
+
+Per zone, in this order:
+
+1. **Data nodes** (:mod:`.datanodes`): the matching registered set advanced through the
+   holddown; a changed record -> :class:`WriteDataNodes` (CAS on the key's mod_revision). Nothing
+   else is decided for that zone in the same pass (the trigger revision is about to change).
+2. **Creation**: partitions ``0..P-1`` with no assignment key at all -> :class:`CreatePartitions`
+   with their slice of the target (an empty partition needs no rebalance).
+3. **Triggers**: ``target = place(spec, data nodes, current)`` with current = pending if a
+   rebalance is in flight, else stable; partitions where rule 2 would write (pending or planned,
+   or delete planned) with a trigger older than ``R = max(zone mod_revision, datanodes
+   mod_revision)`` -> :class:`ApplyTriggers`. No-ops are not written at all.
+4. **Driving** (skipped while paused): per partition with a decodable pending —
+
+   ================  ====================================================  ==================
+   rebalance state    condition                                             action
+   ================  ====================================================  ==================
+   IDLE               no pending                                            —
+   MOVING             pending, no cancel                                    :class:`Drive`
+   CANCELLING         pending and a cancel naming pending's mod_revision    :class:`Drive`
+                                                                            (``cancel=True``)
+   STUCK              pending undecodable (or a cancel for another rev.)     — (operator cancels)
+   ================  ====================================================  ==================
+
+   MOVING -> IDLE (finish: stable := pending) or -> MOVING (pending := planned), MOVING ->
+   CANCELLING (cancel written), CANCELLING -> IDLE (finish_cancel).
+5. **Primary leases** (:mod:`placement.driver.leases`): grants, renewals and moves — a new holder
+   only from the live members of stable in the partition's in-sync set (``{p}/isr/...``, read
+   into :attr:`ZoneView.isrs`), each move compare-guarded on the ISR key's mod_revision.
+6. **Leftovers** of a dropped zone (no config, no assignment keys) — data nodes, primary leases,
+   ISR and replica-size keys -> :class:`DropLeftovers`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from placement.algo.place import place
+from placement.core.model import Node, Peers, ZoneSpec
+from placement.driver.datanodes import advance, matching_nodes
+from placement.driver.leases import LeaseConfig, LeaseWrite, corrupt_isrs, plan_primaries
+from placement.errors import InvalidInput
+from placement.metastore.codec import (
+    Assignment,
+    CancelIntent,
+    Corrupt,
+    DataNodes,
+    InSyncSet,
+    MoveReport,
+    NodeRecord,
+    PrimaryLease,
+    decode_assignment,
+    decode_cancel,
+    decode_datanodes,
+    decode_isr,
+    decode_node,
+    decode_primary,
+    decode_report,
+    decode_trigger,
+    decode_zone_spec,
+)
+from placement.metastore.etcd import KeyValue
+from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey
+from placement.metastore.store import PartitionState, TriggerAction, Versioned, decide_trigger
+
+# -- the view ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneView:
+    """One zone as of the view's revision."""
+
+    name: str
+    spec: ZoneSpec | Corrupt | None
+    zone_mod: int
+    datanodes: DataNodes | Corrupt | None
+    datanodes_mod: int
+    partitions: Mapping[int, PartitionState]
+    primaries: Mapping[int, Versioned[PrimaryLease]]
+    #: The partitions' in-sync sets (``{p}/isr/{zone}/{partition}``); absent = no ISR key.
+    isrs: Mapping[int, Versioned[InSyncSet | Corrupt]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    #: Some agent has a replica-size key (``{p}/sizes/{zone}/...``) of this zone.
+    has_sizes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """Everything under the prefix at one ``revision``, decoded (corrupt values kept as such)."""
+
+    revision: int
+    zones: Mapping[str, ZoneView]
+    nodes: Mapping[str, NodeRecord]
+    paused: bool
+    #: Agents' move reports: (zone, partition) -> node -> report (corrupt ones left out).
+    reports: Mapping[tuple[str, int], Mapping[str, MoveReport]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def reported(self, zone: str, partition: int, revision: int) -> Mapping[str, MoveReport]:
+        """node -> report, of the nodes whose catch-up of ``revision`` ended (DONE or FAILED)."""
+        found = self.reports.get((zone, partition), {})
+        return {n: r for n, r in found.items() if r.revision == revision}
+
+
+_ASSIGN_DECODERS = {
+    AssignField.STABLE: decode_assignment,
+    AssignField.PENDING: decode_assignment,
+    AssignField.PLANNED: decode_assignment,
+    AssignField.CANCEL: decode_cancel,
+    AssignField.TRIGGER: decode_trigger,
+}
+
+
+class DecodeCache:
+    """Decoded keys reused across passes while a key's ``mod_revision`` is unchanged.
+
+    A key's value at a given mod_revision never changes (a rewrite or a re-creation gets a new
+    one), so a hit is exactly what decoding again would give. The driver decodes its whole prefix
+    every pass; with the cache a pass only decodes what changed since the last one.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[bytes, tuple[int, ParsedKey | None, object]] = {}
+
+    def decode(self, keys: KeySpace, key: bytes, kv: KeyValue) -> tuple[ParsedKey | None, object]:
+        """``(parsed key, decoded value)``; the value is ``None`` for keys the view ignores."""
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] == kv.mod_revision:
+            return hit[1], hit[2]
+        parsed = keys.parse(key)
+        value = _decode(parsed, kv)
+        self._entries[key] = (kv.mod_revision, parsed, value)
+        return parsed, value
+
+    def retain(self, kvs: Mapping[bytes, KeyValue]) -> None:
+        """Forget keys no longer present (called when many were deleted)."""
+        self._entries = {k: v for k, v in self._entries.items() if k in kvs}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
+    if parsed is None:
+        return None
+    if parsed.kind is KeyKind.ZONE:
+        return decode_zone_spec(kv.value)
+    if parsed.kind is KeyKind.NODE:
+        return decode_node(kv.value)
+    if parsed.kind is KeyKind.DATANODES:
+        return decode_datanodes(kv.value)
+    if parsed.kind is KeyKind.PRIMARY:
+        return Versioned(decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision)
+    if parsed.kind is KeyKind.ISR:
+        return Versioned(decode_isr(kv.value), kv.value, kv.mod_revision, kv.create_revision)
+    if parsed.kind is KeyKind.PROGRESS:
+        return decode_report(kv.value)
+    if parsed.kind is KeyKind.ASSIGN:
+        assert parsed.field is not None
+        value = _ASSIGN_DECODERS[parsed.field](kv.value)
+        return Versioned(value, kv.value, kv.mod_revision, kv.create_revision)
+    return None
+
+
+def build_view(
+    keys: KeySpace,
+    kvs: Mapping[bytes, KeyValue],
+    revision: int,
+    cache: DecodeCache | None = None,
+) -> ClusterView:
+    """Decode a snapshot of the whole prefix into a :class:`ClusterView` (never raises).
+
+    ``cache`` (optional) keeps decoded values between calls; the view is the same either way.
+    """
+    cache = cache if cache is not None else DecodeCache()
+    if len(cache) > 2 * len(kvs) + 1024:
+        cache.retain(kvs)
+    specs: dict[str, tuple[ZoneSpec | Corrupt, int]] = {}
+    datanodes: dict[str, tuple[DataNodes | Corrupt, int]] = {}
+    fields: dict[str, dict[int, dict[str, Versioned[object]]]] = {}
+    primaries: dict[str, dict[int, Versioned[PrimaryLease]]] = {}
+    isrs: dict[str, dict[int, Versioned[InSyncSet | Corrupt]]] = {}
+    sizes: set[str] = set()
+    nodes: dict[str, NodeRecord] = {}
+    reports: dict[tuple[str, int], dict[str, MoveReport]] = {}
+    paused = False
+    for key, kv in kvs.items():
+        parsed, value = cache.decode(keys, key, kv)
+        if parsed is None:
+            continue
+        if parsed.kind is KeyKind.ZONE:
+            specs[parsed.name] = (value, kv.mod_revision)  # type: ignore[assignment]
+        elif parsed.kind is KeyKind.NODE:
+            if isinstance(value, NodeRecord) and value.name == parsed.name:
+                nodes[parsed.name] = value
+        elif parsed.kind is KeyKind.DATANODES:
+            datanodes[parsed.name] = (value, kv.mod_revision)  # type: ignore[assignment]
+        elif parsed.kind is KeyKind.CONTROL:
+            paused = True
+        elif parsed.kind is KeyKind.PRIMARY:
+            assert parsed.partition is not None
+            primaries.setdefault(parsed.name, {})[parsed.partition] = value  # type: ignore[assignment]
+        elif parsed.kind is KeyKind.ISR:
+            assert parsed.partition is not None
+            isrs.setdefault(parsed.name, {})[parsed.partition] = value  # type: ignore[assignment]
+        elif parsed.kind is KeyKind.SIZES:
+            sizes.add(parsed.name)
+        elif parsed.kind is KeyKind.PROGRESS:
+            assert parsed.partition is not None
+            assert parsed.node is not None
+            if isinstance(value, MoveReport):
+                reports.setdefault((parsed.name, parsed.partition), {})[parsed.node] = value
+        elif parsed.kind is KeyKind.ASSIGN:
+            assert parsed.partition is not None
+            assert parsed.field is not None
+            fields.setdefault(parsed.name, {}).setdefault(parsed.partition, {})[
+                parsed.field.value
+            ] = value  # type: ignore[assignment]
+    zones: dict[str, ZoneView] = {}
+    for name in sorted(
+        set(specs) | set(fields) | set(datanodes) | set(primaries) | set(isrs) | sizes
+    ):
+        spec, zone_mod = specs.get(name, (None, 0))
+        dn, dn_mod = datanodes.get(name, (None, 0))
+        parts = {
+            p: PartitionState(name, p, revision, **f)  # type: ignore[arg-type]
+            for p, f in sorted(fields.get(name, {}).items())
+        }
+        zones[name] = ZoneView(
+            name,
+            spec,
+            zone_mod,
+            dn,
+            dn_mod,
+            MappingProxyType(parts),
+            MappingProxyType(primaries.get(name, {})),
+            MappingProxyType(isrs.get(name, {})),
+            name in sizes,
+        )
+    return ClusterView(
+        revision,
+        MappingProxyType(zones),
+        MappingProxyType(nodes),
+        paused,
+        MappingProxyType({k: MappingProxyType(v) for k, v in reports.items()}),
+    )
+
+
+# -- actions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WriteDataNodes:
+    """CAS ``{p}/datanodes/{zone}`` from ``expected_mod`` (0 = absent) to ``record``."""
+
+    zone: str
+    record: DataNodes
+    expected_mod: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitions:
+    zone: str
+    stables: Mapping[int, Peers]
+    trigger_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyTriggers:
+    zone: str
+    targets: Mapping[int, Peers]
+    trigger_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drive:
+    """Send Rebalance (or CancelRebalance when ``cancel``) ``old -> new`` for pending
+    ``revision`` to every member of old ∪ new, until the agents' answers let it finish."""
+
+    zone: str
+    partition: int
+    old: Peers
+    new: Peers
+    revision: int
+    cancel: bool = False
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.zone, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class WritePrimaries:
+    """CAS each ``{p}/primary/{zone}/{partition}`` from its expected mod_revision (0 = absent);
+    a write that changes the holder also compares the partition's ISR key (``LeaseWrite.isr_mod``:
+    ``mod_revision == isr_mod``, or ``version == 0`` when 0)."""
+
+    zone: str
+    leases: Mapping[int, LeaseWrite]
+
+
+@dataclass(frozen=True, slots=True)
+class DropLeftovers:
+    """A dropped zone (no config, no assignment keys): delete its datanodes, primary, ISR and
+    replica-size keys."""
+
+    zone: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelMove:
+    """Write the cancel key of pending ``revision`` (``Metastore.cancel``): the move waits for a
+    joining node that has left the zone's data nodes, and planned already names a target
+    without it — only a cancel lets the partition move on (pending := planned)."""
+
+    zone: str
+    partition: int
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class PassPlan:
+    datanodes: tuple[WriteDataNodes, ...] = ()
+    creates: tuple[CreatePartitions, ...] = ()
+    triggers: tuple[ApplyTriggers, ...] = ()
+    drives: tuple[Drive, ...] = ()
+    primaries: tuple[WritePrimaries, ...] = ()
+    #: Zones skipped and why (no data nodes, corrupt spec, placement refused).
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    drops: tuple[DropLeftovers, ...] = ()
+    cancels: tuple[CancelMove, ...] = ()
+    #: Per zone, partitions whose ISR key is corrupt: their leases stay where they are.
+    corrupt_isrs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def writes(self) -> bool:
+        return bool(
+            self.datanodes
+            or self.creates
+            or self.triggers
+            or self.primaries
+            or self.drops
+            or self.cancels
+        )
+
+
+# -- the pass ----------------------------------------------------------------------------------
+
+
+def current_peers(state: PartitionState) -> Peers | None:
+    """What placement should start from: pending if a rebalance is in flight, else stable."""
+    return state.peers(AssignField.PENDING) or state.peers(AssignField.STABLE)
+
+
+def plan_zone_targets(
+    zone: ZoneView, spec: ZoneSpec, nodes: Mapping[str, NodeRecord], applied: tuple[str, ...]
+) -> tuple[dict[int, Peers], dict[int, Peers], int] | str:
+    """``(creates, triggers, R)`` for one zone, or a reason string when it cannot be placed."""
+    eligible = [
+        Node(n, dict(nodes[n].attributes), nodes[n].weight) if n in nodes else Node(n)
+        for n in applied
+    ]
+    if not eligible:
+        return "no data nodes"
+    current: dict[int, Peers] = {}
+    for p, state in zone.partitions.items():
+        peers = current_peers(state)
+        if peers is not None and p < spec.partitions:
+            current[p] = peers
+    try:
+        result = place(spec, eligible, current)
+    except InvalidInput as e:
+        return f"placement refused: {e}"
+    revision = max(zone.zone_mod, zone.datanodes_mod)
+    creates: dict[int, Peers] = {}
+    triggers: dict[int, Peers] = {}
+    for p in range(spec.partitions):
+        target = result.assignments[p]
+        found = zone.partitions.get(p)
+        if found is None:
+            creates[p] = target
+            continue
+        state = found
+        action = decide_trigger(state, target, revision)
+        if action is TriggerAction.WRITE_PLANNED and state.peers(AssignField.PLANNED) == target:
+            continue  # already queued: rewriting it would move nothing
+        if action in (
+            TriggerAction.WRITE_PENDING,
+            TriggerAction.WRITE_PLANNED,
+            TriggerAction.DELETE_PLANNED,
+        ):
+            triggers[p] = target
+    return creates, triggers, revision
+
+
+def abandoned_moves(zone: ZoneView, applied: tuple[str, ...]) -> list[CancelMove]:
+    """Moves that cannot finish: a member of pending — joining or staying — is no longer a data
+    node (left after its scale-down delay), so it can never report DONE, and a planned target
+    exists to move on to."""
+    members = set(applied)
+    found = []
+    for state in zone.partitions.values():
+        drive = drive_action(state)
+        if drive is None or drive.cancel or state.planned is None:
+            continue
+        if any(n not in members for n in drive.new):
+            found.append(CancelMove(zone.name, state.partition, drive.revision))
+    return found
+
+
+def drive_action(state: PartitionState) -> Drive | None:
+    """The Drive a partition needs (see the table in the module docstring), or None."""
+    pending = state.pending
+    if pending is None or not isinstance(pending.value, Assignment):
+        return None
+    stable = state.peers(AssignField.STABLE) or ()
+    revision = pending.mod_revision
+    cancel = state.cancel
+    if cancel is None:
+        return Drive(state.zone, state.partition, stable, pending.value.peers, revision)
+    if isinstance(cancel.value, CancelIntent) and cancel.value.pending_revision == revision:
+        old = cancel.value.old or stable
+        new = cancel.value.new or pending.value.peers
+        return Drive(state.zone, state.partition, old, new, revision, cancel=True)
+    return None
+
+
+def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None) -> PassPlan:
+    """Everything the leader should do now, decided on ``view`` alone."""
+    datanode_writes: list[WriteDataNodes] = []
+    creates: list[CreatePartitions] = []
+    triggers: list[ApplyTriggers] = []
+    drives: list[Drive] = []
+    primaries: list[WritePrimaries] = []
+    skipped: dict[str, str] = {}
+    drops: list[DropLeftovers] = []
+    cancels: list[CancelMove] = []
+    unreadable: dict[str, tuple[int, ...]] = {}
+    for name, zone in view.zones.items():
+        spec = zone.spec
+        if not view.paused:
+            for state in zone.partitions.values():
+                drive = drive_action(state)
+                if drive is not None:
+                    drives.append(drive)
+        if not isinstance(spec, ZoneSpec):
+            skipped[name] = "zone config absent" if spec is None else "zone config corrupt"
+            if (
+                spec is None
+                and not zone.partitions
+                and (zone.datanodes or zone.primaries or zone.isrs or zone.has_sizes)
+            ):
+                drops.append(DropLeftovers(name))
+            continue
+        previous = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
+        observed = matching_nodes(spec, view.nodes.values())
+        record = advance(spec, previous, observed, now_ms)
+        if previous is None or not record.same_content(previous):
+            datanode_writes.append(WriteDataNodes(name, record, zone.datanodes_mod))
+            continue
+        if not view.paused:
+            cancels.extend(abandoned_moves(zone, previous.applied))
+        decided = plan_zone_targets(zone, spec, view.nodes, previous.applied)
+        if isinstance(decided, str):
+            skipped[name] = decided
+        else:
+            create, trigger, revision = decided
+            if create:
+                creates.append(CreatePartitions(name, MappingProxyType(create), revision))
+            if trigger:
+                triggers.append(ApplyTriggers(name, MappingProxyType(trigger), revision))
+        if leases is not None:
+            stables = {
+                p: peers
+                for p, s in zone.partitions.items()
+                if p < spec.partitions and (peers := s.peers(AssignField.STABLE)) is not None
+            }
+            isrs = {p: isr for p, isr in zone.isrs.items() if p in stables}
+            grants = plan_primaries(stables, zone.primaries, set(view.nodes), now_ms, leases, isrs)
+            if grants:
+                primaries.append(WritePrimaries(name, MappingProxyType(grants)))
+            if bad := corrupt_isrs(isrs):
+                unreadable[name] = tuple(bad)
+    return PassPlan(
+        tuple(datanode_writes),
+        tuple(creates),
+        tuple(triggers),
+        tuple(drives),
+        tuple(primaries),
+        MappingProxyType(skipped),
+        tuple(drops),
+        tuple(cancels),
+        MappingProxyType(unreadable),
+    )
+
+
+# -- aggregating the agents' answers -----------------------------------------------------------
+
+
+class Verdict(StrEnum):
+    """What the answers of one send round allow."""
+
+    #: Every member of new answered DONE: ``finish``.
+    FINISH = "finish"
+    #: Cancel: the group is back on old (some member CANCELLED, or the joining members had
+    #: nothing to cancel): ``finish_cancel``.
+    CANCEL_REVERTED = "cancel_reverted"
+    #: Cancel: every joining member answered ALREADY_DONE: ``finish_cancel(already_done=True)``
+    #: (a plain ``finish`` is refused while the cancel key exists — cancel wins in the store).
+    CANCEL_ALREADY_DONE = "cancel_already_done"
+    #: Not yet (ACCEPTED, FAILED, STALE, no answer): resend after a backoff.
+    WAIT = "wait"
+
+
+def aggregate(drive: Drive, answers: Mapping[str, str | None]) -> Verdict:
+    """Decide from one round's answers: node -> outcome name, ``None`` = did not answer; a
+    member with no node record (not registered: down) is absent from ``answers``.
+
+    Rebalance: done only when every member of ``new`` answered DONE (leavers' answers do not
+    matter: they keep their replicas until retired). Cancel: the registered *joining* members
+    (new - old; all of new for a pure shrink) must all have answered (not CANCEL_STALE); then
+    all ALREADY_DONE -> already done, anything else (CANCELLED, NOTHING_TO_CANCEL, mixed) ->
+    reverted: the group stays on old, of which no member deleted anything.
+    """
+    if not drive.cancel:
+        if all(answers.get(n) == "DONE" for n in drive.new):
+            return Verdict.FINISH
+        return Verdict.WAIT
+    joining = [n for n in drive.new if n not in drive.old] or list(drive.new)
+    got = [answers[n] for n in joining if n in answers]
+    if any(a is None or a == "CANCEL_STALE" for a in got):
+        return Verdict.WAIT
+    if got and all(a == "ALREADY_DONE" for a in got):
+        return Verdict.CANCEL_ALREADY_DONE
+    return Verdict.CANCEL_REVERTED

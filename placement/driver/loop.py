@@ -1,0 +1,898 @@
+"""The placement driver process: election, the leader's passes, and the movers. I/O lives here.
+
+Instance states::
+
+    CAMPAIGNING --won--> LEADING --lease lost / leader key gone / fenced (NotLeader)--> CAMPAIGNING
+    any --stop()--> STOPPED (resigns: deletes its key if still this term's, revokes its lease)
+
+While LEADING (one *term*), everything the leader does runs in tasks owned by the term: a
+list-then-watch of the whole prefix (listed fresh from etcd at the start of every term — a new
+leader never decides from an old cache), the pass loop and one mover per partition being driven.
+Losing the term cancels all of them at once; a new session then campaigns again.
+
+The pass loop (:func:`placement.driver.core.plan_pass` on a fresh immutable view) writes data
+nodes, creations, triggers and primary leases — every write a fenced transaction; a lease that
+changes holder also compares the partition's in-sync-set key as read — and keeps one mover per
+:class:`~placement.driver.core.Drive`. A mover:
+
+1. re-reads its partition from etcd (pending and cancel straight from the store) and stops if the
+   drive changed;
+2. while ``{p}/control/paused`` exists, waits (sends nothing new);
+3. takes throttle slots (global, then per joining node, in name order: no deadlock) for the
+   whole move;
+4. sends ``Rebalance`` (or ``CancelRebalance``) to every registered member of old ∪ new, resending
+   with exponential backoff + jitter until :func:`placement.driver.core.aggregate` says finish.
+   The wait between resends is cut short when a pass sees a new move report
+   (``{p}/progress/{zone}/{partition}/{node}``, written by an agent whose catch-up of the drive's
+   revision ended): the mover resends at once, and that RPC confirms DONE (push, with polling
+   as the fallback);
+5. finishes with the guarded transition (``finish``/``finish_cancel``), which decides on a fresh
+   read: a late or duplicate finish is STALE and changes nothing. After an applied one, the
+   partition's report keys are deleted (a follow-up fenced delete; best effort — stale reports
+   name an older revision, which no drive waits for, and go with the agent's lease anyway).
+
+Agents are idempotent per (revision, epoch), so a new leader resending everything is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from placement.core.model import Peers
+from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
+from placement.driver.core import (
+    ClusterView,
+    DecodeCache,
+    Drive,
+    PassPlan,
+    Verdict,
+    WriteDataNodes,
+    WritePrimaries,
+    aggregate,
+    build_view,
+    drive_action,
+    plan_pass,
+)
+from placement.driver.leases import LeaseConfig, LeaseWrite
+from placement.errors import Conflict, NotLeader, PlacementError, StoreUnavailable
+from placement.metastore.codec import (
+    ControlMark,
+    MoveReport,
+    encode_control,
+    encode_datanodes,
+    encode_primary,
+)
+from placement.metastore.election import Election, Leadership
+from placement.metastore.etcd import Compare, Delete, EtcdClient, Get, Put, Range
+from placement.metastore.keys import AssignField, KeySpace, prefix_range_end, validate_name
+from placement.metastore.listwatch import ListWatch, Snapshot
+from placement.metastore.store import Fence, Metastore, Outcome, PartitionState, TransitionResult
+from placement.retry import RetryPolicy, retry
+
+log = logging.getLogger(__name__)
+
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+#: Primary-lease keys written per transaction (plus the fence compare: within etcd's 128).
+PRIMARY_BATCH = 120
+#: Compares per primary-lease transaction besides the fence (etcd: at most 128 per list): a
+#: renewal needs one (the lease key), a move two (the lease key and the ISR key).
+PRIMARY_COMPARES = 120
+
+
+@dataclass(slots=True)
+class _Reports:
+    """A mover's view of the agents' reports of its drive: the ones already acted on, and the
+    event a pass sets when a new one shows up (cuts the mover's resend backoff short)."""
+
+    revision: int
+    seen: frozenset[tuple[str, MoveReport]] = frozenset()
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverConfig:
+    """Options of one driver instance (``placectl driver run`` flags)."""
+
+    member_id: str
+    api_address: str
+    lease_ttl: int = 5
+    #: Moves (partitions being rebalanced) at once, in total and per joining node.
+    max_moves_global: int = 64
+    max_moves_per_node: int = 8
+    #: Seconds between passes when nothing changes (holddown expiry, lease renewal).
+    tick: float = 0.5
+    rpc_timeout: float = 3.0
+    resend: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.05, 1.0))
+    store_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 2.0))
+    #: Retire resends (best effort, until acknowledged while leading).
+    retire_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 5.0))
+    #: GetPartitionState calls at once in a new term's sweep.
+    sweep_concurrency: int = 4
+    #: Adopt Rebalance calls at once (replica records for a new zone's first members).
+    adopt_concurrency: int = 16
+    leases: LeaseConfig = field(default_factory=LeaseConfig)
+
+
+class Driver:
+    """One driver instance. ``run()`` until cancelled; ``fence()``/``leader_api()`` for the API."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        keys: KeySpace,
+        config: DriverConfig,
+        *,
+        agents: AgentClient | None = None,
+        clock: Clock = time.time,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.config = config
+        self.store = Metastore(client, keys)
+        self.agents = agents if agents is not None else AgentClient(timeout=config.rpc_timeout)
+        self._clock = clock
+        self._sleep = sleep
+        self._leadership: Leadership | None = None
+        self._leader_api: str | None = None
+        self._leader_id: str | None = None
+        self._view: ClusterView | None = None
+        self._movers: dict[tuple[str, int], tuple[Drive, asyncio.Task[None]]] = {}
+        #: Per running mover (sending), the move reports it has seen: (zone, partition) -> ...
+        self._reports: dict[tuple[str, int], _Reports] = {}
+        self._wanted: dict[tuple[str, int], Drive] = {}
+        #: Retire and adopt sends in flight this term: (zone, partition, node) -> task.
+        self._retires: dict[tuple[str, int, str], asyncio.Task[None]] = {}
+        #: Zones created this term whose first members still need their replica records.
+        self._adopt_zones: set[str] = set()
+        self._adopt_slots = asyncio.Semaphore(config.adopt_concurrency)
+        self._wake = asyncio.Event()
+        self._fenced: NotLeader | None = None
+        self._global_slots = asyncio.Semaphore(config.max_moves_global)
+        self._node_slots: dict[str, asyncio.Semaphore] = {}
+        #: Counters for tests and the benchmark.
+        self.stats: dict[str, int] = {
+            "finished": 0,
+            "cancel_finished": 0,
+            "rpcs": 0,
+            "terms": 0,
+            "max_moves": 0,
+            "max_moves_per_node": 0,
+            "retired": 0,
+            "retire_rpcs": 0,
+            "adopted": 0,
+            "report_wakeups": 0,
+        }
+        self._moving = 0
+        self._moving_nodes: Counter[str] = Counter()
+        #: Corrupt ISR keys last logged (logged again only when the set changes).
+        self._corrupt_isrs: Mapping[str, tuple[int, ...]] = {}
+
+    # -- what the API uses -------------------------------------------------------------------
+
+    def fence(self) -> Fence | None:
+        """The fence to write with while leading (None otherwise). The fence, not this belief,
+        is what makes writes safe: a write with a stale fence raises NotLeader."""
+        leadership = self._leadership
+        if leadership is None or leadership.is_lost:
+            return None
+        return leadership.fence
+
+    def leader_api(self) -> str | None:
+        """The current leader's API address (HOST:PORT), as last seen; None when unknown."""
+        if self.fence() is not None:
+            return self.config.api_address
+        return self._leader_api
+
+    def leader_id(self) -> str | None:
+        if self.fence() is not None:
+            return self.config.member_id
+        return self._leader_id
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    async def set_paused(self, paused: bool) -> None:
+        """Pause/resume all driving (for the API): fenced put/delete of ``{p}/control/paused``."""
+        fence = self.fence()
+        if fence is None:
+            raise NotLeader(f"{self.config.member_id} is not the leader")
+        key = self.keys.paused()
+        op: Put | Delete = (
+            Put(key, encode_control(ControlMark(fence.epoch, self.now_ms())))
+            if paused
+            else Delete(key)
+        )
+        result = await self.client.txn((fence.compare(),), (op,), ())
+        if not result.succeeded:
+            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+
+    # -- the instance loop -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Campaign, lead, step down, campaign again — until cancelled."""
+        watcher = asyncio.create_task(self._watch_leader(), name="leader-watch")
+        try:
+            attempt = 0
+            while True:
+                value = json.dumps(
+                    {"id": self.config.member_id, "api": self.config.api_address},
+                    sort_keys=True,
+                    separators=(",", ":"),
+                ).encode()
+                election = Election(
+                    self.client,
+                    self.keys,
+                    self.config.member_id,
+                    ttl=self.config.lease_ttl,
+                    value=value,
+                )
+                try:
+                    leadership = await election.campaign()
+                except PlacementError as e:
+                    attempt += 1
+                    log.warning("campaign failed: %s; retrying", e)
+                    await self._sleep(self.config.store_retry.delay(attempt))
+                    continue
+                attempt = 0
+                await self._term(leadership)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _term(self, leadership: Leadership) -> None:
+        self._leadership = leadership
+        self._fenced = None
+        self.stats["terms"] += 1
+        log.info("leader %s epoch %d", self.config.member_id, leadership.epoch)
+        work = asyncio.create_task(self._lead(leadership.fence), name="lead")
+        lost = asyncio.create_task(leadership.wait_lost(), name="wait-lost")
+        reason = "stopped"
+        try:
+            done, _ = await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if lost in done:
+                reason = lost.result()
+            elif work.exception() is not None:
+                reason = f"{type(work.exception()).__name__}: {work.exception()}"
+            else:
+                reason = "work ended"
+        finally:
+            self._leadership = None
+            for task in (work, lost):
+                task.cancel()
+            await asyncio.gather(work, lost, return_exceptions=True)
+            log.warning(
+                "%s stepping down (epoch %d): %s", self.config.member_id, leadership.epoch, reason
+            )
+            with contextlib.suppress(PlacementError, OSError):
+                await asyncio.shield(leadership.resign())
+
+    async def _watch_leader(self) -> None:
+        """Keep ``leader_api()`` current for followers (lowest create revision leads)."""
+        watch = ListWatch(self.client, self.keys.leader_prefix())
+        while True:
+            try:
+                snapshot = await watch.start()
+                break
+            except StoreUnavailable:
+                await self._sleep(1.0)
+        try:
+            while True:
+                leader = min(snapshot.kvs.values(), key=lambda kv: kv.create_revision, default=None)
+                self._leader_api = self._leader_id = None
+                if leader is not None:
+                    with contextlib.suppress(ValueError, AttributeError, TypeError):
+                        record = json.loads(leader.value)
+                        self._leader_api = str(record["api"])
+                        self._leader_id = str(record["id"])
+                snapshot = await watch.wait_newer(snapshot)
+        finally:
+            await watch.close()
+
+    # -- one term ----------------------------------------------------------------------------
+
+    async def _lead(self, fence: Fence) -> None:
+        sizes = self.keys.sizes_prefix()
+        # Replica-size reports (agents, every few seconds) inform nothing the leader decides.
+        watch = ListWatch(
+            self.client, self.keys.prefix.encode() + b"/", quiet=lambda key: key.startswith(sizes)
+        )
+        snapshot = await retry(
+            watch.start,
+            policy=self.config.store_retry,
+            retry_on=(StoreUnavailable,),
+            sleep=self._sleep,
+            attempts=5,
+        )
+        attempt = 0
+        sweep: asyncio.Task[None] | None = None
+        decoded = DecodeCache()
+        try:
+            while True:
+                if self._fenced is not None:
+                    raise self._fenced
+                view = build_view(self.keys, snapshot.kvs, snapshot.revision, decoded)
+                self._view = view
+                self._notice_reports(view)
+                if sweep is None:
+                    sweep = asyncio.create_task(self._retire_sweep(view, fence), name="sweep")
+                self._adopt_created(view, fence)
+                plan = plan_pass(view, self.now_ms(), self.config.leases)
+                try:
+                    await self._execute(plan, fence)
+                    attempt = 0
+                except (StoreUnavailable, Conflict) as e:
+                    attempt += 1
+                    log.warning("pass at revision %d failed: %s", view.revision, e)
+                    await self._sleep(self.config.store_retry.delay(attempt))
+                self._reconcile(plan.drives, fence)
+                snapshot = await self._next_snapshot(watch, snapshot)
+        finally:
+            movers = [task for _, task in self._movers.values()]
+            movers.extend(self._retires.values())
+            if sweep is not None:
+                movers.append(sweep)
+            self._movers.clear()
+            self._retires.clear()
+            self._adopt_zones.clear()
+            self._wanted = {}
+            for task in movers:
+                task.cancel()
+            await asyncio.gather(*movers, return_exceptions=True)
+            await watch.close()
+
+    async def _next_snapshot(self, watch: ListWatch, snapshot: Snapshot) -> Snapshot:
+        newer = asyncio.create_task(watch.wait_newer(snapshot))
+        woken = asyncio.create_task(self._wake.wait())
+        try:
+            await asyncio.wait(
+                {newer, woken}, timeout=self.config.tick, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            for task in (newer, woken):
+                task.cancel()
+            await asyncio.gather(newer, woken, return_exceptions=True)
+        self._wake.clear()
+        if newer.done() and not newer.cancelled() and newer.exception() is not None:
+            raise newer.exception()  # type: ignore[misc]
+        return watch.snapshot()
+
+    async def _execute(self, plan: PassPlan, fence: Fence) -> None:
+        ts = self.now_ms()
+        for write in plan.datanodes:
+            await self._write_datanodes(write, fence, ts)
+        for create in plan.creates:
+            result = await self.store.create_partitions(
+                create.zone, create.stables, create.trigger_revision, fence, ts
+            )
+            log.info("zone %s: created %d partition(s)", create.zone, len(result.created))
+            self._adopt_zones.add(create.zone)
+        for trig in plan.triggers:
+            batch = await self.store.apply_triggers(
+                trig.zone, trig.targets, trig.trigger_revision, fence, ts
+            )
+            actions: dict[str, int] = {}
+            for r in batch.results.values():
+                name = r.action.value if r.action is not None else r.outcome.value
+                actions[name] = actions.get(name, 0) + 1
+            log.info(
+                "zone %s: trigger %d on %d partition(s): %s",
+                trig.zone,
+                trig.trigger_revision,
+                len(trig.targets),
+                actions,
+            )
+        self._log_corrupt_isrs(plan.corrupt_isrs)
+        for primaries in plan.primaries:
+            await self._write_primaries(primaries, fence, ts)
+        for cancel in plan.cancels:
+            cancelled = await self.store.cancel(
+                cancel.zone, cancel.partition, cancel.revision, fence, ts
+            )
+            log.info(
+                "%s/%d: cancel of revision %d (a joining node left the zone): %s",
+                cancel.zone,
+                cancel.partition,
+                cancel.revision,
+                cancelled.outcome.value,
+            )
+        for drop in plan.drops:
+            prefixes = (
+                self.keys.zone_primary_prefix(drop.zone),
+                self.keys.zone_isr_prefix(drop.zone),
+                self.keys.sizes_prefix() + validate_name(drop.zone).encode() + b"/",
+            )
+            await self._cas(
+                fence,
+                (Compare.version(self.keys.zone(drop.zone), "==", 0),),
+                (
+                    Delete(self.keys.datanodes(drop.zone)),
+                    *(Delete(prefix, prefix_range_end(prefix)) for prefix in prefixes),
+                ),
+            )
+            log.info(
+                "zone %s: dropped; its data nodes, primary leases, in-sync sets and replica "
+                "sizes deleted",
+                drop.zone,
+            )
+
+    def _log_corrupt_isrs(self, found: Mapping[str, tuple[int, ...]]) -> None:
+        if found == self._corrupt_isrs:
+            return
+        self._corrupt_isrs = found
+        for zone, partitions in sorted(found.items()):
+            log.warning(
+                "zone %s: in-sync set of partition(s) %s unreadable: their primary leases stay "
+                "with the current holder (inspect %s)",
+                zone,
+                list(partitions),
+                self.keys.zone_isr_prefix(zone).decode(),
+            )
+
+    async def _cas(
+        self, fence: Fence, compares: Iterable[Compare], ops: Iterable[Put | Delete]
+    ) -> bool:
+        """One fenced txn; False when a non-fence compare failed, NotLeader when the fence did."""
+        result = await self.client.txn(
+            (fence.compare(), *compares), tuple(ops), (Get(fence.leader_key),)
+        )
+        if result.succeeded:
+            return True
+        (leader,) = result.responses
+        assert isinstance(leader, Range)
+        if not fence.holds(leader.first()):
+            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+        return False
+
+    async def _write_datanodes(self, write: WriteDataNodes, fence: Fence, ts: int) -> None:
+        key = self.keys.datanodes(write.zone)
+        record = write.record
+        value = encode_datanodes(
+            type(record)(
+                record.applied, record.observed, record.up_since, record.down_since, fence.epoch, ts
+            )
+        )
+        ok = await self._cas(
+            fence, (Compare.mod(key, "==", write.expected_mod),), (Put(key, value),)
+        )
+        log.info(
+            "zone %s: data nodes applied=%s observed=%s up_since=%s down_since=%s (%s)",
+            write.zone,
+            list(record.applied),
+            list(record.observed),
+            record.up_since,
+            record.down_since,
+            "written" if ok else "lost race",
+        )
+
+    async def _write_primaries(self, write: WritePrimaries, fence: Fence, ts: int) -> None:
+        """Renewals and moves in separate transactions (an ISR change fails only the moves
+        batched with it, never a renewal), each at most PRIMARY_BATCH keys and PRIMARY_COMPARES
+        compares besides the fence. A lost compare: redone next pass, on a fresh view."""
+        items = sorted(write.leases.items())
+        for group in (
+            [(p, w) for p, w in items if not w.moves],
+            [(p, w) for p, w in items if w.moves],
+        ):
+            compares: list[Compare] = []
+            puts: list[Put] = []
+            for p, lease_write in group:
+                need = self._lease_txn(write.zone, p, lease_write, fence, ts)
+                if len(puts) == PRIMARY_BATCH or len(compares) + len(need[0]) > PRIMARY_COMPARES:
+                    await self._put_leases(write.zone, fence, compares, puts)
+                    compares, puts = [], []
+                compares.extend(need[0])
+                puts.append(need[1])
+            if puts:
+                await self._put_leases(write.zone, fence, compares, puts)
+
+    def _lease_txn(
+        self, zone: str, partition: int, write: LeaseWrite, fence: Fence, ts: int
+    ) -> tuple[list[Compare], Put]:
+        key = self.keys.primary(zone, partition)
+        compares = [Compare.mod(key, "==", write.expected_mod)]
+        if write.isr_mod is not None:
+            isr = self.keys.isr(zone, partition)
+            compares.append(
+                Compare.mod(isr, "==", write.isr_mod)
+                if write.isr_mod
+                else Compare.version(isr, "==", 0)
+            )
+        lease = write.lease
+        stamped = type(lease)(lease.node, lease.lease_epoch, lease.expiry, fence.epoch, ts)
+        return compares, Put(key, encode_primary(stamped))
+
+    async def _put_leases(
+        self, zone: str, fence: Fence, compares: list[Compare], puts: list[Put]
+    ) -> None:
+        if not await self._cas(fence, compares, puts):
+            log.info("zone %s: primary leases raced; redone next pass", zone)
+
+    # -- movers ------------------------------------------------------------------------------
+
+    def _reconcile(self, drives: Iterable[Drive], fence: Fence) -> None:
+        """One mover per wanted drive. A mover whose drive is no longer wanted is not cancelled
+        (it may be committing its finish): it notices at its next round and exits, and the
+        next pass starts the mover of the new drive."""
+        self._wanted = {d.key: d for d in drives}
+        for key, (_, task) in list(self._movers.items()):
+            if task.done():
+                del self._movers[key]
+        for key, drive in self._wanted.items():
+            if key not in self._movers:
+                task = asyncio.create_task(self._move(drive, fence), name=f"move {key}")
+                task.add_done_callback(self._mover_done)
+                self._movers[key] = (drive, task)
+
+    def _mover_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, NotLeader):
+            self._fenced = error
+        elif error is not None:
+            log.error("mover %s failed", task.get_name(), exc_info=error)
+        self._wake.set()
+
+    def _notice_reports(self, view: ClusterView) -> None:
+        """Wake the movers whose drive got a new move report (DONE or FAILED of its revision)."""
+        for (zone, partition), reports in self._reports.items():
+            found = view.reported(zone, partition, reports.revision)
+            now = frozenset(found.items())
+            if now - reports.seen:
+                reports.seen |= now
+                reports.event.set()
+
+    async def _resend_wait(self, delay: float, reports: _Reports) -> None:
+        """Sleep ``delay`` (the resend backoff) unless a new report arrives first."""
+        if reports.event.is_set():
+            self.stats["report_wakeups"] += 1
+            return
+        sleeper = asyncio.ensure_future(self._sleep(delay))
+        waiter = asyncio.ensure_future(reports.event.wait())
+        try:
+            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, waiter):
+                task.cancel()
+            await asyncio.gather(sleeper, waiter, return_exceptions=True)
+        if reports.event.is_set():
+            self.stats["report_wakeups"] += 1
+
+    def _paused(self) -> bool:
+        return self._view is not None and self._view.paused
+
+    def _slots(self, drive: Drive) -> list[asyncio.Semaphore]:
+        if drive.cancel:
+            return []
+        joining = sorted(set(drive.new) - set(drive.old))
+        slots = [self._global_slots]
+        for node in joining:
+            slot = self._node_slots.get(node)
+            if slot is None:
+                slot = self._node_slots[node] = asyncio.Semaphore(self.config.max_moves_per_node)
+            slots.append(slot)
+        return slots
+
+    async def _move(self, drive: Drive, fence: Fence) -> None:
+        state = await retry(
+            lambda: self.store.read_partition(drive.zone, drive.partition),
+            policy=self.config.store_retry,
+            retry_on=(StoreUnavailable,),
+            sleep=self._sleep,
+        )
+        if drive_action(state) != drive:
+            self._wake.set()
+            return
+        while self._paused():
+            await self._sleep(self.config.tick)
+        async with contextlib.AsyncExitStack() as stack:
+            for slot in self._slots(drive):
+                await stack.enter_async_context(slot)
+            if not drive.cancel:
+                stack.callback(self._count_move(drive))
+            reports = _Reports(drive.revision)
+            if self._view is not None:
+                found = self._view.reported(drive.zone, drive.partition, drive.revision)
+                reports.seen = frozenset(found.items())
+            self._reports[drive.key] = reports
+            stack.callback(self._drop_reports, drive.key, reports)
+            attempt = 0
+            while True:
+                while self._paused():
+                    await self._sleep(self.config.tick)
+                if self._wanted.get(drive.key) != drive:
+                    return  # the partition moved on (finished elsewhere, cancelled, replaced)
+                reports.event.clear()
+                answers = await self._send_all(drive, fence.epoch)
+                verdict = aggregate(drive, answers)
+                if verdict is not Verdict.WAIT:
+                    await self._finish(drive, verdict, fence)
+                    return
+                attempt += 1
+                await self._resend_wait(self.config.resend.delay(attempt), reports)
+
+    def _drop_reports(self, key: tuple[str, int], reports: _Reports) -> None:
+        if self._reports.get(key) is reports:
+            del self._reports[key]
+
+    def _count_move(self, drive: Drive) -> Callable[[], None]:
+        """Track moves holding throttle slots (``stats``: the highest counts seen)."""
+        joining = set(drive.new) - set(drive.old)
+        self._moving += 1
+        self._moving_nodes.update(joining)
+        self.stats["max_moves"] = max(self.stats["max_moves"], self._moving)
+        if joining:
+            top = max(self._moving_nodes[n] for n in joining)
+            self.stats["max_moves_per_node"] = max(self.stats["max_moves_per_node"], top)
+
+        def done() -> None:
+            self._moving -= 1
+            self._moving_nodes.subtract(joining)
+
+        return done
+
+    async def _send_all(self, drive: Drive, epoch: int) -> dict[str, str | None]:
+        nodes = self._view.nodes if self._view is not None else {}
+        members = sorted(set(drive.old) | set(drive.new))
+        targets = {n: nodes[n].address for n in members if n in nodes}
+        results = await asyncio.gather(*(self._send(drive, a, epoch) for a in targets.values()))
+        answers: dict[str, str | None] = {}
+        for node, answer in zip(targets, results, strict=True):
+            answers[node] = answer.outcome if answer is not None else None
+        return answers
+
+    async def _send(self, drive: Drive, address: str, epoch: int) -> AgentAnswer | None:
+        self.stats["rpcs"] += 1
+        call = self.agents.cancel if drive.cancel else self.agents.rebalance
+        try:
+            return await call(
+                address, drive.zone, drive.partition, drive.old, drive.new, drive.revision, epoch
+            )
+        except AgentUnavailable as e:
+            log.info("%s/%d: %s", drive.zone, drive.partition, e)
+            return None
+
+    async def _finish(self, drive: Drive, verdict: Verdict, fence: Fence) -> None:
+        async def transition() -> TransitionResult:
+            ts = self.now_ms()
+            if verdict is Verdict.FINISH:
+                result = await self.store.finish(
+                    drive.zone, drive.partition, drive.revision, fence, ts
+                )
+            else:
+                result = await self.store.finish_cancel(
+                    drive.zone,
+                    drive.partition,
+                    drive.revision,
+                    fence,
+                    ts,
+                    already_done=verdict is Verdict.CANCEL_ALREADY_DONE,
+                )
+            return result
+
+        result = await retry(
+            transition,
+            policy=self.config.store_retry,
+            retry_on=(StoreUnavailable, Conflict),
+            sleep=self._sleep,
+        )
+        outcome = result.outcome
+        if outcome is Outcome.APPLIED:
+            self._start_retires(drive, result.state, fence)
+            self.stats["finished" if verdict is Verdict.FINISH else "cancel_finished"] += 1
+            await self._clear_reports(drive, fence)
+        log.info(
+            "%s/%d: %s of revision %d -> %s",
+            drive.zone,
+            drive.partition,
+            verdict.value,
+            drive.revision,
+            outcome.value,
+        )
+        self._wake.set()
+
+    async def _clear_reports(self, drive: Drive, fence: Fence) -> None:
+        """Delete the partition's move reports after its move ended (fenced, best effort: one
+        left behind names an old revision no drive waits for, and goes with its agent's lease).
+        No newer drive of the partition runs yet: its mover starts after this one returns."""
+        view = self._view
+        if view is None or not view.reports.get(drive.key):
+            return
+        prefix = self.keys.partition_progress_prefix(drive.zone, drive.partition)
+        with contextlib.suppress(StoreUnavailable):
+            await self.client.txn(
+                (fence.compare(),), (Delete(prefix, prefix_range_end(prefix)),), ()
+            )
+
+    # -- retire (make-before-break cleanup) -----------------------------------------------------
+
+    def _start_retires(self, drive: Drive, after: PartitionState, fence: Fence) -> None:
+        """After a committed finish / finish_cancel: members of old ∪ new that the stable now in
+        etcd does not name — and that no pending or planned names (they are about to be moved
+        again) — drop their replicas. ``after`` is the partition as of the transaction's
+        revision, which is the revision sent (= stable's mod_revision after a switch)."""
+        stable = after.peers(AssignField.STABLE)
+        if stable is None:
+            return
+        keep = set(stable)
+        keep.update(after.peers(AssignField.PENDING) or ())
+        keep.update(after.peers(AssignField.PLANNED) or ())
+        for node in sorted((set(drive.old) | set(drive.new)) - keep):
+            self._spawn_retire(drive.zone, drive.partition, node, stable, after.revision, fence)
+
+    async def _retire_sweep(self, view: ClusterView, fence: Fence) -> None:
+        """Once per term, on its first view: a Retire lost with the previous leader's term is
+        found again. For every idle partition (no pending, planned or cancel) and registered
+        node its stable does not name, ask the node (``GetPartitionState.hosted``, at most
+        ``sweep_concurrency`` at once); a node still hosting gets a Retire at the view's
+        revision (at which stable was as seen and no pending existed). Best effort: a node that
+        does not answer is skipped."""
+        slots = asyncio.Semaphore(self.config.sweep_concurrency)
+
+        async def check(
+            zone: str, partition: int, node: str, stable: Peers, stable_revision: int
+        ) -> None:
+            record = view.nodes[node]
+            async with slots:
+                try:
+                    hosting = await self.agents.hosted(record.address, zone, partition)
+                except AgentUnavailable:
+                    return
+            if (zone, partition, node) in self._retires:
+                return
+            if hosting and node not in stable:
+                log.info("%s/%d: %s hosts a replica stable does not name", zone, partition, node)
+                self._spawn_retire(zone, partition, node, stable, view.revision, fence)
+            elif not hosting and node in stable:
+                log.info("%s/%d: %s is in stable but holds no replica", zone, partition, node)
+                self._spawn_adopt(zone, partition, node, stable, stable_revision, fence)
+
+        checks = []
+        for zone in view.zones.values():
+            for partition, state in zone.partitions.items():
+                if state.pending or state.planned or state.cancel:
+                    continue
+                stable = state.peers(AssignField.STABLE)
+                if stable is None or state.stable is None:
+                    continue
+                for node in sorted(view.nodes):
+                    checks.append(
+                        check(zone.name, partition, node, stable, state.stable.mod_revision)
+                    )
+        await asyncio.gather(*checks)
+
+    def _spawn_retire(
+        self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
+    ) -> None:
+        self._spawn_housekeeping(
+            (zone, partition, node), self._retire(zone, partition, node, stable, revision, fence)
+        )
+
+    def _spawn_adopt(
+        self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
+    ) -> None:
+        self._spawn_housekeeping(
+            (zone, partition, node), self._adopt(zone, partition, node, stable, revision, fence)
+        )
+
+    def _spawn_housekeeping(
+        self, key: tuple[str, int, str], work: Coroutine[Any, Any, None]
+    ) -> None:
+        """One retire or adopt send per (zone, partition, node); a newer one supersedes."""
+        running = self._retires.get(key)
+        if running is not None and not running.done():
+            running.cancel()
+        task = asyncio.create_task(work, name=f"housekeeping {key}")
+        self._retires[key] = task
+        task.add_done_callback(functools.partial(self._retire_done, key))
+
+    def _adopt_created(self, view: ClusterView, fence: Fence) -> None:
+        """A zone created this term: its first members get their replica records (no data
+        moves — a brand-new partition is empty), by an adopt Rebalance each."""
+        for name in sorted(self._adopt_zones & set(view.zones)):
+            self._adopt_zones.discard(name)
+            for partition, state in view.zones[name].partitions.items():
+                stable = state.peers(AssignField.STABLE)
+                if stable is None or state.stable is None or state.pending is not None:
+                    continue
+                for node in stable:
+                    self._spawn_adopt(
+                        name, partition, node, stable, state.stable.mod_revision, fence
+                    )
+
+    def _retire_done(self, key: tuple[str, int, str], task: asyncio.Task[None]) -> None:
+        if self._retires.get(key) is task:
+            del self._retires[key]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("retire %s failed", key, exc_info=task.exception())
+
+    async def _adopt(
+        self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
+    ) -> None:
+        """Make a member of an idle stable hold its replica record: ``Rebalance(old = new =
+        stable, revision = stable's mod_revision)``, resent until the agent answers DONE (or
+        STALE: a newer move already covers the node). Idempotent on the agent like any
+        Rebalance; best effort like a retire (the next term's sweep finds what is left)."""
+
+        async def once() -> AgentAnswer:
+            nodes = self._view.nodes if self._view is not None else {}
+            record = nodes.get(node)
+            if record is None:
+                raise AgentUnavailable(f"{node} is not registered")
+            async with self._adopt_slots:
+                answer = await self.agents.rebalance(
+                    record.address, zone, partition, stable, stable, revision, fence.epoch
+                )
+            if answer.outcome not in ("DONE", "STALE"):
+                raise AgentUnavailable(f"{node}: adopt {answer.outcome} {answer.detail}")
+            return answer
+
+        answer = await retry(
+            once,
+            policy=self.config.retire_retry,
+            retry_on=(AgentUnavailable,),
+            sleep=self._sleep,
+        )
+        if answer.outcome == "DONE":
+            self.stats["adopted"] += 1
+        log.debug("%s/%d: adopt on %s at %d -> %s", zone, partition, node, revision, answer.outcome)
+
+    async def _retire(
+        self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
+    ) -> None:
+        """Send Retire until the agent acknowledges it (any answer), with backoff; an
+        unregistered node is waited for. Best effort: nothing waits for it, and the term's end
+        cancels it (the next term's sweep finds a replica it left behind)."""
+
+        async def once() -> AgentAnswer:
+            nodes = self._view.nodes if self._view is not None else {}
+            record = nodes.get(node)
+            if record is None:
+                raise AgentUnavailable(f"{node} is not registered")
+            self.stats["retire_rpcs"] += 1
+            return await self.agents.retire(
+                record.address, zone, partition, stable, revision, fence.epoch
+            )
+
+        answer = await retry(
+            once,
+            policy=self.config.retire_retry,
+            retry_on=(AgentUnavailable,),
+            sleep=self._sleep,
+        )
+        if answer.outcome == "RETIRED":
+            self.stats["retired"] += 1
+        log.info(
+            "%s/%d: retire on %s at revision %d -> %s (%s)",
+            zone,
+            partition,
+            node,
+            revision,
+            answer.outcome,
+            answer.detail,
+        )
+
+
+def parse_member_record(raw: bytes) -> Mapping[str, str] | None:
+    """The election value ``{"id":..,"api":..}`` of a leader key, None when unreadable."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    return {str(k): str(v) for k, v in record.items()}

@@ -1,0 +1,728 @@
+"""Canonical encodings of every value the placement layer stores in etcd.
+
+*Canonical* means: one content, one byte string. Every JSON value is written with sorted object
+keys, compact separators (``,`` and ``:``), ASCII only and no floats except the node weight and the
+zone delays (which ``json`` prints in the shortest round-tripping form). Peers are a JSON list **in
+placement order** (the first peer is the preferred primary): order is content, so ``["a","b"]``
+and ``["b","a"]`` are different assignments. Equal content therefore gives equal bytes, and a
+reader in any language can decode and compare them. Every value carries a schema version ``v``
+(currently 1).
+
+Values and their fields:
+
+* assignment (stable / pending / planned): ``{"epoch","peers","trigger","ts","v"}`` — the
+  writer's leadership ``epoch``, a timestamp ``ts`` (integer milliseconds, passed in by the caller,
+  never read from a clock here) and the ``trigger`` revision of the configuration change that
+  produced it;
+* cancel: ``{"epoch","new","old","pending_revision","ts","v"}`` — the rebalance ``old -> new`` being
+  cancelled and the ``mod_revision`` of the pending key it cancels;
+* change trigger: **binary** — the trigger revision as 8 bytes big-endian, then a JSON suffix
+  ``{"epoch","ts","v"}``. Big-endian unsigned integers order like numbers, so etcd's byte-wise
+  VALUE compare ``value(trigger) < be8(new)`` holds exactly when the stored revision is lower than
+  ``new``; with an equal revision the stored value is ``be8(new)`` plus a non-empty suffix, which
+  compares *greater*, so an equal (repeated) trigger is rejected too;
+* zone config: the :class:`~placement.core.model.ZoneSpec` fields (``scale_up_delay`` and
+  ``scale_down_delay`` in seconds; a value written before they existed decodes with 0.0;
+  ``min_in_sync`` is present only when set — absent, as in every value written before it
+  existed, decodes to ``None``, the default);
+* node record: name, address, attributes, weight;
+* data nodes of a zone (:class:`DataNodes`): the applied set, the last observed set and when the
+  pending additions/removals were first seen (unix ms, ``null`` = none pending);
+* primary lease (:class:`PrimaryLease`): holder node, lease epoch, expiry (unix ms);
+* pause marker (:class:`ControlMark`): who paused, when;
+* move report (:class:`MoveReport`): ``{"detail","epoch","phase","revision","ts","v"}`` — an
+  agent's push that its catch-up of pending ``revision`` (sent at leader ``epoch``) ended in
+  ``phase`` ``DONE`` or ``FAILED``;
+* in-sync set (:class:`InSyncSet`): ``{"lease_epoch","members","primary","ts","v"}`` — members
+  sorted, written by the primary under its lease epoch;
+* replica size (:class:`ReplicaSize`): ``{"bytes","keys","ts","v"}``.
+
+Decoding never raises: bytes that are not a valid value of the expected kind decode to
+:class:`Corrupt` (carrying the raw bytes and the reason), which callers treat as "unknown".
+
+Pure code: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS, NAME_PATTERN
+from placement.core.model import Peers, ZoneSpec
+from placement.errors import InvalidInput
+
+SCHEMA_VERSION = 1
+#: Largest revision/epoch/timestamp we encode: etcd revisions are int64.
+MAX_INT = 2**63 - 1
+_NAME_RE = re.compile(NAME_PATTERN)
+
+
+@dataclass(frozen=True, slots=True)
+class Corrupt:
+    """A stored value that could not be decoded; ``raw`` is kept for inspection and compares."""
+
+    raw: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """The value of a stable, pending or planned key."""
+
+    peers: Peers
+    epoch: int
+    ts: int
+    trigger: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelIntent:
+    """A cancel key's value: cancel the rebalance ``old -> new`` of pending ``pending_revision``."""
+
+    old: Peers
+    new: Peers
+    pending_revision: int
+    epoch: int
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerMark:
+    """The value of a change-trigger key: the last trigger ``revision`` applied to the partition."""
+
+    revision: int
+    epoch: int
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """What an agent registers about its node: where to reach it and its selector attributes."""
+
+    name: str
+    address: str
+    attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    weight: float = 1.0
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _dumps(obj: Mapping[str, Any]) -> bytes:
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode("ascii")
+
+
+def _check_int(name: str, value: int, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_INT:
+        raise InvalidInput(name, f"{value!r} is not an integer in {low}..2**63-1", "pass an int")
+    return value
+
+
+def validate_peers(peers: Peers, name: str = "peers", *, allow_empty: bool = False) -> Peers:
+    """Return ``peers`` as a tuple if they are distinct valid node names, else raise."""
+    if isinstance(peers, str | bytes) or not isinstance(peers, tuple | list):
+        raise InvalidInput(name, f"{peers!r} is not a sequence of node names", "pass a tuple")
+    result = tuple(peers)
+    if not result and not allow_empty:
+        raise InvalidInput(name, "is empty", "name at least one node")
+    for i, peer in enumerate(result):
+        if not isinstance(peer, str) or not _NAME_RE.match(peer):
+            raise InvalidInput(
+                f"{name}[{i}]", f"{peer!r} is not a valid node name", "use 1..64 of [A-Za-z0-9_.-]"
+            )
+    if len(set(result)) != len(result):
+        raise InvalidInput(name, f"{list(result)} names a node twice", "list each node once")
+    return result
+
+
+class _Bad(Exception):
+    """Internal: a decoding problem, turned into :class:`Corrupt` at the public boundary."""
+
+
+def _load_object(raw: bytes, keys: frozenset[str]) -> dict[str, Any]:
+    try:
+        obj = json.loads(raw.decode("ascii"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise _Bad(f"not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise _Bad("not a JSON object")
+    version = obj.get("v")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise _Bad(f"unknown schema version {version!r}")
+    if set(obj) != keys:
+        raise _Bad(f"fields {sorted(obj)} != {sorted(keys)}")
+    return obj
+
+
+def _int(obj: Mapping[str, Any], key: str) -> int:
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+        raise _Bad(f"{key} is not a non-negative int64")
+    return value
+
+
+def _peers(obj: Mapping[str, Any], key: str, *, allow_empty: bool = False) -> Peers:
+    value = obj[key]
+    if not isinstance(value, list):
+        raise _Bad(f"{key} is not a list")
+    try:
+        return validate_peers(tuple(value), key, allow_empty=allow_empty)
+    except InvalidInput as e:
+        raise _Bad(str(e)) from None
+
+
+def _float(obj: Mapping[str, Any], key: str, default: float = 0.0) -> float:
+    value = obj.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _Bad(f"{key} is not a finite number")
+    return float(value)
+
+
+def _opt_int(obj: Mapping[str, Any], key: str) -> int | None:
+    return None if obj[key] is None else _int(obj, key)
+
+
+def _str_map(obj: Mapping[str, Any], key: str) -> dict[str, str]:
+    value = obj[key]
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _Bad(f"{key} is not an object of strings")
+    return dict(value)
+
+
+# -- assignment --------------------------------------------------------------------------------
+
+_ASSIGNMENT_KEYS = frozenset({"v", "peers", "epoch", "ts", "trigger"})
+
+
+def encode_assignment(value: Assignment) -> bytes:
+    """Canonical bytes of a stable/pending/planned value; :class:`InvalidInput` if invalid."""
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "peers": list(validate_peers(value.peers)),
+            "epoch": _check_int("epoch", value.epoch),
+            "ts": _check_int("ts", value.ts),
+            "trigger": _check_int("trigger", value.trigger),
+        }
+    )
+
+
+def decode_assignment(raw: bytes) -> Assignment | Corrupt:
+    try:
+        obj = _load_object(raw, _ASSIGNMENT_KEYS)
+        return Assignment(
+            peers=_peers(obj, "peers"),
+            epoch=_int(obj, "epoch"),
+            ts=_int(obj, "ts"),
+            trigger=_int(obj, "trigger"),
+        )
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+# -- cancel ------------------------------------------------------------------------------------
+
+_CANCEL_KEYS = frozenset({"v", "old", "new", "pending_revision", "epoch", "ts"})
+
+
+def encode_cancel(value: CancelIntent) -> bytes:
+    """Canonical bytes of a cancel value. ``old``/``new`` may be empty when they were unreadable."""
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "old": list(validate_peers(value.old, "old", allow_empty=True)),
+            "new": list(validate_peers(value.new, "new", allow_empty=True)),
+            "pending_revision": _check_int("pending_revision", value.pending_revision, 1),
+            "epoch": _check_int("epoch", value.epoch),
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+
+
+def decode_cancel(raw: bytes) -> CancelIntent | Corrupt:
+    try:
+        obj = _load_object(raw, _CANCEL_KEYS)
+        pending_revision = _int(obj, "pending_revision")
+        if pending_revision < 1:
+            raise _Bad("pending_revision must be >= 1")
+        return CancelIntent(
+            old=_peers(obj, "old", allow_empty=True),
+            new=_peers(obj, "new", allow_empty=True),
+            pending_revision=pending_revision,
+            epoch=_int(obj, "epoch"),
+            ts=_int(obj, "ts"),
+        )
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+# -- change trigger ----------------------------------------------------------------------------
+
+_TRIGGER_SUFFIX_KEYS = frozenset({"v", "epoch", "ts"})
+
+
+def be8(revision: int) -> bytes:
+    """``revision`` as 8 bytes big-endian: byte order equals numeric order for 0..2**63-1.
+
+    This is the right-hand side of the trigger compare ``value(trigger) < be8(new)``.
+    """
+    return _check_int("revision", revision).to_bytes(8, "big")
+
+
+def encode_trigger(value: TriggerMark) -> bytes:
+    """``be8(revision)`` followed by a non-empty canonical JSON suffix ``{"epoch","ts","v"}``."""
+    suffix = _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "epoch": _check_int("epoch", value.epoch),
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+    return be8(value.revision) + suffix
+
+
+def decode_trigger(raw: bytes) -> TriggerMark | Corrupt:
+    if len(raw) < 9:
+        return Corrupt(raw, "shorter than 8-byte revision plus suffix")
+    revision = int.from_bytes(raw[:8], "big")
+    if revision > MAX_INT:
+        return Corrupt(raw, "revision out of int64 range")
+    try:
+        obj = _load_object(raw[8:], _TRIGGER_SUFFIX_KEYS)
+        return TriggerMark(revision=revision, epoch=_int(obj, "epoch"), ts=_int(obj, "ts"))
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+def trigger_is_older(stored_raw: bytes, new_revision: int) -> bool:
+    """Exactly etcd's ``value(trigger) < be8(new_revision)`` on the stored bytes, corrupt or not."""
+    return stored_raw < be8(new_revision)
+
+
+# -- zone config -------------------------------------------------------------------------------
+
+_ZONE_KEYS_V1 = frozenset(
+    {"v", "name", "partitions", "replicas", "node_selector", "failure_domain"}
+)
+_ZONE_KEYS_DELAYS = _ZONE_KEYS_V1 | {"scale_up_delay", "scale_down_delay"}
+_ZONE_KEYS = _ZONE_KEYS_DELAYS | {"min_in_sync"}
+#: Field sets a stored zone config may have: current (``min_in_sync`` present only when set),
+#: then the older layouts (no ``min_in_sync``; no delays either).
+_ZONE_LAYOUTS = (_ZONE_KEYS, _ZONE_KEYS_DELAYS, _ZONE_KEYS_V1)
+#: Largest scale-up/scale-down delay (seconds): 30 days.
+MAX_DELAY = 30 * 24 * 3600.0
+
+
+def validate_zone_spec(spec: ZoneSpec) -> ZoneSpec:
+    """Return ``spec`` if it is within the documented limits, else raise :class:`InvalidInput`."""
+    if not isinstance(spec.name, str) or not _NAME_RE.match(spec.name):
+        raise InvalidInput(
+            "name", f"{spec.name!r} is not a valid zone name", "use [A-Za-z0-9_.-]{1,64}"
+        )
+    for key, limit in (("partitions", MAX_PARTITIONS), ("replicas", MAX_REPLICAS)):
+        value = getattr(spec, key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise InvalidInput(key, f"{value!r} is out of range", f"use 1..{limit}")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in spec.node_selector.items()):
+        raise InvalidInput("node_selector", "keys and values must be strings", "use str: str")
+    if spec.failure_domain is not None and not isinstance(spec.failure_domain, str):
+        raise InvalidInput("failure_domain", "must be a string or null", "name a node attribute")
+    for key in ("scale_up_delay", "scale_down_delay"):
+        delay = getattr(spec, key)
+        if (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not math.isfinite(delay)
+            or not 0 <= delay <= MAX_DELAY
+        ):
+            raise InvalidInput(key, f"{delay!r} is not a delay in seconds", f"use 0..{MAX_DELAY:g}")
+    wanted = spec.min_in_sync
+    if wanted is not None and (
+        isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= MAX_REPLICAS
+    ):
+        raise InvalidInput(
+            "min_in_sync",
+            f"{wanted!r} is out of range",
+            f"use 1..{MAX_REPLICAS}, or leave it unset for the default (2, at most replicas)",
+        )
+    return spec
+
+
+def encode_zone_spec(spec: ZoneSpec) -> bytes:
+    validate_zone_spec(spec)
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "name": spec.name,
+            "partitions": spec.partitions,
+            "replicas": spec.replicas,
+            "node_selector": dict(spec.node_selector),
+            "failure_domain": spec.failure_domain,
+            "scale_up_delay": float(spec.scale_up_delay),
+            "scale_down_delay": float(spec.scale_down_delay),
+            **({} if spec.min_in_sync is None else {"min_in_sync": spec.min_in_sync}),
+        }
+    )
+
+
+def _load_zone_object(raw: bytes) -> dict[str, Any]:
+    error: _Bad | None = None
+    for layout in _ZONE_LAYOUTS:
+        try:
+            return _load_object(raw, layout)
+        except _Bad as e:
+            error = error or e
+    assert error is not None
+    raise error
+
+
+def decode_zone_spec(raw: bytes) -> ZoneSpec | Corrupt:
+    try:
+        obj = _load_zone_object(raw)
+        name, domain = obj["name"], obj["failure_domain"]
+        if not isinstance(name, str) or not (domain is None or isinstance(domain, str)):
+            raise _Bad("name/failure_domain have the wrong type")
+        spec = ZoneSpec(
+            name=name,
+            partitions=_int(obj, "partitions"),
+            replicas=_int(obj, "replicas"),
+            node_selector=_str_map(obj, "node_selector"),
+            failure_domain=domain,
+            scale_up_delay=_float(obj, "scale_up_delay"),
+            scale_down_delay=_float(obj, "scale_down_delay"),
+            min_in_sync=_int(obj, "min_in_sync") if "min_in_sync" in obj else None,
+        )
+        validate_zone_spec(spec)
+        return spec
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+    except InvalidInput as e:
+        return Corrupt(raw, str(e))
+
+
+# -- node record -------------------------------------------------------------------------------
+
+_NODE_KEYS = frozenset({"v", "name", "address", "attributes", "weight"})
+
+
+def encode_node(record: NodeRecord) -> bytes:
+    if not isinstance(record.name, str) or not _NAME_RE.match(record.name):
+        raise InvalidInput(
+            "name", f"{record.name!r} is not a valid node name", "use [A-Za-z0-9_.-]{1,64}"
+        )
+    if not isinstance(record.address, str) or not record.address:
+        raise InvalidInput("address", "is empty", "pass host:port")
+    weight = float(record.weight)
+    if not math.isfinite(weight) or weight <= 0:
+        raise InvalidInput("weight", f"{record.weight!r} is not a positive number", "use e.g. 1.0")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in record.attributes.items()):
+        raise InvalidInput("attributes", "keys and values must be strings", "use str: str")
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "name": record.name,
+            "address": record.address,
+            "attributes": dict(record.attributes),
+            "weight": weight,
+        }
+    )
+
+
+def decode_node(raw: bytes) -> NodeRecord | Corrupt:
+    try:
+        obj = _load_object(raw, _NODE_KEYS)
+        name, address, weight = obj["name"], obj["address"], obj["weight"]
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise _Bad("name is not a valid node name")
+        if not isinstance(address, str) or not address:
+            raise _Bad("address is not a non-empty string")
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise _Bad("weight is not a number")
+        if not math.isfinite(weight) or weight <= 0:
+            raise _Bad("weight is not positive")
+        return NodeRecord(name, address, _str_map(obj, "attributes"), float(weight))
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+# -- data nodes of a zone ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DataNodes:
+    """The value of ``{p}/datanodes/{zone}`` (see :mod:`placement.driver.datanodes`).
+
+    ``applied``: the data-node set placement uses (sorted names). ``observed``: the matching
+    registered set when last looked at. ``up_since`` / ``down_since``: unix ms when the additions
+    (observed - applied) / removals (applied - observed) now pending were first seen; ``None`` when
+    there are none.
+    """
+
+    applied: tuple[str, ...]
+    observed: tuple[str, ...]
+    up_since: int | None
+    down_since: int | None
+    epoch: int = 0
+    ts: int = 0
+
+    def same_content(self, other: DataNodes) -> bool:
+        """Equal apart from the writer's stamp (epoch, ts)."""
+        return (self.applied, self.observed, self.up_since, self.down_since) == (
+            other.applied,
+            other.observed,
+            other.up_since,
+            other.down_since,
+        )
+
+
+_DATANODES_KEYS = frozenset({"v", "applied", "observed", "up_since", "down_since", "epoch", "ts"})
+
+
+def encode_datanodes(value: DataNodes) -> bytes:
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "applied": sorted(validate_peers(value.applied, "applied", allow_empty=True)),
+            "observed": sorted(validate_peers(value.observed, "observed", allow_empty=True)),
+            "up_since": None if value.up_since is None else _check_int("up_since", value.up_since),
+            "down_since": (
+                None if value.down_since is None else _check_int("down_since", value.down_since)
+            ),
+            "epoch": _check_int("epoch", value.epoch),
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+
+
+def decode_datanodes(raw: bytes) -> DataNodes | Corrupt:
+    try:
+        obj = _load_object(raw, _DATANODES_KEYS)
+        return DataNodes(
+            applied=tuple(sorted(_peers(obj, "applied", allow_empty=True))),
+            observed=tuple(sorted(_peers(obj, "observed", allow_empty=True))),
+            up_since=_opt_int(obj, "up_since"),
+            down_since=_opt_int(obj, "down_since"),
+            epoch=_int(obj, "epoch"),
+            ts=_int(obj, "ts"),
+        )
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+# -- primary lease -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PrimaryLease:
+    """The value of ``{p}/primary/{zone}/{partition:05d}``.
+
+    ``node`` holds the lease until ``expiry`` (unix ms) unless renewed; ``lease_epoch`` increases
+    by one on every move of the lease to another node (replicas fence stale primaries with it);
+    ``epoch``/``ts`` stamp the writing driver leader.
+    """
+
+    node: str
+    lease_epoch: int
+    expiry: int
+    epoch: int = 0
+    ts: int = 0
+
+
+_PRIMARY_KEYS = frozenset({"v", "node", "lease_epoch", "expiry", "epoch", "ts"})
+
+
+def encode_primary(value: PrimaryLease) -> bytes:
+    (node,) = validate_peers((value.node,), "node")
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "node": node,
+            "lease_epoch": _check_int("lease_epoch", value.lease_epoch, 1),
+            "expiry": _check_int("expiry", value.expiry),
+            "epoch": _check_int("epoch", value.epoch),
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+
+
+def decode_primary(raw: bytes) -> PrimaryLease | Corrupt:
+    try:
+        obj = _load_object(raw, _PRIMARY_KEYS)
+        (node,) = _peers({"node": [obj["node"]]}, "node")
+        lease_epoch = _int(obj, "lease_epoch")
+        if lease_epoch < 1:
+            raise _Bad("lease_epoch must be >= 1")
+        return PrimaryLease(
+            node, lease_epoch, _int(obj, "expiry"), _int(obj, "epoch"), _int(obj, "ts")
+        )
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+# -- control marks (pause) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ControlMark:
+    """The value of a control key such as ``{p}/control/paused``: its writer's epoch and ts."""
+
+    epoch: int
+    ts: int
+
+
+_CONTROL_KEYS = frozenset({"v", "epoch", "ts"})
+
+
+def encode_control(value: ControlMark) -> bytes:
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "epoch": _check_int("epoch", value.epoch),
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+
+
+def decode_control(raw: bytes) -> ControlMark | Corrupt:
+    try:
+        obj = _load_object(raw, _CONTROL_KEYS)
+        return ControlMark(_int(obj, "epoch"), _int(obj, "ts"))
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+# -- move reports (agent -> driver push) -------------------------------------------------------
+
+REPORT_PHASES = frozenset({"DONE", "FAILED"})
+
+
+@dataclass(frozen=True, slots=True)
+class MoveReport:
+    """The value of ``{p}/progress/{zone}/{partition}/{node}``: the agent's catch-up of pending
+    ``revision`` (accepted at leader ``epoch``) ended in ``phase`` (DONE or FAILED) at ``ts``."""
+
+    revision: int
+    epoch: int
+    phase: str
+    detail: str
+    ts: int
+
+
+_REPORT_KEYS = frozenset({"v", "revision", "epoch", "phase", "detail", "ts"})
+
+
+def encode_report(value: MoveReport) -> bytes:
+    if value.phase not in REPORT_PHASES:
+        raise InvalidInput("phase", f"{value.phase!r} is not DONE or FAILED", "pass DONE/FAILED")
+    if not isinstance(value.detail, str):
+        raise InvalidInput("detail", f"{value.detail!r} is not a string", "pass a str")
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "revision": _check_int("revision", value.revision),
+            "epoch": _check_int("epoch", value.epoch),
+            "phase": value.phase,
+            "detail": value.detail,
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+
+
+def decode_report(raw: bytes) -> MoveReport | Corrupt:
+    try:
+        obj = _load_object(raw, _REPORT_KEYS)
+        phase, detail = obj["phase"], obj["detail"]
+        if phase not in REPORT_PHASES:
+            raise _Bad(f"phase {phase!r} is not DONE or FAILED")
+        if not isinstance(detail, str):
+            raise _Bad("detail is not a string")
+        return MoveReport(_int(obj, "revision"), _int(obj, "epoch"), phase, detail, _int(obj, "ts"))
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+# -- in-sync sets and replica sizes (data plane) -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InSyncSet:
+    """The value of ``{p}/isr/{zone}/{partition:05d}``: the replicas that hold every acknowledged
+    write of the partition. ``primary`` wrote it while holding the primary lease of
+    ``lease_epoch``; ``members`` are sorted (a set) and always include ``primary``."""
+
+    members: Peers
+    primary: str
+    lease_epoch: int
+    ts: int
+
+
+_ISR_KEYS = frozenset({"v", "members", "primary", "lease_epoch", "ts"})
+
+
+def encode_isr(value: InSyncSet) -> bytes:
+    members = validate_peers(value.members, "members")
+    (primary,) = validate_peers((value.primary,), "primary")
+    if primary not in members:
+        raise InvalidInput("members", f"{list(members)} lacks primary {primary!r}", "include it")
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "members": sorted(members),
+            "primary": primary,
+            "lease_epoch": _check_int("lease_epoch", value.lease_epoch, 1),
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+
+
+def decode_isr(raw: bytes) -> InSyncSet | Corrupt:
+    try:
+        obj = _load_object(raw, _ISR_KEYS)
+        members = _peers(obj, "members")
+        primary = obj["primary"]
+        if not isinstance(primary, str) or primary not in members:
+            raise _Bad("primary is not one of members")
+        return InSyncSet(tuple(sorted(members)), primary, _int(obj, "lease_epoch"), _int(obj, "ts"))
+    except _Bad as e:
+        return Corrupt(raw, str(e))
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSize:
+    """The value of ``{p}/sizes/{zone}/{partition:05d}/{node}``: how much data ``node``'s replica
+    holds (``bytes`` of keys plus values, ``keys`` live keys) at ``ts``."""
+
+    bytes: int
+    keys: int
+    ts: int
+
+
+_SIZE_KEYS = frozenset({"v", "bytes", "keys", "ts"})
+
+
+def encode_size(value: ReplicaSize) -> bytes:
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "bytes": _check_int("bytes", value.bytes),
+            "keys": _check_int("keys", value.keys),
+            "ts": _check_int("ts", value.ts),
+        }
+    )
+
+
+def decode_size(raw: bytes) -> ReplicaSize | Corrupt:
+    try:
+        obj = _load_object(raw, _SIZE_KEYS)
+        return ReplicaSize(_int(obj, "bytes"), _int(obj, "keys"), _int(obj, "ts"))
+    except _Bad as e:
+        return Corrupt(raw, str(e))

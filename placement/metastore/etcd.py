@@ -1,0 +1,1214 @@
+"""Our etcd client: the only module of the project that imports ``aetcd``.
+
+We use aetcd 1.0.0 for what it does well — etcd's generated v3 protocol (``aetcd.rpc``: the
+``KV``/``Lease``/``Watch`` stubs and request messages, and its re-export of ``grpc.aio``) — and own
+here everything its ``Client`` lacks (see ``design/metastore.md``):
+
+* **channels**: one ``grpc.aio`` channel per endpoint with keepalive *and*
+  ``grpc.http2.ping_timeout_ms`` (a frozen peer is noticed in ~15 s), a capped reconnect backoff,
+  and a **call timeout on every unary call** (gRPC's default waits forever);
+* **several endpoints**: calls go to the active endpoint; ``UNAVAILABLE`` moves the client to the
+  next one. Read-only calls are retried on the next endpoint at once; writes are not (their outcome
+  is unknown), they raise :class:`StoreUnavailable` and the caller re-reads;
+* **reads at a revision, with the revision**: every read returns the revision it reflects
+  (:class:`Range`), may pin an older one, and :meth:`EtcdClient.list_prefix` paginates a prefix at
+  one pinned revision;
+* **transactions from our own typed values** (:class:`Compare`, :class:`Put`, :class:`Delete`,
+  :class:`Get`, nested :class:`Txn`): no aetcd or protobuf type leaks out;
+* **leases kept alive by a background task** (:class:`Lease`), with loss observable;
+* **watches on the raw bidi stream** (:class:`Watch`) with ``hasleader: true`` metadata (a member
+  without quorum fails the watch instead of going silent), resumed after a broken stream from
+  ``last seen revision + 1``, raising :class:`Compacted` when the start revision is compacted and
+  :class:`StoreUnavailable` when etcd cancels the watch for any other reason.
+
+Every gRPC error is translated in one table, :data:`_BY_STATUS`, into the project's errors. A write
+that raised :class:`StoreUnavailable` (unavailable or timed out) has an **unknown outcome**: it may
+have been applied. Callers must re-read before retrying a compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from types import TracebackType
+from typing import Any, Literal, TypeAlias
+
+from aetcd import rpc
+
+from placement.errors import Compacted, InvalidInput, PlacementError, StoreUnavailable
+from placement.metastore.keys import prefix_range_end
+
+log = logging.getLogger(__name__)
+
+#: etcd's default ``--max-txn-ops``: the most compares, or ops in one branch, of a transaction.
+MAX_TXN_OPS = 128
+#: etcd's default ``--max-request-bytes`` (1.5 MiB).
+MAX_REQUEST_BYTES = 1_572_864
+#: What our batchers allow per request: the limit minus headroom for framing and the fence.
+REQUEST_BYTES_BUDGET = MAX_REQUEST_BYTES - 64 * 1024
+
+#: gRPC channel options. etcd rejects client pings more often than every 5 s
+#: (``--grpc-keepalive-min-time``), so keepalive runs every 10 s, and only while a call is open
+#: (etcd's default enforcement does not permit pings without streams).
+DEFAULT_CHANNEL_OPTIONS: Mapping[str, int] = {
+    "grpc.keepalive_time_ms": 10_000,
+    "grpc.keepalive_timeout_ms": 5_000,
+    # Newer gRPC cores use this one for the ping-ack wait and ignore keepalive_timeout_ms.
+    "grpc.http2.ping_timeout_ms": 5_000,
+    "grpc.keepalive_permit_without_calls": 0,
+    "grpc.http2.max_pings_without_data": 0,
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 1_000,
+    "grpc.max_receive_message_length": 64 * 1024 * 1024,
+    "grpc.max_send_message_length": MAX_REQUEST_BYTES + 1024 * 1024,
+}
+
+Sleep: TypeAlias = Callable[[float], Awaitable[None]]
+
+
+class LeaseExpired(PlacementError):
+    """The lease named in a request does not exist (expired or revoked)."""
+
+
+# -- typed results -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    """One key as etcd stores it. ``lease`` is 0 when the key has none."""
+
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """The answer of a read: ``kvs`` in key order as they were at ``revision``.
+
+    ``revision`` is the revision the read reflects: the pinned one when a revision was asked for,
+    else the header revision of the answer. ``more`` is set when ``limit`` cut the answer short.
+    """
+
+    kvs: tuple[KeyValue, ...]
+    revision: int
+    more: bool = False
+    count: int = 0
+
+    def first(self) -> KeyValue | None:
+        return self.kvs[0] if self.kvs else None
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    revision: int
+    prev_kv: KeyValue | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    revision: int
+    deleted: int
+    prev_kvs: tuple[KeyValue, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    """``succeeded`` tells which branch ran; ``responses`` are that branch's results, in order.
+
+    ``revision`` is the store revision after the transaction (unchanged when nothing was written).
+    """
+
+    succeeded: bool
+    revision: int
+    responses: tuple[OpResult, ...]
+
+
+OpResult: TypeAlias = Range | PutResult | DeleteResult | TxnResult
+
+
+class EventKind(Enum):
+    PUT = "put"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One change; for DELETE, ``kv`` holds the key and the deleting revision, no value."""
+
+    kind: EventKind
+    kv: KeyValue
+    prev_kv: KeyValue | None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchBatch:
+    """Events of one watch response, in revision order; empty for a progress notification.
+
+    ``revision``: every change to the watched range up to this revision has been delivered.
+    """
+
+    revision: int
+    events: tuple[WatchEvent, ...]
+
+
+# -- typed transaction building blocks ---------------------------------------------------------
+
+
+class CompareTarget(Enum):
+    VERSION = "version"
+    CREATE = "create_revision"
+    MOD = "mod_revision"
+    VALUE = "value"
+    LEASE = "lease"
+
+
+CompareOp = Literal["==", "!=", "<", ">"]
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    """One etcd compare: ``target(key) op operand``, optionally over ``[key, range_end)``.
+
+    etcd's semantics to keep in mind: compares are AND-ed; on a missing key VERSION, CREATE, MOD
+    and LEASE compare as 0, but a VALUE compare is always **false**. A compare over a range holds
+    when it holds for every key in it (for non-VALUE targets: as 0 when the range is empty).
+    """
+
+    key: bytes
+    target: CompareTarget
+    op: CompareOp
+    operand: int | bytes
+    range_end: bytes | None = None
+
+    @classmethod
+    def version(
+        cls, key: bytes, op: CompareOp, version: int, *, range_end: bytes | None = None
+    ) -> Compare:
+        return cls(key, CompareTarget.VERSION, op, version, range_end)
+
+    @classmethod
+    def create(cls, key: bytes, op: CompareOp, revision: int) -> Compare:
+        return cls(key, CompareTarget.CREATE, op, revision)
+
+    @classmethod
+    def mod(cls, key: bytes, op: CompareOp, revision: int) -> Compare:
+        return cls(key, CompareTarget.MOD, op, revision)
+
+    @classmethod
+    def value(cls, key: bytes, op: CompareOp, value: bytes) -> Compare:
+        return cls(key, CompareTarget.VALUE, op, value)
+
+    @classmethod
+    def lease(cls, key: bytes, op: CompareOp, lease_id: int) -> Compare:
+        return cls(key, CompareTarget.LEASE, op, lease_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    key: bytes
+    value: bytes
+    lease: int = 0
+    prev_kv: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Delete ``key``, or every key in ``[key, range_end)``."""
+
+    key: bytes
+    range_end: bytes | None = None
+    prev_kv: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    """A read inside a transaction, at the transaction's revision."""
+
+    key: bytes
+    range_end: bytes | None = None
+    limit: int = 0
+    keys_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Txn:
+    """A (possibly nested) transaction: all ``compares`` hold ? ``success`` : ``failure``."""
+
+    compares: tuple[Compare, ...]
+    success: tuple[Op, ...] = ()
+    failure: tuple[Op, ...] = ()
+
+
+Op: TypeAlias = Put | Delete | Get | Txn
+
+
+def txn_ops(txn: Txn) -> int:
+    """What etcd counts against ``--max-txn-ops``: the most of compares/success/failure, nested."""
+
+    def branch(ops: tuple[Op, ...]) -> int:
+        return len(ops) + sum(txn_ops(op) for op in ops if isinstance(op, Txn))
+
+    return max(len(txn.compares), branch(txn.success), branch(txn.failure))
+
+
+def txn_request_bytes(txn: Txn) -> int:
+    """Serialized size of the transaction request (compare with :data:`REQUEST_BYTES_BUDGET`)."""
+    size: int = _txn_pb(txn).ByteSize()
+    return size
+
+
+# -- error translation: the one table ----------------------------------------------------------
+
+
+def _unavailable(details: str, what: str, revision: int) -> PlacementError:
+    return StoreUnavailable(
+        f"{what}: etcd unavailable ({details}); the outcome of a write is unknown"
+    )
+
+
+def _timed_out(details: str, what: str, revision: int) -> PlacementError:
+    return StoreUnavailable(
+        f"{what}: no answer in time ({details}); a write may or may not have been applied, "
+        "re-read before retrying"
+    )
+
+
+def _out_of_range(details: str, what: str, revision: int) -> PlacementError:
+    if "compacted" in details:
+        # etcd does not say up to where for a Range; revision + 1 is a lower bound.
+        return Compacted(revision + 1)
+    return InvalidInput("revision", f"{what}: {details}", "read at or below the current revision")
+
+
+def _invalid(details: str, what: str, revision: int) -> PlacementError:
+    return InvalidInput(
+        "request",
+        f"{what}: {details}",
+        f"at most {MAX_TXN_OPS} ops per branch, {MAX_REQUEST_BYTES} bytes per request, "
+        "no key twice in one branch",
+    )
+
+
+def _not_found(details: str, what: str, revision: int) -> PlacementError:
+    if "lease" in details:
+        return LeaseExpired(f"{what}: {details}")
+    return StoreUnavailable(f"{what}: {details}")
+
+
+def _no_space(details: str, what: str, revision: int) -> PlacementError:
+    return StoreUnavailable(f"{what}: etcd refuses writes ({details}); reads still work")
+
+
+def _refused(details: str, what: str, revision: int) -> PlacementError:
+    return StoreUnavailable(f"{what}: etcd refused the request ({details}); check credentials")
+
+
+_Translator: TypeAlias = Callable[[str, str, int], PlacementError]
+
+#: gRPC status -> our error. Anything not listed is StoreUnavailable (outcome unknown).
+_BY_STATUS: dict[Any, _Translator] = {
+    rpc.StatusCode.UNAVAILABLE: _unavailable,  # down, no leader, leader changed, conn reset
+    rpc.StatusCode.DEADLINE_EXCEEDED: _timed_out,  # our call timeout, or etcd's request timeout
+    rpc.StatusCode.CANCELLED: _unavailable,  # channel closed under the call
+    rpc.StatusCode.OUT_OF_RANGE: _out_of_range,  # compacted / future revision
+    rpc.StatusCode.INVALID_ARGUMENT: _invalid,  # too many ops, too large, duplicate key
+    rpc.StatusCode.NOT_FOUND: _not_found,  # lease not found
+    rpc.StatusCode.RESOURCE_EXHAUSTED: _no_space,  # NOSPACE alarm, too many requests
+    rpc.StatusCode.UNAUTHENTICATED: _refused,
+    rpc.StatusCode.PERMISSION_DENIED: _refused,
+}
+
+
+def translate(error: BaseException, what: str, *, revision: int = 0) -> PlacementError:
+    """Our error for ``error`` raised by gRPC or by a timeout while doing ``what``."""
+    if isinstance(error, PlacementError):
+        return error
+    if isinstance(error, rpc.AioRpcError):
+        details = error.details() or ""
+        return _BY_STATUS.get(error.code(), _unavailable)(details, what, revision)
+    if isinstance(error, TimeoutError):
+        return _timed_out("client-side timeout", what, revision)
+    return StoreUnavailable(f"{what}: {type(error).__name__}: {error}")
+
+
+def _is_unavailable(error: BaseException) -> bool:
+    return isinstance(error, rpc.AioRpcError) and error.code() in (
+        rpc.StatusCode.UNAVAILABLE,
+        rpc.StatusCode.DEADLINE_EXCEEDED,
+        rpc.StatusCode.CANCELLED,
+    )
+
+
+# -- protobuf conversion (private) -------------------------------------------------------------
+
+_CMP_RESULT = {
+    "==": rpc.Compare.EQUAL,
+    "!=": rpc.Compare.NOT_EQUAL,
+    "<": rpc.Compare.LESS,
+    ">": rpc.Compare.GREATER,
+}
+
+
+def _compare_pb(c: Compare) -> Any:
+    msg = rpc.Compare(key=c.key, result=_CMP_RESULT[c.op])
+    if c.range_end is not None:
+        msg.range_end = c.range_end
+    operand = c.operand
+    if c.target is CompareTarget.VALUE:
+        if not isinstance(operand, bytes):
+            raise InvalidInput("compare.value", "a VALUE compare needs bytes", "pass bytes")
+        msg.target = rpc.Compare.VALUE
+        msg.value = operand
+        return msg
+    if isinstance(operand, bytes | bool):
+        raise InvalidInput("compare", f"{c.target.value} compares an int", "pass an int")
+    if c.target is CompareTarget.VERSION:
+        msg.target = rpc.Compare.VERSION
+        msg.version = operand
+    elif c.target is CompareTarget.CREATE:
+        msg.target = rpc.Compare.CREATE
+        msg.create_revision = operand
+    elif c.target is CompareTarget.MOD:
+        msg.target = rpc.Compare.MOD
+        msg.mod_revision = operand
+    else:
+        msg.target = rpc.Compare.LEASE
+        msg.lease = operand
+    return msg
+
+
+def _range_pb(
+    key: bytes,
+    range_end: bytes | None,
+    *,
+    revision: int = 0,
+    limit: int = 0,
+    keys_only: bool = False,
+    sort_target: str = "key",
+    descending: bool = False,
+    max_create_revision: int = 0,
+    serializable: bool = False,
+) -> Any:
+    msg = rpc.RangeRequest(
+        key=key,
+        revision=revision,
+        limit=limit,
+        keys_only=keys_only,
+        serializable=serializable,
+        max_create_revision=max_create_revision,
+    )
+    if range_end is not None:
+        msg.range_end = range_end
+    if sort_target != "key" or descending:
+        msg.sort_target = {
+            "key": rpc.RangeRequest.KEY,
+            "create": rpc.RangeRequest.CREATE,
+            "mod": rpc.RangeRequest.MOD,
+        }[sort_target]
+        msg.sort_order = rpc.RangeRequest.DESCEND if descending else rpc.RangeRequest.ASCEND
+    return msg
+
+
+def _op_pb(op: Op) -> Any:
+    if isinstance(op, Put):
+        return rpc.RequestOp(
+            request_put=rpc.PutRequest(
+                key=op.key, value=op.value, lease=op.lease, prev_kv=op.prev_kv
+            )
+        )
+    if isinstance(op, Delete):
+        req = rpc.DeleteRangeRequest(key=op.key, prev_kv=op.prev_kv)
+        if op.range_end is not None:
+            req.range_end = op.range_end
+        return rpc.RequestOp(request_delete_range=req)
+    if isinstance(op, Get):
+        return rpc.RequestOp(
+            request_range=_range_pb(op.key, op.range_end, limit=op.limit, keys_only=op.keys_only)
+        )
+    return rpc.RequestOp(request_txn=_txn_pb(op))
+
+
+def _txn_pb(txn: Txn) -> Any:
+    return rpc.TxnRequest(
+        compare=[_compare_pb(c) for c in txn.compares],
+        success=[_op_pb(op) for op in txn.success],
+        failure=[_op_pb(op) for op in txn.failure],
+    )
+
+
+def _kv(msg: Any) -> KeyValue:
+    return KeyValue(
+        key=bytes(msg.key),
+        value=bytes(msg.value),
+        create_revision=int(msg.create_revision),
+        mod_revision=int(msg.mod_revision),
+        version=int(msg.version),
+        lease=int(msg.lease),
+    )
+
+
+def _range_result(msg: Any, revision: int = 0) -> Range:
+    return Range(
+        kvs=tuple(_kv(kv) for kv in msg.kvs),
+        revision=revision or int(msg.header.revision),
+        more=bool(msg.more),
+        count=int(msg.count),
+    )
+
+
+def _txn_result(msg: Any) -> TxnResult:
+    return TxnResult(
+        succeeded=bool(msg.succeeded),
+        revision=int(msg.header.revision),
+        responses=tuple(_response_op(r) for r in msg.responses),
+    )
+
+
+def _response_op(msg: Any) -> OpResult:
+    which = msg.WhichOneof("response")
+    if which == "response_range":
+        return _range_result(msg.response_range)
+    if which == "response_put":
+        put = msg.response_put
+        return PutResult(
+            int(put.header.revision), _kv(put.prev_kv) if put.HasField("prev_kv") else None
+        )
+    if which == "response_delete_range":
+        d = msg.response_delete_range
+        return DeleteResult(
+            int(d.header.revision), int(d.deleted), tuple(_kv(kv) for kv in d.prev_kvs)
+        )
+    return _txn_result(msg.response_txn)
+
+
+def _is_read_only(txn: Txn) -> bool:
+    return all(
+        isinstance(op, Get) or (isinstance(op, Txn) and _is_read_only(op))
+        for op in (*txn.success, *txn.failure)
+    )
+
+
+# -- backoff -----------------------------------------------------------------------------------
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter: ``next()`` is the next delay in seconds."""
+
+    def __init__(self, initial: float = 0.05, cap: float = 1.0, factor: float = 2.0) -> None:
+        self._initial = initial
+        self._cap = cap
+        self._factor = factor
+        self._current = initial
+
+    def next(self) -> float:
+        delay = random.uniform(self._current / 2, self._current)
+        self._current = min(self._cap, self._current * self._factor)
+        return delay
+
+    def reset(self) -> None:
+        self._current = self._initial
+
+
+# -- the client --------------------------------------------------------------------------------
+
+
+def _parse_endpoint(endpoint: str) -> str:
+    target = endpoint.strip()
+    for scheme in ("http://", "https://", "dns:///"):
+        if target.startswith(scheme):
+            target = target[len(scheme) :]
+    target = target.rstrip("/")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidInput("endpoints", f"{endpoint!r} is not host:port", "e.g. 127.0.0.1:2379")
+    return target
+
+
+class _Endpoint:
+    """One channel and its stubs."""
+
+    def __init__(self, target: str, options: Mapping[str, int]) -> None:
+        self.target = target
+        self.channel: Any = rpc.insecure_channel(target, options=list(options.items()))
+        self.kv: Any = rpc.KVStub(self.channel)
+        self.lease: Any = rpc.LeaseStub(self.channel)
+        self.watch: Any = rpc.WatchStub(self.channel)
+
+
+class EtcdClient:
+    """An asyncio etcd v3 client over one or several endpoints (one cluster).
+
+    Use as ``async with EtcdClient(["127.0.0.1:2379"]) as client: ...`` or call :meth:`close`.
+    Channels are opened lazily on first use, inside the running loop. Every unary call carries
+    ``call_timeout``; watches resume for up to ``watch_resume_window`` seconds of outage.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str] | str,
+        *,
+        call_timeout: float = 5.0,
+        watch_resume_window: float = 30.0,
+        channel_options: Mapping[str, int] | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if isinstance(endpoints, str):
+            endpoints = [e for e in endpoints.split(",") if e.strip()]
+        if not endpoints:
+            raise InvalidInput("endpoints", "no etcd endpoint given", "pass host:port")
+        if call_timeout <= 0 or watch_resume_window < 0:
+            raise InvalidInput("call_timeout", "timeouts must be positive", "e.g. 5.0")
+        self._targets = tuple(_parse_endpoint(e) for e in endpoints)
+        self.call_timeout = call_timeout
+        self.watch_resume_window = watch_resume_window
+        self._options = {**DEFAULT_CHANNEL_OPTIONS, **(channel_options or {})}
+        self._sleep = sleep
+        self._channels: dict[int, _Endpoint] = {}
+        self._active = 0
+        self._closed = False
+        self._leases: set[Lease] = set()
+        self._watches: set[Watch] = set()
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return self._targets
+
+    @property
+    def active_endpoint(self) -> str:
+        return self._targets[self._active]
+
+    async def __aenter__(self) -> EtcdClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop lease keep-alives (without revoking), close watches and channels."""
+        self._closed = True
+        for lease in list(self._leases):
+            await lease.stop_keepalive()
+        for watch in list(self._watches):
+            await watch.close()
+        channels, self._channels = self._channels, {}
+        for ep in channels.values():
+            await ep.channel.close()
+
+    # -- endpoint selection ------------------------------------------------------------------
+
+    def _endpoint(self) -> tuple[int, _Endpoint]:
+        if self._closed:
+            raise StoreUnavailable("etcd client is closed")
+        index = self._active
+        ep = self._channels.get(index)
+        if ep is None:
+            ep = self._channels[index] = _Endpoint(self._targets[index], self._options)
+        return index, ep
+
+    def _failed(self, index: int) -> None:
+        """The endpoint ``index`` answered UNAVAILABLE: the next call goes to the next endpoint."""
+        if index == self._active and len(self._targets) > 1:
+            self._active = (index + 1) % len(self._targets)
+            log.info(
+                "etcd endpoint %s unavailable; switching to %s",
+                self._targets[index],
+                self.active_endpoint,
+            )
+
+    async def _unary(
+        self,
+        what: str,
+        stub: str,
+        method: str,
+        request: Any,
+        *,
+        idempotent: bool,
+        revision: int = 0,
+    ) -> Any:
+        attempts = len(self._targets) if idempotent else 1
+        for attempt in range(attempts):
+            index, ep = self._endpoint()
+            try:
+                return await getattr(getattr(ep, stub), method)(request, timeout=self.call_timeout)
+            except rpc.AioRpcError as e:
+                if _is_unavailable(e):
+                    self._failed(index)
+                    if attempt + 1 < attempts:
+                        continue
+                raise translate(e, what, revision=revision) from e
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def get(self, key: bytes, *, revision: int = 0, serializable: bool = False) -> Range:
+        """One key (``kvs`` has 0 or 1 entries) at ``revision`` (0 = latest)."""
+        return await self.range(key, revision=revision, serializable=serializable)
+
+    async def range(
+        self,
+        key: bytes,
+        range_end: bytes | None = None,
+        *,
+        revision: int = 0,
+        limit: int = 0,
+        keys_only: bool = False,
+        sort_target: Literal["key", "create", "mod"] = "key",
+        descending: bool = False,
+        max_create_revision: int = 0,
+        serializable: bool = False,
+    ) -> Range:
+        """``[key, range_end)`` (or ``key`` alone) at ``revision`` (0 = latest, linearizable).
+
+        Raises :class:`Compacted` when ``revision`` is compacted, :class:`StoreUnavailable`.
+        """
+        request = _range_pb(
+            key,
+            range_end,
+            revision=revision,
+            limit=limit,
+            keys_only=keys_only,
+            sort_target=sort_target,
+            descending=descending,
+            max_create_revision=max_create_revision,
+            serializable=serializable,
+        )
+        response = await self._unary(
+            "range", "kv", "Range", request, idempotent=True, revision=revision
+        )
+        return _range_result(response, revision)
+
+    async def list_prefix(
+        self, prefix: bytes, *, revision: int = 0, page_size: int = 1000
+    ) -> Range:
+        """Every key under ``prefix`` as of one revision, read in pages of ``page_size``.
+
+        The first page fixes the revision (or uses ``revision``); later pages are pinned to it, so
+        the result is one consistent snapshot. Raises :class:`Compacted` if that revision is
+        compacted meanwhile (re-list).
+        """
+        end = prefix_range_end(prefix)
+        kvs: list[KeyValue] = []
+        start = prefix
+        while True:
+            page = await self.range(start, end, revision=revision, limit=page_size)
+            kvs.extend(page.kvs)
+            revision = page.revision
+            if not page.more or not page.kvs:
+                return Range(tuple(kvs), revision, False, len(kvs))
+            start = page.kvs[-1].key + b"\x00"
+
+    async def current_revision(self) -> int:
+        """The store's current revision (a linearizable read of nothing)."""
+        return (await self.range(b"\x00", limit=1, keys_only=True)).revision
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def put(self, key: bytes, value: bytes, *, lease: int = 0) -> int:
+        """Unconditional put; returns the revision. Only for keys nobody else may own."""
+        request = rpc.PutRequest(key=key, value=value, lease=lease)
+        response = await self._unary("put", "kv", "Put", request, idempotent=False)
+        return int(response.header.revision)
+
+    async def delete(self, key: bytes, range_end: bytes | None = None) -> DeleteResult:
+        request = rpc.DeleteRangeRequest(key=key)
+        if range_end is not None:
+            request.range_end = range_end
+        response = await self._unary("delete", "kv", "DeleteRange", request, idempotent=False)
+        return DeleteResult(int(response.header.revision), int(response.deleted))
+
+    async def txn(
+        self,
+        compares: Sequence[Compare],
+        success: Sequence[Op] = (),
+        failure: Sequence[Op] = (),
+    ) -> TxnResult:
+        """One atomic transaction. A read-only one fails over to the next endpoint on UNAVAILABLE;
+        one that writes raises :class:`StoreUnavailable` with an unknown outcome."""
+        txn = Txn(tuple(compares), tuple(success), tuple(failure))
+        response = await self._unary(
+            "txn", "kv", "Txn", _txn_pb(txn), idempotent=_is_read_only(txn)
+        )
+        return _txn_result(response)
+
+    async def compact(self, revision: int, *, physical: bool = True) -> None:
+        """Discard history before ``revision`` (``physical``: wait until it is gone from disk)."""
+        request = rpc.CompactionRequest(revision=revision, physical=physical)
+        await self._unary("compact", "kv", "Compact", request, idempotent=True, revision=revision)
+
+    # -- leases ------------------------------------------------------------------------------
+
+    async def grant_lease(self, ttl: int, *, keepalive: bool = True) -> Lease:
+        """A new lease of ``ttl`` seconds (etcd raises values below ~2 s), kept alive in the
+        background unless ``keepalive`` is False."""
+        if ttl < 1:
+            raise InvalidInput("ttl", f"{ttl} is not a positive number of seconds", "use >= 2")
+        request = rpc.LeaseGrantRequest(TTL=ttl)
+        response = await self._unary(
+            "lease grant", "lease", "LeaseGrant", request, idempotent=False
+        )
+        if response.error:
+            raise StoreUnavailable(f"lease grant: {response.error}")
+        lease = Lease(self, int(response.ID), int(response.TTL))
+        if keepalive:
+            lease.start_keepalive()
+        return lease
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        """Revoke ``lease_id`` (its keys are deleted); an already expired lease is not an error."""
+        request = rpc.LeaseRevokeRequest(ID=lease_id)
+        with contextlib.suppress(LeaseExpired):
+            await self._unary("lease revoke", "lease", "LeaseRevoke", request, idempotent=True)
+
+    async def lease_ttl(self, lease_id: int) -> int:
+        """Seconds left on ``lease_id``; -1 when it does not exist."""
+        request = rpc.LeaseTimeToLiveRequest(ID=lease_id)
+        response = await self._unary(
+            "lease ttl", "lease", "LeaseTimeToLive", request, idempotent=True
+        )
+        return int(response.TTL)
+
+    # -- watches -----------------------------------------------------------------------------
+
+    def watch(
+        self,
+        key: bytes,
+        range_end: bytes | None = None,
+        *,
+        start_revision: int,
+        prev_kv: bool = True,
+        progress_notify: bool = False,
+    ) -> Watch:
+        """Watch ``[key, range_end)`` from ``start_revision`` (inclusive; 0 = from now).
+
+        Use ``async with client.watch(...) as w: async for batch in w: ...``.
+        """
+        watch = Watch(
+            self,
+            key,
+            range_end,
+            start_revision=start_revision,
+            prev_kv=prev_kv,
+            progress_notify=progress_notify,
+        )
+        self._watches.add(watch)
+        return watch
+
+
+# -- leases ------------------------------------------------------------------------------------
+
+
+class Losable:
+    """A one-shot "lost" signal with its reason, shared by leases and leaderships.
+
+    Loss is final: once :meth:`_mark_lost` ran, :attr:`is_lost` stays true and :meth:`wait_lost`
+    returns the first reason given. Subclasses set :attr:`_loss_label` for the log line.
+    """
+
+    _loss_label = "resource"
+
+    def __init__(self) -> None:
+        self._lost = asyncio.Event()
+        self._reason = ""
+
+    @property
+    def is_lost(self) -> bool:
+        return self._lost.is_set()
+
+    @property
+    def lost_reason(self) -> str:
+        return self._reason
+
+    async def wait_lost(self) -> str:
+        """Return (the reason) once lost."""
+        await self._lost.wait()
+        return self._reason
+
+    def _mark_lost(self, reason: str) -> None:
+        if not self._lost.is_set():
+            self._reason = reason
+            self._lost.set()
+            log.warning("%s lost: %s", self._loss_label, reason)
+
+
+class Lease(Losable):
+    """A granted lease, kept alive by a background task until revoked, stopped or lost.
+
+    Lost means etcd answered the keep-alive with TTL 0 (expired or revoked elsewhere), or no
+    keep-alive succeeded until the lease's deadline (last confirmed refresh + TTL) passed. Loss is
+    final: :meth:`wait_lost` returns the reason. Keys attached to a lost lease are gone or going.
+    """
+
+    def __init__(self, client: EtcdClient, lease_id: int, ttl: int) -> None:
+        super().__init__()
+        self._client = client
+        self.id = lease_id
+        self.ttl = ttl
+        self._loss_label = f"lease {lease_id:#x}"
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._expires_at = asyncio.get_running_loop().time() + ttl
+
+    def __repr__(self) -> str:
+        return f"Lease(id={self.id:#x}, ttl={self.ttl}, lost={self.is_lost})"
+
+    def start_keepalive(self) -> None:
+        if self._task is None and not self.is_lost:
+            self._task = asyncio.create_task(self._keepalive(), name=f"lease-keepalive-{self.id:x}")
+            self._client._leases.add(self)
+
+    async def stop_keepalive(self) -> None:
+        """Stop refreshing (the lease then expires after its TTL)."""
+        self._stopping = True
+        task, self._task = self._task, None
+        self._client._leases.discard(self)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def revoke(self) -> None:
+        """Stop refreshing and revoke: etcd deletes every key attached to the lease."""
+        await self.stop_keepalive()
+        try:
+            await self._client.revoke_lease(self.id)
+        finally:
+            self._mark_lost("revoked")
+
+    async def _keepalive(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = Backoff(0.05, 1.0)
+        while not self.is_lost and not self._stopping:
+            try:
+                index, ep = self._client._endpoint()
+            except StoreUnavailable:
+                return  # the client is closed
+            call = ep.lease.LeaseKeepAlive()
+            try:
+                while True:
+                    sent_at = loop.time()
+                    async with asyncio.timeout(self._client.call_timeout):
+                        await call.write(rpc.LeaseKeepAliveRequest(ID=self.id))
+                        response = await call.read()
+                    if not isinstance(response, rpc.LeaseKeepAliveResponse):
+                        raise ConnectionError("keep-alive stream closed")
+                    if response.TTL <= 0:
+                        self._mark_lost("expired (etcd answered TTL 0)")
+                        return
+                    self._expires_at = sent_at + int(response.TTL)
+                    backoff.reset()
+                    await self._client._sleep(max(0.5, int(response.TTL) / 3))
+            except (rpc.AioRpcError, rpc.BaseError, TimeoutError, ConnectionError) as e:
+                if isinstance(e, rpc.AioRpcError) and _is_unavailable(e):
+                    self._client._failed(index)
+                if loop.time() >= self._expires_at:
+                    self._mark_lost(
+                        f"no keep-alive before the deadline ({translate(e, 'keepalive')})"
+                    )
+                    return
+                await self._client._sleep(
+                    min(backoff.next(), max(0.0, self._expires_at - loop.time()))
+                )
+            finally:
+                call.cancel()
+
+
+# -- watches -----------------------------------------------------------------------------------
+
+
+class _StreamBroken(Exception):
+    """Internal: the watch stream ended without an error status."""
+
+
+class Watch:
+    """An ordered, resumable stream of :class:`WatchBatch` for one key range.
+
+    * Opened on the raw ``Watch`` bidi stream with ``hasleader: true`` metadata, so a member without
+      quorum fails the stream instead of keeping it silently open.
+    * After a broken stream it re-opens from ``last delivered revision + 1`` on the next endpoint,
+      with backoff, for up to the client's ``watch_resume_window`` seconds of continuous failure;
+      then it raises :class:`StoreUnavailable`. Nothing is lost or repeated across a resume.
+    * Raises :class:`Compacted` when the revision it must start from is compacted (re-list).
+    * Raises :class:`StoreUnavailable` when etcd cancels the watch for another reason (watch id -1,
+      permission, ...): a cancelled watch is a failure, never a silent end.
+    """
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        key: bytes,
+        range_end: bytes | None,
+        *,
+        start_revision: int,
+        prev_kv: bool,
+        progress_notify: bool,
+    ) -> None:
+        if start_revision < 0:
+            raise InvalidInput("start_revision", "must be >= 0", "0 means 'from now'")
+        self._client = client
+        self._key = key
+        self._range_end = range_end
+        self._prev_kv = prev_kv
+        self._progress_notify = progress_notify
+        self._next_revision = start_revision
+        self._call: Any = None
+        self._call_index = 0
+        self._closed = False
+        self.resumes = 0
+
+    @property
+    def next_revision(self) -> int:
+        """The revision the watch continues from (0 before the first open of a 'from now' watch)."""
+        return self._next_revision
+
+    async def __aenter__(self) -> Watch:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._drop()
+        self._client._watches.discard(self)
+
+    def __aiter__(self) -> Watch:
+        return self
+
+    def _drop(self) -> None:
+        call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
+
+    async def _open(self) -> None:
+        index, ep = self._client._endpoint()
+        self._call_index = index
+        self._call = ep.watch.Watch(metadata=(("hasleader", "true"),))
+        create = rpc.WatchCreateRequest(
+            key=self._key,
+            start_revision=self._next_revision,
+            prev_kv=self._prev_kv,
+            progress_notify=self._progress_notify,
+        )
+        if self._range_end is not None:
+            create.range_end = self._range_end
+        async with asyncio.timeout(self._client.call_timeout):
+            await self._call.write(rpc.WatchRequest(create_request=create))
+            response = await self._call.read()
+        if not isinstance(response, rpc.WatchResponse):
+            raise _StreamBroken("watch stream closed before the watch was created")
+        self._check_cancelled(response)
+        if not response.created:
+            raise _StreamBroken("first watch response is not 'created'")
+        if self._next_revision == 0:
+            self._next_revision = int(response.header.revision) + 1
+
+    def _check_cancelled(self, response: Any) -> None:
+        if response.compact_revision:
+            self._drop()
+            raise Compacted(int(response.compact_revision))
+        if response.canceled or response.watch_id == -1:
+            self._drop()
+            reason = response.cancel_reason or "no reason given"
+            raise StoreUnavailable(f"watch cancelled by etcd: {reason}")
+
+    async def __anext__(self) -> WatchBatch:
+        loop = asyncio.get_running_loop()
+        backoff = Backoff(0.05, 1.0)
+        down_since: float | None = None
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            try:
+                if self._call is None:
+                    await self._open()
+                    if down_since is not None:
+                        self.resumes += 1
+                    down_since = None
+                    backoff.reset()
+                response = await self._call.read()
+                if not isinstance(response, rpc.WatchResponse):
+                    raise _StreamBroken("watch stream ended")
+            except (rpc.AioRpcError, rpc.BaseError, TimeoutError, _StreamBroken) as e:
+                self._drop()
+                if self._closed:
+                    raise StopAsyncIteration from None
+                if _is_unavailable(e):
+                    self._client._failed(self._call_index)
+                now = loop.time()
+                if down_since is None:
+                    down_since = now
+                    log.info(
+                        "watch on %r broken (%s); resuming from %d",
+                        self._key,
+                        e,
+                        self._next_revision,
+                    )
+                elif now - down_since >= self._client.watch_resume_window:
+                    raise translate(e, f"watch {self._key!r}") from e
+                await self._client._sleep(backoff.next())
+                continue
+            self._check_cancelled(response)
+            if response.created:
+                continue
+            events = tuple(_event(ev) for ev in response.events)
+            if events:
+                revision = events[-1].kv.mod_revision
+            else:
+                revision = int(response.header.revision)  # progress notification
+                if revision < self._next_revision - 1:
+                    continue
+            self._next_revision = max(self._next_revision, revision + 1)
+            return WatchBatch(revision, events)
+
+
+def _event(msg: Any) -> WatchEvent:
+    kind = EventKind.DELETE if msg.type == rpc.Event.DELETE else EventKind.PUT
+    prev = _kv(msg.prev_kv) if msg.HasField("prev_kv") else None
+    return WatchEvent(kind, _kv(msg.kv), prev)
+
+
+# -- history of a key range (appended for the data pipeline's export) --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """Every change to a key range between two revisions, as etcd still holds it.
+
+    ``events`` are the changes with ``from_revision <= mod_revision <= to_revision`` in revision
+    order, each with its previous value (``prev_kv``) when etcd still had it. ``from_revision`` is
+    the first revision asked for, or ``compact_revision + 1`` when etcd had compacted past it.
+    """
+
+    from_revision: int
+    to_revision: int
+    events: tuple[WatchEvent, ...]
+
+
+async def read_history(
+    client: EtcdClient,
+    key: bytes,
+    range_end: bytes | None,
+    *,
+    from_revision: int = 1,
+    quiet: float = 0.2,
+    catch_up_within: float = 60.0,
+    page_size: int = 1000,
+) -> History:
+    """Every event on ``[key, range_end)`` from ``from_revision`` (raised past compaction) up to
+    the current revision, read with a watch (with ``prev_kv``) that is closed once it caught up.
+
+    A watch never says "you have seen everything up to R", so the end is found by reconstruction:
+    the keys and ``mod_revision``\\ s of the range at ``from_revision - 1``, with every event
+    received applied, must equal those read at R (read first), and the stream must have been quiet
+    for ``quiet`` seconds (an event after R ends it at once). Raises :class:`StoreUnavailable` if
+    that does not happen within ``catch_up_within`` seconds.
+    """
+    if from_revision < 1:
+        raise InvalidInput("from_revision", "must be >= 1", "1 reads all retained history")
+    target_revision, target = await _mod_revisions(client, key, range_end, 0, page_size)
+    start = from_revision
+    while True:
+        try:
+            base: dict[bytes, int] = {}
+            if start > 1:
+                _, base = await _mod_revisions(client, key, range_end, start - 1, page_size)
+            events = await _events_until(
+                client, key, range_end, start, target_revision, base, target, quiet, catch_up_within
+            )
+            return History(start, target_revision, events)
+        except Compacted as e:
+            start = max(start + 1, e.compact_revision + 1)
+            if start > target_revision + 1:
+                raise StoreUnavailable(
+                    f"history of {key!r}: compacted past revision {target_revision}"
+                ) from e
+
+
+async def _mod_revisions(
+    client: EtcdClient, key: bytes, range_end: bytes | None, revision: int, page_size: int
+) -> tuple[int, dict[bytes, int]]:
+    """``(revision, key -> mod_revision)`` of the range at one revision (0 = now), paginated."""
+    found: dict[bytes, int] = {}
+    start = key
+    while True:
+        page = await client.range(
+            start, range_end, revision=revision, limit=page_size, keys_only=True
+        )
+        revision = page.revision
+        found.update((kv.key, kv.mod_revision) for kv in page.kvs)
+        if not page.more or not page.kvs or range_end is None:
+            return revision, found
+        start = page.kvs[-1].key + b"\x00"
+
+
+async def _events_until(
+    client: EtcdClient,
+    key: bytes,
+    range_end: bytes | None,
+    start: int,
+    end: int,
+    state: dict[bytes, int],
+    target: Mapping[bytes, int],
+    quiet: float,
+    catch_up_within: float,
+) -> tuple[WatchEvent, ...]:
+    events: list[WatchEvent] = []
+    queue: asyncio.Queue[WatchBatch | Exception] = asyncio.Queue()
+
+    async def pump(watch: Watch) -> None:
+        try:
+            async for batch in watch:
+                await queue.put(batch)
+        except Exception as e:  # handed to the reader, which raises it
+            await queue.put(e)
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + catch_up_within
+    async with client.watch(key, range_end, start_revision=start, prev_kv=True) as watch:
+        task = asyncio.create_task(pump(watch))
+        try:
+            while True:
+                if loop.time() > deadline:
+                    raise StoreUnavailable(
+                        f"history of {key!r}: not caught up in {catch_up_within}s"
+                    )
+                try:
+                    item = await asyncio.wait_for(queue.get(), quiet)
+                except TimeoutError:
+                    if state == target:
+                        return tuple(events)
+                    continue
+                if isinstance(item, Exception):
+                    raise item
+                for event in item.events:
+                    if event.kv.mod_revision > end:
+                        return tuple(events)
+                    events.append(event)
+                    if event.kind is EventKind.PUT:
+                        state[event.kv.key] = event.kv.mod_revision
+                    else:
+                        state.pop(event.kv.key, None)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,242 @@
+"""List-then-watch of one key prefix, giving consumers immutable snapshots.
+
+The recipe (Kubernetes' reflector, Patroni's KV cache): list the prefix at a revision ``R``
+(paginated, pinned to ``R``), watch from ``R + 1``, apply every event in order. Then:
+
+* a broken stream is resumed from the last applied revision + 1 (inside
+  :class:`~.etcd.Watch` for short outages, here with backoff for longer ones) — no event
+  lost, none applied twice;
+* :class:`~placement.errors.Compacted` (the resume revision is gone) means re-list and re-watch; the
+  next snapshot comes from the new list with ``generation`` incremented, and
+  :meth:`ListWatch.updates` emits it as a **reset** (consumers holding derived state rebuild it).
+
+Watches only *wake* consumers: :meth:`ListWatch.wait_newer` returns the latest snapshot once
+something changed, coalescing any number of events. A :class:`Snapshot` is immutable (a read-only
+mapping nobody else holds), so consumers decide on a consistent view at one revision.
+
+States: ``SYNCED`` (watching) -> ``RETRYING`` (etcd unreachable, snapshot kept, retrying with
+backoff) -> ``SYNCED``; ``CLOSED`` is final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from placement.errors import Compacted, PlacementError, StoreUnavailable
+from placement.metastore.etcd import Backoff, EtcdClient, EventKind, KeyValue, Sleep, WatchBatch
+from placement.metastore.keys import prefix_range_end
+
+log = logging.getLogger(__name__)
+
+
+class WatchState(StrEnum):
+    SYNCED = "synced"
+    RETRYING = "retrying"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The prefix as of ``revision``: ``kvs`` maps key -> :class:`KeyValue` (read-only).
+
+    ``generation`` counts lists (1 for the first): a snapshot of a higher generation than the one a
+    consumer holds comes from a re-list, not from applying events to it.
+    """
+
+    revision: int
+    kvs: Mapping[bytes, KeyValue]
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """What :meth:`ListWatch.updates` yields: a snapshot, and whether it is a reset for this
+    consumer (its first, or from a re-list since the consumer's previous one)."""
+
+    snapshot: Snapshot
+    reset: bool
+
+
+class ListWatch:
+    """Keeps an in-memory copy of ``prefix`` current; see the module docstring."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        prefix: bytes,
+        *,
+        page_size: int = 1000,
+        sleep: Sleep = asyncio.sleep,
+        backoff: Backoff | None = None,
+        quiet: Callable[[bytes], bool] | None = None,
+    ) -> None:
+        """``quiet(key)`` true: a change of that key is applied but wakes nobody — it shows in
+        the next snapshot made for another change (e.g. the driver and replica-size reports)."""
+        self._quiet = quiet
+        self._client = client
+        self._prefix = prefix
+        self._end = prefix_range_end(prefix)
+        self._page_size = page_size
+        self._sleep = sleep
+        self._backoff = backoff or Backoff(0.05, 1.0)
+        self._kvs: dict[bytes, KeyValue] = {}
+        self._revision = 0
+        self._generation = 0
+        self._changes = 0  # bumped on every applied change or reset
+        self._snapshot: Snapshot | None = None
+        self._snapshot_changes = -1
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self.state = WatchState.RETRYING
+        self.last_error: PlacementError | None = None
+        self.resets = 0
+
+    @property
+    def closed(self) -> bool:
+        return self.state is WatchState.CLOSED
+
+    @property
+    def revision(self) -> int:
+        """Every change of the prefix up to this revision is applied."""
+        return self._revision
+
+    async def start(self) -> Snapshot:
+        """List the prefix, start watching; return the first (reset) snapshot.
+
+        Raises :class:`StoreUnavailable` if the first list fails (nothing started).
+        """
+        if self._task is not None:
+            raise RuntimeError("ListWatch already started")
+        await self._list()
+        self.state = WatchState.SYNCED
+        self._task = asyncio.create_task(self._run(), name=f"listwatch-{self._prefix!r}")
+        return self.snapshot()
+
+    async def close(self) -> None:
+        self.state = WatchState.CLOSED
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def __aenter__(self) -> ListWatch:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def snapshot(self) -> Snapshot:
+        """The current snapshot (built once per change, then shared)."""
+        if self._snapshot is None or self._snapshot_changes != self._changes:
+            self._snapshot = Snapshot(
+                self._revision,
+                MappingProxyType(dict(self._kvs)),
+                self._generation,
+            )
+            self._snapshot_changes = self._changes
+        return self._snapshot
+
+    async def wait_newer(self, than: Snapshot | None) -> Snapshot:
+        """The latest snapshot once it differs from ``than`` (at once if it already does).
+
+        Raises what stopped the watch, or :class:`StoreUnavailable` once closed.
+        """
+        async with self._changed:
+            while True:
+                if self._failure is not None:
+                    raise self._failure
+                if self.state is WatchState.CLOSED:
+                    raise StoreUnavailable("list-watch closed")
+                current = self.snapshot()
+                if than is None or current is not than:
+                    return current
+                await self._changed.wait()
+
+    async def updates(self) -> AsyncIterator[Update]:
+        """Every distinct snapshot from now on (coalesced), flagged ``reset`` when it is the
+        consumer's first or comes from a re-list; ends when closed."""
+        last: Snapshot | None = None
+        while not self.closed:
+            try:
+                current = await self.wait_newer(last)
+            except StoreUnavailable:
+                if self.closed:
+                    return
+                raise
+            reset = last is None or current.generation != last.generation
+            last = current
+            yield Update(current, reset)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    async def _list(self) -> None:
+        listed = await self._client.list_prefix(self._prefix, page_size=self._page_size)
+        self._kvs = {kv.key: kv for kv in listed.kvs}
+        self._revision = listed.revision
+        self._generation += 1
+        self._changes += 1
+        if self._generation > 1:
+            self.resets += 1
+            log.info("re-listed %r at revision %d", self._prefix, listed.revision)
+        await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _apply(self, batch: WatchBatch) -> None:
+        for event in batch.events:
+            if event.kv.mod_revision <= self._revision:
+                continue  # already in the list (cannot happen with start = R + 1; kept as a guard)
+            if event.kind is EventKind.DELETE:
+                self._kvs.pop(event.kv.key, None)
+            else:
+                self._kvs[event.kv.key] = event.kv
+        quiet = self._quiet
+        changed = any(quiet is None or not quiet(e.kv.key) for e in batch.events)
+        self._revision = max(self._revision, batch.revision)
+        if changed:
+            self._changes += 1
+            await self._notify()
+
+    async def _run(self) -> None:
+        relist = False
+        try:
+            while True:
+                try:
+                    if relist:
+                        await self._list()
+                        relist = False
+                    async with self._client.watch(
+                        self._prefix, self._end, start_revision=self._revision + 1
+                    ) as watch:
+                        self.state = WatchState.SYNCED
+                        async for batch in watch:
+                            await self._apply(batch)
+                            self._backoff.reset()
+                    return  # the watch was closed under us (client closing)
+                except Compacted as e:
+                    log.info("watch of %r compacted (%s); re-listing", self._prefix, e)
+                    self.last_error = e
+                    relist = True
+                except StoreUnavailable as e:
+                    self.last_error = e
+                    self.state = WatchState.RETRYING
+                    await self._sleep(self._backoff.next())
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:
+            self._failure = e
+            await self._notify()
+            raise

@@ -1,0 +1,99 @@
+"""Fleet planning: the placement function applied to every zone of a snapshot (pure).
+
+The same function serves the CLI's local engine and, later, the Spark engine, so both give
+identical plans. The JSON shape is documented in design/formats.md.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from placement.algo.place import count_moves, place
+from placement.core.model import Node, Peers
+from placement.pipeline.snapshot import Snapshot, ZoneSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class ZonePlan:
+    """The target of one zone and what reaching it costs."""
+
+    name: str
+    assignments: tuple[Peers, ...]
+    moves: int
+    load: Mapping[str, int]
+    primaries: Mapping[str, int]
+    domain_load: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPlan:
+    zones: tuple[ZonePlan, ...]
+
+
+def plan_zone(zone: ZoneSnapshot, nodes: Sequence[Node]) -> ZonePlan:
+    """Places one zone starting from its stable assignment."""
+    result = place(zone.spec, nodes, zone.stable)
+    eligible = [n.name for n in nodes if n.matches(zone.spec.node_selector)]
+    load: Counter[str] = Counter(dict.fromkeys(eligible, 0))
+    primaries: Counter[str] = Counter(dict.fromkeys(eligible, 0))
+    for peers in result.assignments:
+        load.update(peers)
+        if peers:
+            primaries[peers[0]] += 1
+    domain_load: Counter[str] = Counter()
+    attribute = zone.spec.failure_domain
+    if attribute:
+        by_name = {n.name: n for n in nodes}
+        for name, count in load.items():
+            domain_load[by_name[name].attributes.get(attribute, name)] += count
+    return ZonePlan(
+        name=zone.spec.name,
+        assignments=result.assignments,
+        moves=count_moves(zone.stable, result.assignments),
+        load=dict(sorted(load.items())),
+        primaries=dict(sorted(primaries.items())),
+        domain_load=dict(sorted(domain_load.items())),
+    )
+
+
+def plan_fleet(snapshot: Snapshot) -> FleetPlan:
+    """Plans every zone of the snapshot independently (zones never share state)."""
+    return FleetPlan(tuple(plan_zone(z, snapshot.nodes) for z in snapshot.zones))
+
+
+def _spread(load: Mapping[str, int]) -> int:
+    return max(load.values()) - min(load.values()) if load else 0
+
+
+def zone_plan_json(plan: ZonePlan) -> dict[str, Any]:
+    return {
+        "name": plan.name,
+        "assignments": {str(p): list(peers) for p, peers in enumerate(plan.assignments)},
+        "summary": {
+            "moves": plan.moves,
+            "load": dict(plan.load),
+            "primaries": dict(plan.primaries),
+            "spread": _spread(plan.load),
+            "primary_spread": _spread(plan.primaries),
+            "domain_load": dict(plan.domain_load),
+        },
+    }
+
+
+def fleet_plan_json(plan: FleetPlan) -> dict[str, Any]:
+    """The plan file's content: per zone assignments and summary, plus fleet totals."""
+    total: Counter[str] = Counter()
+    for zone in plan.zones:
+        total.update(zone.load)
+    return {
+        "zones": [zone_plan_json(z) for z in plan.zones],
+        "summary": {
+            "zones": len(plan.zones),
+            "moves": sum(z.moves for z in plan.zones),
+            "load": dict(sorted(total.items())),
+            "spread": _spread(total),
+        },
+    }
