@@ -52,16 +52,13 @@ decreases; an unfinished move (IN_PROGRESS/FAILED) has revision A, names ``me`` 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Generic, TypeVar
 
-from placement.core.limits import MAX_PARTITIONS, NAME_PATTERN
 from placement.core.model import Peers
+from placement.core.names import validate_name, validate_partition
 from placement.errors import InvalidInput
-
-_NAME = re.compile(NAME_PATTERN)
 
 
 class Phase(Enum):
@@ -216,25 +213,16 @@ class Decision(Generic[OutcomeT]):
     detail: str = ""
 
 
-def validate_name(field: str, name: str) -> None:
-    """Zone and node names: 1–64 of ``[A-Za-z0-9_.-]`` (placement.core.limits)."""
-    if not _NAME.match(name):
-        raise InvalidInput(field, f"invalid name {name!r}", "use 1-64 of [A-Za-z0-9_.-]")
-
-
 def validate_partition_key(zone: str, partition: int) -> None:
     """A partition is named by a valid zone and an id in ``0 .. MAX_PARTITIONS-1``."""
-    validate_name("zone", zone)
-    if not 0 <= partition < MAX_PARTITIONS:
-        raise InvalidInput(
-            "partition", f"{partition} is out of range", f"use 0..{MAX_PARTITIONS - 1}"
-        )
+    validate_name(zone, "zone")
+    validate_partition(partition)
 
 
 def validate_peers(field: str, peers: Peers) -> None:
     seen: set[str] = set()
     for i, peer in enumerate(peers):
-        validate_name(f"{field}[{i}]", peer)
+        validate_name(peer, f"{field}[{i}]")
         if peer in seen:
             raise InvalidInput(field, f"duplicate peer {peer!r}", "list each node once")
         seen.add(peer)

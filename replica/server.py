@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from placement.core.names import validate_name
 from placement.errors import InvalidInput
 from placement.metastore.codec import NodeRecord, encode_node
 from placement.metastore.etcd import EtcdClient
@@ -24,7 +25,6 @@ from placement.metastore.keys import KeySpace
 from placement.v1 import data_pb2, data_pb2_grpc, replica_pb2, replica_pb2_grpc
 from replica.data.plane import DataConfig, DataPlane
 from replica.data.servicers import DataServicer, ReplicationServicer
-from replica.protocol import validate_name
 from replica.records import AgentStore
 from replica.registration import Registration
 from replica.service import CatchUp, ReplicaAgent, ReplicaServicer, SerialStore
@@ -96,7 +96,7 @@ async def start_agent(
     etcd client the agent also runs the data plane (``DataService``, ``ReplicationService``) and
     a rebalance's catch-up copies data (unless ``catch_up`` is given).
     """
-    validate_name("--node", node)
+    validate_name(node, "--node")
     host, port = parse_listen(listen)
     # SO_REUSEPORT (gRPC's default on Linux) would let a second agent share the port silently.
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])

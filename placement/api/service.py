@@ -30,6 +30,7 @@ from grpc_reflection.v1alpha import reflection
 from placement.api.client import CHANNEL_OPTIONS
 from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import ZoneSpec
+from placement.core.names import validate_name
 from placement.driver.status import zone_status
 from placement.errors import (
     Compacted,
@@ -53,7 +54,7 @@ from placement.metastore.codec import (
 )
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import Delete, EtcdClient, Get, Put, Range
-from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end, validate_name
+from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
 from placement.metastore.store import Fence, Metastore, Outcome, PartitionState, ZoneRecord
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 

@@ -27,11 +27,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from placement.api.service import add_to_server
+from placement.core.names import validate_name
 from placement.driver.leases import LeaseConfig
 from placement.driver.loop import Driver, DriverConfig
 from placement.errors import InvalidInput
 from placement.metastore.etcd import EtcdClient
-from placement.metastore.keys import DEFAULT_PREFIX, KeySpace, validate_name
+from placement.metastore.keys import DEFAULT_PREFIX, KeySpace
 
 AddServicers = Callable[[grpc.aio.Server, Driver], Sequence[str]]
 

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import grpc
 
 from placement.api.client import ApiError, PlacementClient, parse_endpoints
+from placement.core.retry import RetryPolicy
 from placement.data.partitioning import partition_of, validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
-from placement.retry import RetryPolicy
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc, driver_pb2
 
 if TYPE_CHECKING:

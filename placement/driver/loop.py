@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placement.core.model import Peers
+from placement.core.names import validate_name
+from placement.core.retry import RetryPolicy, retry
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
 from placement.driver.core import (
     ClusterView,
@@ -73,10 +75,9 @@ from placement.metastore.codec import (
 )
 from placement.metastore.election import Election, Leadership
 from placement.metastore.etcd import Compare, Delete, EtcdClient, Get, Put, Range
-from placement.metastore.keys import AssignField, KeySpace, prefix_range_end, validate_name
+from placement.metastore.keys import AssignField, KeySpace, prefix_range_end
 from placement.metastore.listwatch import ListWatch, Snapshot
 from placement.metastore.store import Fence, Metastore, Outcome, PartitionState, TransitionResult
-from placement.retry import RetryPolicy, retry
 
 log = logging.getLogger(__name__)
 

@@ -47,19 +47,18 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS, NAME_PATTERN
+from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import Peers, ZoneSpec
+from placement.core.names import has_name_form
 from placement.errors import InvalidInput
 
 SCHEMA_VERSION = 1
 #: Largest revision/epoch/timestamp we encode: etcd revisions are int64.
 MAX_INT = 2**63 - 1
-_NAME_RE = re.compile(NAME_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +132,7 @@ def validate_peers(peers: Peers, name: str = "peers", *, allow_empty: bool = Fal
     if not result and not allow_empty:
         raise InvalidInput(name, "is empty", "name at least one node")
     for i, peer in enumerate(result):
-        if not isinstance(peer, str) or not _NAME_RE.match(peer):
+        if not has_name_form(peer):
             raise InvalidInput(
                 f"{name}[{i}]", f"{peer!r} is not a valid node name", "use 1..64 of [A-Za-z0-9_.-]"
             )
@@ -324,7 +323,7 @@ MAX_DELAY = 30 * 24 * 3600.0
 
 def validate_zone_spec(spec: ZoneSpec) -> ZoneSpec:
     """Return ``spec`` if it is within the documented limits, else raise :class:`InvalidInput`."""
-    if not isinstance(spec.name, str) or not _NAME_RE.match(spec.name):
+    if not has_name_form(spec.name):
         raise InvalidInput(
             "name", f"{spec.name!r} is not a valid zone name", "use [A-Za-z0-9_.-]{1,64}"
         )
@@ -415,7 +414,7 @@ _NODE_KEYS = frozenset({"v", "name", "address", "attributes", "weight"})
 
 
 def encode_node(record: NodeRecord) -> bytes:
-    if not isinstance(record.name, str) or not _NAME_RE.match(record.name):
+    if not has_name_form(record.name):
         raise InvalidInput(
             "name", f"{record.name!r} is not a valid node name", "use [A-Za-z0-9_.-]{1,64}"
         )
@@ -441,7 +440,7 @@ def decode_node(raw: bytes) -> NodeRecord | Corrupt:
     try:
         obj = _load_object(raw, _NODE_KEYS)
         name, address, weight = obj["name"], obj["address"], obj["weight"]
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not has_name_form(name):
             raise _Bad("name is not a valid node name")
         if not isinstance(address, str) or not address:
             raise _Bad("address is not a non-empty string")

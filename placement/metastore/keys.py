@@ -31,12 +31,12 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from placement.core.limits import MAX_PARTITIONS, NAME_PATTERN
+from placement.core.limits import MAX_PARTITIONS
+from placement.core.names import is_name, validate_name, validate_partition
 from placement.errors import InvalidInput
 
 DEFAULT_PREFIX = "/placement"
 
-_NAME_RE = re.compile(NAME_PATTERN)
 _PARTITION_WIDTH = 5
 _PARTITION_RE = re.compile(r"^[0-9]{5}$")
 _PREFIX_SEGMENT_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -89,30 +89,6 @@ class ParsedKey:
     partition: int | None = None
     field: AssignField | None = None
     node: str | None = None
-
-
-def validate_name(name: str, what: str = "zone") -> str:
-    """Return ``name`` if it is a valid zone/node/member name, else raise :class:`InvalidInput`."""
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name in {".", ".."}:
-        raise InvalidInput(
-            what,
-            f"{name!r} is not a valid {what} name",
-            "use 1..64 characters of letters, digits, '_', '.', '-' (not '.' or '..')",
-        )
-    return name
-
-
-def validate_partition(partition: int) -> int:
-    """Return ``partition`` if it is in ``0..MAX_PARTITIONS-1``, else raise InvalidInput."""
-    if isinstance(partition, bool) or not isinstance(partition, int):
-        raise InvalidInput("partition", f"{partition!r} is not an integer", "pass an int")
-    if not 0 <= partition < MAX_PARTITIONS:
-        raise InvalidInput(
-            "partition",
-            f"{partition} is out of range",
-            f"use 0..{MAX_PARTITIONS - 1}",
-        )
-    return partition
 
 
 def prefix_range_end(prefix: bytes) -> bytes:
@@ -278,11 +254,11 @@ class KeySpace:
             return None
         kind_text, rest = parts[0], parts[1:]
         if kind_text in (KeyKind.ZONE, KeyKind.NODE, KeyKind.LEADER):
-            if len(rest) != 1 or not _is_name(rest[0]):
+            if len(rest) != 1 or not is_name(rest[0]):
                 return None
             return ParsedKey(KeyKind(kind_text), rest[0])
         if kind_text == KeyKind.DATANODES:
-            if len(rest) != 1 or not _is_name(rest[0]):
+            if len(rest) != 1 or not is_name(rest[0]):
                 return None
             return ParsedKey(KeyKind.DATANODES, rest[0])
         if kind_text == KeyKind.CONTROL:
@@ -290,7 +266,7 @@ class KeySpace:
                 return None
             return ParsedKey(KeyKind.CONTROL, rest[0])
         if kind_text in (KeyKind.PRIMARY, KeyKind.ISR):
-            if len(rest) != 2 or not _is_name(rest[0]) or not _PARTITION_RE.match(rest[1]):
+            if len(rest) != 2 or not is_name(rest[0]) or not _PARTITION_RE.match(rest[1]):
                 return None
             if int(rest[1]) >= MAX_PARTITIONS:
                 return None
@@ -298,15 +274,15 @@ class KeySpace:
         if kind_text in (KeyKind.PROGRESS, KeyKind.SIZES):
             if (
                 len(rest) != 3
-                or not _is_name(rest[0])
+                or not is_name(rest[0])
                 or not _PARTITION_RE.match(rest[1])
-                or not _is_name(rest[2])
+                or not is_name(rest[2])
                 or int(rest[1]) >= MAX_PARTITIONS
             ):
                 return None
             return ParsedKey(KeyKind(kind_text), rest[0], int(rest[1]), node=rest[2])
         if kind_text == KeyKind.ASSIGN:
-            if len(rest) != 3 or not _is_name(rest[0]) or not _PARTITION_RE.match(rest[1]):
+            if len(rest) != 3 or not is_name(rest[0]) or not _PARTITION_RE.match(rest[1]):
                 return None
             partition = int(rest[1])
             if partition >= MAX_PARTITIONS:
@@ -317,7 +293,3 @@ class KeySpace:
                 return None
             return ParsedKey(KeyKind.ASSIGN, rest[0], partition, field)
         return None
-
-
-def _is_name(text: str) -> bool:
-    return bool(_NAME_RE.match(text)) and text not in {".", ".."}

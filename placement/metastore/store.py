@@ -42,6 +42,7 @@ from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from placement.core.model import Peers, ZoneSpec
+from placement.core.names import validate_partition
 from placement.errors import Conflict, InvalidInput, NotLeader
 from placement.metastore.codec import (
     Assignment,
@@ -80,13 +81,7 @@ from placement.metastore.etcd import (
     txn_ops,
     txn_request_bytes,
 )
-from placement.metastore.keys import (
-    AssignField,
-    KeyKind,
-    KeySpace,
-    prefix_range_end,
-    validate_partition,
-)
+from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
 
 T = TypeVar("T")
 

@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow as pa
 
 from placement.core.model import Peers
+from placement.core.names import validate_name
 from placement.errors import InvalidInput
-from placement.metastore.keys import validate_name
 from placement.pipeline.snapshot import Snapshot, parse_snapshot
 
 _STR_MAP = pa.map_(pa.string(), pa.string())

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import Node, ZoneSpec
+from placement.core.names import validate_name
 from placement.errors import InvalidInput
-from placement.metastore.keys import validate_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from placement.core.model import ZoneSpec
+from placement.core.retry import RetryPolicy
 from placement.driver.agents import AgentClient
 from placement.driver.leases import LeaseConfig
 from placement.driver.loop import Driver, DriverConfig
@@ -42,7 +43,6 @@ from placement.metastore.codec import (
 from placement.metastore.etcd import Compare, EtcdClient, EventKind, Lease, Op, Put, TxnResult
 from placement.metastore.keys import AssignField, KeyKind, KeySpace
 from placement.metastore.store import Fence, Metastore, Outcome
-from placement.retry import RetryPolicy
 from replica.records import AgentStore
 
 ROOT = Path(__file__).resolve().parents[2]

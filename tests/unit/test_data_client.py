@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement.api.client import ApiError
+from placement.core.retry import RetryPolicy
 from placement.data.client import (
     DataClient,
     DataRequestFailed,
@@ -32,7 +33,6 @@ from placement.data.client import (
 )
 from placement.data.partitioning import partition_of
 from placement.errors import InvalidInput
-from placement.retry import RetryPolicy
 from placement.v1 import data_pb2
 
 Code = grpc.StatusCode

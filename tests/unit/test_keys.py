@@ -7,15 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from placement.core.limits import MAX_PARTITIONS
+from placement.core.names import validate_name
 from placement.errors import InvalidInput
-from placement.metastore.keys import (
-    AssignField,
-    KeyKind,
-    KeySpace,
-    ParsedKey,
-    prefix_range_end,
-    validate_name,
-)
+from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey, prefix_range_end
 
 names = st.from_regex(r"[A-Za-z0-9_.-]{1,64}", fullmatch=True).filter(
     lambda s: s not in {".", ".."}

@@ -1,0 +1,132 @@
+"""The one factory for gRPC channels and servers (design/architecture.md, "One of each").
+
+Every process builds its channels and servers here, so options, keep-alive, message limits, the
+health service and reflection are set in one place (and credentials, once the product has TLS).
+
+* **Channels** come from a :class:`ChannelPool` — one ``grpc.aio`` channel per address, created
+  on first use — with a :class:`ChannelProfile`: keep-alive with a ping timeout, so a frozen peer
+  is noticed within seconds, and a capped reconnect backoff, so a restarted peer is reached again
+  quickly instead of after gRPC's default 2-minute sit-out.
+* **Servers** come from :func:`bind_server` (bind first, so a taken address fails before any state
+  is touched; ``SO_REUSEPORT`` off, so a second process cannot share the port silently) and
+  :func:`start_server` (health, reflection, every service SERVING).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from placement.errors import InvalidInput
+
+#: Largest message a channel or server accepts (scan and snapshot pages stay far below it).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelProfile:
+    """How a channel watches its peer and reconnects."""
+
+    keepalive_ms: int
+    ping_timeout_ms: int
+    #: Ping even with no call open (only towards servers that permit it, like ours).
+    ping_idle: bool = False
+    max_reconnect_backoff_ms: int = 1_000
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    #: Extra raw options (e.g. etcd's limits on pings); they win over the derived ones.
+    extra: tuple[tuple[str, int], ...] = ()
+
+    def options(self) -> list[tuple[str, int]]:
+        derived = {
+            "grpc.keepalive_time_ms": self.keepalive_ms,
+            "grpc.keepalive_timeout_ms": self.ping_timeout_ms,
+            # Newer gRPC cores use this one for the ping-ack wait and ignore keepalive_timeout_ms.
+            "grpc.http2.ping_timeout_ms": self.ping_timeout_ms,
+            "grpc.keepalive_permit_without_calls": int(self.ping_idle),
+            "grpc.initial_reconnect_backoff_ms": 100,
+            "grpc.min_reconnect_backoff_ms": 100,
+            "grpc.max_reconnect_backoff_ms": self.max_reconnect_backoff_ms,
+            "grpc.max_receive_message_length": self.max_message_bytes,
+            "grpc.max_send_message_length": self.max_message_bytes,
+        }
+        derived.update(self.extra)
+        return list(derived.items())
+
+
+#: Clients of the driver API (placectl, the API's forwarding to the leader).
+API_PROFILE = ChannelProfile(
+    keepalive_ms=10_000, ping_timeout_ms=5_000, ping_idle=True, max_reconnect_backoff_ms=2_000
+)
+#: The driver calling agents (Rebalance, Cancel, Retire): a frozen agent is noticed in ~8 s.
+AGENT_PROFILE = ChannelProfile(keepalive_ms=5_000, ping_timeout_ms=3_000)
+#: Data clients calling primaries, and agents replicating to each other.
+DATA_PROFILE = ChannelProfile(keepalive_ms=10_000, ping_timeout_ms=3_000)
+
+
+def channel(address: str, profile: ChannelProfile) -> grpc.aio.Channel:
+    """One new channel to ``address`` with ``profile``'s options."""
+    return grpc.aio.insecure_channel(address, options=profile.options())
+
+
+class ChannelPool:
+    """One channel per address, created on first use and closed together."""
+
+    def __init__(self, profile: ChannelProfile) -> None:
+        self.profile = profile
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        found = self._channels.get(address)
+        if found is None:
+            found = self._channels[address] = channel(address, self.profile)
+        return found
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for c in channels:
+            await c.close(None)
+
+
+def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` (port 0 = any free port) or an :class:`InvalidInput` naming ``option``."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InvalidInput(option, f"{listen!r} is not HOST:PORT", "e.g. 127.0.0.1:0")
+    return host.strip("[]"), int(port)
+
+
+def bind_server(listen: str, option: str = "--listen") -> tuple[grpc.aio.Server, str]:
+    """A new server bound to ``listen``; returns it and the bound ``host:port``."""
+    host, port = split_listen(listen, option)
+    server = grpc.aio.server(
+        options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
+    )
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as e:
+        raise InvalidInput(option, f"cannot bind {listen}: {e}", "pick a free port") from e
+    return server, f"{host}:{bound}"
+
+
+async def start_server(
+    server: grpc.aio.Server, services: Sequence[str]
+) -> health.aio.HealthServicer:
+    """Adds health and reflection for ``services`` (already added), marks every one SERVING and
+    starts the server; the returned health servicer announces a graceful shutdown."""
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
+    for service in ("", *services):
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    await server.start()
+    return health_servicer
