@@ -25,9 +25,9 @@ from placement.metastore.keys import KeySpace
 from placement.v1 import data_pb2, data_pb2_grpc, replica_pb2, replica_pb2_grpc
 from replica.data.plane import DataConfig, DataPlane
 from replica.data.servicers import DataServicer, ReplicationServicer
-from replica.records import AgentStore
+from replica.records import AgentStore, StoreThread
 from replica.registration import Registration
-from replica.service import CatchUp, ReplicaAgent, ReplicaServicer, SerialStore
+from replica.service import CatchUp, ReplicaAgent, ReplicaServicer
 
 SERVICE_NAME: str = replica_pb2.DESCRIPTOR.services_by_name["ReplicaService"].full_name
 DATA_SERVICE_NAME: str = data_pb2.DESCRIPTOR.services_by_name["DataService"].full_name
@@ -109,7 +109,7 @@ async def start_agent(
     except BaseException:
         await server.stop(None)
         raise
-    db = SerialStore(store)
+    db = StoreThread(store)
     plane: DataPlane | None = None
     if etcd_client is not None and keys is not None:
         plane = DataPlane(node, db, etcd_client, keys, config=data_config)
