@@ -1052,6 +1052,12 @@ class Metastore:
         )
         return result.revision if result.succeeded else None
 
+    async def put_owned(self, key: bytes, value: bytes, lease: Lease | int) -> int:
+        """Put a key only its writer owns (an agent's move report or replica size) under that
+        writer's lease, unconditionally; returns the revision."""
+        lease_id = lease.id if isinstance(lease, Lease) else lease
+        return await self.client.put(key, value, lease=lease_id)
+
 
 # -- batching ----------------------------------------------------------------------------------
 
