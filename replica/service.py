@@ -72,9 +72,9 @@ class UnknownPartition(PlacementError):
 
 
 async def record_catch_up(job: StartCatchUp, db: StoreThread) -> None:
-    """The catch-up of this issue: there is no partition data yet, so catching up is creating
-    the durable (partial) replica record. The data issue replaces it with a snapshot + log-tail
-    copy from ``job.sources`` into that record."""
+    """The catch-up of an agent without a data plane (no ``--etcd``): there is no partition data,
+    so catching up is creating the durable (partial) replica record. With a data plane the
+    catch-up is ``DataPlane.catch_up`` (a snapshot + log-tail copy; design/data-plane.md)."""
     await db.call(db.store.begin_replica, job.zone, job.partition)
 
 

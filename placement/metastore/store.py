@@ -5,8 +5,9 @@ driver write also compares the writer's :class:`Fence` (``create_revision(leader
 a writer whose leadership ended — its key deleted, expired, or re-created in a later term — cannot
 change anything, and gets :class:`~placement.errors.NotLeader`.
 
-Assignment transitions (BRIEF §3) — :meth:`Metastore.trigger`, :meth:`Metastore.finish`,
-:meth:`Metastore.cancel`, :meth:`Metastore.finish_cancel` — share one shape:
+Assignment transitions (design/metastore.md §3) — :meth:`Metastore.trigger`,
+:meth:`Metastore.finish`, :meth:`Metastore.cancel`, :meth:`Metastore.finish_cancel` — share one
+shape:
 
 1. take the partition's state (read fresh, or the ``observed`` state the caller already holds);
 2. decide with a pure function (:func:`decide_trigger`, ...) what to write;
@@ -263,7 +264,7 @@ class NodeEntry:
 
 
 def decide_trigger(state: PartitionState, target: Peers, trigger_revision: int) -> TriggerAction:
-    """Rule 2 of BRIEF §3 as a pure function of the partition state.
+    """The trigger rule (design/metastore.md §3) as a pure function of the partition state.
 
     * stored trigger not older than ``trigger_revision`` (byte compare, as etcd does) -> STALE;
     * no pending: target != stable -> WRITE_PENDING, else RECORD_ONLY;
@@ -634,7 +635,7 @@ class Metastore:
         *,
         observed: PartitionState | None = None,
     ) -> TransitionResult:
-        """Apply a configuration-change trigger to one partition (rule 2 of BRIEF §3).
+        """Apply a configuration-change trigger to one partition (design/metastore.md §3).
 
         Branches (:func:`decide_trigger`): pending := target / planned := target / delete planned /
         record only; always records ``trigger_revision`` in the trigger key.
