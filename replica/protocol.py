@@ -1,4 +1,4 @@
-"""Pure core of the replica agent's rebalance protocol (BRIEF.md §4).
+"""Pure core of the replica agent's rebalance protocol (design/replica-protocol.md).
 
 No I/O, no clock, no protobuf: every function maps (record, request) to a ``Decision`` — the next
 record, the answer and the effects the I/O layer must execute. The service persists the record

@@ -16,14 +16,17 @@ effect ever decided, append-only, for inspection and tests).
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from placement.core.model import Peers
 from placement.errors import PlacementError
@@ -40,6 +43,8 @@ from replica.protocol import (
 DB_NAME = "agent.db"
 LOCK_NAME = "agent.lock"
 SCHEMA_VERSION = 1
+
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -345,3 +350,18 @@ def _int(value: object) -> int:
     if not isinstance(value, int):
         raise TypeError(f"{value!r} is not an integer")
     return value
+
+
+class StoreThread:
+    """The one thread that runs every ``AgentStore`` call, first submitted first executed."""
+
+    def __init__(self, store: AgentStore) -> None:
+        self.store = store
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-store")
+
+    async def call(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def close(self) -> None:
+        await self.call(self.store.close)
+        self._executor.shutdown(wait=True)

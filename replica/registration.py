@@ -15,13 +15,17 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
+from placement.core.retry import Backoff, RetryPolicy
 from placement.errors import Conflict, InvalidInput, NotLeader, StoreUnavailable
 from placement.metastore.codec import MoveReport, NodeRecord, encode_node, encode_report
-from placement.metastore.etcd import Backoff, EtcdClient, Lease
+from placement.metastore.etcd import EtcdClient, Lease
 from placement.metastore.keys import KeySpace
 from placement.metastore.store import Metastore
 
 log = logging.getLogger(__name__)
+
+#: Delays between registration attempts: 0.1-0.2 s at first, doubling, up to 1-2 s.
+REGISTER_RETRY = RetryPolicy(initial=0.2, cap=2.0, floor=0.5)
 
 
 def parse_attributes(items: list[str] | tuple[str, ...]) -> dict[str, str]:
@@ -80,7 +84,7 @@ class Registration:
         log.info("node %s registered (lease %#x)", self.record.name, lease.id)
 
     async def _run(self) -> None:
-        backoff = Backoff(0.2, 2.0)
+        backoff = Backoff(REGISTER_RETRY)
         while True:
             lease = self._lease
             if lease is not None:
@@ -110,7 +114,7 @@ class Registration:
         lease = self._lease
         if lease is None:
             raise StoreUnavailable(f"node {self.record.name} is not registered")
-        await self.client.put(key, value, lease=lease.id)
+        await self.store.put_owned(key, value, lease)
 
     async def stop(self) -> None:
         """Stop keeping alive and revoke the lease (the node key goes with it)."""

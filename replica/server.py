@@ -1,4 +1,5 @@
-"""Run one replica agent: ``ReplicaService`` plus standard health checking and reflection.
+"""Run one replica agent: ``ReplicaService`` (and the data plane's services) on a server from
+:mod:`placement.rpc` (standard health checking and reflection).
 
 Startup: bind → lock and open the data dir → resume unfinished catch-ups → serve → SERVING →
 announce. Shutdown (SIGTERM/SIGINT or a fatal store error): NOT_SERVING →
@@ -14,42 +15,32 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
 from placement.core.names import validate_name
-from placement.errors import InvalidInput
 from placement.metastore.codec import NodeRecord, encode_node
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
+from placement.rpc import bind_server, start_server
 from placement.v1 import data_pb2, data_pb2_grpc, replica_pb2, replica_pb2_grpc
 from replica.data.plane import DataConfig, DataPlane
 from replica.data.servicers import DataServicer, ReplicationServicer
-from replica.records import AgentStore
+from replica.records import AgentStore, StoreThread
 from replica.registration import Registration
-from replica.service import CatchUp, ReplicaAgent, ReplicaServicer, SerialStore
+from replica.service import CatchUp, ReplicaAgent, ReplicaServicer
 
 SERVICE_NAME: str = replica_pb2.DESCRIPTOR.services_by_name["ReplicaService"].full_name
 DATA_SERVICE_NAME: str = data_pb2.DESCRIPTOR.services_by_name["DataService"].full_name
 REPLICATION_SERVICE_NAME: str = data_pb2.DESCRIPTOR.services_by_name["ReplicationService"].full_name
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:0`` for IPv6); port 0 asks the kernel for a free one."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise InvalidInput("--listen", f"{listen!r} is not HOST:PORT", "e.g. 127.0.0.1:0")
-    return host, int(port)
-
-
 class RunningAgent:
-    """A started agent; ``port`` is the bound one (useful with port 0)."""
+    """A started agent; ``address`` is the bound ``host:port`` (useful with port 0)."""
 
     def __init__(
         self,
         node: str,
-        host: str,
-        port: int,
+        address: str,
         server: grpc.aio.Server,
         agent: ReplicaAgent,
         health_servicer: health.aio.HealthServicer,
@@ -57,8 +48,7 @@ class RunningAgent:
     ) -> None:
         self.plane = plane
         self.node = node
-        self.host = host
-        self.port = port
+        self.address = address
         self._server = server
         self._agent = agent
         self._health = health_servicer
@@ -66,10 +56,6 @@ class RunningAgent:
     @property
     def agent(self) -> ReplicaAgent:
         return self._agent
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
 
     async def stop(self, grace: float) -> None:
         await self._health.enter_graceful_shutdown()
@@ -97,19 +83,13 @@ async def start_agent(
     a rebalance's catch-up copies data (unless ``catch_up`` is given).
     """
     validate_name(node, "--node")
-    host, port = parse_listen(listen)
-    # SO_REUSEPORT (gRPC's default on Linux) would let a second agent share the port silently.
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as e:
-        raise InvalidInput("--listen", f"cannot bind {listen}: {e}", "pick a free port") from e
+    server, address = bind_server(listen)
     try:
         store = await asyncio.to_thread(AgentStore.open, data_dir, node)
     except BaseException:
         await server.stop(None)
         raise
-    db = SerialStore(store)
+    db = StoreThread(store)
     plane: DataPlane | None = None
     if etcd_client is not None and keys is not None:
         plane = DataPlane(node, db, etcd_client, keys, config=data_config)
@@ -126,21 +106,14 @@ async def start_agent(
             served += [DATA_SERVICE_NAME, REPLICATION_SERVICE_NAME]
         await agent.start()
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaServicer(agent), server)
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            [*served, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-        )
-        await server.start()
+        health_servicer = await start_server(server, served)
     except BaseException:
         await server.stop(None)
         if plane is not None:
             await plane.close()
         await agent.close()
         raise
-    for service in ("", *served):
-        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    return RunningAgent(node, host, bound, server, agent, health_servicer, plane)
+    return RunningAgent(node, address, server, agent, health_servicer, plane)
 
 
 async def serve(

@@ -20,7 +20,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
@@ -49,7 +48,7 @@ from replica.protocol import (
     validate_request,
     validate_retire,
 )
-from replica.records import AgentStore
+from replica.records import StoreThread
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 #: Brings this node's replica of ``job.partition`` up to date from ``job.sources``, writing
 #: through the store it is given. Must be idempotent and resumable (it is restarted after a
 #: crash) and must stop when cancelled. Returning = caught up; raising = the move FAILED.
-CatchUp = Callable[[StartCatchUp, "SerialStore"], Awaitable[None]]
+CatchUp = Callable[[StartCatchUp, "StoreThread"], Awaitable[None]]
 
 #: Pushes a move report (zone, partition, report) to the driver — with ``--etcd``, a put of
 #: ``{p}/progress/{zone}/{partition}/{node}`` under the registration lease. Best effort.
@@ -72,25 +71,10 @@ class UnknownPartition(PlacementError):
     """This agent holds no record of the partition."""
 
 
-class SerialStore:
-    """Runs every ``AgentStore`` call on one thread, first submitted first executed."""
-
-    def __init__(self, store: AgentStore) -> None:
-        self.store = store
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-store")
-
-    async def call(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-    async def close(self) -> None:
-        await self.call(self.store.close)
-        self._executor.shutdown(wait=True)
-
-
-async def record_catch_up(job: StartCatchUp, db: SerialStore) -> None:
-    """The catch-up of this issue: there is no partition data yet, so catching up is creating
-    the durable (partial) replica record. The data issue replaces it with a snapshot + log-tail
-    copy from ``job.sources`` into that record."""
+async def record_catch_up(job: StartCatchUp, db: StoreThread) -> None:
+    """The catch-up of an agent without a data plane (no ``--etcd``): there is no partition data,
+    so catching up is creating the durable (partial) replica record. With a data plane the
+    catch-up is ``DataPlane.catch_up`` (a snapshot + log-tail copy; design/data-plane.md)."""
     await db.call(db.store.begin_replica, job.zone, job.partition)
 
 
@@ -100,7 +84,7 @@ class ReplicaAgent:
     def __init__(
         self,
         node: str,
-        db: SerialStore,
+        db: StoreThread,
         *,
         catch_up: CatchUp | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,

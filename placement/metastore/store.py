@@ -5,8 +5,9 @@ driver write also compares the writer's :class:`Fence` (``create_revision(leader
 a writer whose leadership ended — its key deleted, expired, or re-created in a later term — cannot
 change anything, and gets :class:`~placement.errors.NotLeader`.
 
-Assignment transitions (BRIEF §3) — :meth:`Metastore.trigger`, :meth:`Metastore.finish`,
-:meth:`Metastore.cancel`, :meth:`Metastore.finish_cancel` — share one shape:
+Assignment transitions (design/metastore.md §3) — :meth:`Metastore.trigger`,
+:meth:`Metastore.finish`, :meth:`Metastore.cancel`, :meth:`Metastore.finish_cancel` — share one
+shape:
 
 1. take the partition's state (read fresh, or the ``observed`` state the caller already holds);
 2. decide with a pure function (:func:`decide_trigger`, ...) what to write;
@@ -48,16 +49,21 @@ from placement.metastore.codec import (
     Assignment,
     CancelIntent,
     Corrupt,
+    InSyncSet,
     NodeRecord,
+    PrimaryLease,
     TriggerMark,
     be8,
     decode_assignment,
     decode_cancel,
+    decode_isr,
     decode_node,
+    decode_primary,
     decode_trigger,
     decode_zone_spec,
     encode_assignment,
     encode_cancel,
+    encode_isr,
     encode_node,
     encode_trigger,
     encode_zone_spec,
@@ -258,7 +264,7 @@ class NodeEntry:
 
 
 def decide_trigger(state: PartitionState, target: Peers, trigger_revision: int) -> TriggerAction:
-    """Rule 2 of BRIEF §3 as a pure function of the partition state.
+    """The trigger rule (design/metastore.md §3) as a pure function of the partition state.
 
     * stored trigger not older than ``trigger_revision`` (byte compare, as etcd does) -> STALE;
     * no pending: target != stable -> WRITE_PENDING, else RECORD_ONLY;
@@ -629,7 +635,7 @@ class Metastore:
         *,
         observed: PartitionState | None = None,
     ) -> TransitionResult:
-        """Apply a configuration-change trigger to one partition (rule 2 of BRIEF §3).
+        """Apply a configuration-change trigger to one partition (design/metastore.md §3).
 
         Branches (:func:`decide_trigger`): pending := target / planned := target / delete planned /
         record only; always records ``trigger_revision`` in the trigger key.
@@ -1011,6 +1017,47 @@ class Metastore:
                     NodeEntry(parsed.name, decode_node(kv.value), kv.lease, kv.mod_revision)
                 )
         return found.revision, tuple(entries)
+
+    async def read_lease_and_isr(
+        self, zone: str, partition: int
+    ) -> tuple[PrimaryLease | None, int, InSyncSet | None, int]:
+        """A partition's primary lease and in-sync set, both at one revision (one read-only
+        transaction): ``(lease, its mod revision, ISR, its mod revision)``; a value is None when
+        absent or undecodable, a mod revision 0 when absent."""
+        lease_key, isr_key = self.keys.primary(zone, partition), self.keys.isr(zone, partition)
+        result = await self.client.txn([], [Get(lease_key), Get(isr_key)])
+        lease_range, isr_range = result.responses
+        assert isinstance(lease_range, Range)
+        assert isinstance(isr_range, Range)
+        lease_kv, isr_kv = lease_range.first(), isr_range.first()
+        lease = decode_primary(lease_kv.value) if lease_kv is not None else None
+        isr = decode_isr(isr_kv.value) if isr_kv is not None else None
+        return (
+            lease if isinstance(lease, PrimaryLease) else None,
+            lease_kv.mod_revision if lease_kv is not None else 0,
+            isr if isinstance(isr, InSyncSet) else None,
+            isr_kv.mod_revision if isr_kv is not None else 0,
+        )
+
+    async def write_isr(
+        self, zone: str, partition: int, isr: InSyncSet, *, lease_key_mod: int, isr_mod: int
+    ) -> int | None:
+        """Put the partition's in-sync set if the primary lease key is still at mod revision
+        ``lease_key_mod`` and the ISR key at ``isr_mod`` (0 = absent) — the primary's fence
+        (design/data-plane.md, "ISR changes"). Returns the new revision, None if a compare
+        failed."""
+        lease_key, isr_key = self.keys.primary(zone, partition), self.keys.isr(zone, partition)
+        result = await self.client.txn(
+            [Compare.mod(lease_key, "==", lease_key_mod), Compare.mod(isr_key, "==", isr_mod)],
+            [Put(isr_key, encode_isr(isr))],
+        )
+        return result.revision if result.succeeded else None
+
+    async def put_owned(self, key: bytes, value: bytes, lease: Lease | int) -> int:
+        """Put a key only its writer owns (an agent's move report or replica size) under that
+        writer's lease, unconditionally; returns the revision."""
+        lease_id = lease.id if isinstance(lease, Lease) else lease
+        return await self.client.put(key, value, lease=lease_id)
 
 
 # -- batching ----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The data plane's gRPC edge: ``DataService`` (clients) and ``ReplicationService`` (agents).
 
-Protobuf in, domain calls on :class:`~replica.data.plane.DataPlane`, protobuf out; every domain
+Protobuf in, domain calls on :class:`~replica.data.plane.DataPlane`, protobuf out (replication
+messages convert in :mod:`replica.data.peers`); every domain
 error becomes a status code in one place (``_call``). A request that is not for this node's
 primary gets FAILED_PRECONDITION with trailing metadata ``x-primary`` = ``NODE@HOST:PORT`` (empty
 when unknown), so clients retry there.
@@ -16,7 +17,14 @@ import grpc
 from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
 from placement.v1 import data_pb2, data_pb2_grpc
-from replica.data.plane import DataPlane, NotPrimary, Unavailable, UnknownZone
+from replica.data.model import NotPrimary, Unavailable, UnknownZone
+from replica.data.peers import (
+    append_call_from_pb,
+    append_reply_to_pb,
+    fetch_call_from_pb,
+    fetch_reply_to_pb,
+)
+from replica.data.plane import DataPlane
 from replica.protocol import validate_partition_key
 
 T = TypeVar("T")
@@ -96,7 +104,7 @@ class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
 
         async def work() -> data_pb2.AppendResponse:
             validate_partition_key(ref.zone, ref.partition)
-            return await self._plane.append(request)
+            return append_reply_to_pb(await self._plane.append(append_call_from_pb(request)))
 
         return await _call(context, work())
 
@@ -107,7 +115,7 @@ class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
 
         async def work() -> data_pb2.FetchResponse:
             validate_partition_key(ref.zone, ref.partition)
-            return await self._plane.fetch(request)
+            return fetch_reply_to_pb(await self._plane.fetch(fetch_call_from_pb(request)))
 
         try:
             return await _call(context, work(), not_primary_aborts=False)
@@ -122,8 +130,15 @@ class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
 
         async def work() -> data_pb2.ReadReplicaResponse:
             validate_partition_key(ref.zone, ref.partition)
-            return await self._plane.read_replica(
+            page = await self._plane.read_replica(
                 ref.zone, ref.partition, request.start_after, _limit(request.limit)
+            )
+            return data_pb2.ReadReplicaResponse(
+                hosted=page.hosted,
+                items=[data_pb2.KeyValue(key=k, value=v) for k, v in page.items],
+                more=page.more,
+                last_index=page.last_index,
+                commit_index=page.commit_index,
             )
 
         return await _call(context, work())

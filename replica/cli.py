@@ -1,0 +1,122 @@
+"""The one agent command: ``run`` (``python -m replica`` runs it alone; ``placectl agent run`` is
+the same command in ``placectl``).
+
+``run --node NAME --listen HOST:PORT --data-dir DIR [--etcd ENDPOINTS [--prefix P]
+[--attribute K=V ...]]`` runs one replica agent until SIGTERM/SIGINT; with ``--etcd`` it registers
+its node record and runs the data plane (design/control-plane.md, design/data-plane.md).
+
+Exit status: 0 after SIGTERM/SIGINT, 1 after a fatal store error or when etcd does not answer,
+2 for bad input (one line on stderr naming the option).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from placement.errors import PlacementError, StoreUnavailable
+from replica.data.plane import DataConfig
+from replica.registration import parse_attributes
+from replica.server import serve
+
+#: The program name of ``python -m replica`` in usage and error lines.
+PROG = "python -m replica"
+
+
+@click.command("run")
+@click.option("--node", required=True, help="This node's name (1-64 of [A-Za-z0-9_.-]).")
+@click.option("--listen", required=True, help="HOST:PORT to serve on (port 0 = any free).")
+@click.option(
+    "--data-dir",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Directory of the agent's database (agent.db).",
+)
+@click.option(
+    "--grace", type=float, default=5.0, show_default=True, help="Seconds for in-flight RPCs."
+)
+@click.option("--etcd", help="etcd HOST:PORT[,...]: register this node there, run the data plane.")
+@click.option("--prefix", default="/placement", show_default=True, help="Metastore key prefix.")
+@click.option("--attribute", multiple=True, metavar="K=V", help="Node attribute (repeatable).")
+@click.option(
+    "--lease-ttl",
+    type=click.IntRange(min=2),
+    default=5,
+    show_default=True,
+    help="Registration lease seconds.",
+)
+@click.option(
+    "--catch-up-mbps",
+    type=click.FloatRange(min=0),
+    default=64.0,
+    show_default=True,
+    help="Catch-up bandwidth of this agent in MB/s (0 = unlimited).",
+)
+@click.option(
+    "--isr-timeout",
+    type=click.FloatRange(min=0.2),
+    default=3.0,
+    show_default=True,
+    help="Seconds a replica may stay silent before its primary drops it from the in-sync set.",
+)
+def run(
+    node: str,
+    listen: str,
+    data_dir: Path,
+    grace: float,
+    etcd: str | None,
+    prefix: str,
+    attribute: tuple[str, ...],
+    lease_ttl: int,
+    catch_up_mbps: float,
+    isr_timeout: float,
+) -> None:
+    """Run a replica agent (until SIGTERM/SIGINT); with --etcd it registers NODE there."""
+    try:
+        attributes = parse_attributes(attribute)
+        logging.basicConfig(
+            level=logging.INFO,
+            stream=sys.stderr,
+            format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        )
+        code = asyncio.run(
+            serve(
+                node,
+                listen,
+                data_dir,
+                grace=grace,
+                etcd=etcd,
+                prefix=prefix,
+                attributes=attributes,
+                lease_ttl=lease_ttl,
+                data_config=DataConfig(
+                    isr_timeout=isr_timeout, catch_up_bytes_per_s=catch_up_mbps * 1e6
+                ),
+            )
+        )
+    except StoreUnavailable as e:
+        _fail(str(e), 1)
+    except PlacementError as e:
+        _fail(str(e), 2)
+    sys.exit(code)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    prog = click.get_current_context().find_root().info_name or PROG
+    click.echo(f"{prog}: error: {message}", err=True)
+    sys.exit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m replica``: :func:`run` on its own; a usage error is one line, exit 2."""
+    try:
+        run.main(args=argv, prog_name=PROG, standalone_mode=False)
+    except click.ClickException as e:
+        click.echo(f"{PROG}: error: {e.format_message()}", err=True)
+        sys.exit(2)

@@ -1,0 +1,183 @@
+"""The non-primary roles of a partition replica (design/data-plane.md, "Roles per partition").
+
+* **follower** (:func:`answer_append`): an in-sync set member that is not primary answers the
+  primary's ``Append`` (``DataStore.follow``: fence, undo, append, commit in one transaction).
+* **learner** (:class:`Learner`): holds a replica, not in the in-sync set — pulls snapshot pages
+  and committed entries from the primary, throttled (:class:`TokenBucket`), until the primary
+  adds it to the in-sync set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from placement.errors import PlacementError
+from replica.data.model import (
+    AppendCall,
+    AppendOutcome,
+    AppendReply,
+    FetchCall,
+    FetchOutcome,
+    Key,
+    PeerUnreachable,
+    SendFetch,
+)
+from replica.data.storage import AppendResult, DataState
+from replica.records import StoreThread
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+Trim = Callable[[Key, int], Awaitable[None]]
+
+_APPEND_OUTCOMES = {
+    AppendResult.OK: AppendOutcome.OK,
+    AppendResult.STALE_EPOCH: AppendOutcome.STALE_EPOCH,
+    AppendResult.MISMATCH: AppendOutcome.MISMATCH,
+}
+
+
+async def answer_append(db: StoreThread, call: AppendCall, trim: Trim) -> AppendReply:
+    """A follower's answer to the primary's ``Append``: NOT_HOSTED without a replica record."""
+    zone, partition = call.zone, call.partition
+    if await db.call(db.store.replica, zone, partition) is None:
+        return AppendReply(AppendOutcome.NOT_HOSTED)
+    result, state = await db.call(
+        db.store.data.follow,
+        zone,
+        partition,
+        call.lease_epoch,
+        call.prev_index,
+        call.prev_epoch,
+        list(call.entries),
+        call.commit_index,
+    )
+    if call.entries and result is AppendResult.OK:
+        await trim((zone, partition), len(call.entries))
+    return AppendReply(
+        _APPEND_OUTCOMES[result], state.last_index, state.last_epoch, state.seen_epoch
+    )
+
+
+class TokenBucket:
+    """Bytes per second with a one-second burst; ``rate <= 0`` = unlimited."""
+
+    def __init__(self, rate: float, clock: Clock = time.monotonic) -> None:
+        self.rate = rate
+        self._clock = clock
+        self._tokens = rate
+        self._last = clock()
+
+    async def take(self, amount: int) -> None:
+        if self.rate <= 0:
+            return
+        now = self._clock()
+        self._tokens = min(self.rate, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+        self._tokens -= amount
+        if self._tokens < 0:
+            await asyncio.sleep(-self._tokens / self.rate)
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerDeps:
+    """What a learner uses from its agent (built once by the data plane)."""
+
+    node: str
+    db: StoreThread
+    fetch_bytes: int
+    send_fetch: SendFetch
+    #: The agent's catch-up throttle, shared by all its learners.
+    bucket: TokenBucket
+    #: The partition's lease holder and its address from the agent's view (None = no lease).
+    primary_of: Callable[[Key], tuple[str, str] | None]
+    #: True once this node is in the partition's in-sync set, or the agent is closing.
+    done: Callable[[Key], bool]
+
+
+class Learner:
+    """Pulls one partition from its primary until this node is in the in-sync set."""
+
+    def __init__(self, deps: LearnerDeps, key: Key) -> None:
+        self._deps = deps
+        self._db = deps.db
+        self._data = deps.db.store.data
+        self.key = key
+
+    async def run(self) -> None:
+        """Pull until in sync; on an unexpected error log it and end (the roles pass restarts
+        it)."""
+        try:
+            await self._pull()
+        except (PlacementError, ValueError) as e:
+            log.warning("learner of %s/%s stopped, restarting: %s", *self.key, e)
+            await asyncio.sleep(0.5)
+
+    async def _start(self) -> DataState:
+        zone, partition = self.key
+        state = await self._db.call(self._data.ensure, zone, partition)
+        if not state.loading_snapshot and state.last_index > state.commit_index:
+            state = await self._db.call(self._data.truncate, zone, partition, state.commit_index)
+        return state
+
+    async def _pull(self) -> None:
+        zone, partition = self.key
+        deps = self._deps
+        state = await self._start()
+        fresh = state.last_index == 0 and not state.loading_snapshot
+        while not deps.done(self.key):
+            primary = deps.primary_of(self.key)
+            if primary is None or primary[0] == deps.node or not primary[1]:
+                await asyncio.sleep(0.2)
+                continue
+            address = primary[1]
+            snapshot = fresh or state.loading_snapshot
+            call = FetchCall(
+                zone,
+                partition,
+                deps.node,
+                snapshot=snapshot,
+                snapshot_after=(state.snap_after or b"") if snapshot else b"",
+                after_index=0 if snapshot else state.last_index,
+                max_bytes=deps.fetch_bytes,
+            )
+            try:
+                reply = await deps.send_fetch(address, call, 10)
+            except PeerUnreachable as e:
+                log.debug("fetch %s from %s: %s", self.key, address, e)
+                await asyncio.sleep(0.3)
+                continue
+            if reply.outcome is FetchOutcome.NOT_PRIMARY:
+                await asyncio.sleep(0.2)
+                continue
+            if reply.outcome is FetchOutcome.SNAPSHOT_NEEDED:
+                fresh = True
+                continue
+            if snapshot:
+                if fresh:
+                    state = await self._db.call(
+                        self._data.begin_snapshot,
+                        zone,
+                        partition,
+                        reply.snapshot_index,
+                        reply.snapshot_epoch,
+                    )
+                    fresh = False
+                state = await self._db.call(
+                    self._data.load_page, zone, partition, list(reply.items), reply.snapshot_done
+                )
+            elif reply.entries:
+                state = await self._db.call(
+                    self._data.append, zone, partition, list(reply.entries), reply.commit_index
+                )
+            else:
+                await asyncio.sleep(0.05)
+            if reply.lease_epoch > state.seen_epoch and not state.loading_snapshot:
+                state = await self._db.call(
+                    self._data.raise_fence, zone, partition, reply.lease_epoch
+                )
+            await deps.bucket.take(reply.size)

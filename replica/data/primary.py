@@ -1,0 +1,414 @@
+"""One partition's primary at one lease epoch (design/data-plane.md, "Writes" and "ISR changes").
+
+On start it fences its replica at its lease epoch, makes sure an in-sync set (ISR) exists and holds
+this node, and brings every member to its log (reconcile). Then one replication task group-commits
+queued writes: appends them to its own log, sends ``Append`` to every other member, acknowledges
+after all of them persisted. A member that stops answering leaves the ISR (never below the zone's
+minimum); a learner that fetched up to the last entry joins it. Idle, it sends heartbeats.
+
+Everything it needs from its agent comes through :class:`PrimaryDeps`; the wire is behind
+``PrimaryDeps.send_append``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from placement.metastore.codec import InSyncSet, PrimaryLease
+from replica.data.model import (
+    AppendCall,
+    AppendOutcome,
+    Deposed,
+    FetchCall,
+    FetchOutcome,
+    FetchReply,
+    Key,
+    NotPrimary,
+    PeerUnreachable,
+    SendAppend,
+    Unavailable,
+)
+from replica.data.storage import DataState, Entry
+from replica.records import StoreThread
+
+log = logging.getLogger(__name__)
+
+#: Fresh from etcd at one revision: (lease, its mod revision, ISR, its mod revision); 0 = absent.
+LeaseAndIsr = tuple[PrimaryLease | None, int, InSyncSet | None, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PrimaryDeps:
+    """What a primary uses from its agent (built once by the data plane)."""
+
+    node: str
+    db: StoreThread
+    isr_timeout: float
+    heartbeat: float
+    batch_max: int
+    fetch_bytes: int
+    send_append: SendAppend
+    #: A node's address from the agent's view of etcd ("" = unknown).
+    address_of: Callable[[str], str]
+    #: This node holds lease ``epoch`` of the partition by its own clock (with a margin).
+    lease_ok: Callable[[Key, int], bool]
+    #: ``NODE@ADDRESS`` of the partition's primary as far as the agent knows ("" = none).
+    primary_hint: Callable[[Key], str]
+    #: The zone's effective minimum in-sync set size.
+    min_in_sync: Callable[[str], int]
+    read_lease_and_isr: Callable[[Key], Awaitable[LeaseAndIsr]]
+    #: Writes the ISR members if this node still holds the lease epoch and the ISR is still at
+    #: the given revision; returns the new revision; raises Deposed or Unavailable.
+    write_isr: Callable[[Key, int, frozenset[str], int], Awaitable[int]]
+    #: Counts entries appended to a partition and trims its log now and then.
+    trim: Callable[[Key, int], Awaitable[None]]
+
+
+@dataclass
+class _Write:
+    key: bytes
+    value: bytes | None
+    future: asyncio.Future[tuple[int, int, bool]]
+
+
+class Primary:
+    """See the module docstring."""
+
+    def __init__(self, deps: PrimaryDeps, key: Key, lease_epoch: int) -> None:
+        self._deps = deps
+        self._db = deps.db
+        self._data = deps.db.store.data
+        self.key = key
+        self.zone, self.partition = key
+        self.lease_epoch = lease_epoch
+        self.ready = asyncio.Event()
+        self.finished = False
+        self.members: dict[str, int] = {}
+        self.isr_revision = 0
+        self.state = DataState()
+        self._queue: list[_Write] = []
+        self._inflight: list[_Write] = []
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._recent: list[Entry] = []
+        self._task = asyncio.create_task(self._run(), name=f"primary {key}@{lease_epoch}")
+
+    def _not_primary(self) -> NotPrimary:
+        return NotPrimary(self.zone, self.partition, self._deps.primary_hint(self.key))
+
+    async def stop(self, why: str) -> None:
+        if not self.finished:
+            log.info("primary %s/%s@%d stops: %s", self.zone, self.partition, self.lease_epoch, why)
+        self.finished = True
+        self._fail_queue(self._not_primary())
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+
+    def _fail_queue(self, error: Exception) -> None:
+        """Fail every write not acknowledged yet (queued, or in a batch that was cut short)."""
+        queue, self._queue = self._inflight + self._queue, []
+        self._inflight = []
+        for write in queue:
+            if not write.future.done():
+                write.future.set_exception(error)
+
+    async def submit(self, key: bytes, value: bytes | None) -> tuple[int, int, bool]:
+        if self.finished:
+            raise self._not_primary()
+        future: asyncio.Future[tuple[int, int, bool]] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Write(key, value, future))
+        self._wake.set()
+        return await future
+
+    @contextlib.asynccontextmanager
+    async def committed(self) -> AsyncIterator[None]:
+        """Hold the replication lock with every applied entry committed (reads, snapshots)."""
+        try:
+            await asyncio.wait_for(self.ready.wait(), self._deps.isr_timeout * 2)
+        except TimeoutError:
+            raise Unavailable(
+                f"{self.zone}/{self.partition}: the primary is still reconciling"
+            ) from None
+        async with self._lock:
+            if self.state.commit_index < self.state.last_index:
+                try:
+                    await self._replicate(self.state.last_index)
+                except Deposed:
+                    self.finished = True
+                    raise NotPrimary(self.zone, self.partition, "") from None
+            yield
+
+    # -- the replication task ------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            await self._reconcile()
+            self.ready.set()
+            while True:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self._deps.heartbeat)
+                except TimeoutError:
+                    await self._heartbeat()
+                    continue
+                self._wake.clear()
+                while self._queue:
+                    batch = self._queue[: self._deps.batch_max]
+                    del self._queue[: len(batch)]
+                    self._inflight = batch
+                    await self._commit_batch(batch)
+                    self._inflight = []
+        except Deposed as e:
+            log.info("primary %s/%s@%d deposed: %s", self.zone, self.partition, self.lease_epoch, e)
+        except Unavailable as e:  # expected (members away, below the minimum): retried next tick
+            log.warning("primary %s/%s@%d: %s", self.zone, self.partition, self.lease_epoch, e)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("primary %s/%s@%d failed", self.zone, self.partition, self.lease_epoch)
+        finally:
+            self.finished = True
+            self._fail_queue(self._not_primary())
+
+    async def _reconcile(self) -> None:
+        """Fence, make sure an ISR exists and holds this node, bring every member to this log."""
+        node = self._deps.node
+        self.state = await self._db.call(
+            self._data.raise_fence, self.zone, self.partition, self.lease_epoch
+        )
+        lease, _rev, isr, isr_rev = await self._deps.read_lease_and_isr(self.key)
+        if lease is None or lease.node != node or lease.lease_epoch != self.lease_epoch:
+            raise Deposed("the lease is not this node's")
+        if isr is None:
+            isr_rev = await self._deps.write_isr(self.key, self.lease_epoch, frozenset({node}), 0)
+            isr = InSyncSet((node,), node, self.lease_epoch, 0)
+        if node not in isr.members:
+            raise Deposed("this node is not in the in-sync set")
+        self.isr_revision = isr_rev
+        self.members = {m: self.state.last_index for m in isr.members if m != node}
+        async with self._lock:
+            await self._replicate(self.state.last_index)
+
+    def _below_minimum(self) -> Unavailable | None:
+        minimum = self._deps.min_in_sync(self.zone)
+        if len(self.members) + 1 >= minimum:
+            return None
+        return Unavailable(
+            f"{self.zone}/{self.partition}: in-sync set {len(self.members) + 1} is below"
+            f" the zone's minimum {minimum}; writes are refused until replicas catch up"
+        )
+
+    async def _commit_batch(self, batch: list[_Write]) -> None:
+        async with self._lock:
+            self._check_lease()
+            error = self._below_minimum()
+            if error is not None:
+                # Try to bring the pending tail in anyway; it fails if members stay away.
+                for write in batch:
+                    write.future.set_exception(error)
+                return
+            index, epoch = self.state.last_index, self.lease_epoch
+            entries = [
+                Entry(index + i, epoch, w.key, w.value or b"", w.value is None)
+                for i, w in enumerate(batch, 1)
+            ]
+            self.state, existed = await self._db.call(
+                self._data.append_writes,
+                self.zone,
+                self.partition,
+                entries,
+                self.state.commit_index,
+            )
+            self._remember(entries)
+            try:
+                await self._replicate(self.state.last_index)
+            except (Unavailable, Deposed) as e:
+                failure = (
+                    e if isinstance(e, Unavailable) else NotPrimary(self.zone, self.partition, "")
+                )
+                for write in batch:
+                    if not write.future.done():
+                        write.future.set_exception(failure)
+                if isinstance(e, Deposed):
+                    raise
+                return
+            for write, entry, had in zip(batch, entries, existed, strict=True):
+                if not write.future.done():
+                    write.future.set_result((entry.index, epoch, had))
+            await self._deps.trim(self.key, len(entries))
+
+    async def _heartbeat(self) -> None:
+        """Idle: an empty append to every member, so a member that left (NOT_HOSTED) or went
+        silent leaves the ISR within ``isr_timeout`` even without writes, and followers learn
+        the commit index."""
+        if not self.members:
+            self._check_lease()
+            return
+        async with self._lock:
+            try:
+                await self._replicate(self.state.last_index)
+            except Unavailable as e:
+                log.debug("heartbeat of %s/%s: %s", self.zone, self.partition, e)
+
+    async def _set_isr(self, members: frozenset[str], joined: dict[str, int] | None = None) -> None:
+        """Record the ISR ``members`` in etcd, then make ``self.members`` (every other member,
+        with its match index; ``joined`` gives the new ones') agree with it. Shielded: a fetch
+        cancelled by its learner must never leave etcd and memory disagreeing — an ISR member
+        the primary does not replicate to would break every acknowledgement's promise."""
+
+        async def write() -> None:
+            self.isr_revision = await self._deps.write_isr(
+                self.key, self.lease_epoch, members, self.isr_revision
+            )
+            log.info("%s/%s: in-sync set is now %s", self.zone, self.partition, sorted(members))
+            joined_now = joined or {}
+            self.members = {
+                m: self.members.get(m, joined_now.get(m, 0))
+                for m in sorted(members)
+                if m != self._deps.node
+            }
+
+        await asyncio.shield(asyncio.ensure_future(write()))
+
+    def _check_lease(self) -> None:
+        if not self._deps.lease_ok(self.key, self.lease_epoch):
+            raise Deposed("the lease expired or moved")
+
+    def _remember(self, entries: list[Entry]) -> None:
+        self._recent.extend(entries)
+        if len(self._recent) > 4096:
+            del self._recent[:-2048]
+
+    async def _replicate(self, upto: int) -> None:
+        """Bring every member to ``upto``; drop those that fail (never below the minimum);
+        then commit ``upto``. Raises Unavailable (nothing committed) or Deposed."""
+        self._check_lease()
+        names = list(self.members)
+        results = await asyncio.gather(*(self._sync(m, upto) for m in names))
+        failed = {m for m, ok in zip(names, results, strict=True) if not ok}
+        if failed:
+            keep = frozenset(self.members) - failed | {self._deps.node}
+            minimum = self._deps.min_in_sync(self.zone)
+            if len(keep) < minimum:
+                raise Unavailable(
+                    f"{self.zone}/{self.partition}: {sorted(failed)} do not answer and the in-sync"
+                    f" set may not shrink below {minimum}; write refused"
+                )
+            await self._set_isr(keep)
+            log.warning(
+                "%s/%s: removed %s from the in-sync set", self.zone, self.partition, sorted(failed)
+            )
+        self.state = await self._db.call(self._data.set_commit, self.zone, self.partition, upto)
+
+    async def _sync(self, member: str, upto: int) -> bool:
+        """Send ``member`` what it lacks up to ``upto``; False = drop it from the ISR."""
+        address = self._deps.address_of(member)
+        if not address:
+            return False
+        deadline = time.monotonic() + self._deps.isr_timeout
+        for _ in range(8):
+            after = self.members.get(member, 0)
+            if after < self.state.base_index:
+                return False  # needs a snapshot: it becomes a learner
+            prev_epoch, entries = await self._entries(after, upto)
+            call = AppendCall(
+                zone=self.zone,
+                partition=self.partition,
+                lease_epoch=self.lease_epoch,
+                primary=self._deps.node,
+                prev_index=after,
+                prev_epoch=prev_epoch,
+                entries=tuple(entries),
+                commit_index=self.state.commit_index,
+            )
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                return False
+            self._check_lease()  # a primary paused past its lease sends nothing when it wakes
+            try:
+                reply = await self._deps.send_append(address, call, timeout)
+            except PeerUnreachable as e:
+                log.info("%s/%s: append to %s: %s", self.zone, self.partition, member, e)
+                return False
+            if reply.outcome is AppendOutcome.STALE_EPOCH:
+                raise Deposed(f"{member} has seen lease epoch {reply.lease_epoch}")
+            if reply.outcome is AppendOutcome.NOT_HOSTED:
+                return False
+            if reply.outcome is AppendOutcome.OK:
+                self.members[member] = reply.last_index
+                if reply.last_index >= upto:
+                    return True
+                continue
+            self.members[member] = min(reply.last_index, self.state.last_index)
+        return False
+
+    async def _entries(self, after: int, upto: int) -> tuple[int, list[Entry]]:
+        """The epoch at ``after`` and the entries ``(after, upto]`` (bounded in count and
+        bytes): from the entries this primary wrote recently, else from its log."""
+        recent = self._recent
+        if recent and recent[0].index <= after and recent[-1].index >= upto:
+            start = after - recent[0].index
+            return recent[start].epoch, recent[start + 1 : start + 1 + min(upto - after, 2000)]
+        epoch = await self._db.call(
+            self._data.epoch_at, self.zone, self.partition, after, self.state
+        )
+        entries = await self._db.call(
+            self._data.entries, self.zone, self.partition, after, upto, self._deps.fetch_bytes
+        )
+        return (epoch or 0), entries
+
+    # -- learners ------------------------------------------------------------------------------
+
+    async def fetch(self, call: FetchCall) -> FetchReply:
+        """Serve a learner: a snapshot page, or committed entries; a learner that reached the
+        last entry joins the ISR."""
+        max_bytes = call.max_bytes or self._deps.fetch_bytes
+        async with self.committed():
+            if call.snapshot:
+                return await self._snapshot_page(call.snapshot_after, max_bytes)
+            if call.after_index < self.state.base_index:
+                return FetchReply(FetchOutcome.SNAPSHOT_NEEDED)
+            entries = await self._db.call(
+                self._data.entries,
+                self.zone,
+                self.partition,
+                call.after_index,
+                self.state.commit_index,
+                max_bytes,
+            )
+            reached = entries[-1].index if entries else call.after_index
+            if (
+                reached == self.state.last_index
+                and call.node not in self.members
+                and call.node != self._deps.node
+            ):
+                members = frozenset(self.members) | {self._deps.node, call.node}
+                await self._set_isr(members, {call.node: reached})
+            return FetchReply(
+                FetchOutcome.OK,
+                entries=tuple(entries),
+                commit_index=self.state.commit_index,
+                lease_epoch=self.lease_epoch,
+            )
+
+    async def _snapshot_page(self, after: bytes, max_bytes: int) -> FetchReply:
+        items, done = await self._db.call(
+            self._data.snapshot_page, self.zone, self.partition, after, max_bytes
+        )
+        epoch = await self._db.call(
+            self._data.epoch_at, self.zone, self.partition, self.state.commit_index, self.state
+        )
+        return FetchReply(
+            FetchOutcome.OK,
+            items=tuple(items),
+            snapshot_done=done,
+            snapshot_index=self.state.commit_index,
+            snapshot_epoch=epoch or 0,
+            commit_index=self.state.commit_index,
+            lease_epoch=self.lease_epoch,
+        )
