@@ -15,9 +15,10 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
+from placement.core.retry import Backoff, RetryPolicy
 from placement.errors import Conflict, InvalidInput, NotLeader, StoreUnavailable
 from placement.metastore.codec import MoveReport, NodeRecord, encode_node, encode_report
-from placement.metastore.etcd import Backoff, EtcdClient, Lease
+from placement.metastore.etcd import EtcdClient, Lease
 from placement.metastore.keys import KeySpace
 from placement.metastore.store import Metastore
 
@@ -80,7 +81,7 @@ class Registration:
         log.info("node %s registered (lease %#x)", self.record.name, lease.id)
 
     async def _run(self) -> None:
-        backoff = Backoff(0.2, 2.0)
+        backoff = Backoff(RetryPolicy(initial=0.2, cap=2.0, floor=0.5))
         while True:
             lease = self._lease
             if lease is not None:

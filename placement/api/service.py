@@ -53,9 +53,11 @@ from placement.metastore.codec import (
     validate_zone_spec,
 )
 from placement.metastore.election import current_leader
-from placement.metastore.etcd import Delete, EtcdClient, Get, Put, Range
+from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
-from placement.metastore.store import Fence, Metastore, Outcome, PartitionState, ZoneRecord
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import Fence, Outcome, PartitionState, ZoneRecord
+from placement.metastore.txn import Delete, Get, Put, Range
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 
 SERVICE_NAME: str = driver_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name

@@ -68,9 +68,9 @@ from placement.metastore.codec import (
     decode_trigger,
     decode_zone_spec,
 )
-from placement.metastore.etcd import KeyValue
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey
-from placement.metastore.store import PartitionState, TriggerAction, Versioned, decide_trigger
+from placement.metastore.transitions import PartitionState, TriggerAction, Versioned, decide_trigger
+from placement.metastore.txn import KeyValue
 
 # -- the view ----------------------------------------------------------------------------------
 

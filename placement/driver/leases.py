@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from placement.core.model import Peers
 from placement.metastore.codec import Corrupt, InSyncSet, PrimaryLease
-from placement.metastore.store import Versioned
+from placement.metastore.transitions import Versioned
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,10 +74,12 @@ from placement.metastore.codec import (
     encode_primary,
 )
 from placement.metastore.election import Election, Leadership
-from placement.metastore.etcd import Compare, Delete, EtcdClient, Get, Put, Range
+from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace, prefix_range_end
 from placement.metastore.listwatch import ListWatch, Snapshot
-from placement.metastore.store import Fence, Metastore, Outcome, PartitionState, TransitionResult
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import Fence, Outcome, PartitionState, TransitionResult
+from placement.metastore.txn import Compare, Delete, Get, Put, Range
 
 log = logging.getLogger(__name__)
 

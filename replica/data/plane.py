@@ -42,9 +42,10 @@ from placement.metastore.codec import (
     encode_isr,
     encode_size,
 )
-from placement.metastore.etcd import Compare, EtcdClient, Get, Put, Range
+from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeyKind, KeySpace
 from placement.metastore.listwatch import ListWatch
+from placement.metastore.txn import Compare, Get, Put, Range
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 from replica.data.storage import AppendResult, DataState, Entry
 from replica.protocol import StartCatchUp

@@ -39,9 +39,9 @@ from placement.metastore.codec import (
     encode_trigger,
     encode_zone_spec,
 )
-from placement.metastore.etcd import KeyValue
 from placement.metastore.keys import AssignField, KeySpace
-from placement.metastore.store import Versioned
+from placement.metastore.transitions import Versioned
+from placement.metastore.txn import KeyValue
 
 KEYS = KeySpace("/t")
 NODES = ("n0", "n1", "n2", "n3")
