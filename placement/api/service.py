@@ -42,14 +42,12 @@ from placement.errors import (
 )
 from placement.metastore.codec import (
     Assignment,
-    ControlMark,
     Corrupt,
     NodeRecord,
     PrimaryLease,
     decode_assignment,
     decode_datanodes,
     decode_primary,
-    encode_control,
     validate_zone_spec,
 )
 from placement.metastore.election import current_leader
@@ -57,7 +55,7 @@ from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome, PartitionState, ZoneRecord
-from placement.metastore.txn import Delete, Get, Put, Range
+from placement.metastore.txn import Range
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 
 SERVICE_NAME: str = driver_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name
@@ -353,28 +351,10 @@ class PlacementAPI:
         if first >= last:
             revision = await self.client.current_revision()
             return revision, [], None
-        begin = self.keys.partition_prefix(zone, first)
-        end = (
-            self.keys.partition_prefix(zone, last)
-            if last < MAX_PARTITIONS
-            else prefix_range_end(self.keys.zone_assign_prefix(zone))
-        )
-        found = await self.client.txn(
-            (),
-            (
-                Get(begin, end),
-                Get(
-                    self.keys.zone_primary_prefix(zone),
-                    prefix_range_end(self.keys.zone_primary_prefix(zone)),
-                ),
-            ),
-        )
-        assign, primaries = found.responses
-        assert isinstance(assign, Range)
-        assert isinstance(primaries, Range)
+        revision, assign, primaries = await self.store.read_assignment_page(zone, first, last)
         views = self._views(zone, assign, primaries, range(first, last))
         following = last if partition is None and last < total else None
-        return found.revision, views, following
+        return revision, views, following
 
     def _views(
         self, zone: str, assign: Range, primaries: Range, partitions: range
@@ -463,15 +443,7 @@ class PlacementAPI:
 
     async def set_paused(self, paused: bool) -> bool:
         fence = await self._fence()
-        key = self.keys.paused()
-        op: Put | Delete = (
-            Put(key, encode_control(ControlMark(fence.epoch, self._clock_ms())))
-            if paused
-            else Delete(key)
-        )
-        result = await self.client.txn((fence.compare(),), (op,), (Get(fence.leader_key),))
-        if not result.succeeded:
-            raise NotLeader("lost leadership while writing the pause flag; retry")
+        await self.store.set_paused(paused, fence, self._clock_ms())
         return paused
 
     async def is_paused(self) -> bool:

@@ -37,19 +37,25 @@ The table of compares per transition is in ``design/metastore.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 
+from placement.core.limits import MAX_PARTITIONS
 from placement.core.model import Peers, ZoneSpec
-from placement.core.names import validate_partition
+from placement.core.names import validate_name, validate_partition
 from placement.errors import Conflict, InvalidInput, NotLeader
 from placement.metastore.codec import (
     Assignment,
+    ControlMark,
+    DataNodes,
     NodeRecord,
     TriggerMark,
     decode_node,
     decode_zone_spec,
     encode_assignment,
+    encode_control,
+    encode_datanodes,
     encode_node,
     encode_trigger,
     encode_zone_spec,
@@ -62,6 +68,7 @@ from placement.metastore.transitions import (
     CreateResult,
     Decision,
     Fence,
+    LeaseWrite,
     NodeEntry,
     PartitionState,
     TransitionResult,
@@ -77,6 +84,7 @@ from placement.metastore.transitions import (
     plan_cancel,
     plan_finish,
     plan_finish_cancel,
+    plan_primary_txns,
     plan_trigger,
     txn_stats,
 )
@@ -551,6 +559,98 @@ class Metastore:
                 assert record is not None
                 records.append(record)
         return found.revision, tuple(records)
+
+    # -- the driver's other records ---------------------------------------------------------------
+
+    async def _fenced_cas(
+        self, fence: Fence, compares: Iterable[Compare], ops: Iterable[Op]
+    ) -> bool:
+        """One fenced txn; False when a non-fence compare failed, NotLeader when the fence did."""
+        result = await self.client.txn(
+            (fence.compare(), *compares), tuple(ops), (Get(fence.leader_key),)
+        )
+        if result.succeeded:
+            return True
+        (leader,) = result.responses
+        assert isinstance(leader, Range)
+        if not fence.holds(leader.first()):
+            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+        return False
+
+    async def write_datanodes(
+        self, zone: str, record: DataNodes, expected_mod_revision: int, fence: Fence, ts: int
+    ) -> bool:
+        """CAS ``{p}/datanodes/{zone}`` from ``expected_mod_revision`` (0 = absent) to ``record``
+        stamped with the writer's epoch and ``ts``; False when the compare lost."""
+        key = self.keys.datanodes(zone)
+        value = encode_datanodes(replace(record, epoch=fence.epoch, ts=ts))
+        return await self._fenced_cas(
+            fence, (Compare.mod(key, "==", expected_mod_revision),), (Put(key, value),)
+        )
+
+    async def write_primaries(
+        self, zone: str, leases: Mapping[int, LeaseWrite], fence: Fence, ts: int
+    ) -> int:
+        """Write primary leases in the transactions of
+        :func:`~placement.metastore.transitions.plan_primary_txns`, each fenced; returns how many
+        lost a compare (their leases are not written)."""
+        raced = 0
+        for compares, puts in plan_primary_txns(self.keys, zone, leases, fence.epoch, ts):
+            if not await self._fenced_cas(fence, compares, puts):
+                raced += 1
+        return raced
+
+    async def clear_progress(self, zone: str, partition: int, fence: Fence) -> None:
+        """Delete the partition's move reports (fenced; nothing happens when the fence fails)."""
+        prefix = self.keys.partition_progress_prefix(zone, partition)
+        await self.client.txn((fence.compare(),), (Delete(prefix, prefix_range_end(prefix)),), ())
+
+    async def drop_zone_leftovers(self, zone: str, fence: Fence) -> bool:
+        """A dropped zone's data nodes, primary leases, in-sync sets and replica sizes, deleted
+        in one fenced txn that compares ``version(zone) == 0``; False when the zone exists."""
+        prefixes = (
+            self.keys.zone_primary_prefix(zone),
+            self.keys.zone_isr_prefix(zone),
+            self.keys.sizes_prefix() + validate_name(zone).encode() + b"/",
+        )
+        return await self._fenced_cas(
+            fence,
+            (Compare.version(self.keys.zone(zone), "==", 0),),
+            (
+                Delete(self.keys.datanodes(zone)),
+                *(Delete(prefix, prefix_range_end(prefix)) for prefix in prefixes),
+            ),
+        )
+
+    async def set_paused(self, paused: bool, fence: Fence, ts: int) -> None:
+        """Put (``paused``) or delete ``{p}/control/paused``, fenced; raises NotLeader."""
+        key = self.keys.paused()
+        op: Put | Delete = (
+            Put(key, encode_control(ControlMark(fence.epoch, ts))) if paused else Delete(key)
+        )
+        result = await self.client.txn((fence.compare(),), (op,), ())
+        if not result.succeeded:
+            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+
+    async def read_assignment_page(
+        self, zone: str, first: int, last: int
+    ) -> tuple[int, Range, Range]:
+        """Partitions ``first..last-1``'s assignment keys and the zone's primary leases, at one
+        revision: ``(revision, assignment keys, primary keys)``."""
+        begin = self.keys.partition_prefix(zone, first)
+        end = (
+            self.keys.partition_prefix(zone, last)
+            if last < MAX_PARTITIONS
+            else prefix_range_end(self.keys.zone_assign_prefix(zone))
+        )
+        primaries = self.keys.zone_primary_prefix(zone)
+        found = await self.client.txn(
+            (), (Get(begin, end), Get(primaries, prefix_range_end(primaries)))
+        )
+        assign, leases = found.responses
+        assert isinstance(assign, Range)
+        assert isinstance(leases, Range)
+        return found.revision, assign, leases
 
     # -- nodes -----------------------------------------------------------------------------------
 

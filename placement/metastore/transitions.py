@@ -22,6 +22,7 @@ from placement.metastore.codec import (
     CancelIntent,
     Corrupt,
     NodeRecord,
+    PrimaryLease,
     TriggerMark,
     be8,
     decode_assignment,
@@ -29,6 +30,7 @@ from placement.metastore.codec import (
     decode_trigger,
     encode_assignment,
     encode_cancel,
+    encode_primary,
     encode_trigger,
     trigger_is_older,
 )
@@ -40,6 +42,7 @@ from placement.metastore.txn import (
     Get,
     KeyValue,
     Op,
+    Put,
     Txn,
     TxnResult,
     txn_ops,
@@ -531,3 +534,68 @@ def txn_stats(txn: Txn, partitions: int, result: TxnResult) -> TxnStats:
     return TxnStats(
         partitions, txn_ops(txn), txn_request_bytes(txn), result.succeeded, result.revision
     )
+
+
+# -- primary leases --------------------------------------------------------------------------------
+
+#: Primary-lease keys written per transaction (plus the fence compare: within etcd's 128).
+PRIMARY_BATCH = 120
+#: Compares per primary-lease transaction besides the fence (etcd: at most 128 per list): a
+#: renewal needs one (the lease key), a move two (the lease key and the ISR key).
+PRIMARY_COMPARES = 120
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseWrite:
+    """One lease to write: CAS the primary key from ``expected_mod`` (0 = absent) to ``lease``.
+
+    ``isr_mod``: for a write that changes the holder, the ISR key's mod_revision the choice was
+    made on (0 = no ISR key), compared in the same transaction; ``None`` for a renewal of the
+    same holder (no ISR compare)."""
+
+    lease: PrimaryLease
+    expected_mod: int
+    isr_mod: int | None = None
+
+    @property
+    def moves(self) -> bool:
+        return self.isr_mod is not None
+
+
+def _lease_ops(
+    keys: KeySpace, zone: str, partition: int, write: LeaseWrite, epoch: int, ts: int
+) -> tuple[list[Compare], Put]:
+    key = keys.primary(zone, partition)
+    compares = [Compare.mod(key, "==", write.expected_mod)]
+    if write.isr_mod is not None:
+        isr = keys.isr(zone, partition)
+        compares.append(
+            Compare.mod(isr, "==", write.isr_mod)
+            if write.isr_mod
+            else Compare.version(isr, "==", 0)
+        )
+    return compares, Put(key, encode_primary(replace(write.lease, epoch=epoch, ts=ts)))
+
+
+def plan_primary_txns(
+    keys: KeySpace, zone: str, leases: Mapping[int, LeaseWrite], epoch: int, ts: int
+) -> list[tuple[tuple[Compare, ...], tuple[Put, ...]]]:
+    """The compares and puts of the transactions writing ``leases`` (the fence is added on
+    sending): renewals and moves in separate transactions (an ISR change fails only the moves
+    batched with it, never a renewal), each at most :data:`PRIMARY_BATCH` keys and
+    :data:`PRIMARY_COMPARES` compares."""
+    items = sorted(leases.items())
+    txns: list[tuple[tuple[Compare, ...], tuple[Put, ...]]] = []
+    for group in ([(p, w) for p, w in items if not w.moves], [(p, w) for p, w in items if w.moves]):
+        compares: list[Compare] = []
+        puts: list[Put] = []
+        for p, lease_write in group:
+            need, put = _lease_ops(keys, zone, p, lease_write, epoch, ts)
+            if len(puts) == PRIMARY_BATCH or len(compares) + len(need) > PRIMARY_COMPARES:
+                txns.append((tuple(compares), tuple(puts)))
+                compares, puts = [], []
+            compares.extend(need)
+            puts.append(put)
+        if puts:
+            txns.append((tuple(compares), tuple(puts)))
+    return txns
