@@ -15,7 +15,6 @@ Bad input is rejected with ``INVALID_ARGUMENT`` naming the field *before* anythi
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -43,10 +42,12 @@ from placement.errors import (
 from placement.metastore.codec import (
     Assignment,
     Corrupt,
+    LeaderRecord,
     NodeRecord,
     PrimaryLease,
     decode_assignment,
     decode_datanodes,
+    decode_leader,
     decode_primary,
     validate_zone_spec,
 )
@@ -252,14 +253,8 @@ class PlacementAPI:
     async def leader_address(self) -> str | None:
         """The API address in the current leader's election value ``{"id":..,"api":..}``."""
         kv = await current_leader(self.client, self.keys)
-        if kv is None:
-            return None
-        try:
-            record = json.loads(kv.value)
-        except ValueError:
-            return None
-        api = record.get("api") if isinstance(record, dict) else None
-        return api if isinstance(api, str) and api else None
+        record = decode_leader(kv.value) if kv is not None else None
+        return record.api or None if isinstance(record, LeaderRecord) else None
 
     # -- zones -----------------------------------------------------------------------------------
 

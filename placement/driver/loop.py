@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import time
 from collections import Counter
@@ -65,9 +64,7 @@ from placement.driver.core import (
 )
 from placement.driver.leases import LeaseConfig
 from placement.errors import Conflict, NotLeader, PlacementError, StoreUnavailable
-from placement.metastore.codec import (
-    MoveReport,
-)
+from placement.metastore.codec import LeaderRecord, MoveReport, decode_leader, encode_leader
 from placement.metastore.election import Election, Leadership
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
@@ -209,11 +206,7 @@ class Driver:
         try:
             attempt = 0
             while True:
-                value = json.dumps(
-                    {"id": self.config.member_id, "api": self.config.api_address},
-                    sort_keys=True,
-                    separators=(",", ":"),
-                ).encode()
+                value = encode_leader(LeaderRecord(self.config.member_id, self.config.api_address))
                 election = Election(
                     self.client,
                     self.keys,
@@ -275,11 +268,10 @@ class Driver:
             while True:
                 leader = min(snapshot.kvs.values(), key=lambda kv: kv.create_revision, default=None)
                 self._leader_api = self._leader_id = None
-                if leader is not None:
-                    with contextlib.suppress(ValueError, AttributeError, TypeError):
-                        record = json.loads(leader.value)
-                        self._leader_api = str(record["api"])
-                        self._leader_id = str(record["id"])
+                record = decode_leader(leader.value) if leader is not None else None
+                if isinstance(record, LeaderRecord):
+                    self._leader_api = record.api or None
+                    self._leader_id = record.member_id or None
                 snapshot = await watch.wait_newer(snapshot)
         finally:
             await watch.close()

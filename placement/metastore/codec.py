@@ -30,6 +30,7 @@ Values and their fields:
   pending additions/removals were first seen (unix ms, ``null`` = none pending);
 * primary lease (:class:`PrimaryLease`): holder node, lease epoch, expiry (unix ms);
 * pause marker (:class:`ControlMark`): who paused, when;
+* leader record (:class:`LeaderRecord`): ``{"api","id"}``, the election value of a driver;
 * move report (:class:`MoveReport`): ``{"detail","epoch","phase","revision","ts","v"}`` — an
   agent's push that its catch-up of pending ``revision`` (sent at leader ``epoch``) ended in
   ``phase`` ``DONE`` or ``FAILED``;
@@ -565,6 +566,36 @@ def decode_primary(raw: bytes) -> PrimaryLease | Corrupt:
         )
     except _Bad as e:
         return Corrupt(raw, str(e))
+
+
+# -- leader record (the election value) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRecord:
+    """The value of a driver's election key ``{p}/leader/{member}``: ``{"api","id"}`` — the
+    member id and the address of its API (no schema version: the first format, kept as is)."""
+
+    member_id: str
+    api: str
+
+
+def encode_leader(value: LeaderRecord) -> bytes:
+    return _dumps({"id": value.member_id, "api": value.api})
+
+
+def decode_leader(raw: bytes) -> LeaderRecord | Corrupt:
+    """A field that is missing or not a string decodes as ``""`` (unknown)."""
+    try:
+        obj = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        return Corrupt(raw, f"not JSON: {e}")
+    if not isinstance(obj, dict):
+        return Corrupt(raw, "not a JSON object")
+    member_id, api = obj.get("id"), obj.get("api")
+    return LeaderRecord(
+        member_id if isinstance(member_id, str) else "", api if isinstance(api, str) else ""
+    )
 
 
 # -- control marks (pause) ---------------------------------------------------------------------
