@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
-from placement.api.client import CHANNEL_OPTIONS
 from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
@@ -57,6 +55,7 @@ from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_rang
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome, PartitionState, ZoneRecord
 from placement.metastore.txn import Range
+from placement.rpc import API_PROFILE, ChannelPool, add_health
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 
 SERVICE_NAME: str = driver_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name
@@ -553,12 +552,10 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
     def __init__(self, api: PlacementAPI, *, forward_timeout: float = 10.0) -> None:
         self.api = api
         self.forward_timeout = forward_timeout
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = ChannelPool(API_PROFILE)
 
     async def close(self) -> None:
-        channels, self._channels = self._channels, {}
-        for channel in channels.values():
-            await channel.close()
+        await self._channels.close()
 
     async def _abort(
         self, context: grpc.aio.ServicerContext[Any, Any], error: PlacementError
@@ -588,12 +585,7 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
     async def _forward(
         self, context: grpc.aio.ServicerContext[Any, Any], address: str, method: str, request: Any
     ) -> Any:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(
-                address, options=CHANNEL_OPTIONS
-            )
-        stub = driver_pb2_grpc.PlacementServiceStub(channel)
+        stub = driver_pb2_grpc.PlacementServiceStub(self._channels.get(address))
         try:
             return await getattr(stub, method)(
                 request,
@@ -770,11 +762,19 @@ class DriverLike(Leadership, Protocol):
     def keys(self) -> KeySpace: ...
 
 
-def add_to_server(server: grpc.aio.Server, driver: DriverLike) -> Sequence[str]:
-    """The hook ``placectl driver run`` calls (it adds health and reflection itself): adds
-    PlacementService on ``driver``'s client, key space and leadership; returns its full name."""
-    servicer = PlacementServicer(PlacementAPI(driver.client, driver.keys, driver))
+def add_servicer(server: grpc.aio.Server, api: PlacementAPI) -> PlacementServicer:
+    """Add PlacementService on ``api`` to ``server`` (health and reflection are
+    :func:`placement.rpc.add_health`'s); call ``servicer.close()`` after ``server.stop()``."""
+    servicer = PlacementServicer(api)
     driver_pb2_grpc.add_PlacementServiceServicer_to_server(servicer, server)
+    return servicer
+
+
+def add_to_server(server: grpc.aio.Server, driver: DriverLike) -> Sequence[str]:
+    """The hook ``placectl driver run`` calls (health and reflection come from
+    :mod:`placement.rpc`): adds PlacementService on ``driver``'s client, key space and
+    leadership; returns its full name."""
+    add_servicer(server, PlacementAPI(driver.client, driver.keys, driver))
     return [SERVICE_NAME]
 
 
@@ -785,16 +785,8 @@ async def register(
 
     Call before ``server.start()``; call ``servicer.close()`` after ``server.stop()``.
     """
-    servicer = PlacementServicer(api)
-    driver_pb2_grpc.add_PlacementServiceServicer_to_server(servicer, server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-    )
-    for service in ("", SERVICE_NAME):
-        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    return servicer, health_servicer
+    servicer = add_servicer(server, api)
+    return servicer, await add_health(server, [SERVICE_NAME])
 
 
 __all__ = [
@@ -804,6 +796,7 @@ __all__ = [
     "PlacementServicer",
     "ZoneExists",
     "ZoneNotFound",
+    "add_servicer",
     "add_to_server",
     "register",
 ]
