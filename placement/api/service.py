@@ -15,8 +15,6 @@ Bad input is rejected with ``INVALID_ARGUMENT`` naming the field *before* anythi
 
 from __future__ import annotations
 
-import math
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,9 +23,9 @@ from typing import Any, Protocol, TypeVar
 import grpc
 from grpc_health.v1 import health
 
-from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
+from placement.core.zonespec import ALTERABLE, validate_zone_spec
 from placement.driver.status import zone_status
 from placement.errors import (
     Compacted,
@@ -47,7 +45,6 @@ from placement.metastore.codec import (
     decode_datanodes,
     decode_leader,
     decode_primary,
-    validate_zone_spec,
 )
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
@@ -63,18 +60,7 @@ DEFAULT_PAGE_SIZE = 1000
 #: Metadata set on a forwarded call, so that it is forwarded at most once.
 FORWARDED = "x-placement-forwarded"
 MAX_PAGE_SIZE = 10_000
-#: Selector keys and values: like node attribute names (no ``=``, ``,`` or spaces).
-SELECTOR_PATTERN = re.compile(r"^[A-Za-z0-9_.\-/]{1,64}$")
-#: ZoneSpec fields an AlterZone may name in ``update_fields``.
-ALTERABLE = (
-    "partitions",
-    "replicas",
-    "node_selector",
-    "failure_domain",
-    "scale_up_delay",
-    "scale_down_delay",
-    "min_in_sync",
-)
+#: How ZoneConfig names the ZoneSpec fields it names differently.
 _PROTO_FIELD = {
     "scale_up_delay": "scale_up_delay_seconds",
     "scale_down_delay": "scale_down_delay_seconds",
@@ -154,37 +140,6 @@ def make_spec(
     """Validate every field (naming it on error) and build the spec; nothing is written here.
 
     ``min_in_sync`` None = the zone default (2, at most ``replicas``)."""
-    validate_name(name, "zone")
-    if not 1 <= partitions <= MAX_PARTITIONS:
-        raise InvalidInput(
-            "partitions", f"{partitions} is out of range", f"use 1..{MAX_PARTITIONS}"
-        )
-    if not 1 <= replicas <= MAX_REPLICAS:
-        raise InvalidInput("replicas", f"{replicas} is out of range", f"use 1..{MAX_REPLICAS}")
-    for key, value in node_selector.items():
-        for what, text in (("key", key), ("value", value)):
-            if not SELECTOR_PATTERN.match(text):
-                raise InvalidInput(
-                    "node_selector",
-                    f"{what} {text!r} is not valid selector syntax",
-                    "use KEY=VALUE with 1..64 of [A-Za-z0-9_./-]",
-                )
-    if failure_domain is not None and not SELECTOR_PATTERN.match(failure_domain):
-        raise InvalidInput(
-            "failure_domain", f"{failure_domain!r} is not an attribute name", "e.g. rack"
-        )
-    for field_name, delay in (
-        ("scale_up_delay", scale_up_delay),
-        ("scale_down_delay", scale_down_delay),
-    ):
-        if not math.isfinite(delay) or delay < 0:
-            raise InvalidInput(field_name, f"{delay} is negative or not finite", "use seconds >= 0")
-    if min_in_sync is not None and not 1 <= min_in_sync <= MAX_REPLICAS:
-        raise InvalidInput(
-            "min_in_sync",
-            f"{min_in_sync} is out of range",
-            f"use 1..{MAX_REPLICAS} (0 or unset = the default: 2, at most replicas)",
-        )
     return validate_zone_spec(
         ZoneSpec(
             name=name,
@@ -195,7 +150,8 @@ def make_spec(
             scale_up_delay=float(scale_up_delay),
             scale_down_delay=float(scale_down_delay),
             min_in_sync=min_in_sync,
-        )
+        ),
+        user_input=True,
     )
 
 
@@ -481,17 +437,20 @@ def zone_pb(record: ZoneRecord) -> driver_pb2.Zone:
     return driver_pb2.Zone(name=record.name, config=config, revision=record.mod_revision)
 
 
+def _fields_from_pb(config: driver_pb2.ZoneConfig) -> dict[str, Any]:
+    """Every alterable ZoneSpec field as ``config`` gives it (not validated); 0 / "" on the
+    wire mean "unset" for ``failure_domain`` and ``min_in_sync``."""
+    found: dict[str, Any] = {f: getattr(config, _PROTO_FIELD.get(f, f)) for f in ALTERABLE}
+    found["partitions"] = int(found["partitions"])
+    found["replicas"] = int(found["replicas"])
+    found["node_selector"] = dict(found["node_selector"])
+    found["failure_domain"] = found["failure_domain"] or None
+    found["min_in_sync"] = int(found["min_in_sync"]) or None
+    return found
+
+
 def spec_from_pb(name: str, config: driver_pb2.ZoneConfig) -> ZoneSpec:
-    return make_spec(
-        name,
-        int(config.partitions),
-        int(config.replicas),
-        dict(config.node_selector),
-        config.failure_domain or None,
-        config.scale_up_delay_seconds,
-        config.scale_down_delay_seconds,
-        int(config.min_in_sync) or None,
-    )
+    return make_spec(name, **_fields_from_pb(config))
 
 
 def altered(spec: ZoneSpec, config: driver_pb2.ZoneConfig, update: Sequence[str]) -> ZoneSpec:
@@ -505,26 +464,9 @@ def altered(spec: ZoneSpec, config: driver_pb2.ZoneConfig, update: Sequence[str]
         raise InvalidInput(
             "update_fields", f"unknown field {unknown[0]!r}", f"use {', '.join(ALTERABLE)}"
         )
-    current: dict[str, Any] = {
-        "partitions": spec.partitions,
-        "replicas": spec.replicas,
-        "node_selector": dict(spec.node_selector),
-        "failure_domain": spec.failure_domain,
-        "scale_up_delay": spec.scale_up_delay,
-        "scale_down_delay": spec.scale_down_delay,
-        "min_in_sync": spec.min_in_sync,
-    }
-    for name in update:
-        value = getattr(config, _PROTO_FIELD.get(name, name))
-        if name == "node_selector":
-            value = dict(value)
-        elif name == "failure_domain":
-            value = value or None
-        elif name in ("partitions", "replicas"):
-            value = int(value)
-        elif name == "min_in_sync":
-            value = int(value) or None  # 0 = back to the default
-        current[name] = value
+    given = _fields_from_pb(config)
+    current: dict[str, Any] = {f: getattr(spec, f) for f in ALTERABLE}
+    current.update({f: given[f] for f in update})
     return make_spec(spec.name, **current)
 
 

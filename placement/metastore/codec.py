@@ -52,9 +52,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import Peers, ZoneSpec
 from placement.core.names import has_name_form
+from placement.core.zonespec import validate_zone_spec
 from placement.errors import InvalidInput
 
 SCHEMA_VERSION = 1
@@ -318,43 +318,6 @@ _ZONE_KEYS = _ZONE_KEYS_DELAYS | {"min_in_sync"}
 #: Field sets a stored zone config may have: current (``min_in_sync`` present only when set),
 #: then the older layouts (no ``min_in_sync``; no delays either).
 _ZONE_LAYOUTS = (_ZONE_KEYS, _ZONE_KEYS_DELAYS, _ZONE_KEYS_V1)
-#: Largest scale-up/scale-down delay (seconds): 30 days.
-MAX_DELAY = 30 * 24 * 3600.0
-
-
-def validate_zone_spec(spec: ZoneSpec) -> ZoneSpec:
-    """Return ``spec`` if it is within the documented limits, else raise :class:`InvalidInput`."""
-    if not has_name_form(spec.name):
-        raise InvalidInput(
-            "name", f"{spec.name!r} is not a valid zone name", "use [A-Za-z0-9_.-]{1,64}"
-        )
-    for key, limit in (("partitions", MAX_PARTITIONS), ("replicas", MAX_REPLICAS)):
-        value = getattr(spec, key)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-            raise InvalidInput(key, f"{value!r} is out of range", f"use 1..{limit}")
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in spec.node_selector.items()):
-        raise InvalidInput("node_selector", "keys and values must be strings", "use str: str")
-    if spec.failure_domain is not None and not isinstance(spec.failure_domain, str):
-        raise InvalidInput("failure_domain", "must be a string or null", "name a node attribute")
-    for key in ("scale_up_delay", "scale_down_delay"):
-        delay = getattr(spec, key)
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, int | float)
-            or not math.isfinite(delay)
-            or not 0 <= delay <= MAX_DELAY
-        ):
-            raise InvalidInput(key, f"{delay!r} is not a delay in seconds", f"use 0..{MAX_DELAY:g}")
-    wanted = spec.min_in_sync
-    if wanted is not None and (
-        isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= MAX_REPLICAS
-    ):
-        raise InvalidInput(
-            "min_in_sync",
-            f"{wanted!r} is out of range",
-            f"use 1..{MAX_REPLICAS}, or leave it unset for the default (2, at most replicas)",
-        )
-    return spec
 
 
 def encode_zone_spec(spec: ZoneSpec) -> bytes:
