@@ -4,8 +4,8 @@ Two layers:
 
 * :class:`PlacementAPI` — domain in, domain out: validates, reads etcd directly (any instance
   answers reads), and performs writes (zone create/alter/drop, cancel, pause/resume) with the
-  leader's :class:`~placement.metastore.store.Fence`. On a follower a write raises :class:`Forward`
-  naming the leader's API address.
+  leader's :class:`~placement.metastore.transitions.Fence`. On a follower a write raises
+  :class:`Forward` naming the leader's API address.
 * :class:`PlacementServicer` — the thin gRPC edge: protobuf -> domain, domain -> protobuf, and one
   error table (:data:`STATUS_OF`). A :class:`Forward` is answered by calling the same RPC on the
   leader (one hop); when no leader is known the client gets ``UNAVAILABLE`` and retries.
