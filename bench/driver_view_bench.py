@@ -29,8 +29,8 @@ from placement.metastore.codec import (
     encode_trigger,
     encode_zone_spec,
 )
-from placement.metastore.etcd import KeyValue
 from placement.metastore.keys import AssignField, KeySpace
+from placement.metastore.txn import KeyValue
 
 
 def prefix(partitions: int) -> tuple[KeySpace, dict[bytes, KeyValue]]:

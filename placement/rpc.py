@@ -116,11 +116,9 @@ def bind_server(listen: str, option: str = "--listen") -> tuple[grpc.aio.Server,
     return server, f"{host}:{bound}"
 
 
-async def start_server(
-    server: grpc.aio.Server, services: Sequence[str]
-) -> health.aio.HealthServicer:
-    """Adds health and reflection for ``services`` (already added), marks every one SERVING and
-    starts the server; the returned health servicer announces a graceful shutdown."""
+async def add_health(server: grpc.aio.Server, services: Sequence[str]) -> health.aio.HealthServicer:
+    """Adds health and reflection for ``services`` (already added) and marks every one SERVING;
+    the returned health servicer announces a graceful shutdown. The server is not started."""
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -128,5 +126,13 @@ async def start_server(
     )
     for service in ("", *services):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    return health_servicer
+
+
+async def start_server(
+    server: grpc.aio.Server, services: Sequence[str]
+) -> health.aio.HealthServicer:
+    """:func:`add_health`, then starts the server."""
+    health_servicer = await add_health(server, services)
     await server.start()
     return health_servicer

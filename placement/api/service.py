@@ -4,8 +4,8 @@ Two layers:
 
 * :class:`PlacementAPI` — domain in, domain out: validates, reads etcd directly (any instance
   answers reads), and performs writes (zone create/alter/drop, cancel, pause/resume) with the
-  leader's :class:`~placement.metastore.store.Fence`. On a follower a write raises :class:`Forward`
-  naming the leader's API address.
+  leader's :class:`~placement.metastore.transitions.Fence`. On a follower a write raises
+  :class:`Forward` naming the leader's API address.
 * :class:`PlacementServicer` — the thin gRPC edge: protobuf -> domain, domain -> protobuf, and one
   error table (:data:`STATUS_OF`). A :class:`Forward` is answered by calling the same RPC on the
   leader (one hop); when no leader is known the client gets ``UNAVAILABLE`` and retries.
@@ -15,22 +15,17 @@ Bad input is rejected with ``INVALID_ARGUMENT`` naming the field *before* anythi
 
 from __future__ import annotations
 
-import json
-import math
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
-from placement.api.client import CHANNEL_OPTIONS
-from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
+from placement.core.zonespec import ALTERABLE, validate_zone_spec
 from placement.driver.status import zone_status
 from placement.errors import (
     Compacted,
@@ -42,20 +37,22 @@ from placement.errors import (
 )
 from placement.metastore.codec import (
     Assignment,
-    ControlMark,
     Corrupt,
+    LeaderRecord,
     NodeRecord,
     PrimaryLease,
     decode_assignment,
     decode_datanodes,
+    decode_leader,
     decode_primary,
-    encode_control,
-    validate_zone_spec,
 )
 from placement.metastore.election import current_leader
-from placement.metastore.etcd import Delete, EtcdClient, Get, Put, Range
+from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
-from placement.metastore.store import Fence, Metastore, Outcome, PartitionState, ZoneRecord
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import Fence, Outcome, PartitionState, ZoneRecord
+from placement.metastore.txn import Range
+from placement.rpc import API_PROFILE, ChannelPool, add_health
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 
 SERVICE_NAME: str = driver_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name
@@ -63,18 +60,7 @@ DEFAULT_PAGE_SIZE = 1000
 #: Metadata set on a forwarded call, so that it is forwarded at most once.
 FORWARDED = "x-placement-forwarded"
 MAX_PAGE_SIZE = 10_000
-#: Selector keys and values: like node attribute names (no ``=``, ``,`` or spaces).
-SELECTOR_PATTERN = re.compile(r"^[A-Za-z0-9_.\-/]{1,64}$")
-#: ZoneSpec fields an AlterZone may name in ``update_fields``.
-ALTERABLE = (
-    "partitions",
-    "replicas",
-    "node_selector",
-    "failure_domain",
-    "scale_up_delay",
-    "scale_down_delay",
-    "min_in_sync",
-)
+#: How ZoneConfig names the ZoneSpec fields it names differently.
 _PROTO_FIELD = {
     "scale_up_delay": "scale_up_delay_seconds",
     "scale_down_delay": "scale_down_delay_seconds",
@@ -154,37 +140,6 @@ def make_spec(
     """Validate every field (naming it on error) and build the spec; nothing is written here.
 
     ``min_in_sync`` None = the zone default (2, at most ``replicas``)."""
-    validate_name(name, "zone")
-    if not 1 <= partitions <= MAX_PARTITIONS:
-        raise InvalidInput(
-            "partitions", f"{partitions} is out of range", f"use 1..{MAX_PARTITIONS}"
-        )
-    if not 1 <= replicas <= MAX_REPLICAS:
-        raise InvalidInput("replicas", f"{replicas} is out of range", f"use 1..{MAX_REPLICAS}")
-    for key, value in node_selector.items():
-        for what, text in (("key", key), ("value", value)):
-            if not SELECTOR_PATTERN.match(text):
-                raise InvalidInput(
-                    "node_selector",
-                    f"{what} {text!r} is not valid selector syntax",
-                    "use KEY=VALUE with 1..64 of [A-Za-z0-9_./-]",
-                )
-    if failure_domain is not None and not SELECTOR_PATTERN.match(failure_domain):
-        raise InvalidInput(
-            "failure_domain", f"{failure_domain!r} is not an attribute name", "e.g. rack"
-        )
-    for field_name, delay in (
-        ("scale_up_delay", scale_up_delay),
-        ("scale_down_delay", scale_down_delay),
-    ):
-        if not math.isfinite(delay) or delay < 0:
-            raise InvalidInput(field_name, f"{delay} is negative or not finite", "use seconds >= 0")
-    if min_in_sync is not None and not 1 <= min_in_sync <= MAX_REPLICAS:
-        raise InvalidInput(
-            "min_in_sync",
-            f"{min_in_sync} is out of range",
-            f"use 1..{MAX_REPLICAS} (0 or unset = the default: 2, at most replicas)",
-        )
     return validate_zone_spec(
         ZoneSpec(
             name=name,
@@ -195,7 +150,8 @@ def make_spec(
             scale_up_delay=float(scale_up_delay),
             scale_down_delay=float(scale_down_delay),
             min_in_sync=min_in_sync,
-        )
+        ),
+        user_input=True,
     )
 
 
@@ -252,14 +208,8 @@ class PlacementAPI:
     async def leader_address(self) -> str | None:
         """The API address in the current leader's election value ``{"id":..,"api":..}``."""
         kv = await current_leader(self.client, self.keys)
-        if kv is None:
-            return None
-        try:
-            record = json.loads(kv.value)
-        except ValueError:
-            return None
-        api = record.get("api") if isinstance(record, dict) else None
-        return api if isinstance(api, str) and api else None
+        record = decode_leader(kv.value) if kv is not None else None
+        return record.api or None if isinstance(record, LeaderRecord) else None
 
     # -- zones -----------------------------------------------------------------------------------
 
@@ -351,28 +301,10 @@ class PlacementAPI:
         if first >= last:
             revision = await self.client.current_revision()
             return revision, [], None
-        begin = self.keys.partition_prefix(zone, first)
-        end = (
-            self.keys.partition_prefix(zone, last)
-            if last < MAX_PARTITIONS
-            else prefix_range_end(self.keys.zone_assign_prefix(zone))
-        )
-        found = await self.client.txn(
-            (),
-            (
-                Get(begin, end),
-                Get(
-                    self.keys.zone_primary_prefix(zone),
-                    prefix_range_end(self.keys.zone_primary_prefix(zone)),
-                ),
-            ),
-        )
-        assign, primaries = found.responses
-        assert isinstance(assign, Range)
-        assert isinstance(primaries, Range)
+        revision, assign, primaries = await self.store.read_assignment_page(zone, first, last)
         views = self._views(zone, assign, primaries, range(first, last))
         following = last if partition is None and last < total else None
-        return found.revision, views, following
+        return revision, views, following
 
     def _views(
         self, zone: str, assign: Range, primaries: Range, partitions: range
@@ -461,15 +393,7 @@ class PlacementAPI:
 
     async def set_paused(self, paused: bool) -> bool:
         fence = await self._fence()
-        key = self.keys.paused()
-        op: Put | Delete = (
-            Put(key, encode_control(ControlMark(fence.epoch, self._clock_ms())))
-            if paused
-            else Delete(key)
-        )
-        result = await self.client.txn((fence.compare(),), (op,), (Get(fence.leader_key),))
-        if not result.succeeded:
-            raise NotLeader("lost leadership while writing the pause flag; retry")
+        await self.store.set_paused(paused, fence, self._clock_ms())
         return paused
 
     async def is_paused(self) -> bool:
@@ -513,17 +437,20 @@ def zone_pb(record: ZoneRecord) -> driver_pb2.Zone:
     return driver_pb2.Zone(name=record.name, config=config, revision=record.mod_revision)
 
 
+def _fields_from_pb(config: driver_pb2.ZoneConfig) -> dict[str, Any]:
+    """Every alterable ZoneSpec field as ``config`` gives it (not validated); 0 / "" on the
+    wire mean "unset" for ``failure_domain`` and ``min_in_sync``."""
+    found: dict[str, Any] = {f: getattr(config, _PROTO_FIELD.get(f, f)) for f in ALTERABLE}
+    found["partitions"] = int(found["partitions"])
+    found["replicas"] = int(found["replicas"])
+    found["node_selector"] = dict(found["node_selector"])
+    found["failure_domain"] = found["failure_domain"] or None
+    found["min_in_sync"] = int(found["min_in_sync"]) or None
+    return found
+
+
 def spec_from_pb(name: str, config: driver_pb2.ZoneConfig) -> ZoneSpec:
-    return make_spec(
-        name,
-        int(config.partitions),
-        int(config.replicas),
-        dict(config.node_selector),
-        config.failure_domain or None,
-        config.scale_up_delay_seconds,
-        config.scale_down_delay_seconds,
-        int(config.min_in_sync) or None,
-    )
+    return make_spec(name, **_fields_from_pb(config))
 
 
 def altered(spec: ZoneSpec, config: driver_pb2.ZoneConfig, update: Sequence[str]) -> ZoneSpec:
@@ -537,26 +464,9 @@ def altered(spec: ZoneSpec, config: driver_pb2.ZoneConfig, update: Sequence[str]
         raise InvalidInput(
             "update_fields", f"unknown field {unknown[0]!r}", f"use {', '.join(ALTERABLE)}"
         )
-    current: dict[str, Any] = {
-        "partitions": spec.partitions,
-        "replicas": spec.replicas,
-        "node_selector": dict(spec.node_selector),
-        "failure_domain": spec.failure_domain,
-        "scale_up_delay": spec.scale_up_delay,
-        "scale_down_delay": spec.scale_down_delay,
-        "min_in_sync": spec.min_in_sync,
-    }
-    for name in update:
-        value = getattr(config, _PROTO_FIELD.get(name, name))
-        if name == "node_selector":
-            value = dict(value)
-        elif name == "failure_domain":
-            value = value or None
-        elif name in ("partitions", "replicas"):
-            value = int(value)
-        elif name == "min_in_sync":
-            value = int(value) or None  # 0 = back to the default
-        current[name] = value
+    given = _fields_from_pb(config)
+    current: dict[str, Any] = {f: getattr(spec, f) for f in ALTERABLE}
+    current.update({f: given[f] for f in update})
     return make_spec(spec.name, **current)
 
 
@@ -584,12 +494,10 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
     def __init__(self, api: PlacementAPI, *, forward_timeout: float = 10.0) -> None:
         self.api = api
         self.forward_timeout = forward_timeout
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = ChannelPool(API_PROFILE)
 
     async def close(self) -> None:
-        channels, self._channels = self._channels, {}
-        for channel in channels.values():
-            await channel.close()
+        await self._channels.close()
 
     async def _abort(
         self, context: grpc.aio.ServicerContext[Any, Any], error: PlacementError
@@ -619,12 +527,7 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
     async def _forward(
         self, context: grpc.aio.ServicerContext[Any, Any], address: str, method: str, request: Any
     ) -> Any:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(
-                address, options=CHANNEL_OPTIONS
-            )
-        stub = driver_pb2_grpc.PlacementServiceStub(channel)
+        stub = driver_pb2_grpc.PlacementServiceStub(self._channels.get(address))
         try:
             return await getattr(stub, method)(
                 request,
@@ -801,11 +704,19 @@ class DriverLike(Leadership, Protocol):
     def keys(self) -> KeySpace: ...
 
 
-def add_to_server(server: grpc.aio.Server, driver: DriverLike) -> Sequence[str]:
-    """The hook ``placectl driver run`` calls (it adds health and reflection itself): adds
-    PlacementService on ``driver``'s client, key space and leadership; returns its full name."""
-    servicer = PlacementServicer(PlacementAPI(driver.client, driver.keys, driver))
+def add_servicer(server: grpc.aio.Server, api: PlacementAPI) -> PlacementServicer:
+    """Add PlacementService on ``api`` to ``server`` (health and reflection are
+    :func:`placement.rpc.add_health`'s); call ``servicer.close()`` after ``server.stop()``."""
+    servicer = PlacementServicer(api)
     driver_pb2_grpc.add_PlacementServiceServicer_to_server(servicer, server)
+    return servicer
+
+
+def add_to_server(server: grpc.aio.Server, driver: DriverLike) -> Sequence[str]:
+    """The hook ``placectl driver run`` calls (health and reflection come from
+    :mod:`placement.rpc`): adds PlacementService on ``driver``'s client, key space and
+    leadership; returns its full name."""
+    add_servicer(server, PlacementAPI(driver.client, driver.keys, driver))
     return [SERVICE_NAME]
 
 
@@ -816,16 +727,8 @@ async def register(
 
     Call before ``server.start()``; call ``servicer.close()`` after ``server.stop()``.
     """
-    servicer = PlacementServicer(api)
-    driver_pb2_grpc.add_PlacementServiceServicer_to_server(servicer, server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-    )
-    for service in ("", SERVICE_NAME):
-        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    return servicer, health_servicer
+    servicer = add_servicer(server, api)
+    return servicer, await add_health(server, [SERVICE_NAME])
 
 
 __all__ = [
@@ -835,6 +738,7 @@ __all__ = [
     "PlacementServicer",
     "ZoneExists",
     "ZoneNotFound",
+    "add_servicer",
     "add_to_server",
     "register",
 ]

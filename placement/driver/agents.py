@@ -1,7 +1,8 @@
 """The driver's gRPC client of replica agents (``ReplicaService``). Protobuf stays in here.
 
-One channel per agent address, with keepalive **and** a ping timeout (so a SIGSTOPped agent is
-noticed), a capped reconnect backoff, and a deadline on every call. Transport failures raise
+One channel per agent address from :class:`placement.rpc.ChannelPool` with
+:data:`~placement.rpc.AGENT_PROFILE` (keepalive **and** a ping timeout, so a SIGSTOPped agent is
+noticed; a capped reconnect backoff), and a deadline on every call. Transport failures raise
 :class:`AgentUnavailable`; answers come back as :class:`AgentAnswer` with the outcome's enum name
 (``ACCEPTED``/``DONE``/``STALE``/``FAILED``; ``CANCELLED``/``NOTHING_TO_CANCEL``/
 ``ALREADY_DONE``/``CANCEL_STALE``; ``RETIRED``/``KEPT``/``RETIRE_STALE``).
@@ -16,17 +17,8 @@ import grpc
 
 from placement.core.model import Peers
 from placement.errors import PlacementError
+from placement.rpc import AGENT_PROFILE, ChannelPool
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
-
-CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.keepalive_time_ms", 5_000),
-    ("grpc.keepalive_timeout_ms", 3_000),
-    ("grpc.http2.ping_timeout_ms", 3_000),
-    ("grpc.keepalive_permit_without_calls", 0),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1_000),
-)
 
 
 class AgentUnavailable(PlacementError):
@@ -46,19 +38,14 @@ class AgentClient:
 
     def __init__(self, *, timeout: float = 3.0) -> None:
         self.timeout = timeout
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = ChannelPool(AGENT_PROFILE)
 
     def _stub(self, address: str) -> replica_pb2_grpc.ReplicaServiceAsyncStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
-            self._channels[address] = channel
-        return replica_pb2_grpc.ReplicaServiceStub(channel)  # an AsyncStub on an aio channel
+        # an AsyncStub on an aio channel
+        return replica_pb2_grpc.ReplicaServiceStub(self._channels.get(address))
 
     async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close(None)
+        await self._channels.close()
 
     async def _call(self, address: str, method: str, request: Any, outcomes: Any) -> AgentAnswer:
         """One unary call; every gRPC failure is :class:`AgentUnavailable` (the caller retries)."""

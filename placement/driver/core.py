@@ -47,7 +47,7 @@ from types import MappingProxyType
 from placement.algo.place import place
 from placement.core.model import Node, Peers, ZoneSpec
 from placement.driver.datanodes import advance, matching_nodes
-from placement.driver.leases import LeaseConfig, LeaseWrite, corrupt_isrs, plan_primaries
+from placement.driver.leases import LeaseConfig, corrupt_isrs, plan_primaries
 from placement.errors import InvalidInput
 from placement.metastore.codec import (
     Assignment,
@@ -68,9 +68,15 @@ from placement.metastore.codec import (
     decode_trigger,
     decode_zone_spec,
 )
-from placement.metastore.etcd import KeyValue
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey
-from placement.metastore.store import PartitionState, TriggerAction, Versioned, decide_trigger
+from placement.metastore.transitions import (
+    LeaseWrite,
+    PartitionState,
+    TriggerAction,
+    Versioned,
+    decide_trigger,
+)
+from placement.metastore.txn import KeyValue
 
 # -- the view ----------------------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from placement.core.model import Peers
 from placement.metastore.codec import Corrupt, InSyncSet, PrimaryLease
-from placement.metastore.store import Versioned
+from placement.metastore.transitions import LeaseWrite, Versioned
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,23 +59,6 @@ class LeaseConfig:
 
     duration_ms: int = 10_000
     renew_before_ms: int = 5_000
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseWrite:
-    """One lease to write: CAS the primary key from ``expected_mod`` (0 = absent) to ``lease``.
-
-    ``isr_mod``: for a write that changes the holder, the ISR key's mod_revision the choice was
-    made on (0 = no ISR key), compared in the same transaction; ``None`` for a renewal of the
-    same holder (no ISR compare)."""
-
-    lease: PrimaryLease
-    expected_mod: int
-    isr_mod: int | None = None
-
-    @property
-    def moves(self) -> bool:
-        return self.isr_mod is not None
 
 
 #: A partition's ISR key as read: absent from the mapping = no ISR key.

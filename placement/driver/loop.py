@@ -39,17 +39,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from placement.core.model import Peers
-from placement.core.names import validate_name
-from placement.core.retry import RetryPolicy, retry
+from placement.core.retry import RetryPolicy, Sleep, retry
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
 from placement.driver.core import (
     ClusterView,
@@ -64,32 +62,20 @@ from placement.driver.core import (
     drive_action,
     plan_pass,
 )
-from placement.driver.leases import LeaseConfig, LeaseWrite
+from placement.driver.leases import LeaseConfig
 from placement.errors import Conflict, NotLeader, PlacementError, StoreUnavailable
-from placement.metastore.codec import (
-    ControlMark,
-    MoveReport,
-    encode_control,
-    encode_datanodes,
-    encode_primary,
-)
+from placement.metastore.codec import LeaderRecord, MoveReport, decode_leader, encode_leader
 from placement.metastore.election import Election, Leadership
-from placement.metastore.etcd import Compare, Delete, EtcdClient, Get, Put, Range
-from placement.metastore.keys import AssignField, KeySpace, prefix_range_end
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.listwatch import ListWatch, Snapshot
-from placement.metastore.store import Fence, Metastore, Outcome, PartitionState, TransitionResult
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import Fence, Outcome, PartitionState, TransitionResult
 
 log = logging.getLogger(__name__)
 
 
 Clock = Callable[[], float]
-Sleep = Callable[[float], Awaitable[None]]
-
-#: Primary-lease keys written per transaction (plus the fence compare: within etcd's 128).
-PRIMARY_BATCH = 120
-#: Compares per primary-lease transaction besides the fence (etcd: at most 128 per list): a
-#: renewal needs one (the lease key), a move two (the lease key and the ISR key).
-PRIMARY_COMPARES = 120
 
 
 @dataclass(slots=True)
@@ -210,15 +196,7 @@ class Driver:
         fence = self.fence()
         if fence is None:
             raise NotLeader(f"{self.config.member_id} is not the leader")
-        key = self.keys.paused()
-        op: Put | Delete = (
-            Put(key, encode_control(ControlMark(fence.epoch, self.now_ms())))
-            if paused
-            else Delete(key)
-        )
-        result = await self.client.txn((fence.compare(),), (op,), ())
-        if not result.succeeded:
-            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+        await self.store.set_paused(paused, fence, self.now_ms())
 
     # -- the instance loop -------------------------------------------------------------------
 
@@ -228,11 +206,7 @@ class Driver:
         try:
             attempt = 0
             while True:
-                value = json.dumps(
-                    {"id": self.config.member_id, "api": self.config.api_address},
-                    sort_keys=True,
-                    separators=(",", ":"),
-                ).encode()
+                value = encode_leader(LeaderRecord(self.config.member_id, self.config.api_address))
                 election = Election(
                     self.client,
                     self.keys,
@@ -294,11 +268,10 @@ class Driver:
             while True:
                 leader = min(snapshot.kvs.values(), key=lambda kv: kv.create_revision, default=None)
                 self._leader_api = self._leader_id = None
-                if leader is not None:
-                    with contextlib.suppress(ValueError, AttributeError, TypeError):
-                        record = json.loads(leader.value)
-                        self._leader_api = str(record["api"])
-                        self._leader_id = str(record["id"])
+                record = decode_leader(leader.value) if leader is not None else None
+                if isinstance(record, LeaderRecord):
+                    self._leader_api = record.api or None
+                    self._leader_id = record.member_id or None
                 snapshot = await watch.wait_newer(snapshot)
         finally:
             await watch.close()
@@ -411,19 +384,7 @@ class Driver:
                 cancelled.outcome.value,
             )
         for drop in plan.drops:
-            prefixes = (
-                self.keys.zone_primary_prefix(drop.zone),
-                self.keys.zone_isr_prefix(drop.zone),
-                self.keys.sizes_prefix() + validate_name(drop.zone).encode() + b"/",
-            )
-            await self._cas(
-                fence,
-                (Compare.version(self.keys.zone(drop.zone), "==", 0),),
-                (
-                    Delete(self.keys.datanodes(drop.zone)),
-                    *(Delete(prefix, prefix_range_end(prefix)) for prefix in prefixes),
-                ),
-            )
+            await self.store.drop_zone_leftovers(drop.zone, fence)
             log.info(
                 "zone %s: dropped; its data nodes, primary leases, in-sync sets and replica "
                 "sizes deleted",
@@ -443,32 +404,9 @@ class Driver:
                 self.keys.zone_isr_prefix(zone).decode(),
             )
 
-    async def _cas(
-        self, fence: Fence, compares: Iterable[Compare], ops: Iterable[Put | Delete]
-    ) -> bool:
-        """One fenced txn; False when a non-fence compare failed, NotLeader when the fence did."""
-        result = await self.client.txn(
-            (fence.compare(), *compares), tuple(ops), (Get(fence.leader_key),)
-        )
-        if result.succeeded:
-            return True
-        (leader,) = result.responses
-        assert isinstance(leader, Range)
-        if not fence.holds(leader.first()):
-            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
-        return False
-
     async def _write_datanodes(self, write: WriteDataNodes, fence: Fence, ts: int) -> None:
-        key = self.keys.datanodes(write.zone)
         record = write.record
-        value = encode_datanodes(
-            type(record)(
-                record.applied, record.observed, record.up_since, record.down_since, fence.epoch, ts
-            )
-        )
-        ok = await self._cas(
-            fence, (Compare.mod(key, "==", write.expected_mod),), (Put(key, value),)
-        )
+        ok = await self.store.write_datanodes(write.zone, record, write.expected_mod, fence, ts)
         log.info(
             "zone %s: data nodes applied=%s observed=%s up_since=%s down_since=%s (%s)",
             write.zone,
@@ -480,47 +418,10 @@ class Driver:
         )
 
     async def _write_primaries(self, write: WritePrimaries, fence: Fence, ts: int) -> None:
-        """Renewals and moves in separate transactions (an ISR change fails only the moves
-        batched with it, never a renewal), each at most PRIMARY_BATCH keys and PRIMARY_COMPARES
-        compares besides the fence. A lost compare: redone next pass, on a fresh view."""
-        items = sorted(write.leases.items())
-        for group in (
-            [(p, w) for p, w in items if not w.moves],
-            [(p, w) for p, w in items if w.moves],
-        ):
-            compares: list[Compare] = []
-            puts: list[Put] = []
-            for p, lease_write in group:
-                need = self._lease_txn(write.zone, p, lease_write, fence, ts)
-                if len(puts) == PRIMARY_BATCH or len(compares) + len(need[0]) > PRIMARY_COMPARES:
-                    await self._put_leases(write.zone, fence, compares, puts)
-                    compares, puts = [], []
-                compares.extend(need[0])
-                puts.append(need[1])
-            if puts:
-                await self._put_leases(write.zone, fence, compares, puts)
-
-    def _lease_txn(
-        self, zone: str, partition: int, write: LeaseWrite, fence: Fence, ts: int
-    ) -> tuple[list[Compare], Put]:
-        key = self.keys.primary(zone, partition)
-        compares = [Compare.mod(key, "==", write.expected_mod)]
-        if write.isr_mod is not None:
-            isr = self.keys.isr(zone, partition)
-            compares.append(
-                Compare.mod(isr, "==", write.isr_mod)
-                if write.isr_mod
-                else Compare.version(isr, "==", 0)
-            )
-        lease = write.lease
-        stamped = type(lease)(lease.node, lease.lease_epoch, lease.expiry, fence.epoch, ts)
-        return compares, Put(key, encode_primary(stamped))
-
-    async def _put_leases(
-        self, zone: str, fence: Fence, compares: list[Compare], puts: list[Put]
-    ) -> None:
-        if not await self._cas(fence, compares, puts):
-            log.info("zone %s: primary leases raced; redone next pass", zone)
+        """A lost compare: redone next pass, on a fresh view."""
+        raced = await self.store.write_primaries(write.zone, write.leases, fence, ts)
+        for _ in range(raced):
+            log.info("zone %s: primary leases raced; redone next pass", write.zone)
 
     # -- movers ------------------------------------------------------------------------------
 
@@ -713,11 +614,8 @@ class Driver:
         view = self._view
         if view is None or not view.reports.get(drive.key):
             return
-        prefix = self.keys.partition_progress_prefix(drive.zone, drive.partition)
         with contextlib.suppress(StoreUnavailable):
-            await self.client.txn(
-                (fence.compare(),), (Delete(prefix, prefix_range_end(prefix)),), ()
-            )
+            await self.store.clear_progress(drive.zone, drive.partition, fence)
 
     # -- retire (make-before-break cleanup) -----------------------------------------------------
 
@@ -886,14 +784,3 @@ class Driver:
             answer.outcome,
             answer.detail,
         )
-
-
-def parse_member_record(raw: bytes) -> Mapping[str, str] | None:
-    """The election value ``{"id":..,"api":..}`` of a leader key, None when unreadable."""
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(record, dict):
-        return None
-    return {str(k): str(v) for k, v in record.items()}

@@ -28,7 +28,7 @@ from placement.core.model import ZoneSpec
 from placement.driver.datanodes import holddown_remaining
 from placement.metastore.codec import Corrupt, DataNodes
 from placement.metastore.keys import AssignField
-from placement.metastore.store import PartitionState
+from placement.metastore.transitions import PartitionState
 
 
 class ZoneStatusState(StrEnum):

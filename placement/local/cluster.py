@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -37,6 +36,7 @@ from rich.table import Table
 
 from placement.api.client import ApiError, PlacementClient
 from placement.errors import InvalidInput, PlacementError
+from placement.metastore.codec import LeaderRecord, decode_leader
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
@@ -377,14 +377,8 @@ async def _leader(cluster: Cluster) -> str | None:
             kv = await current_leader(client, KeySpace(cluster.prefix))
     except PlacementError:
         return None
-    if kv is None:
-        return None
-    try:
-        record = json.loads(kv.value)
-    except ValueError:
-        return None
-    leader = record.get("id") if isinstance(record, dict) else None
-    return leader if isinstance(leader, str) else None
+    record = decode_leader(kv.value) if kv is not None else None
+    return record.member_id if isinstance(record, LeaderRecord) else None
 
 
 async def _live(cluster: Cluster, console: Console, live: bool) -> None:

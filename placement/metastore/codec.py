@@ -30,6 +30,7 @@ Values and their fields:
   pending additions/removals were first seen (unix ms, ``null`` = none pending);
 * primary lease (:class:`PrimaryLease`): holder node, lease epoch, expiry (unix ms);
 * pause marker (:class:`ControlMark`): who paused, when;
+* leader record (:class:`LeaderRecord`): ``{"api","id"}``, the election value of a driver;
 * move report (:class:`MoveReport`): ``{"detail","epoch","phase","revision","ts","v"}`` — an
   agent's push that its catch-up of pending ``revision`` (sent at leader ``epoch``) ended in
   ``phase`` ``DONE`` or ``FAILED``;
@@ -51,9 +52,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import Peers, ZoneSpec
 from placement.core.names import has_name_form
+from placement.core.zonespec import validate_zone_spec
 from placement.errors import InvalidInput
 
 SCHEMA_VERSION = 1
@@ -317,43 +318,6 @@ _ZONE_KEYS = _ZONE_KEYS_DELAYS | {"min_in_sync"}
 #: Field sets a stored zone config may have: current (``min_in_sync`` present only when set),
 #: then the older layouts (no ``min_in_sync``; no delays either).
 _ZONE_LAYOUTS = (_ZONE_KEYS, _ZONE_KEYS_DELAYS, _ZONE_KEYS_V1)
-#: Largest scale-up/scale-down delay (seconds): 30 days.
-MAX_DELAY = 30 * 24 * 3600.0
-
-
-def validate_zone_spec(spec: ZoneSpec) -> ZoneSpec:
-    """Return ``spec`` if it is within the documented limits, else raise :class:`InvalidInput`."""
-    if not has_name_form(spec.name):
-        raise InvalidInput(
-            "name", f"{spec.name!r} is not a valid zone name", "use [A-Za-z0-9_.-]{1,64}"
-        )
-    for key, limit in (("partitions", MAX_PARTITIONS), ("replicas", MAX_REPLICAS)):
-        value = getattr(spec, key)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-            raise InvalidInput(key, f"{value!r} is out of range", f"use 1..{limit}")
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in spec.node_selector.items()):
-        raise InvalidInput("node_selector", "keys and values must be strings", "use str: str")
-    if spec.failure_domain is not None and not isinstance(spec.failure_domain, str):
-        raise InvalidInput("failure_domain", "must be a string or null", "name a node attribute")
-    for key in ("scale_up_delay", "scale_down_delay"):
-        delay = getattr(spec, key)
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, int | float)
-            or not math.isfinite(delay)
-            or not 0 <= delay <= MAX_DELAY
-        ):
-            raise InvalidInput(key, f"{delay!r} is not a delay in seconds", f"use 0..{MAX_DELAY:g}")
-    wanted = spec.min_in_sync
-    if wanted is not None and (
-        isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= MAX_REPLICAS
-    ):
-        raise InvalidInput(
-            "min_in_sync",
-            f"{wanted!r} is out of range",
-            f"use 1..{MAX_REPLICAS}, or leave it unset for the default (2, at most replicas)",
-        )
-    return spec
 
 
 def encode_zone_spec(spec: ZoneSpec) -> bytes:
@@ -565,6 +529,36 @@ def decode_primary(raw: bytes) -> PrimaryLease | Corrupt:
         )
     except _Bad as e:
         return Corrupt(raw, str(e))
+
+
+# -- leader record (the election value) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRecord:
+    """The value of a driver's election key ``{p}/leader/{member}``: ``{"api","id"}`` — the
+    member id and the address of its API (no schema version: the first format, kept as is)."""
+
+    member_id: str
+    api: str
+
+
+def encode_leader(value: LeaderRecord) -> bytes:
+    return _dumps({"id": value.member_id, "api": value.api})
+
+
+def decode_leader(raw: bytes) -> LeaderRecord | Corrupt:
+    """A field that is missing or not a string decodes as ``""`` (unknown)."""
+    try:
+        obj = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        return Corrupt(raw, f"not JSON: {e}")
+    if not isinstance(obj, dict):
+        return Corrupt(raw, "not a JSON object")
+    member_id, api = obj.get("id"), obj.get("api")
+    return LeaderRecord(
+        member_id if isinstance(member_id, str) else "", api if isinstance(api, str) else ""
+    )
 
 
 # -- control marks (pause) ---------------------------------------------------------------------

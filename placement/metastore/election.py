@@ -22,21 +22,10 @@ import contextlib
 import logging
 
 from placement.errors import Compacted, NotLeader, StoreUnavailable
-from placement.metastore.etcd import (
-    Backoff,
-    Compare,
-    Delete,
-    EtcdClient,
-    EventKind,
-    Get,
-    KeyValue,
-    Lease,
-    Losable,
-    Put,
-    Range,
-)
+from placement.metastore.etcd import EtcdClient, Lease, Losable
 from placement.metastore.keys import KeySpace, prefix_range_end
-from placement.metastore.store import Fence
+from placement.metastore.transitions import Fence
+from placement.metastore.txn import Compare, Delete, EventKind, Get, KeyValue, Put, Range
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +85,7 @@ class Leadership(Losable):
 
     async def _wait_key_gone(self) -> str:
         next_revision = self.epoch + 1
-        backoff = Backoff(0.05, 1.0)
+        backoff = self._client.reconnect_backoff()
         while True:
             try:
                 async with self._client.watch(self.key, start_revision=next_revision) as watch:

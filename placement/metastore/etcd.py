@@ -32,239 +32,61 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from types import TracebackType
 from typing import Any, Literal, TypeAlias
 
 from aetcd import rpc
 
+from placement.core.retry import Backoff, RetryPolicy, Rng, Sleep
 from placement.errors import Compacted, InvalidInput, PlacementError, StoreUnavailable
 from placement.metastore.keys import prefix_range_end
+from placement.metastore.txn import (
+    MAX_REQUEST_BYTES,
+    MAX_TXN_OPS,
+    Compare,
+    CompareTarget,
+    Delete,
+    DeleteResult,
+    EventKind,
+    Get,
+    KeyValue,
+    Op,
+    OpResult,
+    Put,
+    PutResult,
+    Range,
+    Txn,
+    TxnResult,
+    WatchBatch,
+    WatchEvent,
+    checked_operand,
+)
+from placement.rpc import ChannelProfile, channel
 
 log = logging.getLogger(__name__)
 
-#: etcd's default ``--max-txn-ops``: the most compares, or ops in one branch, of a transaction.
-MAX_TXN_OPS = 128
-#: etcd's default ``--max-request-bytes`` (1.5 MiB).
-MAX_REQUEST_BYTES = 1_572_864
-#: What our batchers allow per request: the limit minus headroom for framing and the fence.
-REQUEST_BYTES_BUDGET = MAX_REQUEST_BYTES - 64 * 1024
-
-#: gRPC channel options. etcd rejects client pings more often than every 5 s
+#: etcd's channels. etcd rejects client pings more often than every 5 s
 #: (``--grpc-keepalive-min-time``), so keepalive runs every 10 s, and only while a call is open
-#: (etcd's default enforcement does not permit pings without streams).
-DEFAULT_CHANNEL_OPTIONS: Mapping[str, int] = {
-    "grpc.keepalive_time_ms": 10_000,
-    "grpc.keepalive_timeout_ms": 5_000,
-    # Newer gRPC cores use this one for the ping-ack wait and ignore keepalive_timeout_ms.
-    "grpc.http2.ping_timeout_ms": 5_000,
-    "grpc.keepalive_permit_without_calls": 0,
-    "grpc.http2.max_pings_without_data": 0,
-    "grpc.initial_reconnect_backoff_ms": 100,
-    "grpc.min_reconnect_backoff_ms": 100,
-    "grpc.max_reconnect_backoff_ms": 1_000,
-    "grpc.max_receive_message_length": 64 * 1024 * 1024,
-    "grpc.max_send_message_length": MAX_REQUEST_BYTES + 1024 * 1024,
-}
+#: (etcd's default enforcement does not permit pings without streams); a request may be as large
+#: as etcd accepts, plus framing.
+ETCD_PROFILE = ChannelProfile(
+    keepalive_ms=10_000,
+    ping_timeout_ms=5_000,
+    extra=(
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.max_send_message_length", MAX_REQUEST_BYTES + 1024 * 1024),
+    ),
+)
 
-Sleep: TypeAlias = Callable[[float], Awaitable[None]]
+#: Backoff between reconnects of keep-alives and watches (and the election's and list-watch's
+#: retries): 50 ms doubling to 1 s, each delay drawn from its upper half.
+RECONNECT_POLICY = RetryPolicy(initial=0.05, cap=1.0, floor=0.5)
 
 
 class LeaseExpired(PlacementError):
     """The lease named in a request does not exist (expired or revoked)."""
-
-
-# -- typed results -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class KeyValue:
-    """One key as etcd stores it. ``lease`` is 0 when the key has none."""
-
-    key: bytes
-    value: bytes
-    create_revision: int
-    mod_revision: int
-    version: int
-    lease: int
-
-
-@dataclass(frozen=True, slots=True)
-class Range:
-    """The answer of a read: ``kvs`` in key order as they were at ``revision``.
-
-    ``revision`` is the revision the read reflects: the pinned one when a revision was asked for,
-    else the header revision of the answer. ``more`` is set when ``limit`` cut the answer short.
-    """
-
-    kvs: tuple[KeyValue, ...]
-    revision: int
-    more: bool = False
-    count: int = 0
-
-    def first(self) -> KeyValue | None:
-        return self.kvs[0] if self.kvs else None
-
-
-@dataclass(frozen=True, slots=True)
-class PutResult:
-    revision: int
-    prev_kv: KeyValue | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteResult:
-    revision: int
-    deleted: int
-    prev_kvs: tuple[KeyValue, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TxnResult:
-    """``succeeded`` tells which branch ran; ``responses`` are that branch's results, in order.
-
-    ``revision`` is the store revision after the transaction (unchanged when nothing was written).
-    """
-
-    succeeded: bool
-    revision: int
-    responses: tuple[OpResult, ...]
-
-
-OpResult: TypeAlias = Range | PutResult | DeleteResult | TxnResult
-
-
-class EventKind(Enum):
-    PUT = "put"
-    DELETE = "delete"
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """One change; for DELETE, ``kv`` holds the key and the deleting revision, no value."""
-
-    kind: EventKind
-    kv: KeyValue
-    prev_kv: KeyValue | None
-
-
-@dataclass(frozen=True, slots=True)
-class WatchBatch:
-    """Events of one watch response, in revision order; empty for a progress notification.
-
-    ``revision``: every change to the watched range up to this revision has been delivered.
-    """
-
-    revision: int
-    events: tuple[WatchEvent, ...]
-
-
-# -- typed transaction building blocks ---------------------------------------------------------
-
-
-class CompareTarget(Enum):
-    VERSION = "version"
-    CREATE = "create_revision"
-    MOD = "mod_revision"
-    VALUE = "value"
-    LEASE = "lease"
-
-
-CompareOp = Literal["==", "!=", "<", ">"]
-
-
-@dataclass(frozen=True, slots=True)
-class Compare:
-    """One etcd compare: ``target(key) op operand``, optionally over ``[key, range_end)``.
-
-    etcd's semantics to keep in mind: compares are AND-ed; on a missing key VERSION, CREATE, MOD
-    and LEASE compare as 0, but a VALUE compare is always **false**. A compare over a range holds
-    when it holds for every key in it (for non-VALUE targets: as 0 when the range is empty).
-    """
-
-    key: bytes
-    target: CompareTarget
-    op: CompareOp
-    operand: int | bytes
-    range_end: bytes | None = None
-
-    @classmethod
-    def version(
-        cls, key: bytes, op: CompareOp, version: int, *, range_end: bytes | None = None
-    ) -> Compare:
-        return cls(key, CompareTarget.VERSION, op, version, range_end)
-
-    @classmethod
-    def create(cls, key: bytes, op: CompareOp, revision: int) -> Compare:
-        return cls(key, CompareTarget.CREATE, op, revision)
-
-    @classmethod
-    def mod(cls, key: bytes, op: CompareOp, revision: int) -> Compare:
-        return cls(key, CompareTarget.MOD, op, revision)
-
-    @classmethod
-    def value(cls, key: bytes, op: CompareOp, value: bytes) -> Compare:
-        return cls(key, CompareTarget.VALUE, op, value)
-
-    @classmethod
-    def lease(cls, key: bytes, op: CompareOp, lease_id: int) -> Compare:
-        return cls(key, CompareTarget.LEASE, op, lease_id)
-
-
-@dataclass(frozen=True, slots=True)
-class Put:
-    key: bytes
-    value: bytes
-    lease: int = 0
-    prev_kv: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    """Delete ``key``, or every key in ``[key, range_end)``."""
-
-    key: bytes
-    range_end: bytes | None = None
-    prev_kv: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Get:
-    """A read inside a transaction, at the transaction's revision."""
-
-    key: bytes
-    range_end: bytes | None = None
-    limit: int = 0
-    keys_only: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Txn:
-    """A (possibly nested) transaction: all ``compares`` hold ? ``success`` : ``failure``."""
-
-    compares: tuple[Compare, ...]
-    success: tuple[Op, ...] = ()
-    failure: tuple[Op, ...] = ()
-
-
-Op: TypeAlias = Put | Delete | Get | Txn
-
-
-def txn_ops(txn: Txn) -> int:
-    """What etcd counts against ``--max-txn-ops``: the most of compares/success/failure, nested."""
-
-    def branch(ops: tuple[Op, ...]) -> int:
-        return len(ops) + sum(txn_ops(op) for op in ops if isinstance(op, Txn))
-
-    return max(len(txn.compares), branch(txn.success), branch(txn.failure))
-
-
-def txn_request_bytes(txn: Txn) -> int:
-    """Serialized size of the transaction request (compare with :data:`REQUEST_BYTES_BUDGET`)."""
-    size: int = _txn_pb(txn).ByteSize()
-    return size
 
 
 # -- error translation: the one table ----------------------------------------------------------
@@ -363,15 +185,11 @@ def _compare_pb(c: Compare) -> Any:
     msg = rpc.Compare(key=c.key, result=_CMP_RESULT[c.op])
     if c.range_end is not None:
         msg.range_end = c.range_end
-    operand = c.operand
-    if c.target is CompareTarget.VALUE:
-        if not isinstance(operand, bytes):
-            raise InvalidInput("compare.value", "a VALUE compare needs bytes", "pass bytes")
+    operand = checked_operand(c)
+    if isinstance(operand, bytes):
         msg.target = rpc.Compare.VALUE
         msg.value = operand
         return msg
-    if isinstance(operand, bytes | bool):
-        raise InvalidInput("compare", f"{c.target.value} compares an int", "pass an int")
     if c.target is CompareTarget.VERSION:
         msg.target = rpc.Compare.VERSION
         msg.version = operand
@@ -498,27 +316,6 @@ def _is_read_only(txn: Txn) -> bool:
     )
 
 
-# -- backoff -----------------------------------------------------------------------------------
-
-
-class Backoff:
-    """Capped exponential backoff with full jitter: ``next()`` is the next delay in seconds."""
-
-    def __init__(self, initial: float = 0.05, cap: float = 1.0, factor: float = 2.0) -> None:
-        self._initial = initial
-        self._cap = cap
-        self._factor = factor
-        self._current = initial
-
-    def next(self) -> float:
-        delay = random.uniform(self._current / 2, self._current)
-        self._current = min(self._cap, self._current * self._factor)
-        return delay
-
-    def reset(self) -> None:
-        self._current = self._initial
-
-
 # -- the client --------------------------------------------------------------------------------
 
 
@@ -537,9 +334,9 @@ def _parse_endpoint(endpoint: str) -> str:
 class _Endpoint:
     """One channel and its stubs."""
 
-    def __init__(self, target: str, options: Mapping[str, int]) -> None:
+    def __init__(self, target: str) -> None:
         self.target = target
-        self.channel: Any = rpc.insecure_channel(target, options=list(options.items()))
+        self.channel: Any = channel(target, ETCD_PROFILE)
         self.kv: Any = rpc.KVStub(self.channel)
         self.lease: Any = rpc.LeaseStub(self.channel)
         self.watch: Any = rpc.WatchStub(self.channel)
@@ -559,8 +356,8 @@ class EtcdClient:
         *,
         call_timeout: float = 5.0,
         watch_resume_window: float = 30.0,
-        channel_options: Mapping[str, int] | None = None,
         sleep: Sleep = asyncio.sleep,
+        rng: Rng = random.random,
     ) -> None:
         if isinstance(endpoints, str):
             endpoints = [e for e in endpoints.split(",") if e.strip()]
@@ -571,8 +368,8 @@ class EtcdClient:
         self._targets = tuple(_parse_endpoint(e) for e in endpoints)
         self.call_timeout = call_timeout
         self.watch_resume_window = watch_resume_window
-        self._options = {**DEFAULT_CHANNEL_OPTIONS, **(channel_options or {})}
         self._sleep = sleep
+        self._rng = rng
         self._channels: dict[int, _Endpoint] = {}
         self._active = 0
         self._closed = False
@@ -617,8 +414,12 @@ class EtcdClient:
         index = self._active
         ep = self._channels.get(index)
         if ep is None:
-            ep = self._channels[index] = _Endpoint(self._targets[index], self._options)
+            ep = self._channels[index] = _Endpoint(self._targets[index])
         return index, ep
+
+    def reconnect_backoff(self) -> Backoff:
+        """A fresh reconnect backoff on the client's random source."""
+        return Backoff(RECONNECT_POLICY, self._rng)
 
     def _failed(self, index: int) -> None:
         """The endpoint ``index`` answered UNAVAILABLE: the next call goes to the next endpoint."""
@@ -891,7 +692,7 @@ class Lease(Losable):
 
     async def _keepalive(self) -> None:
         loop = asyncio.get_running_loop()
-        backoff = Backoff(0.05, 1.0)
+        backoff = self._client.reconnect_backoff()
         while not self.is_lost and not self._stopping:
             try:
                 index, ep = self._client._endpoint()
@@ -1033,7 +834,7 @@ class Watch:
 
     async def __anext__(self) -> WatchBatch:
         loop = asyncio.get_running_loop()
-        backoff = Backoff(0.05, 1.0)
+        backoff = self._client.reconnect_backoff()
         down_since: float | None = None
         while True:
             if self._closed:

@@ -65,7 +65,7 @@ CONTROL_NAMES = frozenset({PAUSED})
 
 
 class AssignField(StrEnum):
-    """The per-partition keys of the assignment protocol (BRIEF §3)."""
+    """The per-partition keys of the assignment protocol (design/metastore.md §3)."""
 
     STABLE = "stable"
     PENDING = "pending"

@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
+from placement.core.retry import Backoff, Sleep
 from placement.errors import Compacted, PlacementError, StoreUnavailable
-from placement.metastore.etcd import Backoff, EtcdClient, EventKind, KeyValue, Sleep, WatchBatch
+from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import prefix_range_end
+from placement.metastore.txn import EventKind, KeyValue, WatchBatch
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ class ListWatch:
         self._end = prefix_range_end(prefix)
         self._page_size = page_size
         self._sleep = sleep
-        self._backoff = backoff or Backoff(0.05, 1.0)
+        self._backoff = backoff or client.reconnect_backoff()
         self._kvs: dict[bytes, KeyValue] = {}
         self._revision = 0
         self._generation = 0

@@ -10,7 +10,8 @@ Assignment transitions (design/metastore.md §3) — :meth:`Metastore.trigger`,
 shape:
 
 1. take the partition's state (read fresh, or the ``observed`` state the caller already holds);
-2. decide with a pure function (:func:`decide_trigger`, ...) what to write;
+2. decide with a pure function of :mod:`placement.metastore.transitions`
+   (:func:`~placement.metastore.transitions.plan_trigger`, ...) what to write;
 3. write it in one transaction that compares exactly what the decision was based on (the trigger
    value and the ``mod_revision`` of every key read, 0 meaning absent) plus the fence. Its failure
    branch reads the partition and the leader key at the same revision, so a lost race costs no extra
@@ -22,9 +23,9 @@ the result of every transition is the rule applied to the state at its commit re
 
 Outcomes of every transition:
 
-* applied — :attr:`Outcome.APPLIED`, with the state after the write;
-* stale / lost — :attr:`Outcome.STALE_TRIGGER`, :attr:`Outcome.STALE`, :attr:`Outcome.CANCELLED`,
-  :attr:`Outcome.CORRUPT`: nothing written, with the current state; a race lost more than
+* applied — ``Outcome.APPLIED``, with the state after the write;
+* stale / lost — ``Outcome.STALE_TRIGGER``, ``Outcome.STALE``, ``Outcome.CANCELLED``,
+  ``Outcome.CORRUPT``: nothing written, with the current state; a race lost more than
   ``max_attempts`` times raises :class:`~placement.errors.Conflict`;
 * fenced — raises :class:`~placement.errors.NotLeader`, nothing written;
 * store unavailable — raises :class:`~placement.errors.StoreUnavailable`. The write **may or may
@@ -37,457 +38,75 @@ The table of compares per transition is in ``design/metastore.md``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 from types import MappingProxyType
-from typing import Generic, TypeVar
 
+from placement.core.limits import MAX_PARTITIONS
 from placement.core.model import Peers, ZoneSpec
-from placement.core.names import validate_partition
+from placement.core.names import validate_name, validate_partition
 from placement.errors import Conflict, InvalidInput, NotLeader
 from placement.metastore.codec import (
     Assignment,
-    CancelIntent,
-    Corrupt,
+    ControlMark,
+    DataNodes,
     InSyncSet,
     NodeRecord,
     PrimaryLease,
     TriggerMark,
-    be8,
-    decode_assignment,
-    decode_cancel,
     decode_isr,
     decode_node,
     decode_primary,
-    decode_trigger,
     decode_zone_spec,
     encode_assignment,
-    encode_cancel,
+    encode_control,
+    encode_datanodes,
     encode_isr,
     encode_node,
     encode_trigger,
     encode_zone_spec,
-    trigger_is_older,
     validate_peers,
 )
-from placement.metastore.etcd import (
-    MAX_TXN_OPS,
-    REQUEST_BYTES_BUDGET,
+from placement.metastore.etcd import EtcdClient, Lease
+from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
+from placement.metastore.transitions import (
+    BatchTriggerResult,
+    CreateResult,
+    Decision,
+    Fence,
+    LeaseWrite,
+    NodeEntry,
+    PartitionState,
+    TransitionResult,
+    TxnStats,
+    Unit,
+    Write,
+    ZoneRecord,
+    ZoneState,
+    ZoneWrite,
+    batch_txn,
+    pack,
+    partition_states,
+    plan_cancel,
+    plan_finish,
+    plan_finish_cancel,
+    plan_primary_txns,
+    plan_trigger,
+    txn_stats,
+)
+from placement.metastore.txn import (
     Compare,
     Delete,
-    EtcdClient,
     Get,
     KeyValue,
-    Lease,
     Op,
     Put,
     Range,
     Txn,
     TxnResult,
-    txn_ops,
-    txn_request_bytes,
 )
-from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
-
-T = TypeVar("T")
 
 #: Attempts of a transition before a lost race is reported as :class:`Conflict`.
 DEFAULT_MAX_ATTEMPTS = 8
-
-
-class Outcome(StrEnum):
-    """How a transition ended (when it did not raise)."""
-
-    #: The transition's writes committed (for cancel: or the same cancel was already there).
-    APPLIED = "applied"
-    #: The trigger is not newer than the stored one: nothing written.
-    STALE_TRIGGER = "stale_trigger"
-    #: The pending key is not the one named (finished, cancelled or replaced; or no cancel to
-    #: finish): nothing written.
-    STALE = "stale"
-    #: finish refused: a cancel of this pending exists, and cancel always wins. Nothing written.
-    CANCELLED = "cancelled"
-    #: A value the transition must carry over is undecodable: nothing written (cancel it).
-    CORRUPT = "corrupt"
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """The writer's leadership: every write compares ``create_revision(leader_key) == epoch``.
-
-    The epoch is the leader key's create revision, so a key deleted and created again (a later term
-    of the same member) has a different epoch — a value compare could not tell the two apart.
-    """
-
-    leader_key: bytes
-    epoch: int
-
-    def compare(self) -> Compare:
-        return Compare.create(self.leader_key, "==", self.epoch)
-
-    def holds(self, leader: KeyValue | None) -> bool:
-        return leader is not None and leader.create_revision == self.epoch
-
-
-@dataclass(frozen=True, slots=True)
-class Versioned(Generic[T]):
-    """A decoded value with its etcd metadata; ``raw`` is what etcd holds (used in compares)."""
-
-    value: T | Corrupt
-    raw: bytes
-    mod_revision: int
-    create_revision: int
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionState:
-    """The assignment keys of one partition at one ``revision``; ``None`` = key absent."""
-
-    zone: str
-    partition: int
-    revision: int
-    stable: Versioned[Assignment] | None = None
-    pending: Versioned[Assignment] | None = None
-    planned: Versioned[Assignment] | None = None
-    cancel: Versioned[CancelIntent] | None = None
-    trigger: Versioned[TriggerMark] | None = None
-
-    def entry(self, f: AssignField) -> Versioned[object] | None:
-        entry: Versioned[object] | None = getattr(self, f.value)
-        return entry
-
-    def mod(self, f: AssignField) -> int:
-        """``mod_revision`` of the key, 0 when absent (etcd's value for a missing key)."""
-        entry = self.entry(f)
-        return 0 if entry is None else entry.mod_revision
-
-    def peers(self, f: AssignField) -> Peers | None:
-        """Peers of stable/pending/planned; ``None`` when absent or corrupt."""
-        entry = self.entry(f)
-        if entry is None or not isinstance(entry.value, Assignment):
-            return None
-        return entry.value.peers
-
-
-@dataclass(frozen=True, slots=True)
-class ZoneState:
-    """Every partition of a zone with assignment keys, read at one ``revision``."""
-
-    zone: str
-    revision: int
-    partitions: Mapping[int, PartitionState]
-
-    def partition(self, partition: int) -> PartitionState:
-        found = self.partitions.get(partition)
-        return found if found is not None else PartitionState(self.zone, partition, self.revision)
-
-
-class TriggerAction(StrEnum):
-    """Which branch of rule 2 a trigger takes (:func:`decide_trigger`)."""
-
-    #: No rebalance in progress and target != stable: pending := target.
-    WRITE_PENDING = "write_pending"
-    #: A rebalance in progress and target != pending: planned := target.
-    WRITE_PLANNED = "write_planned"
-    #: A rebalance in progress towards target already: planned removed.
-    DELETE_PLANNED = "delete_planned"
-    #: Nothing to move (target == stable, or == pending with no planned): only the trigger recorded.
-    RECORD_ONLY = "record_only"
-    #: The stored trigger is not older: nothing written.
-    STALE = "stale"
-
-
-@dataclass(frozen=True, slots=True)
-class TransitionResult:
-    """What a transition did; ``state`` is the partition after it (or as found, if not applied)."""
-
-    outcome: Outcome
-    state: PartitionState
-    action: TriggerAction | None = None
-    attempts: int = 1
-
-    @property
-    def revision(self) -> int:
-        return self.state.revision
-
-
-@dataclass(frozen=True, slots=True)
-class TxnStats:
-    """One batch transaction as sent: its op count (as etcd counts it), bytes and result."""
-
-    partitions: int
-    ops: int
-    bytes: int
-    succeeded: bool
-    revision: int
-
-
-@dataclass(frozen=True, slots=True)
-class CreateResult:
-    created: tuple[int, ...]
-    existing: tuple[int, ...]
-    txns: tuple[TxnStats, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class BatchTriggerResult:
-    results: Mapping[int, TransitionResult]
-    txns: tuple[TxnStats, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ZoneRecord:
-    name: str
-    spec: ZoneSpec | Corrupt
-    mod_revision: int
-    create_revision: int
-
-
-@dataclass(frozen=True, slots=True)
-class ZoneWrite:
-    """A zone config write: ``applied``, or not with the ``current`` record (None = absent)."""
-
-    applied: bool
-    revision: int
-    current: ZoneRecord | None
-
-
-@dataclass(frozen=True, slots=True)
-class NodeEntry:
-    name: str
-    record: NodeRecord | Corrupt
-    lease: int
-    mod_revision: int
-
-
-# -- pure decisions ----------------------------------------------------------------------------
-
-
-def decide_trigger(state: PartitionState, target: Peers, trigger_revision: int) -> TriggerAction:
-    """The trigger rule (design/metastore.md §3) as a pure function of the partition state.
-
-    * stored trigger not older than ``trigger_revision`` (byte compare, as etcd does) -> STALE;
-    * no pending: target != stable -> WRITE_PENDING, else RECORD_ONLY;
-    * pending being cancelled (a cancel key exists): WRITE_PLANNED — the cancel may end on old or
-      on new, so the target must survive it as planned (finish_cancel makes it pending; equal to
-      stable it is a move without copies), never be dropped as "already pending";
-    * pending: target == pending -> DELETE_PLANNED (RECORD_ONLY if there is none), else
-      WRITE_PLANNED.
-
-    Peers compare as ordered tuples: a new preferred primary is a new target. A corrupt stable or
-    pending equals no target.
-    """
-    if state.trigger is not None and not trigger_is_older(state.trigger.raw, trigger_revision):
-        return TriggerAction.STALE
-    if state.pending is None:
-        if state.peers(AssignField.STABLE) != target:
-            return TriggerAction.WRITE_PENDING
-        return TriggerAction.RECORD_ONLY
-    if state.cancel is not None:
-        return TriggerAction.WRITE_PLANNED
-    if state.peers(AssignField.PENDING) == target:
-        return (
-            TriggerAction.DELETE_PLANNED if state.planned is not None else TriggerAction.RECORD_ONLY
-        )
-    return TriggerAction.WRITE_PLANNED
-
-
-@dataclass(frozen=True, slots=True)
-class _Write:
-    """The partition-local part of a transition's transaction (the fence is added on sending)."""
-
-    compares: tuple[Compare, ...]
-    puts: Mapping[AssignField, bytes]
-    deletes: tuple[AssignField, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Decision:
-    outcome: Outcome
-    write: _Write | None
-    action: TriggerAction | None = None
-
-
-def _restamp(entry: Versioned[Assignment], epoch: int, ts: int) -> bytes:
-    """Carry an assignment to another key under the writer's epoch and ts (raw if corrupt)."""
-    if isinstance(entry.value, Corrupt):
-        return entry.raw
-    return encode_assignment(replace(entry.value, epoch=epoch, ts=ts))
-
-
-def _mod_is(keys: KeySpace, state: PartitionState, f: AssignField) -> Compare:
-    return Compare.mod(keys.assign(state.zone, state.partition, f), "==", state.mod(f))
-
-
-def plan_trigger(
-    keys: KeySpace,
-    state: PartitionState,
-    target: Peers,
-    trigger_revision: int,
-    epoch: int,
-    ts: int,
-) -> _Decision:
-    """Compares and writes of a trigger on ``state`` (pure).
-
-    Compares: trigger newer — ``value(trigger) < be8(new)`` when a trigger was read, else
-    ``version(trigger) == 0`` (etcd's VALUE compare is false on a missing key, so the absent case
-    is its own branch, chosen by what was read: a mismatch fails the txn and the re-read picks the
-    other branch); ``mod_revision`` of stable, pending, planned and cancel equal to what was read
-    (the decision depends on whether a cancel exists).
-    """
-    action = decide_trigger(state, target, trigger_revision)
-    if action is TriggerAction.STALE:
-        return _Decision(Outcome.STALE_TRIGGER, None, action)
-    z, p = state.zone, state.partition
-    trigger_key = keys.assign(z, p, AssignField.TRIGGER)
-    trigger_cmp = (
-        Compare.value(trigger_key, "<", be8(trigger_revision))
-        if state.trigger is not None
-        else Compare.version(trigger_key, "==", 0)
-    )
-    compares = (
-        trigger_cmp,
-        _mod_is(keys, state, AssignField.STABLE),
-        _mod_is(keys, state, AssignField.PENDING),
-        _mod_is(keys, state, AssignField.PLANNED),
-        _mod_is(keys, state, AssignField.CANCEL),
-    )
-    assignment = encode_assignment(Assignment(target, epoch, ts, trigger_revision))
-    puts = {AssignField.TRIGGER: encode_trigger(TriggerMark(trigger_revision, epoch, ts))}
-    deletes: tuple[AssignField, ...] = ()
-    if action is TriggerAction.WRITE_PENDING:
-        puts[AssignField.PENDING] = assignment
-    elif action is TriggerAction.WRITE_PLANNED:
-        puts[AssignField.PLANNED] = assignment
-    if action is not TriggerAction.WRITE_PLANNED and state.planned is not None:
-        deletes = (AssignField.PLANNED,)  # DELETE_PLANNED, or a stray planned without pending
-    return _Decision(Outcome.APPLIED, _Write(compares, puts, deletes), action)
-
-
-def plan_finish(
-    keys: KeySpace, state: PartitionState, pending_revision: int, epoch: int, ts: int
-) -> _Decision:
-    """``stable := pending; pending := planned (or delete); delete planned`` (pure).
-
-    Compares: ``mod_revision(pending) == pending_revision``, ``version(cancel) == 0`` (cancel wins),
-    ``mod_revision(planned)`` as read.
-    """
-    pending = state.pending
-    if pending is None or pending.mod_revision != pending_revision:
-        return _Decision(Outcome.STALE, None)
-    if state.cancel is not None:
-        return _Decision(Outcome.CANCELLED, None)
-    if isinstance(pending.value, Corrupt):
-        return _Decision(Outcome.CORRUPT, None)
-    z, p = state.zone, state.partition
-    compares = (
-        Compare.mod(keys.assign(z, p, AssignField.PENDING), "==", pending_revision),
-        Compare.version(keys.assign(z, p, AssignField.CANCEL), "==", 0),
-        _mod_is(keys, state, AssignField.PLANNED),
-    )
-    puts, deletes = _promote_planned(state, epoch, ts)
-    puts[AssignField.STABLE] = _restamp(pending, epoch, ts)
-    return _Decision(Outcome.APPLIED, _Write(compares, puts, deletes))
-
-
-def _promote_planned(
-    state: PartitionState, epoch: int, ts: int
-) -> tuple[dict[AssignField, bytes], tuple[AssignField, ...]]:
-    """``pending := planned (or delete); delete planned``."""
-    if state.planned is not None:
-        return {AssignField.PENDING: _restamp(state.planned, epoch, ts)}, (AssignField.PLANNED,)
-    return {}, (AssignField.PENDING,)
-
-
-def plan_cancel(
-    keys: KeySpace, state: PartitionState, pending_revision: int, epoch: int, ts: int
-) -> _Decision:
-    """Write ``cancel = (stable, pending, pending_revision)`` (pure).
-
-    Compares: ``mod_revision(pending) == pending_revision``, ``mod_revision(cancel)`` as read (0:
-    absent). An existing cancel of the same pending is APPLIED without writing.
-    """
-    pending = state.pending
-    if pending is None or pending.mod_revision != pending_revision:
-        return _Decision(Outcome.STALE, None)
-    existing = state.cancel
-    if (
-        existing is not None
-        and isinstance(existing.value, CancelIntent)
-        and existing.value.pending_revision == pending_revision
-    ):
-        return _Decision(Outcome.APPLIED, None)
-    z, p = state.zone, state.partition
-    compares = (
-        Compare.mod(keys.assign(z, p, AssignField.PENDING), "==", pending_revision),
-        _mod_is(keys, state, AssignField.CANCEL),
-    )
-    intent = CancelIntent(
-        old=state.peers(AssignField.STABLE) or (),
-        new=state.peers(AssignField.PENDING) or (),
-        pending_revision=pending_revision,
-        epoch=epoch,
-        ts=ts,
-    )
-    return _Decision(
-        Outcome.APPLIED, _Write(compares, {AssignField.CANCEL: encode_cancel(intent)}, ())
-    )
-
-
-def plan_finish_cancel(
-    keys: KeySpace,
-    state: PartitionState,
-    pending_revision: int,
-    epoch: int,
-    ts: int,
-    *,
-    already_done: bool,
-) -> _Decision:
-    """End a cancelled rebalance (pure): ``pending := planned (or delete); delete planned, cancel``;
-    stable unchanged — or, when the agents answered "already done", ``stable := pending``.
-
-    Compares: ``mod_revision(pending) == pending_revision``, ``mod_revision(cancel)`` as read (and
-    non-zero: a cancel must exist), ``mod_revision(planned)`` as read.
-    """
-    pending = state.pending
-    if pending is None or pending.mod_revision != pending_revision or state.cancel is None:
-        return _Decision(Outcome.STALE, None)
-    if already_done and isinstance(pending.value, Corrupt):
-        return _Decision(Outcome.CORRUPT, None)
-    z, p = state.zone, state.partition
-    compares = (
-        Compare.mod(keys.assign(z, p, AssignField.PENDING), "==", pending_revision),
-        _mod_is(keys, state, AssignField.CANCEL),
-        _mod_is(keys, state, AssignField.PLANNED),
-    )
-    puts, deletes = _promote_planned(state, epoch, ts)
-    if already_done:
-        puts[AssignField.STABLE] = _restamp(pending, epoch, ts)
-    return _Decision(Outcome.APPLIED, _Write(compares, puts, (*deletes, AssignField.CANCEL)))
-
-
-# -- decoding ----------------------------------------------------------------------------------
-
-_DECODERS: Mapping[AssignField, Callable[[bytes], object]] = {
-    AssignField.STABLE: decode_assignment,
-    AssignField.PENDING: decode_assignment,
-    AssignField.PLANNED: decode_assignment,
-    AssignField.CANCEL: decode_cancel,
-    AssignField.TRIGGER: decode_trigger,
-}
-
-
-def _versioned(
-    f: AssignField, raw: bytes, mod_revision: int, create_revision: int
-) -> Versioned[object]:
-    return Versioned(_DECODERS[f](raw), raw, mod_revision, create_revision)
-
-
-def _with_fields(
-    state: PartitionState, fields: Mapping[AssignField, Versioned[object] | None]
-) -> PartitionState:
-    return replace(state, **{f.value: v for f, v in fields.items()})  # type: ignore[arg-type]
-
 
 # -- the store ---------------------------------------------------------------------------------
 
@@ -506,28 +125,10 @@ class Metastore:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _states(
-        self, zone: str, kvs: Iterable[KeyValue], revision: int
-    ) -> dict[int, PartitionState]:
-        fields: dict[int, dict[AssignField, Versioned[object] | None]] = {}
-        for kv in kvs:
-            parsed = self.keys.parse(kv.key)
-            if parsed is None or parsed.kind is not KeyKind.ASSIGN or parsed.name != zone:
-                continue
-            assert parsed.partition is not None
-            assert parsed.field is not None
-            fields.setdefault(parsed.partition, {})[parsed.field] = _versioned(
-                parsed.field, kv.value, kv.mod_revision, kv.create_revision
-            )
-        return {
-            p: _with_fields(PartitionState(zone, p, revision), found)
-            for p, found in sorted(fields.items())
-        }
-
     def _partition_state(
         self, zone: str, partition: int, found: Range, revision: int
     ) -> PartitionState:
-        states = self._states(zone, found.kvs, revision)
+        states = partition_states(self.keys, zone, found.kvs, revision)
         return states.get(partition, PartitionState(zone, partition, revision))
 
     def _partition_get(self, zone: str, partition: int) -> Get:
@@ -545,7 +146,7 @@ class Metastore:
         found = await self.client.list_prefix(
             self.keys.zone_assign_prefix(zone), page_size=page_size
         )
-        states = self._states(zone, found.kvs, found.revision)
+        states = partition_states(self.keys, zone, found.kvs, found.revision)
         return ZoneState(zone, found.revision, MappingProxyType(states))
 
     async def _read_fenced(self, zone: str, partition: int, fence: Fence) -> PartitionState:
@@ -576,7 +177,7 @@ class Metastore:
         partition: int,
         fence: Fence,
         observed: PartitionState | None,
-        plan: Callable[[PartitionState], _Decision],
+        plan: Callable[[PartitionState], Decision],
     ) -> TransitionResult:
         validate_partition(partition)
         if observed is not None and (observed.zone, observed.partition) != (zone, partition):
@@ -610,12 +211,12 @@ class Metastore:
             f"{zone}/{partition}: lost the race {self.max_attempts} times; it is contended"
         )
 
-    def _span(self, zone: str, units: Sequence[_Unit]) -> Get:
+    def _span(self, zone: str, units: Sequence[Unit]) -> Get:
         """A read of every key of the partitions from the first unit's to the last unit's."""
         start = self.keys.partition_prefix(zone, units[0].partition)
         return Get(start, prefix_range_end(self.keys.partition_prefix(zone, units[-1].partition)))
 
-    def _write_ops(self, zone: str, partition: int, write: _Write) -> tuple[Op, ...]:
+    def _write_ops(self, zone: str, partition: int, write: Write) -> tuple[Op, ...]:
         puts: list[Op] = [
             Put(self.keys.assign(zone, partition, f), v) for f, v in write.puts.items()
         ]
@@ -635,7 +236,7 @@ class Metastore:
         *,
         observed: PartitionState | None = None,
     ) -> TransitionResult:
-        """Apply a configuration-change trigger to one partition (design/metastore.md §3).
+        """Apply a configuration-change trigger to one partition (rule 2, design/metastore.md §3).
 
         Branches (:func:`decide_trigger`): pending := target / planned := target / delete planned /
         record only; always records ``trigger_revision`` in the trigger key.
@@ -767,13 +368,13 @@ class Metastore:
         batches may have been applied: call again, existing partitions are reported as such).
         """
         _check_revision("trigger_revision", trigger_revision)
-        units: list[_Unit] = []
+        units: list[Unit] = []
         for partition, peers in sorted(stables.items()):
             validate_partition(partition)
             peers = validate_peers(peers, f"stables[{partition}]")
             prefix = self.keys.partition_prefix(zone, partition)
             units.append(
-                _Unit(
+                Unit(
                     partition,
                     (Compare.version(prefix, "==", 0, range_end=prefix_range_end(prefix)),),
                     (
@@ -791,17 +392,17 @@ class Metastore:
         created: list[int] = []
         existing: list[int] = []
         stats: list[TxnStats] = []
-        for batch in _pack(units, reserved_compares=1):
+        for batch in pack(units, reserved_compares=1):
             pending = list(batch)
             while pending:
                 span = self._span(zone, pending)
-                txn = _batch_txn(
+                txn = batch_txn(
                     fence,
                     pending,
                     (Get(fence.leader_key), Get(span.key, span.range_end, keys_only=True)),
                 )
                 result = await self.client.txn(txn.compares, txn.success, txn.failure)
-                stats.append(_stats(txn, len(pending), result))
+                stats.append(txn_stats(txn, len(pending), result))
                 if result.succeeded:
                     created.extend(u.partition for u in pending)
                     break
@@ -852,8 +453,8 @@ class Metastore:
                 raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
         results: dict[int, TransitionResult] = {}
         redo: list[int] = []
-        units: list[_Unit] = []
-        decisions: dict[int, _Decision] = {}
+        units: list[Unit] = []
+        decisions: dict[int, Decision] = {}
         for p, target in sorted(checked.items()):
             state = zone_state.partition(p)
             decision = decisions[p] = plan_trigger(
@@ -865,19 +466,17 @@ class Metastore:
                 else:
                     redo.append(p)
                 continue
-            units.append(
-                _Unit(p, decision.write.compares, self._write_ops(zone, p, decision.write))
-            )
+            units.append(Unit(p, decision.write.compares, self._write_ops(zone, p, decision.write)))
         stats: list[TxnStats] = []
-        for batch in _pack(units, reserved_compares=1, reserved_ops=1):
+        for batch in pack(units, reserved_compares=1, reserved_ops=1):
             span = self._span(zone, batch)
-            txn = _batch_txn(fence, batch, (Get(fence.leader_key),), read_back=span)
+            txn = batch_txn(fence, batch, (Get(fence.leader_key),), read_back=span)
             result = await self.client.txn(txn.compares, txn.success, txn.failure)
-            stats.append(_stats(txn, len(batch), result))
+            stats.append(txn_stats(txn, len(batch), result))
             if result.succeeded:
                 found = result.responses[-1]
                 assert isinstance(found, Range)
-                after = self._states(zone, found.kvs, result.revision)
+                after = partition_states(self.keys, zone, found.kvs, result.revision)
                 for unit in batch:
                     p = unit.partition
                     results[p] = TransitionResult(
@@ -965,6 +564,98 @@ class Metastore:
                 assert record is not None
                 records.append(record)
         return found.revision, tuple(records)
+
+    # -- the driver's other records ---------------------------------------------------------------
+
+    async def _fenced_cas(
+        self, fence: Fence, compares: Iterable[Compare], ops: Iterable[Op]
+    ) -> bool:
+        """One fenced txn; False when a non-fence compare failed, NotLeader when the fence did."""
+        result = await self.client.txn(
+            (fence.compare(), *compares), tuple(ops), (Get(fence.leader_key),)
+        )
+        if result.succeeded:
+            return True
+        (leader,) = result.responses
+        assert isinstance(leader, Range)
+        if not fence.holds(leader.first()):
+            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+        return False
+
+    async def write_datanodes(
+        self, zone: str, record: DataNodes, expected_mod_revision: int, fence: Fence, ts: int
+    ) -> bool:
+        """CAS ``{p}/datanodes/{zone}`` from ``expected_mod_revision`` (0 = absent) to ``record``
+        stamped with the writer's epoch and ``ts``; False when the compare lost."""
+        key = self.keys.datanodes(zone)
+        value = encode_datanodes(replace(record, epoch=fence.epoch, ts=ts))
+        return await self._fenced_cas(
+            fence, (Compare.mod(key, "==", expected_mod_revision),), (Put(key, value),)
+        )
+
+    async def write_primaries(
+        self, zone: str, leases: Mapping[int, LeaseWrite], fence: Fence, ts: int
+    ) -> int:
+        """Write primary leases in the transactions of
+        :func:`~placement.metastore.transitions.plan_primary_txns`, each fenced; returns how many
+        lost a compare (their leases are not written)."""
+        raced = 0
+        for compares, puts in plan_primary_txns(self.keys, zone, leases, fence.epoch, ts):
+            if not await self._fenced_cas(fence, compares, puts):
+                raced += 1
+        return raced
+
+    async def clear_progress(self, zone: str, partition: int, fence: Fence) -> None:
+        """Delete the partition's move reports (fenced; nothing happens when the fence fails)."""
+        prefix = self.keys.partition_progress_prefix(zone, partition)
+        await self.client.txn((fence.compare(),), (Delete(prefix, prefix_range_end(prefix)),), ())
+
+    async def drop_zone_leftovers(self, zone: str, fence: Fence) -> bool:
+        """A dropped zone's data nodes, primary leases, in-sync sets and replica sizes, deleted
+        in one fenced txn that compares ``version(zone) == 0``; False when the zone exists."""
+        prefixes = (
+            self.keys.zone_primary_prefix(zone),
+            self.keys.zone_isr_prefix(zone),
+            self.keys.sizes_prefix() + validate_name(zone).encode() + b"/",
+        )
+        return await self._fenced_cas(
+            fence,
+            (Compare.version(self.keys.zone(zone), "==", 0),),
+            (
+                Delete(self.keys.datanodes(zone)),
+                *(Delete(prefix, prefix_range_end(prefix)) for prefix in prefixes),
+            ),
+        )
+
+    async def set_paused(self, paused: bool, fence: Fence, ts: int) -> None:
+        """Put (``paused``) or delete ``{p}/control/paused``, fenced; raises NotLeader."""
+        key = self.keys.paused()
+        op: Put | Delete = (
+            Put(key, encode_control(ControlMark(fence.epoch, ts))) if paused else Delete(key)
+        )
+        result = await self.client.txn((fence.compare(),), (op,), ())
+        if not result.succeeded:
+            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+
+    async def read_assignment_page(
+        self, zone: str, first: int, last: int
+    ) -> tuple[int, Range, Range]:
+        """Partitions ``first..last-1``'s assignment keys and the zone's primary leases, at one
+        revision: ``(revision, assignment keys, primary keys)``."""
+        begin = self.keys.partition_prefix(zone, first)
+        end = (
+            self.keys.partition_prefix(zone, last)
+            if last < MAX_PARTITIONS
+            else prefix_range_end(self.keys.zone_assign_prefix(zone))
+        )
+        primaries = self.keys.zone_primary_prefix(zone)
+        found = await self.client.txn(
+            (), (Get(begin, end), Get(primaries, prefix_range_end(primaries)))
+        )
+        assign, leases = found.responses
+        assert isinstance(assign, Range)
+        assert isinstance(leases, Range)
+        return found.revision, assign, leases
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -1060,74 +751,7 @@ class Metastore:
         return await self.client.put(key, value, lease=lease_id)
 
 
-# -- batching ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Unit:
-    """One partition's part of a batch transaction; its keys occur in no other unit."""
-
-    partition: int
-    compares: tuple[Compare, ...]
-    ops: tuple[Op, ...]
-
-
-def _pack(
-    units: Sequence[_Unit], *, reserved_compares: int, reserved_ops: int = 0
-) -> list[list[_Unit]]:
-    """Group units greedily, in order, so every transaction stays within etcd's limits:
-    at most :data:`MAX_TXN_OPS` compares (incl. ``reserved_compares``) and success ops (incl.
-    ``reserved_ops``), and at most :data:`REQUEST_BYTES_BUDGET` bytes. A single unit that does not
-    fit alone is an error."""
-    batches: list[list[_Unit]] = []
-    current: list[_Unit] = []
-    compares = reserved_compares
-    ops = reserved_ops
-    size = 0
-    for unit in units:
-        unit_size = txn_request_bytes(Txn(unit.compares, unit.ops))
-        if (
-            reserved_compares + len(unit.compares) > MAX_TXN_OPS
-            or reserved_ops + len(unit.ops) > MAX_TXN_OPS
-            or unit_size > REQUEST_BYTES_BUDGET
-        ):
-            raise InvalidInput(
-                f"partition {unit.partition}",
-                "does not fit in one transaction",
-                "use smaller values",
-            )
-        if current and (
-            compares + len(unit.compares) > MAX_TXN_OPS
-            or ops + len(unit.ops) > MAX_TXN_OPS
-            or size + unit_size > REQUEST_BYTES_BUDGET
-        ):
-            batches.append(current)
-            current, compares, ops, size = [], reserved_compares, reserved_ops, 0
-        current.append(unit)
-        compares += len(unit.compares)
-        ops += len(unit.ops)
-        size += unit_size
-    if current:
-        batches.append(current)
-    return batches
-
-
-def _batch_txn(
-    fence: Fence, batch: Sequence[_Unit], failure: tuple[Op, ...], read_back: Get | None = None
-) -> Txn:
-    """The fence and every unit's compares; every unit's ops (then ``read_back``: it sees them)."""
-    ops = tuple(op for u in batch for op in u.ops)
-    return Txn(
-        (fence.compare(), *(c for u in batch for c in u.compares)),
-        ops if read_back is None else (*ops, read_back),
-        failure,
-    )
-
-
-def _stats(txn: Txn, partitions: int, result: TxnResult) -> TxnStats:
-    return TxnStats(
-        partitions, txn_ops(txn), txn_request_bytes(txn), result.succeeded, result.revision
-    )
+# -- argument checks ---------------------------------------------------------------------------
 
 
 def _check_revision(name: str, revision: int) -> None:

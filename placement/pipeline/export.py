@@ -31,8 +31,9 @@ from placement.metastore.codec import (
     decode_size,
     decode_zone_spec,
 )
-from placement.metastore.etcd import EtcdClient, EventKind, KeyValue, WatchEvent, read_history
+from placement.metastore.etcd import EtcdClient, read_history
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
+from placement.metastore.txn import EventKind, KeyValue, WatchEvent
 from placement.pipeline.outputs import atomic_directory
 from placement.pipeline.rows import TABLES
 

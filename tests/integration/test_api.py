@@ -23,7 +23,8 @@ from placement.metastore.codec import NodeRecord, decode_zone_spec
 from placement.metastore.election import Election, Leadership
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
-from placement.metastore.store import Fence, Metastore
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import Fence
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 from replica.registration import Registration
 

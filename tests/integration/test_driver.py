@@ -40,9 +40,11 @@ from placement.metastore.codec import (
     encode_isr,
     encode_size,
 )
-from placement.metastore.etcd import Compare, EtcdClient, EventKind, Lease, Op, Put, TxnResult
+from placement.metastore.etcd import EtcdClient, Lease
 from placement.metastore.keys import AssignField, KeyKind, KeySpace
-from placement.metastore.store import Fence, Metastore, Outcome
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import Fence, Outcome
+from placement.metastore.txn import Compare, EventKind, Op, Put, TxnResult
 from replica.records import AgentStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -37,9 +37,10 @@ from test_driver import (
 
 from placement.core.model import ZoneSpec
 from placement.metastore.election import current_leader
-from placement.metastore.etcd import EtcdClient, EventKind
+from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
-from placement.metastore.store import Fence
+from placement.metastore.transitions import Fence
+from placement.metastore.txn import EventKind
 from replica.records import AgentStore
 
 TTL = 2

@@ -9,9 +9,11 @@ import pytest
 
 from placement.errors import NotLeader
 from placement.metastore.election import Election, current_leader
-from placement.metastore.etcd import EtcdClient, EventKind
+from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace, prefix_range_end
-from placement.metastore.store import Metastore, Outcome
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import Outcome
+from placement.metastore.txn import EventKind
 
 pytestmark = pytest.mark.integration
 

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from placement.errors import Compacted, InvalidInput, StoreUnavailable
-from placement.metastore.etcd import (
+from placement.metastore.etcd import EtcdClient, LeaseExpired
+from placement.metastore.keys import prefix_range_end
+from placement.metastore.txn import (
     MAX_TXN_OPS,
     Compare,
     Delete,
-    EtcdClient,
     EventKind,
     Get,
-    LeaseExpired,
     Put,
     Range,
     Txn,
@@ -25,7 +25,6 @@ from placement.metastore.etcd import (
     WatchBatch,
     WatchEvent,
 )
-from placement.metastore.keys import prefix_range_end
 
 pytestmark = pytest.mark.integration
 

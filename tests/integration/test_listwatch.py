@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from placement.metastore.etcd import Backoff, EtcdClient, Put
+from placement.core.retry import Backoff, RetryPolicy
+from placement.metastore.etcd import EtcdClient
 from placement.metastore.listwatch import ListWatch, Snapshot, WatchState
+from placement.metastore.txn import Put
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +101,9 @@ async def test_relists_when_compacted_while_disconnected(etcd_factory: Any) -> N
     ):
         for i in range(5):
             await writer.put(b"/q/%d" % i, b"v0")
-        lw = ListWatch(client, b"/q/", sleep=gated_sleep, backoff=Backoff(0.01, 0.01))
+        lw = ListWatch(
+            client, b"/q/", sleep=gated_sleep, backoff=Backoff(RetryPolicy(0.01, 0.01, floor=0.5))
+        )
         first = await lw.start()
         try:
             server.kill()

@@ -8,15 +8,11 @@ import pytest
 from placement.core.model import ZoneSpec
 from placement.errors import Conflict, InvalidInput, NotLeader
 from placement.metastore.codec import Assignment, CancelIntent, Corrupt, NodeRecord, TriggerMark
-from placement.metastore.etcd import MAX_TXN_OPS, EtcdClient
+from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
-from placement.metastore.store import (
-    Fence,
-    Metastore,
-    Outcome,
-    PartitionState,
-    TriggerAction,
-)
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import Fence, Outcome, PartitionState, TriggerAction
+from placement.metastore.txn import MAX_TXN_OPS
 
 pytestmark = pytest.mark.integration
 

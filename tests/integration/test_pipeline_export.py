@@ -15,7 +15,8 @@ from placement.core.model import ZoneSpec
 from placement.metastore.codec import NodeRecord, ReplicaSize, encode_size
 from placement.metastore.etcd import EtcdClient, read_history
 from placement.metastore.keys import KeySpace, prefix_range_end
-from placement.metastore.store import Fence, Metastore, Outcome
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import Fence, Outcome
 from placement.pipeline.export import export
 from placement.pipeline.report import PLOTS, build_report
 

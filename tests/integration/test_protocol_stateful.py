@@ -44,9 +44,9 @@ from placement.errors import NotLeader
 from placement.metastore.codec import Assignment, CancelIntent, TriggerMark
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
-from placement.metastore.store import (
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import (
     Fence,
-    Metastore,
     Outcome,
     PartitionState,
     TransitionResult,

@@ -18,7 +18,7 @@ from placement.cli.ops import (
 )
 from placement.errors import InvalidInput
 from placement.metastore.codec import Assignment, NodeRecord, encode_assignment, encode_node
-from placement.metastore.store import ZoneRecord
+from placement.metastore.transitions import ZoneRecord
 from placement.v1 import common_pb2, driver_pb2
 from replica.registration import parse_attributes
 

@@ -15,7 +15,7 @@ from placement.driver.core import (
     build_view,
     plan_pass,
 )
-from placement.driver.leases import LeaseConfig, LeaseWrite, plan_primaries
+from placement.driver.leases import LeaseConfig, plan_primaries
 from placement.metastore.codec import (
     Assignment,
     CancelIntent,
@@ -39,9 +39,9 @@ from placement.metastore.codec import (
     encode_trigger,
     encode_zone_spec,
 )
-from placement.metastore.etcd import KeyValue
 from placement.metastore.keys import AssignField, KeySpace
-from placement.metastore.store import Versioned
+from placement.metastore.transitions import LeaseWrite, Versioned
+from placement.metastore.txn import KeyValue
 
 KEYS = KeySpace("/t")
 NODES = ("n0", "n1", "n2", "n3")

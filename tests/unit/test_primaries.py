@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from placement.algo.place import place
 from placement.core.model import Node, Peers, ZoneSpec
-from placement.driver.leases import LeaseConfig, LeaseWrite, corrupt_isrs, plan_primaries
+from placement.driver.leases import LeaseConfig, corrupt_isrs, plan_primaries
 from placement.metastore.codec import Corrupt, InSyncSet, PrimaryLease
-from placement.metastore.store import Versioned
+from placement.metastore.transitions import LeaseWrite, Versioned
 
 CFG = LeaseConfig(10_000, 5_000)
 POOL = ("n0", "n1", "n2", "n3", "n4", "n5")

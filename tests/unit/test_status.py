@@ -5,7 +5,7 @@ from __future__ import annotations
 from placement.core.model import Peers, ZoneSpec
 from placement.driver.status import ZoneStatusState, zone_status
 from placement.metastore.codec import Assignment, DataNodes
-from placement.metastore.store import PartitionState, Versioned
+from placement.metastore.transitions import PartitionState, Versioned
 
 
 def _state(p: int, stable: Peers, pending: Peers | None = None) -> PartitionState:

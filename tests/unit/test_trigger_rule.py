@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placement.metastore.codec import Assignment, CancelIntent, TriggerMark, encode_trigger
-from placement.metastore.store import PartitionState, TriggerAction, Versioned, decide_trigger
+from placement.metastore.transitions import PartitionState, TriggerAction, Versioned, decide_trigger
 
 A, B = ("n1", "n2"), ("n1", "n2", "n3")
 
