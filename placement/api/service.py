@@ -27,7 +27,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from placement.api.client import CHANNEL_OPTIONS
 from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
@@ -56,6 +55,7 @@ from placement.metastore.election import current_leader
 from placement.metastore.etcd import Delete, EtcdClient, Get, Put, Range
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
 from placement.metastore.store import Fence, Metastore, Outcome, PartitionState, ZoneRecord
+from placement.rpc import API_PROFILE
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 
 SERVICE_NAME: str = driver_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name
@@ -622,7 +622,7 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = grpc.aio.insecure_channel(
-                address, options=CHANNEL_OPTIONS
+                address, options=API_PROFILE.options()
             )
         stub = driver_pb2_grpc.PlacementServiceStub(channel)
         try:
