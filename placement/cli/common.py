@@ -5,13 +5,12 @@ Exit codes: 2 for bad input (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``ALREADY_EXIS
 ``FAILED_PRECONDITION``, ``OUT_OF_RANGE``, a bad flag, a missing optional extra), 1 when no driver
 or etcd answers; never a traceback.
 
-Kept light on purpose: ``placectl --help`` imports every command module, so gRPC, rich and the
-API client are imported only where a command uses them (design/architecture.md).
+Kept light on purpose: ``placectl --help`` imports every command module, so asyncio, gRPC,
+protobuf, rich and the clients are imported only where a command runs (design/architecture.md).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
@@ -49,6 +48,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro``; map errors to one line and the exit code (2 bad input, 1 unavailable)."""
+    import asyncio
+
     from placement.api.client import ApiError
 
     try:

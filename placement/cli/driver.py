@@ -13,7 +13,6 @@ driving, resign (the next instance takes over at once), stop the server.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -50,6 +49,8 @@ async def serve_driver(
     announce: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> int:
     """Run one instance until SIGTERM/SIGINT; returns the exit status."""
+    import asyncio
+
     from placement.api.service import add_to_server
     from placement.driver.leases import LeaseConfig
     from placement.driver.loop import Driver, DriverConfig
@@ -134,6 +135,8 @@ def run(
     log_level: str,
 ) -> None:
     """Run one driver instance until SIGTERM/SIGINT."""
+    import asyncio
+
     logging.basicConfig(
         level=log_level.upper(),
         stream=sys.stderr,

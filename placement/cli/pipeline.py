@@ -7,7 +7,6 @@ a temporary directory and renamed at the end (:mod:`placement.pipeline.outputs`)
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import click
@@ -38,6 +37,8 @@ def pipeline() -> None:
 @_OUT
 def export_command(endpoints: str, prefix: str, out: Path) -> None:
     """Write the cluster snapshot and the assignment history still in etcd as Parquet."""
+    import asyncio
+
     with pipeline_extra("placectl pipeline export"):
         from placement.pipeline.export import export
 

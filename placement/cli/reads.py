@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from placement.cli.common import api_client, call, console, echo_json, json_option, run
-from placement.v1 import driver_pb2
+
+if TYPE_CHECKING:
+    from placement.v1 import driver_pb2
 
 
 def assignment_json(a: driver_pb2.PartitionAssignment) -> dict[str, Any]:
@@ -43,6 +45,7 @@ def _peers(names: Sequence[str] | None) -> str:
 @click.pass_context
 def assignments(ctx: click.Context, zone_name: str, partition: int | None, as_json: bool) -> None:
     """Stable, pending, planned and primary of every partition of ZONE."""
+    from placement.v1 import driver_pb2
 
     async def fetch() -> tuple[int, list[driver_pb2.PartitionAssignment]]:
         found: list[driver_pb2.PartitionAssignment] = []
@@ -91,6 +94,8 @@ def assignments(ctx: click.Context, zone_name: str, partition: int | None, as_js
 @click.pass_context
 def nodes(ctx: click.Context, as_json: bool) -> None:
     """Registered nodes (agents), their addresses and attributes."""
+    from placement.v1 import driver_pb2
+
     request = driver_pb2.ListNodesRequest()
     found = run(call(ctx, lambda s, t: s.ListNodes(request, timeout=t)))
     if as_json:

@@ -7,7 +7,6 @@ import sys
 import click
 
 from placement.cli.common import call, run
-from placement.v1 import common_pb2, driver_pb2
 
 
 @click.group()
@@ -21,6 +20,8 @@ def rebalance() -> None:
 @click.pass_context
 def rebalance_cancel(ctx: click.Context, zone_name: str, partition: int) -> None:
     """Cancel the rebalance in progress of PARTITION of ZONE (its replicas return to stable)."""
+    from placement.v1 import common_pb2
+
     request = common_pb2.PartitionRef(zone=zone_name, partition=partition)
     reply = run(call(ctx, lambda s, t: s.CancelRebalance(request, timeout=t)))
     click.echo(f"{'cancelled' if reply.accepted else 'not cancelled'}: {reply.detail}")
@@ -32,6 +33,8 @@ def rebalance_cancel(ctx: click.Context, zone_name: str, partition: int) -> None
 @click.pass_context
 def rebalance_pause(ctx: click.Context) -> None:
     """Pause all driving (no new moves start; in-flight ones finish)."""
+    from placement.v1 import driver_pb2
+
     run(call(ctx, lambda s, t: s.PauseRebalancing(driver_pb2.PauseRequest(), timeout=t)))
     click.echo("rebalancing paused")
 
@@ -40,5 +43,7 @@ def rebalance_pause(ctx: click.Context) -> None:
 @click.pass_context
 def rebalance_resume(ctx: click.Context) -> None:
     """Resume driving after a pause."""
+    from placement.v1 import driver_pb2
+
     run(call(ctx, lambda s, t: s.ResumeRebalancing(driver_pb2.PauseRequest(), timeout=t)))
     click.echo("rebalancing resumed")

@@ -4,7 +4,6 @@ acknowledged write was lost. Exit 1 when ``check`` finds a violation, 2 on bad i
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import sys
@@ -59,6 +58,8 @@ def workload_run(
 ) -> None:
     """Run writers against ZONE for --duration seconds (Ctrl-C/SIGTERM stop early), recording
     every write to --record; prints acks, failures and latency."""
+    import asyncio
+
     from placement.data.workload import run_writers
 
     if not record_path.parent.is_dir():

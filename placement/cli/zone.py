@@ -7,10 +7,9 @@ document (``status --watch --json``: one per line).
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,13 +17,9 @@ from placement.cli.common import api_client, call, console, echo_json, json_opti
 from placement.core.limits import MAX_REPLICAS
 from placement.core.model import DEFAULT_MIN_IN_SYNC
 from placement.errors import InvalidInput
-from placement.v1 import driver_pb2
 
-STATE_NAMES = {
-    driver_pb2.READY: "READY",
-    driver_pb2.HOLDDOWN: "HOLDDOWN",
-    driver_pb2.REBALANCING: "REBALANCING",
-}
+if TYPE_CHECKING:
+    from placement.v1 import driver_pb2
 
 
 def zone_config(
@@ -38,6 +33,8 @@ def zone_config(
     min_in_sync: int | None = None,
 ) -> tuple[driver_pb2.ZoneConfig, list[str]]:
     """The ZoneConfig and the names of the fields given (for AlterZone's ``update_fields``)."""
+    from placement.v1 import driver_pb2
+
     config = driver_pb2.ZoneConfig()
     given: list[str] = []
     if partitions is not None:
@@ -103,9 +100,16 @@ def _min_in_sync_text(c: driver_pb2.ZoneConfig) -> str:
 
 
 def status_json(status: driver_pb2.ZoneStatus) -> dict[str, Any]:
+    from placement.v1 import driver_pb2
+
+    names = {
+        driver_pb2.READY: "READY",
+        driver_pb2.HOLDDOWN: "HOLDDOWN",
+        driver_pb2.REBALANCING: "REBALANCING",
+    }
     return {
         "name": status.name,
-        "state": STATE_NAMES.get(status.state, "UNKNOWN"),
+        "state": names.get(status.state, "UNKNOWN"),
         "partitions_total": status.partitions_total,
         "partitions_done": status.partitions_done,
         "holddown_remaining_seconds": status.holddown_remaining_seconds,
@@ -169,6 +173,8 @@ def _print_zone(z: driver_pb2.Zone, verb: str) -> None:
 @click.pass_context
 def zone_create(ctx: click.Context, /, name: str, **options: Any) -> None:
     """Create zone NAME."""
+    from placement.v1 import driver_pb2
+
     config, _ = zone_config(**options)
     request = driver_pb2.CreateZoneRequest(name=name, config=config)
     created = run(call(ctx, lambda s, t: s.CreateZone(request, timeout=t)))
@@ -181,6 +187,8 @@ def zone_create(ctx: click.Context, /, name: str, **options: Any) -> None:
 @click.pass_context
 def zone_alter(ctx: click.Context, /, name: str, **options: Any) -> None:
     """Change the given settings of zone NAME (others stay as they are)."""
+    from placement.v1 import driver_pb2
+
     config, given = zone_config(**options)
     if not given:
         raise InvalidInput("zone alter", "no setting given", "pass e.g. --replicas 5")
@@ -194,6 +202,8 @@ def zone_alter(ctx: click.Context, /, name: str, **options: Any) -> None:
 @click.pass_context
 def zone_drop(ctx: click.Context, name: str) -> None:
     """Drop zone NAME and all its assignments."""
+    from placement.v1 import driver_pb2
+
     request = driver_pb2.DropZoneRequest(name=name)
     run(call(ctx, lambda s, t: s.DropZone(request, timeout=t)))
     click.echo(f"zone {name} dropped")
@@ -205,6 +215,8 @@ def zone_drop(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def zone_get(ctx: click.Context, name: str, as_json: bool) -> None:
     """Show zone NAME's configuration."""
+    from placement.v1 import driver_pb2
+
     request = driver_pb2.GetZoneRequest(name=name)
     z = run(call(ctx, lambda s, t: s.GetZone(request, timeout=t)))
     if as_json:
@@ -248,6 +260,8 @@ def _zone_table(zones: Sequence[driver_pb2.Zone]) -> None:
 @click.pass_context
 def zone_list(ctx: click.Context, as_json: bool) -> None:
     """List every zone."""
+    from placement.v1 import driver_pb2
+
     request = driver_pb2.ListZonesRequest()
     found = run(call(ctx, lambda s, t: s.ListZones(request, timeout=t)))
     if as_json:
@@ -264,6 +278,8 @@ def zone_list(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def zone_status(ctx: click.Context, name: str, watch: bool, interval: float, as_json: bool) -> None:
     """Show zone NAME's status: READY, HOLDDOWN or REBALANCING, with progress."""
+    from placement.v1 import driver_pb2
+
     if interval <= 0:
         raise InvalidInput("--interval", f"{interval} is not positive", "e.g. 1")
     request = driver_pb2.GetZoneRequest(name=name)
@@ -293,6 +309,8 @@ def _status_line(s: Mapping[str, Any]) -> str:
 async def _watch_status(
     ctx: click.Context, request: driver_pb2.GetZoneRequest, interval: float, as_json: bool
 ) -> None:
+    import asyncio
+
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -72,8 +72,8 @@ print(json.dumps(sorted(m for m in sys.modules if m in heavy or m.startswith(hea
 """
 
 
-def heavy_modules_after(*argvs: list[str]) -> list[str]:
-    prefixes = [*HEAVY, *(f"{m}." for m in HEAVY)]
+def heavy_modules_after(*argvs: list[str], heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    prefixes = [*heavy, *(f"{m}." for m in heavy)]
     result = python(LOADED_AFTER, json.dumps(list(argvs)), json.dumps(prefixes))
     assert result.returncode == 0, result.stderr
     loaded: list[str] = json.loads(result.stdout.strip().splitlines()[-1])
@@ -86,6 +86,12 @@ def test_importing_the_cli_and_resolving_read_commands_loads_nothing_heavy() -> 
 
 def test_help_loads_nothing_heavy() -> None:
     assert heavy_modules_after(["--help"]) == []
+
+
+def test_help_loads_no_rpc_stack() -> None:
+    """Listing the commands imports no command's runtime: no asyncio, gRPC, protobuf or rich."""
+    rpc_stack = ("asyncio", "grpc", "google.protobuf", "rich")
+    assert heavy_modules_after(["--help"], heavy=rpc_stack) == []
 
 
 def test_read_commands_load_nothing_heavy(refusing_endpoint: str) -> None:
