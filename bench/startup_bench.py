@@ -46,12 +46,13 @@ def refusing_server() -> Iterator[str]:
 
 
 def time_runs(argv: Sequence[str], tree: Path, runs: int, expect: int) -> list[float]:
+    # ``python -c`` puts the working directory first on sys.path: run in ``tree`` itself.
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    subprocess.run(argv, env=env, capture_output=True, check=False)  # warm the file cache
+    subprocess.run(argv, env=env, cwd=tree, capture_output=True, check=False)  # warm caches
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        done = subprocess.run(argv, env=env, capture_output=True, check=False)
+        done = subprocess.run(argv, env=env, cwd=tree, capture_output=True, check=False)
         times.append(time.perf_counter() - start)
         if done.returncode != expect:
             raise SystemExit(f"{argv}: exit {done.returncode}, expected {expect}: {done.stderr!r}")
