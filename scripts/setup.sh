@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the product and its tests need on a fresh Debian machine, idempotently:
-# etcd (Debian's etcd-server), Java 17 (for PySpark), and the Python dependencies in .venv.
+# etcd (Debian's etcd-server), Java 17 (for PySpark), and the Python dependencies in .venv: the
+# package with its dev and pipeline extras, at the versions pinned in constraints.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,10 +22,10 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   log=.venv/pip-install.log
-  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e '.[dev]'; } >"$log" 2>&1; then
+  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e '.[dev,pipeline]' -c constraints.txt; } >"$log" 2>&1; then
     cat "$log" >&2
     echo "setup: pip install failed (full log above)" >&2
     exit 1

@@ -2,9 +2,11 @@
 
 * Several endpoints (any driver instance answers): a call that meets ``UNAVAILABLE`` or a deadline
   moves to the next endpoint and is retried there, at most once per endpoint, then with capped
-  backoff until ``deadline`` seconds have passed; other errors are final.
-* Every call carries ``call_timeout``; channels use keepalive with ``ping_timeout`` (a frozen peer
-  is noticed) and a capped reconnect backoff (no long sit-out after an outage). FACTS.md, gRPC.
+  backoff (:data:`BACKOFF`: 0.1 s doubling to 2 s, no jitter) until ``deadline`` seconds have
+  passed; other errors are final.
+* Every call carries ``call_timeout``; channels come from the one factory
+  (:data:`placement.rpc.API_PROFILE`: keepalive with a ping timeout, so a frozen peer is noticed,
+  and a capped reconnect backoff, so there is no long sit-out after an outage).
 * Errors leave as :class:`ApiError` carrying the gRPC status code and the server's one-line detail.
 """
 
@@ -16,18 +18,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
+from placement.core.retry import Backoff, RetryPolicy
 from placement.errors import InvalidInput, PlacementError
+from placement.rpc import API_PROFILE, ChannelPool
 from placement.v1 import driver_pb2_grpc
 
-CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.http2.ping_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2_000),
-)
+#: Pause between rounds over every endpoint: 0.1 s, 0.2 s, ... capped at 2 s, no jitter.
+BACKOFF = RetryPolicy(initial=0.1, cap=2.0, floor=1.0)
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 T = TypeVar("T")
@@ -78,7 +75,7 @@ class PlacementClient:
         self.deadline = deadline
         self._sleep = sleep
         self._active = 0
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = ChannelPool(API_PROFILE)
 
     async def __aenter__(self) -> PlacementClient:
         return self
@@ -87,27 +84,20 @@ class PlacementClient:
         await self.close()
 
     async def close(self) -> None:
-        channels, self._channels = self._channels, {}
-        for channel in channels.values():
-            await channel.close()
+        await self._channels.close()
 
     @property
     def active_endpoint(self) -> str:
         return self.endpoints[self._active]
 
     def _stub(self, endpoint: str) -> Stub:
-        channel = self._channels.get(endpoint)
-        if channel is None:
-            channel = self._channels[endpoint] = grpc.aio.insecure_channel(
-                endpoint, options=CHANNEL_OPTIONS
-            )
-        return driver_pb2_grpc.PlacementServiceStub(channel)
+        return driver_pb2_grpc.PlacementServiceStub(self._channels.get(endpoint))
 
     async def call(self, method: Callable[[Stub, float], Awaitable[T]]) -> T:
         """Run ``method(stub, timeout)``, failing over between endpoints while unavailable."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.deadline
-        delay = 0.1
+        backoff = Backoff(BACKOFF)
         last: ApiError | None = None
         while True:
             for _ in range(len(self.endpoints)):
@@ -119,6 +109,7 @@ class PlacementClient:
                     if e.code() not in RETRYABLE:
                         raise last from e
                     self._active = (self._active + 1) % len(self.endpoints)
+            delay = backoff.next()
             if loop.time() + delay >= give_up:
                 assert last is not None
                 raise ApiError(
@@ -127,4 +118,3 @@ class PlacementClient:
                     f"({last.detail or last.code.name.lower()})",
                 )
             await self._sleep(delay)
-            delay = min(delay * 2, 2.0)

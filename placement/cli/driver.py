@@ -1,7 +1,8 @@
 """``placectl driver run``: one placement-driver instance (leader election, driving, API server).
 
-The process serves a ``grpc.aio`` server on ``--listen`` with standard health checking and server
-reflection, plus what ``add_servicers(server, driver) -> service names`` adds — by default
+The process serves a ``grpc.aio`` server on ``--listen`` from the one server factory
+(:mod:`placement.rpc`: health checking and server reflection), plus what
+``add_servicers(server, driver) -> service names`` adds — by default
 ``placement.api.service.add_to_server``: the client API on the driver's ``client``/``keys`` with the
 :class:`~placement.driver.loop.Driver` as its leadership view (``fence()``/``leader_api()``).
 
@@ -12,7 +13,6 @@ driving, resign (the next instance takes over at once), stop the server.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -20,28 +20,19 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import click
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
-from placement.api.service import add_to_server
 from placement.core.names import validate_name
-from placement.driver.leases import LeaseConfig
-from placement.driver.loop import Driver, DriverConfig
-from placement.errors import InvalidInput
-from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import DEFAULT_PREFIX, KeySpace
 
-AddServicers = Callable[[grpc.aio.Server, Driver], Sequence[str]]
+if TYPE_CHECKING:
+    import grpc
 
+    from placement.driver.loop import Driver
 
-def _split_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise InvalidInput("--listen", f"{listen!r} is not HOST:PORT", "e.g. 127.0.0.1:7400")
-    return host, int(port)
+    AddServicers = Callable[[grpc.aio.Server, Driver], Sequence[str]]
 
 
 async def serve_driver(
@@ -58,15 +49,17 @@ async def serve_driver(
     announce: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> int:
     """Run one instance until SIGTERM/SIGINT; returns the exit status."""
+    import asyncio
+
+    from placement.api.service import add_to_server
+    from placement.driver.leases import LeaseConfig
+    from placement.driver.loop import Driver, DriverConfig
+    from placement.metastore.etcd import EtcdClient
+    from placement.rpc import bind_server, start_server
+
     keys = KeySpace(prefix)
     validate_name(member_id, "member")
-    host, port = _split_listen(listen)
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as e:
-        raise InvalidInput("--listen", f"cannot bind {listen}: {e}", "pick a free port") from e
-    address = f"{host}:{bound}"
+    server, address = bind_server(listen)
     config = DriverConfig(
         member_id=member_id,
         api_address=address,
@@ -79,15 +72,8 @@ async def serve_driver(
     )
     async with EtcdClient(list(endpoints)) as client:
         driver = Driver(client, keys, config)
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        added = list((add_servicers or add_to_server)(server, driver))
-        reflection.enable_server_reflection(
-            [*added, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-        )
-        for service in ("", *added):
-            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-        await server.start()
+        added = (add_servicers or add_to_server)(server, driver)
+        health_servicer = await start_server(server, added)
         announce(f"driver {member_id} serving on {address}")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -149,6 +135,8 @@ def run(
     log_level: str,
 ) -> None:
     """Run one driver instance until SIGTERM/SIGINT."""
+    import asyncio
+
     logging.basicConfig(
         level=log_level.upper(),
         stream=sys.stderr,

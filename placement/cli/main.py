@@ -3,50 +3,65 @@
 Every error the user can cause ends as one line on stderr and exit code 2 — never a traceback.
 Commands that write files write them atomically (temp file + rename), so a failed run leaves
 nothing behind.
+
+The root group loads each command's module only when that command runs (or ``--help`` lists it),
+so a read such as ``placectl zone status`` never imports the driver, the placement function,
+etcd or the data pipeline (design/architecture.md).
 """
 
 from __future__ import annotations
 
-import json
-import os
+import importlib
 import sys
-import tempfile
-from pathlib import Path
-from typing import Any, NoReturn
+from collections.abc import Mapping
+from typing import Any
 
 import click
 
-from placement.cli.driver import driver
-from placement.cli.ops import COMMANDS as OPS_COMMANDS
-from placement.cli.pipeline import pipeline
+from placement.cli.common import fail
 from placement.errors import PlacementError
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
 
-
-def fail(message: str) -> NoReturn:
-    """Prints one clear line and exits 2 (the exit code for bad input everywhere)."""
-    click.echo(f"placectl: error: {message}", err=True)
-    sys.exit(2)
-
-
-def write_json_atomically(path: Path, data: Any) -> None:
-    """Writes ``data`` as JSON to ``path`` so that readers see the whole file or none of it."""
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        fail(f"--output: directory {directory} does not exist (create it first)")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+#: Every ``placectl`` command: name -> ``module:attribute`` of its click command or group.
+COMMANDS: Mapping[str, str] = {
+    "agent": "placement.cli.agent:agent",
+    "assignments": "placement.cli.reads:assignments",
+    "data": "placement.cli.data:data",
+    "driver": "placement.cli.driver:driver",
+    "inspect": "placement.cli.inspect:inspect",
+    "nodes": "placement.cli.reads:nodes",
+    "pipeline": "placement.cli.pipeline:pipeline",
+    "plan": "placement.cli.plan:plan",
+    "rebalance": "placement.cli.rebalance:rebalance",
+    "up": "placement.cli.up:up",
+    "workload": "placement.cli.workload:workload",
+    "zone": "placement.cli.zone:zone",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands are named by ``module:attribute`` and imported on first use."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, _, attr = target.partition(":")
+        command = getattr(importlib.import_module(module), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--endpoint",
     default=DEFAULT_ENDPOINT,
@@ -58,74 +73,6 @@ def write_json_atomically(path: Path, data: Any) -> None:
 def cli(ctx: click.Context, endpoint: str) -> None:
     """Operate the replica-placement control plane."""
     ctx.obj = {"endpoints": [e.strip() for e in endpoint.split(",") if e.strip()]}
-
-
-@cli.command()
-@click.option(
-    "--input",
-    "input_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Cluster snapshot JSON, or a directory written by `placectl pipeline export`.",
-)
-@click.option(
-    "--output",
-    "output_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Where to write the plan JSON.",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "spark"]),
-    default="local",
-    show_default=True,
-    help="Planning engine; both give byte-identical plans.",
-)
-@click.option("--master", default=None, help="Spark master URL for --engine spark [local[*]].")
-@click.option(
-    "--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."
-)
-@click.option(
-    "--add-node", multiple=True, metavar="NAME[,attr=value...]", help="What if this node joined."
-)
-@click.option("--remove-node", multiple=True, metavar="NAME", help="What if this node left.")
-@click.option(
-    "--set-replicas", multiple=True, metavar="ZONE=R", help="What if ZONE had R replicas."
-)
-@click.option(
-    "--set-partitions", multiple=True, metavar="ZONE=P", help="What if ZONE had P partitions."
-)
-def plan(
-    input_path: Path,
-    output_path: Path,
-    engine: str,
-    master: str | None,
-    spark_conf: tuple[str, ...],
-    add_node: tuple[str, ...],
-    remove_node: tuple[str, ...],
-    set_replicas: tuple[str, ...],
-    set_partitions: tuple[str, ...],
-) -> None:
-    """Compute the target assignment of every zone in a snapshot, with moves and balance."""
-    from placement.cli.pipeline import run_plan
-
-    summary = run_plan(
-        input_path,
-        output_path,
-        engine=engine,
-        master=master,
-        spark_conf=spark_conf,
-        add_nodes=add_node,
-        remove_nodes=remove_node,
-        set_replicas=set_replicas,
-        set_partitions=set_partitions,
-    )
-    click.echo(
-        f"planned {summary['zones']} zone(s): {summary['moves']} move(s), "
-        f"{summary['bytes_to_move']} byte(s) to move, node load spread "
-        f"{summary['spread_before']} -> {summary['spread']} -> {output_path}"
-    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,10 +88,3 @@ def main(argv: list[str] | None = None) -> None:
         fail(str(e))
     except KeyboardInterrupt:
         sys.exit(130)
-
-
-cli.add_command(driver)
-for _command in OPS_COMMANDS:
-    cli.add_command(_command)
-cli.add_command(pipeline)
-import placement.cli.data  # noqa: E402, F401  (registers `placectl data` and `workload`)

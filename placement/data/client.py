@@ -41,6 +41,7 @@ from placement.api.client import ApiError, PlacementClient, parse_endpoints
 from placement.core.retry import RetryPolicy
 from placement.data.partitioning import partition_of, validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
+from placement.rpc import DATA_PROFILE, ChannelPool
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc, driver_pb2
 
 if TYPE_CHECKING:
@@ -58,15 +59,6 @@ SCAN_FANOUT = 16
 PRIMARY_HEADER = "x-primary"
 WRITES = frozenset({"put", "delete"})
 
-CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 3_000),
-    ("grpc.http2.ping_timeout_ms", 3_000),
-    ("grpc.keepalive_permit_without_calls", 0),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1_000),
-)
 RETRY_CODES = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
@@ -343,29 +335,19 @@ class Connector(Protocol):
 
 
 class GrpcConnector:
-    """One ``grpc.aio`` channel per agent address, with keepalive and a capped reconnect backoff."""
+    """One channel per agent address from the one factory (:data:`placement.rpc.DATA_PROFILE`)."""
 
     def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(
-                address, options=list(CHANNEL_OPTIONS)
-            )
-        return channel
+        self._pool = ChannelPool(DATA_PROFILE)
 
     def data(self, address: str) -> DataStub:
-        return data_pb2_grpc.DataServiceStub(self._channel(address))
+        return data_pb2_grpc.DataServiceStub(self._pool.get(address))
 
     def replication(self, address: str) -> ReplicationStub:
-        return data_pb2_grpc.ReplicationServiceStub(self._channel(address))
+        return data_pb2_grpc.ReplicationServiceStub(self._pool.get(address))
 
     async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
+        await self._pool.close()
 
 
 class RouteSource(Protocol):

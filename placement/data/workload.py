@@ -1,5 +1,5 @@
 """A writer workload that records what it was promised, and a checker that holds the data plane
-to it (BRIEF.md section 7: no acknowledged write is lost; every replica of stable holds every
+to it (design/data-plane.md: no acknowledged write is lost; every replica of stable holds every
 acknowledged write).
 
 **Writers.** Each of ``writers`` writers owns a disjoint key set ``{run}-w{writer}-k{i}`` and

@@ -13,7 +13,7 @@ from typing import Any
 
 from placement.algo.place import count_moves, place
 from placement.core.model import Node, Peers
-from placement.pipeline.snapshot import Snapshot, ZoneSnapshot
+from placement.pipeline.snapshot import ClusterSnapshot, ZoneSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ def plan_zone(zone: ZoneSnapshot, nodes: Sequence[Node]) -> ZonePlan:
     )
 
 
-def plan_fleet(snapshot: Snapshot) -> FleetPlan:
+def plan_fleet(snapshot: ClusterSnapshot) -> FleetPlan:
     """Plans every zone of the snapshot independently (zones never share state)."""
     return FleetPlan(tuple(plan_zone(z, snapshot.nodes) for z in snapshot.zones))
 

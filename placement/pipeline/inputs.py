@@ -21,7 +21,7 @@ from placement.core.model import Node, ZoneSpec
 from placement.errors import InvalidInput
 from placement.pipeline.planning import ZoneInput, partition_size
 from placement.pipeline.rows import REQUIRED_FOR_PLAN, TABLES, skeleton, stable_from_rows
-from placement.pipeline.snapshot import Snapshot, load_snapshot
+from placement.pipeline.snapshot import ClusterSnapshot, load_snapshot
 from placement.pipeline.whatif import WhatIf, apply_to_nodes, apply_to_spec, check_zones
 
 _FIX_DIR = "pass a snapshot JSON file or a directory written by `placectl pipeline export`"
@@ -45,7 +45,7 @@ class PlanInput:
     (``parquet_dir`` set) they stay in ``assignments.parquet`` until an engine reads them.
     """
 
-    snapshot: Snapshot
+    snapshot: ClusterSnapshot
     nodes: tuple[Node, ...]
     zones: tuple[PlannedZone, ...]
     parquet_dir: Path | None = None
@@ -73,7 +73,7 @@ def read_table(directory: Path, name: str, columns: Sequence[str] | None = None)
         ) from e
 
 
-def _load_skeleton(directory: Path) -> Snapshot:
+def _load_skeleton(directory: Path) -> ClusterSnapshot:
     for name in REQUIRED_FOR_PLAN:
         if not (directory / f"{name}.parquet").exists():
             raise InvalidInput("--input", f"{directory} has no {name}.parquet", _FIX_DIR)

@@ -15,7 +15,7 @@ import pyarrow as pa
 from placement.core.model import Peers
 from placement.core.names import validate_name
 from placement.errors import InvalidInput
-from placement.pipeline.snapshot import Snapshot, parse_snapshot
+from placement.pipeline.snapshot import ClusterSnapshot, parse_snapshot
 
 _STR_MAP = pa.map_(pa.string(), pa.string())
 _PEERS = pa.list_(pa.string())
@@ -117,7 +117,7 @@ def _pairs(value: Any) -> dict[str, str]:
 
 def skeleton(
     node_rows: Iterable[Mapping[str, Any]], zone_rows: Iterable[Mapping[str, Any]]
-) -> Snapshot:
+) -> ClusterSnapshot:
     """Nodes and zone configs (no assignments yet), validated like a JSON snapshot."""
     nodes = [
         {"name": r["name"], "attributes": _pairs(r["attributes"]), "weight": r["weight"]}
@@ -141,7 +141,7 @@ def skeleton(
         with_nodes = parse_snapshot({"nodes": nodes, "zones": []})
     except InvalidInput as e:
         raise _relocate(e, "nodes") from e
-    return Snapshot(with_nodes.nodes, parsed.zones)
+    return ClusterSnapshot(with_nodes.nodes, parsed.zones)
 
 
 def stable_from_rows(
@@ -175,7 +175,7 @@ def stable_from_rows(
     return stable
 
 
-def snapshot_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
+def snapshot_rows(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
     """The stable assignments of a JSON snapshot as ``assignments`` rows (field ``stable``)."""
     return [
         {"zone": z.spec.name, "partition": p, "field": "stable", "peers": list(peers)}

@@ -62,7 +62,7 @@ class ZoneSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class ClusterSnapshot:
     """A validated cluster snapshot: registered nodes and zones, both in file order."""
 
     nodes: tuple[Node, ...]
@@ -103,8 +103,8 @@ def _from_pydantic(error: PydanticValidationError) -> InvalidInput:
     return InvalidInput(_path(tuple(first["loc"])), first["msg"], fix)
 
 
-def parse_snapshot(data: Any) -> Snapshot:
-    """Validates decoded JSON into a :class:`Snapshot` or raises :class:`InvalidInput`."""
+def parse_snapshot(data: Any) -> ClusterSnapshot:
+    """Validates decoded JSON into a :class:`ClusterSnapshot` or raises :class:`InvalidInput`."""
     try:
         raw = _SnapshotIn.model_validate(data)
     except PydanticValidationError as e:
@@ -113,10 +113,10 @@ def parse_snapshot(data: Any) -> Snapshot:
     _unique("zones", [z.name for z in raw.zones])
     nodes = tuple(Node(n.name, dict(n.attributes), float(n.weight)) for n in raw.nodes)
     zones = tuple(_zone(i, z) for i, z in enumerate(raw.zones))
-    return Snapshot(nodes, zones)
+    return ClusterSnapshot(nodes, zones)
 
 
-def load_snapshot(path: Path) -> Snapshot:
+def load_snapshot(path: Path) -> ClusterSnapshot:
     """Reads and validates a snapshot file; unreadable or non-JSON files raise InvalidInput."""
     try:
         text = path.read_text(encoding="utf-8")

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from test_pipeline_export import write_known_history
 
 from placement.algo.place import place
-from placement.cli.pipeline import run_plan
+from placement.cli.plan import run_plan
 from placement.core.model import Node, ZoneSpec
 from placement.errors import InvalidInput
 from placement.metastore.etcd import EtcdClient

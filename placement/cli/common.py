@@ -1,0 +1,121 @@
+"""What every ``placectl`` command shares: failing with one line, running a coroutine with the
+error → exit-code table, the driver endpoints and API client, ``--json`` and output helpers.
+
+Exit codes: 2 for bad input (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``ALREADY_EXISTS``,
+``FAILED_PRECONDITION``, ``OUT_OF_RANGE``, a bad flag, a missing optional extra), 1 when no driver
+or etcd answers; never a traceback.
+
+Kept light on purpose: ``placectl --help`` imports every command module, so asyncio, gRPC,
+protobuf, rich and the clients are imported only where a command runs (design/architecture.md).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+from placement.errors import InvalidInput, PlacementError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from placement.api.client import PlacementClient
+
+T = TypeVar("T")
+
+#: Names of the gRPC status codes that mean "your input is wrong" (exit 2); others are exit 1.
+BAD_INPUT = frozenset(
+    {"INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "FAILED_PRECONDITION", "OUT_OF_RANGE"}
+)
+#: Seconds a command keeps retrying unavailable drivers before it gives up (exit 1).
+CLI_DEADLINE = 5.0
+#: Third-party modules that only the ``pipeline`` extra installs.
+PIPELINE_MODULES = frozenset({"pyspark", "pandas", "pyarrow", "matplotlib"})
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Prints one clear line on stderr and exits ``code`` (2, bad input, unless told)."""
+    click.echo(f"placectl: error: {message}", err=True)
+    sys.exit(code)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; map errors to one line and the exit code (2 bad input, 1 unavailable)."""
+    import asyncio
+
+    from placement.api.client import ApiError
+
+    try:
+        return asyncio.run(coro)
+    except ApiError as e:
+        fail(e.detail or e.code.name.lower(), 2 if e.code.name in BAD_INPUT else 1)
+    except InvalidInput as e:
+        fail(str(e), 2)
+    except PlacementError as e:
+        fail(str(e), 1)
+
+
+@contextmanager
+def pipeline_extra(what: str) -> Iterator[None]:
+    """Turns a missing ``pipeline`` extra module under ``what`` into one line and exit 2."""
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").partition(".")[0]
+        if missing not in PIPELINE_MODULES:
+            raise
+        fail(
+            f"{what} needs the pipeline extra ({missing} is not installed): "
+            "pip install 'placement[pipeline]'"
+        )
+
+
+def parse_pairs(items: Sequence[str], option: str) -> dict[str, str]:
+    """``["k=v", ...]`` -> dict; raises InvalidInput naming ``option`` on bad syntax/duplicates."""
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise InvalidInput(option, f"{item!r} is not KEY=VALUE", "e.g. rack=r1")
+        if key in result:
+            raise InvalidInput(option, f"key {key!r} given twice", "give each key once")
+        result[key] = value
+    return result
+
+
+def endpoints(ctx: click.Context) -> tuple[str, ...]:
+    """The driver endpoints of the root ``--endpoint`` option, validated."""
+    from placement.api.client import parse_endpoints
+
+    obj = ctx.find_root().obj or {}
+    return parse_endpoints(obj.get("endpoints", []))
+
+
+def api_client(ctx: click.Context) -> PlacementClient:
+    """A client of the drivers named by ``--endpoint`` that gives up after ``CLI_DEADLINE``."""
+    from placement.api.client import PlacementClient
+
+    return PlacementClient(endpoints(ctx), deadline=CLI_DEADLINE)
+
+
+async def call(ctx: click.Context, method: Callable[[Any, float], Awaitable[T]]) -> T:
+    """One API call ``method(stub, timeout)``, failing over between the drivers."""
+    async with api_client(ctx) as client:
+        return await client.call(method)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, sort_keys=True))
+
+
+def console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)

@@ -1,0 +1,99 @@
+"""``placectl inspect``: decode every metastore key under a prefix, straight from etcd
+(read-only)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import click
+
+from placement.cli.common import console, echo_json, json_option, run
+
+
+def decode_entry(kind: str, field: str | None, raw: bytes) -> Any:
+    """A stored value as JSON-able data (``{"corrupt": reason, "raw": ...}`` if undecodable)."""
+    from dataclasses import asdict, is_dataclass
+
+    from placement.metastore import codec
+
+    decoders: dict[str, Callable[[bytes], Any]] = {
+        "zones": codec.decode_zone_spec,
+        "nodes": codec.decode_node,
+        "datanodes": codec.decode_datanodes,
+        "primary": codec.decode_primary,
+        "control": codec.decode_control,
+        "progress": codec.decode_report,
+        "isr": codec.decode_isr,
+        "sizes": codec.decode_size,
+    }
+    assign: dict[str | None, Callable[[bytes], Any]] = {
+        "stable": codec.decode_assignment,
+        "pending": codec.decode_assignment,
+        "planned": codec.decode_assignment,
+        "cancel": codec.decode_cancel,
+        "trigger": codec.decode_trigger,
+    }
+    decode = assign.get(field) if kind == "assign" else decoders.get(kind)
+    if decode is None:
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return {"raw": raw.decode("utf-8", "backslashreplace")}
+    value = decode(raw)
+    if isinstance(value, codec.Corrupt):
+        return {"corrupt": value.reason, "raw": raw.decode("utf-8", "backslashreplace")}
+    return _plain(asdict(value)) if is_dataclass(value) and not isinstance(value, type) else value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    return value
+
+
+@click.command("inspect")
+@click.option("--etcd", "etcd_endpoints", required=True, help="etcd HOST:PORT[,...]")
+@click.option("--prefix", default="/placement", show_default=True, help="Metastore key prefix.")
+@json_option
+def inspect(etcd_endpoints: str, prefix: str, as_json: bool) -> None:
+    """Decode every metastore key under the prefix (read-only)."""
+    from placement.metastore.etcd import EtcdClient
+    from placement.metastore.keys import KeySpace
+
+    keys = KeySpace(prefix)
+
+    async def read() -> tuple[int, list[dict[str, Any]]]:
+        async with EtcdClient(etcd_endpoints, call_timeout=3.0) as client:
+            found = await client.list_prefix(f"{prefix}/".encode())
+        rows = []
+        for kv in found.kvs:
+            parsed = keys.parse(kv.key)
+            kind = parsed.kind.value if parsed is not None else "unknown"
+            field = parsed.field.value if parsed is not None and parsed.field else None
+            rows.append(
+                {
+                    "key": kv.key.decode("utf-8", "backslashreplace"),
+                    "kind": kind,
+                    "mod_revision": kv.mod_revision,
+                    "lease": kv.lease,
+                    "value": decode_entry(kind, field, kv.value),
+                }
+            )
+        return found.revision, rows
+
+    revision, rows = run(read())
+    if as_json:
+        echo_json({"prefix": prefix, "revision": revision, "keys": rows})
+        return
+    from rich.table import Table
+
+    table = Table("key", "mod rev", "value", title=f"{prefix} at revision {revision}")
+    for row in rows:
+        table.add_row(
+            row["key"], str(row["mod_revision"]), json.dumps(row["value"], sort_keys=True)
+        )
+    console().print(table)

@@ -1,0 +1,133 @@
+"""``placectl plan``: the target assignment of every zone in a snapshot, with moves and balance,
+planned locally or on Spark (both give byte-identical plans), optionally under what-if changes.
+
+Every check that can fail on bad input runs before any output is opened; the plan is written to a
+temporary file and renamed at the end (:mod:`placement.pipeline.outputs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from placement.cli.common import pipeline_extra
+from placement.errors import InvalidInput
+from placement.pipeline.outputs import check_target, write_text_parts
+from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
+from placement.pipeline.whatif import parse_whatif, split_setting
+
+
+def parse_conf(items: Sequence[str]) -> dict[str, str]:
+    """``--spark-conf KEY=VALUE`` options -> a dict."""
+    return dict(split_setting("--spark-conf", item, "spark.driver.memory=4g") for item in items)
+
+
+def run_plan(
+    input_path: Path,
+    output_path: Path,
+    *,
+    engine: str,
+    master: str | None = None,
+    spark_conf: Sequence[str] = (),
+    add_nodes: Sequence[str] = (),
+    remove_nodes: Sequence[str] = (),
+    set_replicas: Sequence[str] = (),
+    set_partitions: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Validates everything, plans with ``engine``, writes the plan; returns its fleet summary."""
+    from placement.pipeline.engines import plan_local
+    from placement.pipeline.inputs import load_plan_input
+    from placement.pipeline.planning import FleetTotals, plan_text_parts
+
+    if engine != "spark" and (master is not None or spark_conf):
+        raise InvalidInput("--master", "only applies to --engine spark", "add --engine spark")
+    whatif = parse_whatif(add_nodes, remove_nodes, set_replicas, set_partitions)
+    parsed_master = parse_master(master or DEFAULT_MASTER)
+    conf = parse_conf(spark_conf)
+    check_target(output_path, "--output", directory=False)
+    plan_input = load_plan_input(input_path, whatif)
+    if engine == "local":
+        totals = FleetTotals()
+        write_text_parts(
+            output_path, "--output", plan_text_parts(plan_local(plan_input, totals), totals.summary)
+        )
+        return totals.summary()
+    from placement.pipeline.spark_plan import plan_spark, start_spark
+
+    spark = start_spark(parsed_master, conf)
+    totals, fragments, result = plan_spark(spark, plan_input)
+    try:
+        write_text_parts(output_path, "--output", plan_text_parts(fragments, totals.summary))
+    finally:
+        result.unpersist()
+    return totals.summary()
+
+
+@click.command("plan")
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Cluster snapshot JSON, or a directory written by `placectl pipeline export`.",
+)
+@click.option(
+    "--output",
+    "output_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Where to write the plan JSON.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark"]),
+    default="local",
+    show_default=True,
+    help="Planning engine; both give byte-identical plans.",
+)
+@click.option("--master", default=None, help="Spark master URL for --engine spark [local[*]].")
+@click.option(
+    "--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."
+)
+@click.option(
+    "--add-node", multiple=True, metavar="NAME[,attr=value...]", help="What if this node joined."
+)
+@click.option("--remove-node", multiple=True, metavar="NAME", help="What if this node left.")
+@click.option(
+    "--set-replicas", multiple=True, metavar="ZONE=R", help="What if ZONE had R replicas."
+)
+@click.option(
+    "--set-partitions", multiple=True, metavar="ZONE=P", help="What if ZONE had P partitions."
+)
+def plan(
+    input_path: Path,
+    output_path: Path,
+    engine: str,
+    master: str | None,
+    spark_conf: tuple[str, ...],
+    add_node: tuple[str, ...],
+    remove_node: tuple[str, ...],
+    set_replicas: tuple[str, ...],
+    set_partitions: tuple[str, ...],
+) -> None:
+    """Compute the target assignment of every zone in a snapshot, with moves and balance."""
+    with pipeline_extra(f"placectl plan --engine {engine}"):
+        summary = run_plan(
+            input_path,
+            output_path,
+            engine=engine,
+            master=master,
+            spark_conf=spark_conf,
+            add_nodes=add_node,
+            remove_nodes=remove_node,
+            set_replicas=set_replicas,
+            set_partitions=set_partitions,
+        )
+    click.echo(
+        f"planned {summary['zones']} zone(s): {summary['moves']} move(s), "
+        f"{summary['bytes_to_move']} byte(s) to move, node load spread "
+        f"{summary['spread_before']} -> {summary['spread']} -> {output_path}"
+    )

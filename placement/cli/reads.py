@@ -1,0 +1,110 @@
+"""``placectl assignments`` and ``placectl nodes``: what the drivers hold, as tables or
+``--json``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from placement.cli.common import api_client, call, console, echo_json, json_option, run
+
+if TYPE_CHECKING:
+    from placement.v1 import driver_pb2
+
+
+def assignment_json(a: driver_pb2.PartitionAssignment) -> dict[str, Any]:
+    return {
+        "partition": a.partition,
+        "stable": list(a.stable.names),
+        "pending": list(a.pending.names) if a.has_pending else None,
+        "planned": list(a.planned.names) if a.has_planned else None,
+        "primary": a.primary or None,
+        "primary_lease_expiry_unix_ms": a.primary_lease_expiry_unix_ms or None,
+    }
+
+
+def node_json(n: driver_pb2.Node) -> dict[str, Any]:
+    return {
+        "name": n.name,
+        "address": n.address,
+        "attributes": dict(sorted(n.attributes.items())),
+        "weight": n.weight,
+    }
+
+
+def _peers(names: Sequence[str] | None) -> str:
+    return ",".join(names) if names else "-"
+
+
+@click.command("assignments")
+@click.argument("zone_name", metavar="ZONE")
+@click.option("--partition", type=click.IntRange(min=0), help="Only this partition.")
+@json_option
+@click.pass_context
+def assignments(ctx: click.Context, zone_name: str, partition: int | None, as_json: bool) -> None:
+    """Stable, pending, planned and primary of every partition of ZONE."""
+    from placement.v1 import driver_pb2
+
+    async def fetch() -> tuple[int, list[driver_pb2.PartitionAssignment]]:
+        found: list[driver_pb2.PartitionAssignment] = []
+        token = ""
+        revision = 0
+        async with api_client(ctx) as client:
+            while True:
+                request = driver_pb2.GetAssignmentsRequest(zone=zone_name, page_token=token)
+                if partition is not None:
+                    request.partition = partition
+                page = await client.call(
+                    lambda s, t, r=request: s.GetAssignments(r, timeout=t)  # type: ignore[misc]
+                )
+                found.extend(page.assignments)
+                revision = revision or page.revision
+                token = page.next_page_token
+                if not token:
+                    return revision, found
+
+    revision, found = run(fetch())
+    if as_json:
+        echo_json(
+            {
+                "zone": zone_name,
+                "revision": revision,
+                "partitions": [assignment_json(a) for a in found],
+            }
+        )
+        return
+    from rich.table import Table
+
+    table = Table("partition", "stable", "pending", "planned", "primary")
+    for a in found:
+        table.add_row(
+            str(a.partition),
+            _peers(a.stable.names),
+            _peers(a.pending.names) if a.has_pending else "-",
+            _peers(a.planned.names) if a.has_planned else "-",
+            a.primary or "-",
+        )
+    console().print(table)
+
+
+@click.command("nodes")
+@json_option
+@click.pass_context
+def nodes(ctx: click.Context, as_json: bool) -> None:
+    """Registered nodes (agents), their addresses and attributes."""
+    from placement.v1 import driver_pb2
+
+    request = driver_pb2.ListNodesRequest()
+    found = run(call(ctx, lambda s, t: s.ListNodes(request, timeout=t)))
+    if as_json:
+        echo_json({"nodes": [node_json(n) for n in found.nodes]})
+        return
+    from rich.table import Table
+
+    table = Table("node", "address", "attributes", "weight")
+    for n in found.nodes:
+        attributes = ",".join(f"{k}={v}" for k, v in sorted(n.attributes.items())) or "-"
+        table.add_row(n.name, n.address, attributes, f"{n.weight:g}")
+    console().print(table)

@@ -1,0 +1,49 @@
+"""``placectl rebalance``: cancel one partition's rebalance, pause and resume all driving."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from placement.cli.common import call, run
+
+
+@click.group()
+def rebalance() -> None:
+    """Cancel, pause and resume rebalancing."""
+
+
+@rebalance.command("cancel")
+@click.argument("zone_name", metavar="ZONE")
+@click.argument("partition", type=click.IntRange(min=0))
+@click.pass_context
+def rebalance_cancel(ctx: click.Context, zone_name: str, partition: int) -> None:
+    """Cancel the rebalance in progress of PARTITION of ZONE (its replicas return to stable)."""
+    from placement.v1 import common_pb2
+
+    request = common_pb2.PartitionRef(zone=zone_name, partition=partition)
+    reply = run(call(ctx, lambda s, t: s.CancelRebalance(request, timeout=t)))
+    click.echo(f"{'cancelled' if reply.accepted else 'not cancelled'}: {reply.detail}")
+    if not reply.accepted:
+        sys.exit(1)
+
+
+@rebalance.command("pause")
+@click.pass_context
+def rebalance_pause(ctx: click.Context) -> None:
+    """Pause all driving (no new moves start; in-flight ones finish)."""
+    from placement.v1 import driver_pb2
+
+    run(call(ctx, lambda s, t: s.PauseRebalancing(driver_pb2.PauseRequest(), timeout=t)))
+    click.echo("rebalancing paused")
+
+
+@rebalance.command("resume")
+@click.pass_context
+def rebalance_resume(ctx: click.Context) -> None:
+    """Resume driving after a pause."""
+    from placement.v1 import driver_pb2
+
+    run(call(ctx, lambda s, t: s.ResumeRebalancing(driver_pb2.PauseRequest(), timeout=t)))
+    click.echo("rebalancing resumed")

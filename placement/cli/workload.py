@@ -1,0 +1,144 @@
+"""``placectl workload``: recorded writers (``run``), and the checker (``check``) that no
+acknowledged write was lost. Exit 1 when ``check`` finds a violation, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from placement.cli.common import echo_json, json_option
+from placement.cli.data import with_data_client
+from placement.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from placement.data.client import DataClient
+
+
+@click.group("workload")
+def workload() -> None:
+    """Recorded writers, and the checker that no acknowledged write was lost."""
+
+
+@workload.command("run")
+@click.option("--zone", required=True, help="Zone to write to.")
+@click.option("--writers", type=int, default=8, show_default=True, help="Concurrent writers.")
+@click.option(
+    "--keys-per-writer", type=int, default=50, show_default=True, help="Keys each writer owns."
+)
+@click.option("--duration", type=float, default=30.0, show_default=True, help="Seconds to run.")
+@click.option(
+    "--record",
+    "record_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="JSONL record of every attempt and outcome (overwritten).",
+)
+@click.option(
+    "--delete-ratio", type=float, default=0.1, show_default=True, help="Share of deletes (0..1)."
+)
+@click.option("--seed", type=int, help="Seed of the writers' key and op choices.")
+@json_option
+@click.pass_context
+def workload_run(
+    ctx: click.Context,
+    zone: str,
+    writers: int,
+    keys_per_writer: int,
+    duration: float,
+    record_path: Path,
+    delete_ratio: float,
+    seed: int | None,
+    as_json: bool,
+) -> None:
+    """Run writers against ZONE for --duration seconds (Ctrl-C/SIGTERM stop early), recording
+    every write to --record; prints acks, failures and latency."""
+    import asyncio
+
+    from placement.data.workload import run_writers
+
+    if not record_path.parent.is_dir():
+        raise InvalidInput("--record", f"directory {record_path.parent} does not exist", "")
+
+    async def body(client: DataClient) -> Any:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            return await run_writers(
+                client,
+                zone,
+                writers,
+                keys_per_writer,
+                duration,
+                record_path,
+                stop,
+                delete_ratio=delete_ratio,
+                seed=seed,
+            )
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(ValueError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+
+    stats = with_data_client(ctx, body)
+    if as_json:
+        echo_json({"zone": zone, "record": str(record_path), **stats.as_json()})
+        return
+    failures = ", ".join(f"{k} {v}" for k, v in sorted(stats.failures.items())) or "none"
+    click.echo(
+        f"run {stats.run} on {zone}: {stats.acked}/{stats.attempted} writes acknowledged in "
+        f"{stats.elapsed:.1f}s ({stats.throughput:.0f}/s), failures: {failures}; "
+        f"latency p50 {stats.p50 * 1000:.1f} ms, p99 {stats.p99 * 1000:.1f} ms -> {record_path}"
+    )
+
+
+@workload.command("check")
+@click.option("--zone", required=True, help="Zone the record was written to.")
+@click.option(
+    "--record",
+    "record_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The JSONL record `workload run` wrote.",
+)
+@click.option(
+    "--settle",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds to re-read replicas while they disagree (catch-up in progress).",
+)
+@json_option
+@click.pass_context
+def workload_check(
+    ctx: click.Context, zone: str, record_path: Path, settle: float, as_json: bool
+) -> None:
+    """Check ZONE against a record: the API and every stable replica hold every acknowledged
+    write, and replicas agree. Exit 1 on any violation."""
+    from placement.data.workload import check_workload
+
+    if not settle >= 0:
+        raise InvalidInput("--settle", f"{settle} is negative", "seconds, e.g. 10")
+    result = with_data_client(ctx, lambda c: check_workload(c, zone, record_path, settle=settle))
+    if as_json:
+        echo_json(result.as_json())
+    else:
+        click.echo(
+            f"{'OK' if result.ok else 'FAILED'}: zone {zone} run {result.run}: "
+            f"{result.acked_writes}/{result.attempted_writes} writes acknowledged over "
+            f"{result.keys} keys; lost {result.lost}, wrong {result.wrong}; replicas: "
+            f"{result.replicas_checked} checked in {result.partitions_checked} partitions, "
+            f"divergent {result.divergent_replicas}, lost {result.replica_lost}, "
+            f"wrong {result.replica_wrong}, unreadable {result.unreachable_replicas}"
+        )
+        for example in result.examples:
+            click.echo(f"  {example}")
+    if not result.ok:
+        sys.exit(1)

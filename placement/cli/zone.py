@@ -1,0 +1,352 @@
+"""``placectl zone``: create, alter, drop, get, list and status (``--watch`` follows it).
+
+Every command talks to the drivers named by the global ``--endpoint`` (any instance; the client
+fails over between them). ``get``, ``list`` and ``status`` take ``--json`` and then print one JSON
+document (``status --watch --json``: one per line).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from placement.cli.common import api_client, call, console, echo_json, json_option, parse_pairs, run
+from placement.core.limits import MAX_REPLICAS
+from placement.core.model import DEFAULT_MIN_IN_SYNC
+from placement.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from placement.v1 import driver_pb2
+
+
+def zone_config(
+    *,
+    partitions: int | None,
+    replicas: int | None,
+    selector: Sequence[str],
+    failure_domain: str | None,
+    scale_up_delay: float | None,
+    scale_down_delay: float | None,
+    min_in_sync: int | None = None,
+) -> tuple[driver_pb2.ZoneConfig, list[str]]:
+    """The ZoneConfig and the names of the fields given (for AlterZone's ``update_fields``)."""
+    from placement.v1 import driver_pb2
+
+    config = driver_pb2.ZoneConfig()
+    given: list[str] = []
+    if partitions is not None:
+        config.partitions = _non_negative(partitions, "--partitions")
+        given.append("partitions")
+    if replicas is not None:
+        config.replicas = _non_negative(replicas, "--replicas")
+        given.append("replicas")
+    if selector:
+        config.node_selector.update(parse_pairs(selector, "--node-selector"))
+        given.append("node_selector")
+    if failure_domain is not None:
+        config.failure_domain = failure_domain
+        given.append("failure_domain")
+    if scale_up_delay is not None:
+        config.scale_up_delay_seconds = scale_up_delay
+        given.append("scale_up_delay")
+    if scale_down_delay is not None:
+        config.scale_down_delay_seconds = scale_down_delay
+        given.append("scale_down_delay")
+    if min_in_sync is not None:
+        if not 1 <= min_in_sync <= MAX_REPLICAS:
+            raise InvalidInput(
+                "--min-in-sync",
+                f"{min_in_sync} is out of range",
+                f"use 1..{MAX_REPLICAS} (the default is 2, at most --replicas)",
+            )
+        config.min_in_sync = min_in_sync
+        given.append("min_in_sync")
+    return config, given
+
+
+def _non_negative(value: int, option: str) -> int:
+    if value < 0:
+        raise InvalidInput(option, f"{value} is negative", "use a count >= 1")
+    return value
+
+
+def zone_json(zone: driver_pb2.Zone) -> dict[str, Any]:
+    c = zone.config
+    return {
+        "name": zone.name,
+        "partitions": c.partitions,
+        "replicas": c.replicas,
+        "node_selector": dict(sorted(c.node_selector.items())),
+        "failure_domain": c.failure_domain or None,
+        "scale_up_delay": c.scale_up_delay_seconds,
+        "scale_down_delay": c.scale_down_delay_seconds,
+        "min_in_sync": c.min_in_sync or None,
+        "effective_min_in_sync": _effective_min_in_sync(c),
+        "revision": zone.revision,
+    }
+
+
+def _effective_min_in_sync(c: driver_pb2.ZoneConfig) -> int:
+    """What the replicas apply (``model.effective_min_in_sync``) for a config from the API."""
+    return min(c.min_in_sync or DEFAULT_MIN_IN_SYNC, c.replicas)
+
+
+def _min_in_sync_text(c: driver_pb2.ZoneConfig) -> str:
+    effective = _effective_min_in_sync(c)
+    return str(effective) if c.min_in_sync else f"{effective} (default)"
+
+
+def status_json(status: driver_pb2.ZoneStatus) -> dict[str, Any]:
+    from placement.v1 import driver_pb2
+
+    names = {
+        driver_pb2.READY: "READY",
+        driver_pb2.HOLDDOWN: "HOLDDOWN",
+        driver_pb2.REBALANCING: "REBALANCING",
+    }
+    return {
+        "name": status.name,
+        "state": names.get(status.state, "UNKNOWN"),
+        "partitions_total": status.partitions_total,
+        "partitions_done": status.partitions_done,
+        "holddown_remaining_seconds": status.holddown_remaining_seconds,
+        "revision": status.revision,
+    }
+
+
+@click.group()
+def zone() -> None:
+    """Create, change, drop and look at zones."""
+
+
+def _zone_options(required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def apply(f: Callable[..., Any]) -> Callable[..., Any]:
+        options = [
+            click.option("--partitions", type=int, required=required, help="Partition count."),
+            click.option("--replicas", type=int, required=required, help="Replicas per partition."),
+            click.option(
+                "--node-selector",
+                "selector",
+                multiple=True,
+                metavar="K=V",
+                help="Only nodes with this attribute (repeatable).",
+            ),
+            click.option("--failure-domain", help="Attribute to spread replicas over (e.g. rack)."),
+            click.option("--scale-up-delay", type=float, help="Seconds before a new node counts."),
+            click.option(
+                "--scale-down-delay", type=float, help="Seconds before a gone node is replaced."
+            ),
+            click.option(
+                "--min-in-sync",
+                type=int,
+                help=(
+                    f"Fewest in-sync replicas a primary accepts writes with (1..{MAX_REPLICAS};"
+                    " default 2, at most --replicas)."
+                ),
+            ),
+        ]
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
+def _print_zone(z: driver_pb2.Zone, verb: str) -> None:
+    c = z.config
+    selector = ",".join(f"{k}={v}" for k, v in sorted(c.node_selector.items())) or "-"
+    click.echo(
+        f"zone {z.name} {verb}: partitions={c.partitions} replicas={c.replicas} "
+        f"selector={selector} failure-domain={c.failure_domain or '-'} "
+        f"scale-up-delay={c.scale_up_delay_seconds:g}s "
+        f"scale-down-delay={c.scale_down_delay_seconds:g}s "
+        f"min-in-sync={_min_in_sync_text(c)} (revision {z.revision})"
+    )
+
+
+@zone.command("create")
+@click.argument("name")
+@_zone_options(required=True)
+@click.pass_context
+def zone_create(ctx: click.Context, /, name: str, **options: Any) -> None:
+    """Create zone NAME."""
+    from placement.v1 import driver_pb2
+
+    config, _ = zone_config(**options)
+    request = driver_pb2.CreateZoneRequest(name=name, config=config)
+    created = run(call(ctx, lambda s, t: s.CreateZone(request, timeout=t)))
+    _print_zone(created, "created")
+
+
+@zone.command("alter")
+@click.argument("name")
+@_zone_options(required=False)
+@click.pass_context
+def zone_alter(ctx: click.Context, /, name: str, **options: Any) -> None:
+    """Change the given settings of zone NAME (others stay as they are)."""
+    from placement.v1 import driver_pb2
+
+    config, given = zone_config(**options)
+    if not given:
+        raise InvalidInput("zone alter", "no setting given", "pass e.g. --replicas 5")
+    request = driver_pb2.AlterZoneRequest(name=name, config=config, update_fields=given)
+    altered = run(call(ctx, lambda s, t: s.AlterZone(request, timeout=t)))
+    _print_zone(altered, "altered")
+
+
+@zone.command("drop")
+@click.argument("name")
+@click.pass_context
+def zone_drop(ctx: click.Context, name: str) -> None:
+    """Drop zone NAME and all its assignments."""
+    from placement.v1 import driver_pb2
+
+    request = driver_pb2.DropZoneRequest(name=name)
+    run(call(ctx, lambda s, t: s.DropZone(request, timeout=t)))
+    click.echo(f"zone {name} dropped")
+
+
+@zone.command("get")
+@click.argument("name")
+@json_option
+@click.pass_context
+def zone_get(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show zone NAME's configuration."""
+    from placement.v1 import driver_pb2
+
+    request = driver_pb2.GetZoneRequest(name=name)
+    z = run(call(ctx, lambda s, t: s.GetZone(request, timeout=t)))
+    if as_json:
+        echo_json(zone_json(z))
+    else:
+        _zone_table([z])
+
+
+def _zone_table(zones: Sequence[driver_pb2.Zone]) -> None:
+    from rich.table import Table
+
+    table = Table(
+        "zone",
+        "partitions",
+        "replicas",
+        "selector",
+        "domain",
+        "delays",
+        "min ISR",
+        caption=(
+            "domain: failure domain; delays: scale-up / scale-down; min ISR: fewest in-sync "
+            "replicas a primary accepts writes with (* = the default: 2, at most replicas)"
+        ),
+    )
+    for z in zones:
+        c = z.config
+        table.add_row(
+            z.name,
+            str(c.partitions),
+            str(c.replicas),
+            ",".join(f"{k}={v}" for k, v in sorted(c.node_selector.items())) or "-",
+            c.failure_domain or "-",
+            f"{c.scale_up_delay_seconds:g}s / {c.scale_down_delay_seconds:g}s",
+            str(_effective_min_in_sync(c)) + ("" if c.min_in_sync else "*"),
+        )
+    console().print(table)
+
+
+@zone.command("list")
+@json_option
+@click.pass_context
+def zone_list(ctx: click.Context, as_json: bool) -> None:
+    """List every zone."""
+    from placement.v1 import driver_pb2
+
+    request = driver_pb2.ListZonesRequest()
+    found = run(call(ctx, lambda s, t: s.ListZones(request, timeout=t)))
+    if as_json:
+        echo_json({"zones": [zone_json(z) for z in found.zones]})
+    else:
+        _zone_table(list(found.zones))
+
+
+@zone.command("status")
+@click.argument("name")
+@click.option("--watch", is_flag=True, help="Follow the status until READY (Ctrl-C stops).")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Poll seconds.")
+@json_option
+@click.pass_context
+def zone_status(ctx: click.Context, name: str, watch: bool, interval: float, as_json: bool) -> None:
+    """Show zone NAME's status: READY, HOLDDOWN or REBALANCING, with progress."""
+    from placement.v1 import driver_pb2
+
+    if interval <= 0:
+        raise InvalidInput("--interval", f"{interval} is not positive", "e.g. 1")
+    request = driver_pb2.GetZoneRequest(name=name)
+    if not watch:
+        status = run(call(ctx, lambda s, t: s.GetZoneStatus(request, timeout=t)))
+        if as_json:
+            echo_json(status_json(status))
+        else:
+            click.echo(_status_line(status_json(status)))
+        return
+    try:
+        run(_watch_status(ctx, request, interval, as_json))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _status_line(s: Mapping[str, Any]) -> str:
+    line = (
+        f"zone {s['name']}: {s['state']} "
+        f"({s['partitions_done']}/{s['partitions_total']} partitions stable)"
+    )
+    if s["state"] == "HOLDDOWN":
+        line += f", membership change applies in {s['holddown_remaining_seconds']:.1f}s"
+    return line
+
+
+async def _watch_status(
+    ctx: click.Context, request: driver_pb2.GetZoneRequest, interval: float, as_json: bool
+) -> None:
+    import asyncio
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    async with api_client(ctx) as client:
+        last: dict[str, Any] | None = None
+        if as_json:
+            while True:
+                status = status_json(
+                    await client.call(lambda s, t: s.GetZoneStatus(request, timeout=t))
+                )
+                if status != last:
+                    echo_json(status)
+                    last = status
+                if status["state"] == "READY":
+                    return
+                await asyncio.sleep(interval)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        ) as progress:
+            task = progress.add_task(request.name, total=None)
+            while True:
+                status = status_json(
+                    await client.call(lambda s, t: s.GetZoneStatus(request, timeout=t))
+                )
+                progress.update(
+                    task,
+                    description=f"{status['name']} {status['state']}",
+                    completed=status["partitions_done"],
+                    total=status["partitions_total"],
+                )
+                if status["state"] == "READY":
+                    break
+                await asyncio.sleep(interval)
+        click.echo(_status_line(status))
