@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from placement.core.model import parse_pairs
 from placement.core.retry import Backoff, RetryPolicy
-from placement.errors import Conflict, InvalidInput, NotLeader, StoreUnavailable
+from placement.errors import Conflict, NotLeader, StoreUnavailable
 from placement.metastore.codec import MoveReport, NodeRecord, encode_node, encode_report
 from placement.metastore.etcd import EtcdClient, Lease
 from placement.metastore.keys import KeySpace
@@ -28,17 +29,9 @@ log = logging.getLogger(__name__)
 REGISTER_RETRY = RetryPolicy(initial=0.2, cap=2.0, floor=0.5)
 
 
-def parse_attributes(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+def parse_attributes(items: Sequence[str]) -> dict[str, str]:
     """``["rack=a", "tier=ssd"]`` -> a dict; raises InvalidInput naming ``--attribute``."""
-    result: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise InvalidInput("--attribute", f"{item!r} is not KEY=VALUE", "e.g. rack=r1")
-        if key in result:
-            raise InvalidInput("--attribute", f"{key!r} given twice", "give each key once")
-        result[key] = value
-    return result
+    return parse_pairs(items, "--attribute")
 
 
 class Registration:

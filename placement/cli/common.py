@@ -11,9 +11,10 @@ protobuf, rich and the clients are imported only where a command runs (design/ar
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -77,19 +78,6 @@ def pipeline_extra(what: str) -> Iterator[None]:
         )
 
 
-def parse_pairs(items: Sequence[str], option: str) -> dict[str, str]:
-    """``["k=v", ...]`` -> dict; raises InvalidInput naming ``option`` on bad syntax/duplicates."""
-    result: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise InvalidInput(option, f"{item!r} is not KEY=VALUE", "e.g. rack=r1")
-        if key in result:
-            raise InvalidInput(option, f"key {key!r} given twice", "give each key once")
-        result[key] = value
-    return result
-
-
 def endpoints(ctx: click.Context) -> tuple[str, ...]:
     """The driver endpoints of the root ``--endpoint`` option, validated."""
     from placement.api.client import parse_endpoints
@@ -119,3 +107,24 @@ def console() -> Console:
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=True)
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are named by ``module:attribute`` and imported on first use."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, _, attr = target.partition(":")
+        command = getattr(importlib.import_module(module), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command

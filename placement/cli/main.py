@@ -11,14 +11,12 @@ etcd or the data pipeline (design/architecture.md).
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 import click
 
-from placement.cli.common import fail
+from placement.cli.common import LazyGroup, fail
 from placement.errors import PlacementError
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
@@ -38,27 +36,6 @@ COMMANDS: Mapping[str, str] = {
     "workload": "placement.cli.workload:workload",
     "zone": "placement.cli.zone:zone",
 }
-
-
-class LazyGroup(click.Group):
-    """A group whose commands are named by ``module:attribute`` and imported on first use."""
-
-    def __init__(self, *args: Any, lazy: Mapping[str, str], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = dict(lazy)
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = self.lazy.get(cmd_name)
-        if target is None:
-            return super().get_command(ctx, cmd_name)
-        module, _, attr = target.partition(":")
-        command = getattr(importlib.import_module(module), attr)
-        if not isinstance(command, click.Command):
-            raise TypeError(f"{target} is not a click command")
-        return command
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

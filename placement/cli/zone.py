@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import api_client, call, console, echo_json, json_option, parse_pairs, run
+from placement.cli.common import api_client, call, console, echo_json, json_option, run
 from placement.core.limits import MAX_REPLICAS
-from placement.core.model import DEFAULT_MIN_IN_SYNC
+from placement.core.model import DEFAULT_MIN_IN_SYNC, parse_pairs
 from placement.errors import InvalidInput
 
 if TYPE_CHECKING:

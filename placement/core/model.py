@@ -5,8 +5,10 @@ No I/O and no protobuf here: servicers and the CLI convert at the edges.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from placement.errors import InvalidInput
 
 #: Ordered replica list of one partition; the first member is the preferred primary.
 Peers = tuple[str, ...]
@@ -64,3 +66,16 @@ def effective_min_in_sync(spec: ZoneSpec) -> int:
     never need more than R members in sync, so R=1 zones stay writable with the default."""
     wanted = spec.min_in_sync if spec.min_in_sync is not None else DEFAULT_MIN_IN_SYNC
     return min(wanted, spec.replicas)
+
+
+def parse_pairs(items: Sequence[str], option: str) -> dict[str, str]:
+    """``["k=v", ...]`` -> dict; raises InvalidInput naming ``option`` on bad syntax/duplicates."""
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise InvalidInput(option, f"{item!r} is not KEY=VALUE", "e.g. rack=r1")
+        if key in result:
+            raise InvalidInput(option, f"key {key!r} given twice", "give each key once")
+        result[key] = value
+    return result

@@ -7,11 +7,11 @@ from click.testing import CliRunner
 
 from placement.api.client import parse_endpoints
 from placement.api.service import altered, make_spec, spec_from_pb, zone_pb
-from placement.cli.common import parse_pairs
 from placement.cli.inspect import decode_entry
 from placement.cli.main import cli, main
 from placement.cli.reads import assignment_json
 from placement.cli.zone import status_json, zone_config, zone_json
+from placement.core.model import parse_pairs
 from placement.errors import InvalidInput
 from placement.metastore.codec import Assignment, NodeRecord, encode_assignment, encode_node
 from placement.metastore.transitions import ZoneRecord
