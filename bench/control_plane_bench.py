@@ -71,7 +71,8 @@ from placement.metastore.codec import (  # noqa: E402
 )
 from placement.metastore.etcd import EtcdClient  # noqa: E402
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end  # noqa: E402
-from placement.metastore.txn import EventKind, Get, KeyValue, Range, WatchBatch  # noqa: E402
+from placement.metastore.kv import EventKind, KeyValue, Range, WatchBatch  # noqa: E402
+from placement.metastore.txn import Get  # noqa: E402
 from placement.v1 import driver_pb2  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "control_plane.md"

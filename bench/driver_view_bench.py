@@ -30,7 +30,7 @@ from placement.metastore.codec import (
     encode_zone_spec,
 )
 from placement.metastore.keys import AssignField, KeySpace
-from placement.metastore.txn import KeyValue
+from placement.metastore.kv import KeyValue
 
 
 def prefix(partitions: int) -> tuple[KeySpace, dict[bytes, KeyValue]]:

@@ -49,9 +49,9 @@ from placement.metastore.codec import (
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
+from placement.metastore.kv import Range
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome, PartitionState, ZoneRecord
-from placement.metastore.txn import Range
 from placement.rpc import API_PROFILE, ChannelPool, add_health
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 

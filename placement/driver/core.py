@@ -69,6 +69,7 @@ from placement.metastore.codec import (
     decode_zone_spec,
 )
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey
+from placement.metastore.kv import KeyValue
 from placement.metastore.transitions import (
     LeaseWrite,
     PartitionState,
@@ -76,7 +77,6 @@ from placement.metastore.transitions import (
     Versioned,
     decide_trigger,
 )
-from placement.metastore.txn import KeyValue
 
 # -- the view ----------------------------------------------------------------------------------
 

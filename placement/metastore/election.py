@@ -24,8 +24,9 @@ import logging
 from placement.errors import Compacted, NotLeader, StoreUnavailable
 from placement.metastore.etcd import EtcdClient, Lease, Losable
 from placement.metastore.keys import KeySpace, prefix_range_end
+from placement.metastore.kv import EventKind, KeyValue, Range
 from placement.metastore.transitions import Fence
-from placement.metastore.txn import Compare, Delete, EventKind, Get, KeyValue, Put, Range
+from placement.metastore.txn import Compare, Delete, Get, Put
 
 log = logging.getLogger(__name__)
 

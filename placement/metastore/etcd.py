@@ -42,25 +42,27 @@ from aetcd import rpc
 from placement.core.retry import Backoff, RetryPolicy, Rng, Sleep
 from placement.errors import Compacted, InvalidInput, PlacementError, StoreUnavailable
 from placement.metastore.keys import prefix_range_end
+from placement.metastore.kv import (
+    DeleteResult,
+    EventKind,
+    KeyValue,
+    OpResult,
+    PutResult,
+    Range,
+    TxnResult,
+    WatchBatch,
+    WatchEvent,
+)
 from placement.metastore.txn import (
     MAX_REQUEST_BYTES,
     MAX_TXN_OPS,
     Compare,
     CompareTarget,
     Delete,
-    DeleteResult,
-    EventKind,
     Get,
-    KeyValue,
     Op,
-    OpResult,
     Put,
-    PutResult,
-    Range,
     Txn,
-    TxnResult,
-    WatchBatch,
-    WatchEvent,
     checked_operand,
 )
 from placement.rpc import ChannelProfile, channel

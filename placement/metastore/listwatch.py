@@ -32,7 +32,7 @@ from placement.core.retry import Backoff, Sleep
 from placement.errors import Compacted, PlacementError, StoreUnavailable
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import prefix_range_end
-from placement.metastore.txn import EventKind, KeyValue, WatchBatch
+from placement.metastore.kv import EventKind, KeyValue, WatchBatch
 
 log = logging.getLogger(__name__)
 

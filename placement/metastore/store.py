@@ -68,6 +68,7 @@ from placement.metastore.codec import (
 )
 from placement.metastore.etcd import EtcdClient, Lease
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
+from placement.metastore.kv import KeyValue, Range, TxnResult
 from placement.metastore.transitions import (
     BatchTriggerResult,
     CreateResult,
@@ -93,17 +94,7 @@ from placement.metastore.transitions import (
     plan_trigger,
     txn_stats,
 )
-from placement.metastore.txn import (
-    Compare,
-    Delete,
-    Get,
-    KeyValue,
-    Op,
-    Put,
-    Range,
-    Txn,
-    TxnResult,
-)
+from placement.metastore.txn import Compare, Delete, Get, Op, Put, Txn
 
 #: Attempts of a transition before a lost race is reported as :class:`Conflict`.
 DEFAULT_MAX_ATTEMPTS = 8

@@ -35,16 +35,15 @@ from placement.metastore.codec import (
     trigger_is_older,
 )
 from placement.metastore.keys import AssignField, KeyKind, KeySpace
+from placement.metastore.kv import KeyValue, TxnResult
 from placement.metastore.txn import (
     MAX_TXN_OPS,
     REQUEST_BYTES_BUDGET,
     Compare,
     Get,
-    KeyValue,
     Op,
     Put,
     Txn,
-    TxnResult,
     txn_ops,
     txn_request_bytes,
 )

@@ -33,7 +33,7 @@ from placement.metastore.codec import (
 )
 from placement.metastore.etcd import EtcdClient, read_history
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
-from placement.metastore.txn import EventKind, KeyValue, WatchEvent
+from placement.metastore.kv import EventKind, KeyValue, WatchEvent
 from placement.pipeline.outputs import atomic_directory
 from placement.pipeline.rows import TABLES
 

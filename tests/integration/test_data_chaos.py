@@ -49,9 +49,9 @@ from placement.data.partitioning import partition_of
 from placement.metastore.codec import PrimaryLease, decode_primary
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace, prefix_range_end
+from placement.metastore.kv import EventKind, WatchEvent
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence
-from placement.metastore.txn import EventKind, WatchEvent
 from placement.v1 import common_pb2, data_pb2
 from replica.records import AgentStore
 

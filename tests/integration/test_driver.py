@@ -42,9 +42,10 @@ from placement.metastore.codec import (
 )
 from placement.metastore.etcd import EtcdClient, Lease
 from placement.metastore.keys import AssignField, KeyKind, KeySpace
+from placement.metastore.kv import EventKind, TxnResult
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome
-from placement.metastore.txn import Compare, EventKind, Op, Put, TxnResult
+from placement.metastore.txn import Compare, Op, Put
 from replica.records import AgentStore
 
 ROOT = Path(__file__).resolve().parents[2]

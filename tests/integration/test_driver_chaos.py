@@ -39,8 +39,8 @@ from placement.core.model import ZoneSpec
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
+from placement.metastore.kv import EventKind
 from placement.metastore.transitions import Fence
-from placement.metastore.txn import EventKind
 from replica.records import AgentStore
 
 TTL = 2

@@ -11,9 +11,9 @@ from placement.errors import NotLeader
 from placement.metastore.election import Election, current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace, prefix_range_end
+from placement.metastore.kv import EventKind
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Outcome
-from placement.metastore.txn import EventKind
 
 pytestmark = pytest.mark.integration
 

@@ -12,19 +12,8 @@ import pytest
 from placement.errors import Compacted, InvalidInput, StoreUnavailable
 from placement.metastore.etcd import EtcdClient, LeaseExpired
 from placement.metastore.keys import prefix_range_end
-from placement.metastore.txn import (
-    MAX_TXN_OPS,
-    Compare,
-    Delete,
-    EventKind,
-    Get,
-    Put,
-    Range,
-    Txn,
-    TxnResult,
-    WatchBatch,
-    WatchEvent,
-)
+from placement.metastore.kv import EventKind, Range, TxnResult, WatchBatch, WatchEvent
+from placement.metastore.txn import MAX_TXN_OPS, Compare, Delete, Get, Put, Txn
 
 pytestmark = pytest.mark.integration
 

@@ -40,8 +40,8 @@ from placement.metastore.codec import (
     encode_zone_spec,
 )
 from placement.metastore.keys import AssignField, KeySpace
+from placement.metastore.kv import KeyValue
 from placement.metastore.transitions import LeaseWrite, Versioned
-from placement.metastore.txn import KeyValue
 
 KEYS = KeySpace("/t")
 NODES = ("n0", "n1", "n2", "n3")

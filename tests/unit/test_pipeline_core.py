@@ -15,7 +15,7 @@ from placement.core.model import Node, ZoneSpec
 from placement.errors import InvalidInput
 from placement.metastore.codec import Assignment, ReplicaSize, encode_assignment, encode_size
 from placement.metastore.keys import AssignField, KeySpace
-from placement.metastore.txn import EventKind, KeyValue, WatchEvent
+from placement.metastore.kv import EventKind, KeyValue, WatchEvent
 from placement.pipeline.engines import totals_from_rows, zone_rows
 from placement.pipeline.export import history_rows, snapshot_tables
 from placement.pipeline.fleet import fleet_plan_json, plan_fleet
