@@ -9,6 +9,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 ruff check .
 ruff format --check .
 mypy
+# Layers and the pure core (.importlinter; design/architecture.md): a wrong import fails here.
+lint-imports --no-cache
 status=0
 pytest -q -p no:cacheprovider "$@" || status=$?
 # pytest's 5 means "no tests collected": that is a failure here, never a silent pass.
