@@ -35,7 +35,7 @@ from placement.metastore.etcd import EtcdClient, read_history
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
 from placement.metastore.kv import EventKind, KeyValue, WatchEvent
 from placement.pipeline.outputs import atomic_directory
-from placement.pipeline.rows import TABLES
+from placement.pipeline.schemas import TABLES
 
 #: Rows per Parquet row group: small enough that Spark splits a big table over its tasks.
 ROW_GROUP_SIZE = 65_536

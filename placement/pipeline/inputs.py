@@ -12,17 +12,17 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from placement.core.model import Node, ZoneSpec
 from placement.errors import InvalidInput
 from placement.pipeline.planning import ZoneInput, partition_size
-from placement.pipeline.rows import REQUIRED_FOR_PLAN, TABLES, skeleton, stable_from_rows
+from placement.pipeline.rows import REQUIRED_FOR_PLAN, skeleton, stable_from_rows
 from placement.pipeline.snapshot import ClusterSnapshot, load_snapshot
 from placement.pipeline.whatif import WhatIf, apply_to_nodes, apply_to_spec, check_zones
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _FIX_DIR = "pass a snapshot JSON file or a directory written by `placectl pipeline export`"
 
@@ -52,7 +52,13 @@ class PlanInput:
 
 
 def read_table(directory: Path, name: str, columns: Sequence[str] | None = None) -> pa.Table:
-    """One table of an export directory, checked for the columns we read."""
+    """One table of an export directory, checked for the columns we read (pyarrow is imported
+    here, so that planning a JSON snapshot needs no ``pipeline`` extra)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from placement.pipeline.schemas import TABLES
+
     path = directory / f"{name}.parquet"
     if not path.exists():
         raise InvalidInput("--input", f"{directory} has no {name}.parquet", _FIX_DIR)

@@ -21,7 +21,7 @@ from placement.errors import InvalidInput
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.pipeline.export import export, write_tables
-from placement.pipeline.rows import ASSIGNMENTS
+from placement.pipeline.schemas import ASSIGNMENTS
 from placement.pipeline.spark_master import parse_master
 from placement.pipeline.spark_plan import start_spark
 

@@ -138,3 +138,21 @@ def test_missing_pipeline_extra_is_one_line_exit_2(
     ]
     assert not (tmp_path / "plan.json").exists()
     assert not (tmp_path / "out").exists()
+
+
+WITHOUT_EXTRA = """
+import sys
+for name in ("pyspark", "pyarrow", "pandas", "matplotlib"):
+    sys.modules[name] = None
+from placement.cli.main import main
+main(sys.argv[1:])
+"""
+
+
+def test_local_plan_of_a_json_snapshot_needs_no_pipeline_extra(tmp_path: Path) -> None:
+    """The placement function and snapshot files are core: only Parquet and Spark need the extra."""
+    out = tmp_path / "plan.json"
+    result = python(WITHOUT_EXTRA, "plan", "--input", str(EXAMPLE), "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "planned 2 zone(s)" in result.stdout
+    assert json.loads(out.read_text())["zones"]
