@@ -19,14 +19,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 from pydantic import ValidationError as PydanticValidationError
 
 from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS, NAME_PATTERN
 from placement.core.model import Node, Peers, ZoneSpec
+from placement.core.names import NAME_HINT, is_name
 from placement.errors import InvalidInput
 
-Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN)]
+
+def _name(text: str) -> str:
+    """The one name rule (:mod:`placement.core.names`) beyond the pattern: not ``.`` or ``..``."""
+    if not is_name(text):
+        raise ValueError(f"{text!r} is not a valid name ({NAME_HINT})")
+    return text
+
+
+Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN), AfterValidator(_name)]
 
 
 class _NodeIn(BaseModel):
