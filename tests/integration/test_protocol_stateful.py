@@ -1,4 +1,4 @@
-"""The stable/pending/planned/cancel protocol (BRIEF §3) against REAL etcd and a pure model.
+"""The stable/pending/planned/cancel protocol (design/metastore.md) against REAL etcd and a model.
 
 Hypothesis drives random sequences of: triggers with newer, equal and older revisions (targets from
 a few small peer sets, including a re-ordering), finish / cancel / finish_cancel for the current and

@@ -85,7 +85,7 @@ def test_join_inside_a_domain_moves_only_that_domains_share(partitions: int, rac
 
 
 def test_unequal_domains_reach_the_documented_optimum() -> None:
-    """FACTS: domains of 4/4/2 nodes with R=3 give max/mean 1.67 as the optimum."""
+    """Measured: domains of 4/4/2 nodes with R=3 give max/mean 1.67 as the optimum."""
     nodes = [
         Node(f"{rack}{k}", {"rack": rack})
         for rack, size in (("a", 4), ("b", 4), ("c", 2))

@@ -1,4 +1,4 @@
-"""Rule 2 of BRIEF §3 (``decide_trigger``): what a new target does to a partition's keys."""
+"""The trigger rule, ``decide_trigger`` (design/metastore.md §3): what a target does to the keys."""
 
 from __future__ import annotations
 
