@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from placement.local.cluster import STOP_DEADLINE, STOP_GRACE, Child, stop_together
+
 EVENTUALLY = 60.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
 
 
@@ -309,8 +311,6 @@ def test_sigterm_while_rebalancing_and_writing_stops_within_a_bound(tmp_path: Pa
 def test_sigterm_with_a_frozen_child_kills_it_and_exits(tmp_path: Path, frozen: str) -> None:
     """A child SIGSTOPped (it cannot act on SIGTERM; for driver-1 the live table also polls a
     frozen endpoint): ``up`` still exits 0 within its deadline, having SIGKILLed it."""
-    from placement.local.cluster import STOP_DEADLINE
-
     up = Up(tmp_path / "cluster")
     try:
         up.wait_up()
@@ -326,8 +326,6 @@ def test_sigterm_with_a_frozen_child_kills_it_and_exits(tmp_path: Path, frozen: 
 def test_a_second_signal_skips_the_grace(tmp_path: Path) -> None:
     """With etcd frozen every child's own shutdown stalls; a second signal SIGKILLs them at once,
     well before the SIGTERM grace is over."""
-    from placement.local.cluster import STOP_GRACE
-
     up = Up(tmp_path / "cluster", "--no-status")
     try:
         up.wait_up()
@@ -350,3 +348,96 @@ def test_sigterm_during_start_up_leaves_nothing(tmp_path: Path, after: str) -> N
         _assert_nothing_left(up)
     finally:
         up.kill_leftovers()
+
+
+# -- the stop's mechanisms on plain processes (no cluster) --------------------------------------
+
+_IGNORES_SIGTERM = (
+    "import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "subprocess.Popen(['sleep', '60']); print('ready', flush=True); time.sleep(60)"
+)
+
+
+def _stubborn(tmp_path: Path) -> Child:
+    """A child that ignores SIGTERM, with a grandchild in its process group."""
+    child = Child("stubborn", [sys.executable, "-c", _IGNORES_SIGTERM], tmp_path / "stubborn.log")
+    child.start()
+    deadline = time.monotonic() + EVENTUALLY
+    while "ready" not in child.log.read_text():
+        assert time.monotonic() < deadline
+        assert child.alive
+        time.sleep(0.05)
+    return child
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie waiting for a reaper that is not us."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["grace", "forced"])
+def test_stop_together_kills_what_ignores_sigterm(tmp_path: Path, forced: bool) -> None:
+    child = _stubborn(tmp_path)
+    assert child.proc is not None
+    grace = 60.0 if forced else 0.5
+    start = time.monotonic()
+    assert stop_together([child], grace, lambda: forced) == []
+    assert time.monotonic() - start < 5.0
+    assert child.proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 5.0
+    while _group_alive(child.proc.pid) and not all(_dead(p) for p in _group(child.proc.pid)):
+        assert time.monotonic() < deadline, "the grandchild survived"
+        time.sleep(0.05)
+
+
+def _group(pgid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                    found.append(int(entry.name))
+    return found
+
+
+_HANGS_WHILE_STOPPING = """
+import sys, time
+from pathlib import Path
+from placement.local.cluster import Child, Cluster, StopRequest
+base = Path(sys.argv[1])
+cluster = Cluster(base, "", [])
+child = Child("sleeper", ["sleep", "60"], base / "sleeper.log")
+cluster.children.append(child)
+child.start()
+print(child.proc.pid, flush=True)
+with StopRequest(cluster, deadline=0.5).installed() as stop:
+    stop.begin()
+    time.sleep(60)  # a teardown step that never ends
+"""
+
+
+def test_the_watchdog_kills_every_group_and_exits_when_the_stop_hangs(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HANGS_WHILE_STOPPING, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        sleeper = int(proc.stdout.readline())
+        assert proc.wait(timeout=STOP_BOUND) == 1
+        assert proc.stderr is not None
+        assert "killed every process" in proc.stderr.read()
+        deadline = time.monotonic() + 5.0
+        while not _dead(sleeper):
+            assert time.monotonic() < deadline, "the watchdog left the child running"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
