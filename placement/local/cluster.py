@@ -558,7 +558,8 @@ class StopRequest:
             time.sleep(0.1)
         time.sleep(self.deadline)
         for child in list(self.cluster.children):
-            child.signal_group(signal.SIGKILL)
+            if child.proc is not None and child.proc.returncode is None:  # reaped: pid reusable
+                child.signal_group(signal.SIGKILL)
         _tell_stderr(f"placectl up: stop took over {self.deadline:.0f}s; killed every process\n")
         os._exit(1)
 
