@@ -6,9 +6,20 @@ endpoint); N agents (``placectl agent run``, attribute ``rack=r{i mod 3}``); the
 zone and shows endpoints and a live status until stopped.
 
 Every child runs in its own session (process group), so a terminal's Ctrl-C reaches only this
-process, which then stops the children in reverse order: SIGTERM to each group, wait up to
-``STOP_GRACE`` seconds, SIGKILL the group if it is still there, and reap it. Nothing it started
-survives it (``tests/integration/test_up.py`` checks by process group). Logs: ``DIR/logs/*.log``.
+process. The stop is bounded by design (design/control-plane.md, "placectl up"):
+
+* the SIGINT/SIGTERM handlers only record the signal; the code looks at it at safe points (a
+  handler that raised could fire inside an event-loop callback, where asyncio logs and swallows
+  the exception, or inside ``Popen``, leaking the child being started);
+* the asynchronous phase (readiness wait, live table) is cancelled and given ``CANCEL_GRACE``
+  seconds to unwind, on a loop that is then closed without awaiting stragglers;
+* agents and drivers get SIGTERM together, then etcd: each tier waits up to ``STOP_GRACE``
+  seconds, SIGKILLs its groups, and reaps within ``KILL_WAIT``; a second signal skips the grace;
+* a watchdog thread SIGKILLs every group and exits (status 1) if the process is still alive
+  ``STOP_DEADLINE`` seconds after the stop began, whatever the main thread is blocked on.
+
+Nothing it started survives it (``tests/integration/test_up.py`` checks by process group). Logs:
+``DIR/logs/*.log``.
 """
 
 from __future__ import annotations
@@ -16,18 +27,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import grpc
 from rich.console import Console
@@ -42,14 +56,29 @@ from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.v1 import driver_pb2
 
+#: Seconds a tier of children has between SIGTERM and SIGKILL.
 STOP_GRACE = 10.0
+#: Seconds to reap a tier after SIGKILL (only a process stuck in the kernel takes longer).
+KILL_WAIT = 5.0
+#: Seconds the asynchronous phase (readiness wait, live table) has to unwind once cancelled.
+CANCEL_GRACE = 3.0
+#: Seconds after the stop began when the watchdog kills every group and exits regardless.
+STOP_DEADLINE = CANCEL_GRACE + 2 * (STOP_GRACE + KILL_WAIT) + 5.0
+#: Seconds between looks at a stop request or at children exiting.
+POLL = 0.05
 START_TIMEOUT = 60.0
 DEMO_ZONE = "demo"
 DEMO_PARTITIONS = 16
+#: The child stopped last: agents and drivers leave the metastore cleanly while it still runs.
+METASTORE = "etcd"
 
 
 class Stopped(Exception):
-    """SIGINT or SIGTERM arrived: unwind and stop every child."""
+    """A stop was requested during the synchronous start-up: unwind and stop every child."""
+
+
+def _never() -> bool:
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,20 +116,11 @@ class Child:
                 start_new_session=True,  # own process group: Ctrl-C is ours to relay
             )
 
-    def stop(self, grace: float = STOP_GRACE) -> None:
-        """SIGTERM the group, wait, SIGKILL the group if needed; always reaps."""
-        proc = self.proc
-        if proc is None:
-            return
-        pgid = proc.pid  # start_new_session: the child leads its own group
-        if proc.poll() is None:
+    def signal_group(self, sig: signal.Signals) -> None:
+        """Signal the child's process group (``start_new_session``: the child leads it)."""
+        if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=grace)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)  # stragglers in the group (and the child if stuck)
-        proc.wait()
+                os.killpg(self.proc.pid, sig)
 
 
 @dataclass
@@ -111,9 +131,38 @@ class Cluster:
     prefix: str = "/placement"
     children: list[Child] = field(default_factory=list)
 
-    def stop(self) -> None:
-        for child in reversed(self.children):
-            child.stop()
+    def stop(self, grace: float = STOP_GRACE, forced: Callable[[], bool] = _never) -> list[Child]:
+        """Agents and drivers together, then etcd; returns the children still not reaped."""
+        tiers = (
+            [c for c in self.children if c.name != METASTORE],
+            [c for c in self.children if c.name == METASTORE],
+        )
+        return [child for tier in tiers for child in stop_together(tier, grace, forced)]
+
+
+def stop_together(
+    children: Sequence[Child], grace: float, forced: Callable[[], bool] = _never
+) -> list[Child]:
+    """SIGTERM every group at once, wait up to ``grace`` (less once ``forced()``), SIGKILL every
+    group (stragglers, and the child itself if stuck), reap within ``KILL_WAIT``; returns the
+    children still not reaped."""
+    started = [c for c in children if c.proc is not None]
+    for child in started:
+        if child.alive:
+            child.signal_group(signal.SIGTERM)
+    _wait_until(lambda: not any(c.alive for c in started), grace, forced)
+    for child in started:
+        child.signal_group(signal.SIGKILL)
+    _wait_until(lambda: not any(c.alive for c in started), KILL_WAIT)
+    return [c for c in started if c.alive]
+
+
+def _wait_until(
+    done: Callable[[], bool], timeout: float, forced: Callable[[], bool] = _never
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not done() and not forced() and time.monotonic() < deadline:
+        time.sleep(POLL)
 
 
 def free_ports(n: int) -> list[int]:
@@ -155,9 +204,12 @@ def _placectl() -> list[str]:
     return [sys.executable, "-m", "placement"]
 
 
-def _wait_etcd(child: Child, endpoint: str, timeout: float = START_TIMEOUT) -> None:
+def _wait_etcd(
+    child: Child, endpoint: str, stopped: Callable[[], bool], timeout: float = START_TIMEOUT
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        _check_stop(stopped)
         if not child.alive:
             raise PlacementError(f"etcd exited early; see {child.log}")
         try:
@@ -166,120 +218,129 @@ def _wait_etcd(child: Child, endpoint: str, timeout: float = START_TIMEOUT) -> N
                     return
         except (urllib.error.URLError, OSError):
             pass
-        time.sleep(0.05)
+        time.sleep(POLL)
     raise PlacementError(f"etcd not healthy after {timeout:.0f}s; see {child.log}")
+
+
+def _check_stop(stopped: Callable[[], bool]) -> None:
+    if stopped():
+        raise Stopped
 
 
 def start_cluster(opts: UpOptions, base: Path, console: Console) -> Cluster:
     """Start etcd (unless given), drivers and agents; the caller stops the returned cluster."""
     cluster = Cluster(base, opts.etcd or "", [], opts.prefix)
-    logs = base / "logs"
     try:
-        if opts.etcd is None:
-            client_port, peer_port = free_ports(2)
-            client_url = f"http://127.0.0.1:{client_port}"
-            peer_url = f"http://127.0.0.1:{peer_port}"
-            etcd = Child(
-                "etcd",
-                [
-                    etcd_binary(),
-                    "--name",
-                    "up",
-                    "--data-dir",
-                    str(base / "etcd"),
-                    "--listen-client-urls",
-                    client_url,
-                    "--advertise-client-urls",
-                    client_url,
-                    "--listen-peer-urls",
-                    peer_url,
-                    "--initial-advertise-peer-urls",
-                    peer_url,
-                    "--initial-cluster",
-                    f"up={peer_url}",
-                    "--logger",
-                    "zap",
-                    "--log-outputs",
-                    "stderr",
-                ],
-                logs / "etcd.log",
-                f"127.0.0.1:{client_port}",
-            )
-            cluster.children.append(etcd)
-            etcd.start()
-            _started(console, etcd)
-            cluster.etcd_endpoint = f"127.0.0.1:{client_port}"
-            _wait_etcd(etcd, cluster.etcd_endpoint)
-            console.print(f"etcd      {cluster.etcd_endpoint}  (data {base / 'etcd'})")
-        ports = free_ports(opts.drivers)
-        if opts.api_port:
-            if port_free(opts.api_port):
-                ports[0] = opts.api_port
-            else:
-                console.print(
-                    f"[yellow]port {opts.api_port} is taken; first driver on {ports[0]}[/]"
-                )
-        for i, port in enumerate(ports):
-            api = f"127.0.0.1:{port}"
-            driver = Child(
-                f"driver-{i + 1}",
-                [
-                    *_placectl(),
-                    "driver",
-                    "run",
-                    "--etcd",
-                    cluster.etcd_endpoint,
-                    "--listen",
-                    api,
-                    "--id",
-                    f"driver-{i + 1}",
-                    "--prefix",
-                    opts.prefix,
-                    "--lease-ttl",
-                    str(opts.lease_ttl),
-                ],
-                logs / f"driver-{i + 1}.log",
-                api,
-            )
-            cluster.children.append(driver)
-            driver.start()
-            _started(console, driver)
-            cluster.driver_apis.append(api)
-        for i in range(opts.nodes):
-            node = f"node-{i + 1}"
-            agent = Child(
-                node,
-                [
-                    *_placectl(),
-                    "agent",
-                    "run",
-                    "--etcd",
-                    cluster.etcd_endpoint,
-                    "--node",
-                    node,
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--data-dir",
-                    str(base / "agents" / node),
-                    "--prefix",
-                    opts.prefix,
-                    "--attribute",
-                    f"rack=r{i % 3 + 1}",
-                    "--lease-ttl",
-                    str(opts.lease_ttl),
-                ],
-                logs / f"{node}.log",
-            )
-            cluster.children.append(agent)
-            agent.start()
-            _started(console, agent)
+        launch(cluster, opts, console)
     except BaseException:
         cluster.stop()
         raise
     return cluster
 
 
-def _started(console: Console, child: Child) -> None:
+def launch(
+    cluster: Cluster, opts: UpOptions, console: Console, stopped: Callable[[], bool] = _never
+) -> None:
+    """Start etcd (unless given), drivers and agents into ``cluster`` (which the caller stops,
+    also after an error); raises :class:`Stopped` at the first safe point after ``stopped()``."""
+    base = cluster.base
+    logs = base / "logs"
+    if opts.etcd is None:
+        client_port, peer_port = free_ports(2)
+        client_url = f"http://127.0.0.1:{client_port}"
+        peer_url = f"http://127.0.0.1:{peer_port}"
+        etcd = Child(
+            METASTORE,
+            [
+                etcd_binary(),
+                "--name",
+                "up",
+                "--data-dir",
+                str(base / "etcd"),
+                "--listen-client-urls",
+                client_url,
+                "--advertise-client-urls",
+                client_url,
+                "--listen-peer-urls",
+                peer_url,
+                "--initial-advertise-peer-urls",
+                peer_url,
+                "--initial-cluster",
+                f"up={peer_url}",
+                "--logger",
+                "zap",
+                "--log-outputs",
+                "stderr",
+            ],
+            logs / "etcd.log",
+            f"127.0.0.1:{client_port}",
+        )
+        _start(cluster, etcd, console, stopped)
+        cluster.etcd_endpoint = etcd.address
+        _wait_etcd(etcd, cluster.etcd_endpoint, stopped)
+        console.print(f"etcd      {cluster.etcd_endpoint}  (data {base / 'etcd'})")
+    ports = free_ports(opts.drivers)
+    if opts.api_port:
+        if port_free(opts.api_port):
+            ports[0] = opts.api_port
+        else:
+            console.print(f"[yellow]port {opts.api_port} is taken; first driver on {ports[0]}[/]")
+    for i, port in enumerate(ports):
+        api = f"127.0.0.1:{port}"
+        driver = Child(
+            f"driver-{i + 1}",
+            [
+                *_placectl(),
+                "driver",
+                "run",
+                "--etcd",
+                cluster.etcd_endpoint,
+                "--listen",
+                api,
+                "--id",
+                f"driver-{i + 1}",
+                "--prefix",
+                opts.prefix,
+                "--lease-ttl",
+                str(opts.lease_ttl),
+            ],
+            logs / f"driver-{i + 1}.log",
+            api,
+        )
+        _start(cluster, driver, console, stopped)
+        cluster.driver_apis.append(api)
+    for i in range(opts.nodes):
+        node = f"node-{i + 1}"
+        agent = Child(
+            node,
+            [
+                *_placectl(),
+                "agent",
+                "run",
+                "--etcd",
+                cluster.etcd_endpoint,
+                "--node",
+                node,
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                str(base / "agents" / node),
+                "--prefix",
+                opts.prefix,
+                "--attribute",
+                f"rack=r{i % 3 + 1}",
+                "--lease-ttl",
+                str(opts.lease_ttl),
+            ],
+            logs / f"{node}.log",
+        )
+        _start(cluster, agent, console, stopped)
+
+
+def _start(cluster: Cluster, child: Child, console: Console, stopped: Callable[[], bool]) -> None:
+    _check_stop(stopped)
+    cluster.children.append(child)
+    child.start()
     assert child.proc is not None
     console.print(f"started {child.name} pid {child.proc.pid}")
 
@@ -352,7 +413,7 @@ async def _status_table(cluster: Cluster, client: PlacementClient) -> Table:
         state = "running" if child.alive else f"exited ({proc and proc.returncode})"
         if child.name.startswith("driver-"):
             role = "leader" if child.name == leader else "follower"
-        elif child.name == "etcd":
+        elif child.name == METASTORE:
             role = "metastore"
         else:
             role = "registered" if child.name in registered else "not registered"
@@ -381,10 +442,8 @@ async def _leader(cluster: Cluster) -> str | None:
     return record.member_id if isinstance(record, LeaderRecord) else None
 
 
-async def _live(cluster: Cluster, console: Console, live: bool) -> None:
+async def _live(cluster: Cluster, console: Console) -> None:
     async with PlacementClient(cluster.driver_apis, call_timeout=1.0, deadline=1.0) as client:
-        if not live:
-            await asyncio.Event().wait()  # until Ctrl-C/SIGTERM
         with Live(
             await _status_table(cluster, client), console=console, auto_refresh=False
         ) as view:
@@ -393,77 +452,149 @@ async def _live(cluster: Cluster, console: Console, live: bool) -> None:
                 view.update(await _status_table(cluster, client), refresh=True)
 
 
+async def _serve(cluster: Cluster, opts: UpOptions, console: Console) -> None:
+    """Wait until ready (creating the demo zone), print the endpoints, then show the live table
+    (or nothing) until cancelled."""
+    with console.status("waiting for the drivers and agents ..."):
+        await wait_ready(cluster, opts)
+    endpoint = ",".join(cluster.driver_apis)
+    console.print(f"drivers   {endpoint}")
+    console.print(f"agents    {opts.nodes} (logs in {cluster.base / 'logs'})")
+    console.print(f"demo zone {DEMO_ZONE} created; try:")
+    console.print(f"  placectl --endpoint {endpoint} zone status {DEMO_ZONE} --watch")
+    console.print(f"  placectl --endpoint {endpoint} assignments {DEMO_ZONE}")
+    console.print(f"  placectl --endpoint {endpoint} data put {DEMO_ZONE} hello world")
+    console.print(f"  placectl --endpoint {endpoint} data scan {DEMO_ZONE}")
+    console.print(
+        f"  placectl --endpoint {endpoint} workload run --zone {DEMO_ZONE}"
+        " --duration 10 --record run.jsonl"
+    )
+    console.print(f"  placectl inspect --etcd {cluster.etcd_endpoint}")
+    console.print("cluster up; Ctrl-C stops every process")
+    if opts.live:
+        await _live(cluster, console)
+    else:
+        await asyncio.Event().wait()  # until cancelled
+
+
+def _run_until_stopped(main: Coroutine[Any, Any, None], stop: StopRequest) -> None:
+    """Run ``main`` until it fails or a stop is requested, then cancel it and give it
+    ``CANCEL_GRACE`` seconds. Its own loop, closed without awaiting a task that is still
+    unwinding (``asyncio.run`` would await it without a bound)."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(_until_stopped(main, stop))
+    finally:
+        loop.close()
+
+
+async def _until_stopped(main: Coroutine[Any, Any, None], stop: StopRequest) -> None:
+    task = asyncio.create_task(main)
+    while not task.done() and not stop.requested():
+        await asyncio.wait({task}, timeout=POLL)
+    if not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_GRACE)
+    if task.done() and not task.cancelled():
+        task.result()  # start-up errors
+
+
 #: The signals that stop ``placectl up`` (and every process it started).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-@contextlib.contextmanager
-def _stop_signals_raise() -> Iterator[None]:
-    """Explicit handlers for SIGINT and SIGTERM that unwind into the teardown.
+class StopRequest:
+    """SIGINT/SIGTERM handlers that only record the signal; the code polls :meth:`requested`.
 
-    Explicit, not Python's default: a shell starts a background job (``placectl up &``) with
-    SIGINT ignored, and Python keeps an inherited SIG_IGN instead of installing its
-    KeyboardInterrupt handler — so ``kill -INT`` would otherwise do nothing. These handlers also
-    cover the synchronous start-up, and ``asyncio.run`` leaves a non-default SIGINT handler alone.
+    Explicit handlers, not Python's default: a shell starts a background job (``placectl up &``)
+    with SIGINT ignored, and Python keeps an inherited SIG_IGN instead of installing its
+    KeyboardInterrupt handler — so ``kill -INT`` would otherwise do nothing. The handler only
+    appends to a list (no lock: a handler can interrupt anything, even itself). A signal after
+    the stop began forces it (no more grace). A daemon thread is the last bound: once a signal
+    arrived or :meth:`begin` was called, it SIGKILLs every group and exits after
+    ``STOP_DEADLINE`` seconds if the process is still there.
     """
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Stopped(signal.Signals(signum).name)
+    def __init__(self, cluster: Cluster, deadline: float = STOP_DEADLINE) -> None:
+        self.cluster = cluster
+        self.deadline = deadline
+        self.signals: list[int] = []
+        self._signals_at_begin: int | None = None
 
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
+    def requested(self) -> bool:
+        return bool(self.signals)
+
+    def forced(self) -> bool:
+        """Two signals, or one after a stop that began without one (a failed start-up)."""
+        began = self._signals_at_begin
+        return len(self.signals) >= 2 or (began is not None and len(self.signals) > began)
+
+    def begin(self) -> None:
+        """The teardown starts: arms the watchdog even when no signal arrived."""
+        if self._signals_at_begin is None:
+            self._signals_at_begin = len(self.signals)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopRequest]:
+        previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        threading.Thread(target=self._watchdog, name="up-stop-watchdog", daemon=True).start()
+        try:
+            yield self
+        finally:
+            for s, old in previous.items():
+                signal.signal(s, old)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signals.append(signum)
+
+    def _watchdog(self) -> None:
+        while not self.signals and self._signals_at_begin is None:
+            time.sleep(0.1)
+        time.sleep(self.deadline)
+        for child in list(self.cluster.children):
+            if child.proc is not None and child.proc.returncode is None:  # reaped: pid reusable
+                child.signal_group(signal.SIGKILL)
+        _tell_stderr(f"placectl up: stop took over {self.deadline:.0f}s; killed every process\n")
+        os._exit(1)
+
+
+def _tell_stderr(text: str) -> None:
+    """Writes ``text`` only if stderr can take it now (a full pipe must not block the exit)."""
+    with contextlib.suppress(OSError, ValueError):
+        if select.select([], [2], [], 0)[1]:
+            os.write(2, text.encode())
 
 
 def run_up(opts: UpOptions) -> int:
-    """Run until Ctrl-C or SIGTERM; 0 after a clean stop, 1 when start-up failed."""
+    """Run until Ctrl-C or SIGTERM; 0 after a clean stop, 1 when start-up failed.
+
+    Owns the process: once stopping, it exits within ``STOP_DEADLINE`` seconds (watchdog)."""
     console = Console(highlight=False)
     base = opts.data_dir or Path(tempfile.mkdtemp(prefix="placectl-up-"))
     base.mkdir(parents=True, exist_ok=True)
-    with _stop_signals_raise():
-        cluster: Cluster | None = None
+    cluster = Cluster(base, opts.etcd or "", [], opts.prefix)
+    with StopRequest(cluster).installed() as stop:
         try:
-            cluster = start_cluster(opts, base, console)
-            with console.status("waiting for the drivers and agents ..."):
-                asyncio.run(wait_ready(cluster, opts))
-            endpoint = ",".join(cluster.driver_apis)
-            console.print(f"drivers   {endpoint}")
-            console.print(f"agents    {opts.nodes} (logs in {base / 'logs'})")
-            console.print(f"demo zone {DEMO_ZONE} created; try:")
-            console.print(f"  placectl --endpoint {endpoint} zone status {DEMO_ZONE} --watch")
-            console.print(f"  placectl --endpoint {endpoint} assignments {DEMO_ZONE}")
-            console.print(f"  placectl --endpoint {endpoint} data put {DEMO_ZONE} hello world")
-            console.print(f"  placectl --endpoint {endpoint} data scan {DEMO_ZONE}")
-            console.print(
-                f"  placectl --endpoint {endpoint} workload run --zone {DEMO_ZONE}"
-                " --duration 10 --record run.jsonl"
-            )
-            console.print(f"  placectl inspect --etcd {cluster.etcd_endpoint}")
-            console.print("cluster up; Ctrl-C stops every process")
-            asyncio.run(_live(cluster, console, opts.live))
+            launch(cluster, opts, console, stop.requested)
+            _run_until_stopped(_serve(cluster, opts, console), stop)
             return 0
-        except (KeyboardInterrupt, Stopped):
+        except Stopped:
             return 0
         except PlacementError as e:
             console.print(f"[red]placectl up: error: {e}[/]")
             return 1
         finally:
-            if cluster is not None:
-                console.print("stopping every process ...")
-                with _ignore_signals():
-                    cluster.stop()
-                console.print("stopped")
+            stop.begin()
+            _teardown(cluster, console, stop)
 
 
-@contextlib.contextmanager
-def _ignore_signals() -> Iterator[None]:
-    """While tearing down, a second Ctrl-C/SIGTERM must not leave children behind."""
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+def _teardown(cluster: Cluster, console: Console, stop: StopRequest) -> None:
+    if not cluster.children:
+        return
+    console.print("stopping every process ...")
+    stuck = cluster.stop(forced=stop.forced)
+    for child in stuck:
+        assert child.proc is not None
+        console.print(f"[red]{child.name} (pid {child.proc.pid}) did not exit after SIGKILL[/]")
+    if not stuck:
+        console.print("stopped")

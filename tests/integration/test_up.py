@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from placement.local.cluster import STOP_DEADLINE, STOP_GRACE, Child, stop_together
+
 EVENTUALLY = 60.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
 
 
@@ -210,3 +212,232 @@ def test_sigint_to_up_alone_stops_everything_even_when_started_with_sigint_ignor
         assert _mentioning(str(tmp_path / "cluster")) == []
     finally:
         up.kill_leftovers()
+
+
+# -- a bounded stop: signals while busy, a frozen child, a second signal, during start-up -------
+
+STOP_BOUND = 30.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
+
+
+def _stop_within(up: Up, bound: float, *signals: signal.Signals) -> float:
+    """Sends ``signals`` to ``up`` alone (one second apart), expects exit code 0 within ``bound``
+    seconds of the first; returns the seconds it took. Records every ``started`` line."""
+    start = time.monotonic()
+    for i, sig in enumerate(signals):
+        if i:
+            time.sleep(1.0)
+        up.proc.send_signal(sig)
+    try:
+        code = up.proc.wait(timeout=max(0.0, bound - (time.monotonic() - start)))
+    except subprocess.TimeoutExpired:
+        _drain(up)
+        pytest.fail(
+            f"placectl up still running {bound:.0f}s after {signals}:\n{''.join(up.output)}"
+        )
+    took = time.monotonic() - start
+    time.sleep(0.2)  # the reader thread takes the last lines
+    _drain(up)
+    assert code == 0, "".join(up.output)
+    return took
+
+
+def _record(up: Up, line: str) -> None:
+    up.output.append(line)
+    words = line.split()
+    if words[:1] == ["started"] and "pid" in words:
+        up.pids[words[1]] = int(words[-1])
+
+
+def _drain(up: Up) -> None:
+    while not up.lines.empty():
+        _record(up, up.lines.get())
+
+
+def _read_until_started(up: Up, name: str) -> None:
+    deadline = time.monotonic() + EVENTUALLY
+    while name not in up.pids:
+        assert time.monotonic() < deadline, "".join(up.output)
+        try:
+            _record(up, up.lines.get(timeout=1.0))
+        except queue.Empty:
+            assert up.proc.poll() is None, "".join(up.output)
+
+
+def _assert_nothing_left(up: Up) -> None:
+    for name, pid in up.pids.items():
+        assert not _alive(pid), f"{name} (pid {pid}) still running"
+        assert not _group_alive(pid), f"process group of {name} still has members"
+    assert _mentioning(str(up.data_dir)) == []
+
+
+def test_sigterm_while_rebalancing_and_writing_stops_within_a_bound(tmp_path: Path) -> None:
+    """Writers in flight (``workload run``) and a rebalance in flight (replicas 3 -> 2) while the
+    live table polls: one SIGTERM, and ``up`` exits 0 within the bound, leaving nothing."""
+    up = Up(tmp_path / "cluster")
+    record = tmp_path / "run.jsonl"
+    writers: subprocess.Popen[bytes] | None = None
+    try:
+        up.wait_up()
+        up.wait_ready("demo")
+        writers = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "placement", "--endpoint", up.endpoint, "workload", "run"),
+                *("--zone", "demo", "--writers", "4", "--duration", "120", "--record", str(record)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + EVENTUALLY
+        while not record.exists() or len(record.read_text().splitlines()) < 50:
+            assert time.monotonic() < deadline, "no writes recorded"
+            assert writers.poll() is None, "workload run exited early"
+            time.sleep(0.1)
+        altered = up.placectl("zone", "alter", "demo", "--replicas", "2")
+        assert altered.returncode == 0, altered.stderr
+        assert writers.poll() is None
+        _stop_within(up, STOP_BOUND, signal.SIGTERM)
+        assert "stopped" in "".join(up.output)
+        _assert_nothing_left(up)
+    finally:
+        if writers is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(writers.pid, signal.SIGKILL)
+            writers.wait()
+        up.kill_leftovers()
+
+
+@pytest.mark.parametrize("frozen", ["driver-1", "node-1", "etcd"])
+def test_sigterm_with_a_frozen_child_kills_it_and_exits(tmp_path: Path, frozen: str) -> None:
+    """A child SIGSTOPped (it cannot act on SIGTERM; for driver-1 the live table also polls a
+    frozen endpoint): ``up`` still exits 0 within its deadline, having SIGKILLed it."""
+    up = Up(tmp_path / "cluster")
+    try:
+        up.wait_up()
+        os.kill(up.pids[frozen], signal.SIGSTOP)
+        time.sleep(1.5)  # the live table meets the frozen process
+        _stop_within(up, STOP_DEADLINE, signal.SIGTERM)
+        assert "stopped" in "".join(up.output)
+        _assert_nothing_left(up)
+    finally:
+        up.kill_leftovers()
+
+
+def test_a_second_signal_skips_the_grace(tmp_path: Path) -> None:
+    """With etcd frozen every child's own shutdown stalls; a second signal SIGKILLs them at once,
+    well before the SIGTERM grace is over."""
+    up = Up(tmp_path / "cluster", "--no-status")
+    try:
+        up.wait_up()
+        os.kill(up.pids["etcd"], signal.SIGSTOP)
+        took = _stop_within(up, STOP_BOUND, signal.SIGTERM, signal.SIGINT)
+        assert took < STOP_GRACE, f"took {took:.1f}s:\n{''.join(up.output)}"
+        _assert_nothing_left(up)
+    finally:
+        up.kill_leftovers()
+
+
+@pytest.mark.parametrize("after", ["etcd", "driver-1", "node-3"])
+def test_sigterm_during_start_up_leaves_nothing(tmp_path: Path, after: str) -> None:
+    """SIGTERM while etcd comes up, while drivers and agents are being started, or while ``up``
+    waits for registrations and creates the demo zone."""
+    up = Up(tmp_path / "cluster")
+    try:
+        _read_until_started(up, after)
+        _stop_within(up, STOP_BOUND, signal.SIGTERM)
+        _assert_nothing_left(up)
+    finally:
+        up.kill_leftovers()
+
+
+# -- the stop's mechanisms on plain processes (no cluster) --------------------------------------
+
+_IGNORES_SIGTERM = (
+    "import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "subprocess.Popen(['sleep', '60']); print('ready', flush=True); time.sleep(60)"
+)
+
+
+def _stubborn(tmp_path: Path) -> Child:
+    """A child that ignores SIGTERM, with a grandchild in its process group."""
+    child = Child("stubborn", [sys.executable, "-c", _IGNORES_SIGTERM], tmp_path / "stubborn.log")
+    child.start()
+    deadline = time.monotonic() + EVENTUALLY
+    while "ready" not in child.log.read_text():
+        assert time.monotonic() < deadline
+        assert child.alive
+        time.sleep(0.05)
+    return child
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie waiting for a reaper that is not us."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["grace", "forced"])
+def test_stop_together_kills_what_ignores_sigterm(tmp_path: Path, forced: bool) -> None:
+    child = _stubborn(tmp_path)
+    assert child.proc is not None
+    grace = 60.0 if forced else 0.5
+    start = time.monotonic()
+    assert stop_together([child], grace, lambda: forced) == []
+    assert time.monotonic() - start < 5.0
+    assert child.proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 5.0
+    while _group_alive(child.proc.pid) and not all(_dead(p) for p in _group(child.proc.pid)):
+        assert time.monotonic() < deadline, "the grandchild survived"
+        time.sleep(0.05)
+
+
+def _group(pgid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                    found.append(int(entry.name))
+    return found
+
+
+_HANGS_WHILE_STOPPING = """
+import sys, time
+from pathlib import Path
+from placement.local.cluster import Child, Cluster, StopRequest
+base = Path(sys.argv[1])
+cluster = Cluster(base, "", [])
+child = Child("sleeper", ["sleep", "60"], base / "sleeper.log")
+cluster.children.append(child)
+child.start()
+print(child.proc.pid, flush=True)
+with StopRequest(cluster, deadline=0.5).installed() as stop:
+    stop.begin()
+    time.sleep(60)  # a teardown step that never ends
+"""
+
+
+def test_the_watchdog_kills_every_group_and_exits_when_the_stop_hangs(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HANGS_WHILE_STOPPING, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        sleeper = int(proc.stdout.readline())
+        assert proc.wait(timeout=STOP_BOUND) == 1
+        assert proc.stderr is not None
+        assert "killed every process" in proc.stderr.read()
+        deadline = time.monotonic() + 5.0
+        while not _dead(sleeper):
+            assert time.monotonic() < deadline, "the watchdog left the child running"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
