@@ -2,8 +2,8 @@
 
 Starts, in order: etcd (free loopback ports, data under ``--data-dir``) unless ``--etcd`` is
 given; D drivers (``placectl driver run``; the first on ``--api-port``, the CLI's default
-endpoint); N agents (``placectl agent run``, attribute ``rack=r{i mod 3}``); then creates the demo
-zone and shows endpoints and a live status until stopped.
+endpoint); N agents (``placectl agent run``, attribute ``rack=r{i mod 3 + 1}``); then creates the
+demo zone and shows endpoints and a live status until stopped.
 
 Every child runs in its own session (process group), so a terminal's Ctrl-C reaches only this
 process. The stop is bounded by design (design/control-plane.md, "placectl up"):

@@ -13,8 +13,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from placement.core.retry import Backoff, RetryPolicy, Sleep
 from placement.errors import PlacementError
 from replica.data.model import (
     AppendCall,
@@ -30,6 +31,11 @@ from replica.data.storage import AppendResult, DataState
 from replica.records import StoreThread
 
 log = logging.getLogger(__name__)
+
+#: A learner's waits for a primary that is absent, unreachable or not (yet) primary.
+LEARNER_RETRY = RetryPolicy(initial=0.2, cap=0.5, floor=0.5)
+#: A caught-up learner's poll for new committed entries (not a retry: nothing failed).
+IDLE_POLL = 0.05
 
 Clock = Callable[[], float]
 Trim = Callable[[Key, int], Awaitable[None]]
@@ -97,6 +103,9 @@ class LearnerDeps:
     primary_of: Callable[[Key], tuple[str, str] | None]
     #: True once this node is in the partition's in-sync set, or the agent is closing.
     done: Callable[[Key], bool]
+    #: Waits between tries while there is no primary to pull from or it does not answer.
+    retry: RetryPolicy = field(default_factory=lambda: LEARNER_RETRY)
+    sleep: Sleep = asyncio.sleep
 
 
 class Learner:
@@ -129,10 +138,11 @@ class Learner:
         deps = self._deps
         state = await self._start()
         fresh = state.last_index == 0 and not state.loading_snapshot
+        backoff = Backoff(deps.retry)
         while not deps.done(self.key):
             primary = deps.primary_of(self.key)
             if primary is None or primary[0] == deps.node or not primary[1]:
-                await asyncio.sleep(0.2)
+                await deps.sleep(backoff.next())
                 continue
             address = primary[1]
             snapshot = fresh or state.loading_snapshot
@@ -149,11 +159,12 @@ class Learner:
                 reply = await deps.send_fetch(address, call, 10)
             except PeerUnreachable as e:
                 log.debug("fetch %s from %s: %s", self.key, address, e)
-                await asyncio.sleep(0.3)
+                await deps.sleep(backoff.next())
                 continue
             if reply.outcome is FetchOutcome.NOT_PRIMARY:
-                await asyncio.sleep(0.2)
+                await deps.sleep(backoff.next())
                 continue
+            backoff.reset()
             if reply.outcome is FetchOutcome.SNAPSHOT_NEEDED:
                 fresh = True
                 continue
@@ -175,7 +186,7 @@ class Learner:
                     self._data.append, zone, partition, list(reply.entries), reply.commit_index
                 )
             else:
-                await asyncio.sleep(0.05)
+                await deps.sleep(IDLE_POLL)
             if reply.lease_epoch > state.seen_epoch and not state.loading_snapshot:
                 state = await self._db.call(
                     self._data.raise_fence, zone, partition, reply.lease_epoch
