@@ -258,12 +258,12 @@ class Driver:
     async def _watch_leader(self) -> None:
         """Keep ``leader_api()`` current for followers (lowest create revision leads)."""
         watch = ListWatch(self.client, self.keys.leader_prefix())
-        while True:
-            try:
-                snapshot = await watch.start()
-                break
-            except StoreUnavailable:
-                await self._sleep(1.0)
+        snapshot = await retry(
+            watch.start,
+            policy=self.config.store_retry,
+            retry_on=(StoreUnavailable,),
+            sleep=self._sleep,
+        )
         try:
             while True:
                 leader = min(snapshot.kvs.values(), key=lambda kv: kv.create_revision, default=None)

@@ -102,13 +102,13 @@ class Leadership(Losable):
                 try:
                     found = await self._client.get(self.key)
                 except StoreUnavailable:
-                    await asyncio.sleep(backoff.next())
+                    await self._client.sleep(backoff.next())
                     continue
                 if not self.fence.holds(found.first()):
                     return "leader key gone (found after compaction)"
                 next_revision = found.revision + 1
             except StoreUnavailable:
-                await asyncio.sleep(backoff.next())
+                await self._client.sleep(backoff.next())
 
 
 class Election:

@@ -370,7 +370,7 @@ class EtcdClient:
         self._targets = tuple(_parse_endpoint(e) for e in endpoints)
         self.call_timeout = call_timeout
         self.watch_resume_window = watch_resume_window
-        self._sleep = sleep
+        self.sleep = sleep
         self._rng = rng
         self._channels: dict[int, _Endpoint] = {}
         self._active = 0
@@ -714,7 +714,7 @@ class Lease(Losable):
                         return
                     self._expires_at = sent_at + int(response.TTL)
                     backoff.reset()
-                    await self._client._sleep(max(0.5, int(response.TTL) / 3))
+                    await self._client.sleep(max(0.5, int(response.TTL) / 3))
             except (rpc.AioRpcError, rpc.BaseError, TimeoutError, ConnectionError) as e:
                 if isinstance(e, rpc.AioRpcError) and _is_unavailable(e):
                     self._client._failed(index)
@@ -723,7 +723,7 @@ class Lease(Losable):
                         f"no keep-alive before the deadline ({translate(e, 'keepalive')})"
                     )
                     return
-                await self._client._sleep(
+                await self._client.sleep(
                     min(backoff.next(), max(0.0, self._expires_at - loop.time()))
                 )
             finally:
@@ -868,7 +868,7 @@ class Watch:
                     )
                 elif now - down_since >= self._client.watch_resume_window:
                     raise translate(e, f"watch {self._key!r}") from e
-                await self._client._sleep(backoff.next())
+                await self._client.sleep(backoff.next())
                 continue
             self._check_cancelled(response)
             if response.created:
