@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from placement.cli.common import api_client, call, console, echo_json, json_option, run
-from placement.core.limits import MAX_REPLICAS
+from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import DEFAULT_MIN_IN_SYNC, parse_pairs
+from placement.core.zonespec import check_count, check_min_in_sync
 from placement.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -38,10 +39,10 @@ def zone_config(
     config = driver_pb2.ZoneConfig()
     given: list[str] = []
     if partitions is not None:
-        config.partitions = _non_negative(partitions, "--partitions")
+        config.partitions = check_count(partitions, MAX_PARTITIONS, "--partitions")
         given.append("partitions")
     if replicas is not None:
-        config.replicas = _non_negative(replicas, "--replicas")
+        config.replicas = check_count(replicas, MAX_REPLICAS, "--replicas")
         given.append("replicas")
     if selector:
         config.node_selector.update(parse_pairs(selector, "--node-selector"))
@@ -56,21 +57,9 @@ def zone_config(
         config.scale_down_delay_seconds = scale_down_delay
         given.append("scale_down_delay")
     if min_in_sync is not None:
-        if not 1 <= min_in_sync <= MAX_REPLICAS:
-            raise InvalidInput(
-                "--min-in-sync",
-                f"{min_in_sync} is out of range",
-                f"use 1..{MAX_REPLICAS} (the default is 2, at most --replicas)",
-            )
-        config.min_in_sync = min_in_sync
+        config.min_in_sync = check_min_in_sync(min_in_sync, "--min-in-sync") or 0
         given.append("min_in_sync")
     return config, given
-
-
-def _non_negative(value: int, option: str) -> int:
-    if value < 0:
-        raise InvalidInput(option, f"{value} is negative", "use a count >= 1")
-    return value
 
 
 def zone_json(zone: driver_pb2.Zone) -> dict[str, Any]:

@@ -30,30 +30,49 @@ def validate_zone_spec(spec: ZoneSpec, *, user_input: bool = False) -> ZoneSpec:
     naming the field. ``user_input``: the name must be a valid zone name (not only have a name's
     form) and selector keys/values and the failure domain must match :data:`SELECTOR_PATTERN`."""
     _check_name(spec.name, user_input)
-    for key, limit in (("partitions", MAX_PARTITIONS), ("replicas", MAX_REPLICAS)):
-        value = getattr(spec, key)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-            raise InvalidInput(key, f"{value!r} is out of range", f"use 1..{limit}")
+    check_count(spec.partitions, MAX_PARTITIONS, "partitions")
+    check_count(spec.replicas, MAX_REPLICAS, "replicas")
     _check_selector(spec, user_input)
-    for key in ("scale_up_delay", "scale_down_delay"):
-        delay = getattr(spec, key)
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, int | float)
-            or not math.isfinite(delay)
-            or not 0 <= delay <= MAX_DELAY
-        ):
-            raise InvalidInput(key, f"{delay!r} is not a delay in seconds", f"use 0..{MAX_DELAY:g}")
-    wanted = spec.min_in_sync
-    if wanted is not None and (
-        isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= MAX_REPLICAS
+    check_delay(spec.scale_up_delay, "scale_up_delay")
+    check_delay(spec.scale_down_delay, "scale_down_delay")
+    check_min_in_sync(spec.min_in_sync, "min_in_sync")
+    return spec
+
+
+# One check per field, named by ``what`` (a field, or the CLI option it came from), so that the
+# CLI refuses what the API would, in the same words, before anything is sent.
+
+
+def check_count(value: object, limit: int, what: str) -> int:
+    """A partition or replica count: an int in ``1..limit``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise InvalidInput(what, f"{value!r} is out of range", f"use 1..{limit}")
+    return value
+
+
+def check_delay(value: object, what: str) -> float:
+    """A scale-up or scale-down delay: finite seconds in ``0..MAX_DELAY``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_DELAY
+    ):
+        raise InvalidInput(what, f"{value!r} is not a delay in seconds", f"use 0..{MAX_DELAY:g}")
+    return float(value)
+
+
+def check_min_in_sync(value: object, what: str) -> int | None:
+    """``min_in_sync``: unset (None) or an int in ``1..MAX_REPLICAS``."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPLICAS
     ):
         raise InvalidInput(
-            "min_in_sync",
-            f"{wanted!r} is out of range",
-            f"use 1..{MAX_REPLICAS}, or 0/unset for the default (2, at most replicas)",
+            what,
+            f"{value!r} is out of range",
+            f"use 1..{MAX_REPLICAS}, or leave it unset for the default (2, at most the replicas)",
         )
-    return spec
+    return value
 
 
 def _check_name(name: str, user_input: bool) -> None:
