@@ -42,7 +42,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -559,10 +559,16 @@ class Driver:
 
     async def _send(self, drive: Drive, address: str, epoch: int) -> AgentAnswer | None:
         self.stats["rpcs"] += 1
-        call = self.agents.cancel if drive.cancel else self.agents.rebalance
         try:
-            return await call(
-                address, drive.zone, drive.partition, drive.old, drive.new, drive.revision, epoch
+            return await self.agents.rebalance(
+                address,
+                drive.zone,
+                drive.partition,
+                drive.old,
+                drive.new,
+                drive.revision,
+                epoch,
+                cancel=drive.cancel,
             )
         except AgentUnavailable as e:
             log.info("%s/%d: %s", drive.zone, drive.partition, e)
@@ -719,6 +725,24 @@ class Driver:
         if not task.cancelled() and task.exception() is not None:
             log.error("retire %s failed", key, exc_info=task.exception())
 
+    async def _until_answered(self, once: Callable[[], Awaitable[AgentAnswer]]) -> AgentAnswer:
+        """``once`` retried with ``retire_retry`` while the agent is unavailable."""
+        return await retry(
+            once,
+            policy=self.config.retire_retry,
+            retry_on=(AgentUnavailable,),
+            sleep=self._sleep,
+        )
+
+    def _registered_address(self, node: str) -> str:
+        """The node's agent address in the current view; an unregistered node is
+        :class:`AgentUnavailable` (retried like a node that does not answer)."""
+        nodes = self._view.nodes if self._view is not None else {}
+        record = nodes.get(node)
+        if record is None:
+            raise AgentUnavailable(f"{node} is not registered")
+        return record.address
+
     async def _adopt(
         self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
     ) -> None:
@@ -728,24 +752,16 @@ class Driver:
         Rebalance; best effort like a retire (the next term's sweep finds what is left)."""
 
         async def once() -> AgentAnswer:
-            nodes = self._view.nodes if self._view is not None else {}
-            record = nodes.get(node)
-            if record is None:
-                raise AgentUnavailable(f"{node} is not registered")
+            address = self._registered_address(node)
             async with self._adopt_slots:
                 answer = await self.agents.rebalance(
-                    record.address, zone, partition, stable, stable, revision, fence.epoch
+                    address, zone, partition, stable, stable, revision, fence.epoch
                 )
             if answer.outcome not in ("DONE", "STALE"):
                 raise AgentUnavailable(f"{node}: adopt {answer.outcome} {answer.detail}")
             return answer
 
-        answer = await retry(
-            once,
-            policy=self.config.retire_retry,
-            retry_on=(AgentUnavailable,),
-            sleep=self._sleep,
-        )
+        answer = await self._until_answered(once)
         if answer.outcome == "DONE":
             self.stats["adopted"] += 1
         log.debug("%s/%d: adopt on %s at %d -> %s", zone, partition, node, revision, answer.outcome)
@@ -758,21 +774,11 @@ class Driver:
         cancels it (the next term's sweep finds a replica it left behind)."""
 
         async def once() -> AgentAnswer:
-            nodes = self._view.nodes if self._view is not None else {}
-            record = nodes.get(node)
-            if record is None:
-                raise AgentUnavailable(f"{node} is not registered")
+            address = self._registered_address(node)
             self.stats["retire_rpcs"] += 1
-            return await self.agents.retire(
-                record.address, zone, partition, stable, revision, fence.epoch
-            )
+            return await self.agents.retire(address, zone, partition, stable, revision, fence.epoch)
 
-        answer = await retry(
-            once,
-            policy=self.config.retire_retry,
-            retry_on=(AgentUnavailable,),
-            sleep=self._sleep,
-        )
+        answer = await self._until_answered(once)
         if answer.outcome == "RETIRED":
             self.stats["retired"] += 1
         log.info(
