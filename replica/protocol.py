@@ -97,6 +97,18 @@ class RetireOutcome(Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionScoped:
+    """About one partition: ``zone``, ``partition`` (the first fields) and their ``key``."""
+
+    zone: str
+    partition: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.zone, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
 class Move:
     """The rebalance ``old -> new`` identified by ``revision`` and where it stands here."""
 
@@ -112,11 +124,9 @@ class Move:
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionRecord:
+class PartitionRecord(PartitionScoped):
     """Everything this agent persists for one partition; see the module docstring."""
 
-    zone: str
-    partition: int
     accepted_revision: int
     accepted_epoch: int
     cancelled_revision: int
@@ -124,40 +134,24 @@ class PartitionRecord:
     move: Move | None
     hosted: bool
 
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.zone, self.partition)
-
 
 @dataclass(frozen=True, slots=True)
-class MoveRequest:
+class MoveRequest(PartitionScoped):
     """A Rebalance or CancelRebalance request, already converted from protobuf."""
 
-    zone: str
-    partition: int
     old_peers: Peers
     new_peers: Peers
     revision: int
     epoch: int
 
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.zone, self.partition)
-
 
 @dataclass(frozen=True, slots=True)
-class RetireRequest:
+class RetireRequest(PartitionScoped):
     """A Retire request: stable is ``stable_peers`` as of etcd revision ``revision``."""
 
-    zone: str
-    partition: int
     stable_peers: Peers
     revision: int
     epoch: int
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.zone, self.partition)
 
 
 @dataclass(frozen=True, slots=True)
