@@ -34,11 +34,11 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal, TypeAlias
 
 from aetcd import rpc
 
+from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, RetryPolicy, Rng, Sleep
 from placement.errors import Compacted, InvalidInput, PlacementError, StoreUnavailable
 from placement.metastore.keys import prefix_range_end
@@ -342,7 +342,7 @@ class _Endpoint:
         self.watch: Any = rpc.WatchStub(self.channel)
 
 
-class EtcdClient:
+class EtcdClient(AsyncClosing):
     """An asyncio etcd v3 client over one or several endpoints (one cluster).
 
     Use as ``async with EtcdClient(["127.0.0.1:2379"]) as client: ...`` or call :meth:`close`.
@@ -383,17 +383,6 @@ class EtcdClient:
     @property
     def active_endpoint(self) -> str:
         return self._targets[self._active]
-
-    async def __aenter__(self) -> EtcdClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Stop lease keep-alives (without revoking), close watches and channels."""
@@ -735,7 +724,7 @@ class _StreamBroken(Exception):
     """Internal: the watch stream ended without an error status."""
 
 
-class Watch:
+class Watch(AsyncClosing):
     """An ordered, resumable stream of :class:`WatchBatch` for one key range.
 
     * Opened on the raw ``Watch`` bidi stream with ``hasleader: true`` metadata, so a member without
@@ -775,17 +764,6 @@ class Watch:
     def next_revision(self) -> int:
         """The revision the watch continues from (0 before the first open of a 'from now' watch)."""
         return self._next_revision
-
-    async def __aenter__(self) -> Watch:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         self._closed = True
