@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -93,10 +93,20 @@ def api_client(ctx: click.Context) -> PlacementClient:
     return PlacementClient(endpoints(ctx), deadline=CLI_DEADLINE)
 
 
-async def call(ctx: click.Context, method: Callable[[Any, float], Awaitable[T]]) -> T:
-    """One API call ``method(stub, timeout)``, failing over between the drivers."""
-    async with api_client(ctx) as client:
-        return await client.call(method)
+def api_call(ctx: click.Context, method: str, message: Any) -> Any:
+    """The reply of one API call ``method(message)``, failing over between the drivers; errors
+    are one line and an exit code (:func:`run`)."""
+
+    async def go() -> Any:
+        async with api_client(ctx) as client:
+            return await client.call(lambda stub, t: getattr(stub, method)(message, timeout=t))
+
+    return run(go())
+
+
+def pairs_text(pairs: Mapping[str, str]) -> str:
+    """``K=V,K=V`` in key order, or ``-`` when there are none."""
+    return ",".join(f"{k}={v}" for k, v in sorted(pairs.items())) or "-"
 
 
 def echo_json(data: Any) -> None:
