@@ -26,6 +26,7 @@ import grpc
 
 from placement.errors import InvalidInput, PlacementError
 from placement.metastore.codec import MoveReport
+from placement.rpc import StatusTable, answer
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from replica.protocol import (
     CancelOutcome,
@@ -52,7 +53,6 @@ from replica.records import StoreThread
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 OutcomeT = TypeVar("OutcomeT")
 Key = tuple[str, int]
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
@@ -289,8 +289,15 @@ def _accepted(d: Decision[Any]) -> dict[str, Any]:
     }
 
 
+#: The agent's errors as status codes (any other :class:`PlacementError` is UNAVAILABLE).
+STATUS_OF: StatusTable = (
+    (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
+    (UnknownPartition, grpc.StatusCode.NOT_FOUND),
+)
+
+
 class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
-    """Protobuf ↔ domain at the edge; errors to status codes in one place (``_call``)."""
+    """Protobuf ↔ domain at the edge; errors to status codes in one place (:data:`STATUS_OF`)."""
 
     def __init__(self, agent: ReplicaAgent) -> None:
         self._agent = agent
@@ -298,13 +305,13 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
     async def Rebalance(
         self, request: replica_pb2.RebalanceRequest, context: Context
     ) -> replica_pb2.RebalanceResponse:
-        d = await _call(context, self._agent.rebalance(_move_request(request)))
+        d = await answer(context, self._agent.rebalance(_move_request(request)), STATUS_OF)
         return replica_pb2.RebalanceResponse(outcome=_REBALANCE_OUTCOMES[d.outcome], **_accepted(d))
 
     async def CancelRebalance(
         self, request: replica_pb2.CancelRebalanceRequest, context: Context
     ) -> replica_pb2.CancelRebalanceResponse:
-        d = await _call(context, self._agent.cancel(_move_request(request)))
+        d = await answer(context, self._agent.cancel(_move_request(request)), STATUS_OF)
         return replica_pb2.CancelRebalanceResponse(
             outcome=_CANCEL_OUTCOMES[d.outcome], **_accepted(d)
         )
@@ -319,14 +326,14 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             revision=request.revision,
             epoch=request.epoch,
         )
-        d = await _call(context, self._agent.retire(retire))
+        d = await answer(context, self._agent.retire(retire), STATUS_OF)
         return replica_pb2.RetireResponse(outcome=_RETIRE_OUTCOMES[d.outcome], **_accepted(d))
 
     async def GetPartitionState(
         self, request: replica_pb2.GetPartitionStateRequest, context: Context
     ) -> replica_pb2.GetPartitionStateResponse:
         ref = request.partition
-        record = await _call(context, self._agent.state(ref.zone, ref.partition))
+        record = await answer(context, self._agent.state(ref.zone, ref.partition), STATUS_OF)
         move = record.move
         return replica_pb2.GetPartitionStateResponse(
             current_peers=common_pb2.Peers(names=record.config),
@@ -337,16 +344,3 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             detail="" if move is None else f"move of revision {move.revision}: {move.phase.value}",
             hosted=record.hosted,
         )
-
-
-async def _call(context: Context, work: Awaitable[T]) -> T:
-    """The one translation table from domain errors to gRPC status codes."""
-    try:
-        return await work
-    except InvalidInput as e:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-    except UnknownPartition as e:
-        await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
-    except PlacementError as e:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
-    raise AssertionError("unreachable: context.abort raises")
