@@ -127,6 +127,11 @@ def _check_int(name: str, value: int, low: int = 0) -> int:
     return value
 
 
+def _ints(value: object, *names: str) -> dict[str, int]:
+    """The int fields ``names`` of ``value``, each checked by :func:`_check_int`."""
+    return {name: _check_int(name, getattr(value, name)) for name in names}
+
+
 def validate_peers(peers: Peers, name: str = "peers", *, allow_empty: bool = False) -> Peers:
     """Return ``peers`` as a tuple if they are distinct valid node names, else raise."""
     if isinstance(peers, str | bytes) or not isinstance(peers, tuple | list):
@@ -225,9 +230,7 @@ def encode_assignment(value: Assignment) -> bytes:
         {
             "v": SCHEMA_VERSION,
             "peers": list(validate_peers(value.peers)),
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
-            "trigger": _check_int("trigger", value.trigger),
+            **_ints(value, "epoch", "ts", "trigger"),
         }
     )
 
@@ -256,8 +259,7 @@ def encode_cancel(value: CancelIntent) -> bytes:
             "old": list(validate_peers(value.old, "old", allow_empty=True)),
             "new": list(validate_peers(value.new, "new", allow_empty=True)),
             "pending_revision": _check_int("pending_revision", value.pending_revision, 1),
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
+            **_ints(value, "epoch", "ts"),
         }
     )
 
@@ -295,8 +297,7 @@ def encode_trigger(value: TriggerMark) -> bytes:
     suffix = _dumps(
         {
             "v": SCHEMA_VERSION,
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
+            **_ints(value, "epoch", "ts"),
         }
     )
     return be8(value.revision) + suffix
@@ -464,8 +465,7 @@ def encode_datanodes(value: DataNodes) -> bytes:
             "down_since": (
                 None if value.down_since is None else _check_int("down_since", value.down_since)
             ),
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
+            **_ints(value, "epoch", "ts"),
         }
     )
 
@@ -512,9 +512,7 @@ def encode_primary(value: PrimaryLease) -> bytes:
             "v": SCHEMA_VERSION,
             "node": node,
             "lease_epoch": _check_int("lease_epoch", value.lease_epoch, 1),
-            "expiry": _check_int("expiry", value.expiry),
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
+            **_ints(value, "expiry", "epoch", "ts"),
         }
     )
 
@@ -577,8 +575,7 @@ def encode_control(value: ControlMark) -> bytes:
     return _dumps(
         {
             "v": SCHEMA_VERSION,
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
+            **_ints(value, "epoch", "ts"),
         }
     )
 
@@ -617,8 +614,7 @@ def encode_report(value: MoveReport) -> bytes:
     return _dumps(
         {
             "v": SCHEMA_VERSION,
-            "revision": _check_int("revision", value.revision),
-            "epoch": _check_int("epoch", value.epoch),
+            **_ints(value, "revision", "epoch"),
             "phase": value.phase,
             "detail": value.detail,
             "ts": _check_int("ts", value.ts),
@@ -698,9 +694,7 @@ def encode_size(value: ReplicaSize) -> bytes:
     return _dumps(
         {
             "v": SCHEMA_VERSION,
-            "bytes": _check_int("bytes", value.bytes),
-            "keys": _check_int("keys", value.keys),
-            "ts": _check_int("ts", value.ts),
+            **_ints(value, "bytes", "keys", "ts"),
         }
     )
 
