@@ -572,12 +572,7 @@ _CONTROL_KEYS = frozenset({"v", "epoch", "ts"})
 
 
 def encode_control(value: ControlMark) -> bytes:
-    return _dumps(
-        {
-            "v": SCHEMA_VERSION,
-            **_ints(value, "epoch", "ts"),
-        }
-    )
+    return _dumps({"v": SCHEMA_VERSION, **_ints(value, "epoch", "ts")})
 
 
 @_decoder
@@ -691,12 +686,7 @@ _SIZE_KEYS = frozenset({"v", "bytes", "keys", "ts"})
 
 
 def encode_size(value: ReplicaSize) -> bytes:
-    return _dumps(
-        {
-            "v": SCHEMA_VERSION,
-            **_ints(value, "bytes", "keys", "ts"),
-        }
-    )
+    return _dumps({"v": SCHEMA_VERSION, **_ints(value, "bytes", "keys", "ts")})
 
 
 @_decoder
