@@ -39,7 +39,7 @@ import grpc
 
 from placement.api.client import ApiError, PlacementClient, parse_endpoints
 from placement.core.closing import AsyncClosing
-from placement.core.retry import RetryPolicy
+from placement.core.retry import Clock, RetryPolicy, Rng
 from placement.data.partitioning import partition_of, validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
 from placement.rpc import DATA_PROFILE, ChannelPool
@@ -423,9 +423,9 @@ class DataClient(AsyncClosing):
         backoff: RetryPolicy = DEFAULT_BACKOFF,
         route_source: RouteSource | None = None,
         connector: Connector | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rng: Callable[[], float] = random.random,
+        rng: Rng = random.random,
     ) -> None:
         if not (deadline > 0 and call_timeout > 0):
             raise InvalidInput("deadline", "must be positive", "e.g. 15")

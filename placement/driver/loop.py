@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placement.core.model import Peers
-from placement.core.retry import RetryPolicy, Sleep, retry
+from placement.core.retry import Clock, RetryPolicy, Sleep, retry
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
 from placement.driver.core import (
     ClusterView,
@@ -73,9 +73,6 @@ from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome, PartitionState, TransitionResult
 
 log = logging.getLogger(__name__)
-
-
-Clock = Callable[[], float]
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from placement.core.retry import Clock
 from placement.errors import PlacementError
 from replica.data.model import (
     AppendCall,
@@ -31,7 +32,6 @@ from replica.records import StoreThread
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], float]
 Trim = Callable[[Key, int], Awaitable[None]]
 
 _APPEND_OUTCOMES = {

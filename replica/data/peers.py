@@ -8,6 +8,8 @@ channels from one :class:`~placement.rpc.ChannelPool` (``DATA_PROFILE``); the ``
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from placement.rpc import DATA_PROFILE, ChannelPool
@@ -49,19 +51,20 @@ class ReplicationPeers:
             self._pool.get(address)
         )  # an AsyncStub on an aio channel
 
-    async def append(self, address: str, call: AppendCall, rpc_timeout: float) -> AppendReply:
+    async def _call(self, address: str, method: str, request: Any, rpc_timeout: float) -> Any:
+        """One unary call; a gRPC failure is :class:`PeerUnreachable`."""
         try:
-            reply = await self._stub(address).Append(append_call_to_pb(call), timeout=rpc_timeout)
+            return await getattr(self._stub(address), method)(request, timeout=rpc_timeout)
         except grpc.aio.AioRpcError as e:
             raise PeerUnreachable(str(e.code())) from e
-        return append_reply_from_pb(reply)
+
+    async def append(self, address: str, call: AppendCall, rpc_timeout: float) -> AppendReply:
+        request = append_call_to_pb(call)
+        return append_reply_from_pb(await self._call(address, "Append", request, rpc_timeout))
 
     async def fetch(self, address: str, call: FetchCall, rpc_timeout: float) -> FetchReply:
-        try:
-            reply = await self._stub(address).Fetch(fetch_call_to_pb(call), timeout=rpc_timeout)
-        except grpc.aio.AioRpcError as e:
-            raise PeerUnreachable(str(e.code())) from e
-        return fetch_reply_from_pb(reply)
+        request = fetch_call_to_pb(call)
+        return fetch_reply_from_pb(await self._call(address, "Fetch", request, rpc_timeout))
 
     async def close(self) -> None:
         await self._pool.close()
