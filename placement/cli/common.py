@@ -14,8 +14,9 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from placement.api.client import PlacementClient
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: Names of the gRPC status codes that mean "your input is wrong" (exit 2); others are exit 1.
 BAD_INPUT = frozenset(
@@ -39,6 +41,13 @@ CLI_DEADLINE = 5.0
 PIPELINE_MODULES = frozenset({"pyspark", "pandas", "pyarrow", "matplotlib"})
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def path_option(flag: str, dest: str, help: str, *, dir_okay: bool = True) -> Callable[[F], F]:
+    """A required ``--flag PATH`` option, passed as a :class:`~pathlib.Path` named ``dest``."""
+    return click.option(
+        flag, dest, required=True, type=click.Path(path_type=Path, dir_okay=dir_okay), help=help
+    )
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from placement.cli.common import pipeline_extra
+from placement.cli.common import path_option, pipeline_extra
 from placement.errors import InvalidInput
 from placement.pipeline.outputs import check_target, write_text_parts
 from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
@@ -67,20 +67,12 @@ def run_plan(
 
 
 @click.command("plan")
-@click.option(
+@path_option(
     "--input",
     "input_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Cluster snapshot JSON, or a directory written by `placectl pipeline export`.",
+    "Cluster snapshot JSON, or a directory written by `placectl pipeline export`.",
 )
-@click.option(
-    "--output",
-    "output_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Where to write the plan JSON.",
-)
+@path_option("--output", "output_path", "Where to write the plan JSON.", dir_okay=False)
 @click.option(
     "--engine",
     type=click.Choice(["local", "spark"]),

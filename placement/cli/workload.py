@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import echo_json, json_option
+from placement.cli.common import echo_json, json_option, path_option
 from placement.cli.data import with_data_client
 from placement.errors import InvalidInput
 
@@ -32,12 +32,11 @@ def workload() -> None:
     "--keys-per-writer", type=int, default=50, show_default=True, help="Keys each writer owns."
 )
 @click.option("--duration", type=float, default=30.0, show_default=True, help="Seconds to run.")
-@click.option(
+@path_option(
     "--record",
     "record_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="JSONL record of every attempt and outcome (overwritten).",
+    "JSONL record of every attempt and outcome (overwritten).",
+    dir_okay=False,
 )
 @click.option(
     "--delete-ratio", type=float, default=0.1, show_default=True, help="Share of deletes (0..1)."
@@ -101,13 +100,7 @@ def workload_run(
 
 @workload.command("check")
 @click.option("--zone", required=True, help="Zone the record was written to.")
-@click.option(
-    "--record",
-    "record_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="The JSONL record `workload run` wrote.",
-)
+@path_option("--record", "record_path", "The JSONL record `workload run` wrote.", dir_okay=False)
 @click.option(
     "--settle",
     type=float,
