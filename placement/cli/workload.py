@@ -4,8 +4,6 @@ acknowledged write was lost. Exit 1 when ``check`` finds a violation, 2 on bad i
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +57,7 @@ def workload_run(
     every write to --record; prints acks, failures and latency."""
     import asyncio
 
+    from placement.aio import stop_on_signals
     from placement.data.workload import run_writers
 
     if not record_path.parent.is_dir():
@@ -66,10 +65,7 @@ def workload_run(
 
     async def body(client: DataClient) -> Any:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        try:
+        with stop_on_signals(stop):
             return await run_writers(
                 client,
                 zone,
@@ -81,10 +77,6 @@ def workload_run(
                 delete_ratio=delete_ratio,
                 seed=seed,
             )
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(ValueError, RuntimeError):
-                    loop.remove_signal_handler(sig)
 
     stats = with_data_client(ctx, body)
     if as_json:

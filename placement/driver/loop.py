@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from placement.aio import first_done
 from placement.core.model import Peers
 from placement.core.retry import Clock, RetryPolicy, Sleep, retry
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
@@ -326,16 +327,9 @@ class Driver:
             await watch.close()
 
     async def _next_snapshot(self, watch: ListWatch, snapshot: Snapshot) -> Snapshot:
-        newer = asyncio.create_task(watch.wait_newer(snapshot))
-        woken = asyncio.create_task(self._wake.wait())
-        try:
-            await asyncio.wait(
-                {newer, woken}, timeout=self.config.tick, return_when="FIRST_COMPLETED"
-            )
-        finally:
-            for task in (newer, woken):
-                task.cancel()
-            await asyncio.gather(newer, woken, return_exceptions=True)
+        newer, _ = await first_done(
+            watch.wait_newer(snapshot), self._wake.wait(), at_most=self.config.tick
+        )
         self._wake.clear()
         if newer.done() and not newer.cancelled() and newer.exception() is not None:
             raise newer.exception()  # type: ignore[misc]
@@ -460,14 +454,7 @@ class Driver:
         if reports.event.is_set():
             self.stats["report_wakeups"] += 1
             return
-        sleeper = asyncio.ensure_future(self._sleep(delay))
-        waiter = asyncio.ensure_future(reports.event.wait())
-        try:
-            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (sleeper, waiter):
-                task.cancel()
-            await asyncio.gather(sleeper, waiter, return_exceptions=True)
+        await first_done(self._sleep(delay), reports.event.wait())
         if reports.event.is_set():
             self.stats["report_wakeups"] += 1
 
