@@ -181,10 +181,15 @@ _CMP_RESULT = {
 }
 
 
+def _ranged(msg: Any, range_end: bytes | None) -> Any:
+    """``msg`` with its ``range_end`` set when there is one (none: the one key)."""
+    if range_end is not None:
+        msg.range_end = range_end
+    return msg
+
+
 def _compare_pb(c: Compare) -> Any:
-    msg = rpc.Compare(key=c.key, result=_CMP_RESULT[c.op])
-    if c.range_end is not None:
-        msg.range_end = c.range_end
+    msg = _ranged(rpc.Compare(key=c.key, result=_CMP_RESULT[c.op]), c.range_end)
     operand = checked_operand(c)
     if isinstance(operand, bytes):
         msg.target = rpc.Compare.VALUE
@@ -205,36 +210,11 @@ def _compare_pb(c: Compare) -> Any:
     return msg
 
 
-def _range_pb(
-    key: bytes,
-    range_end: bytes | None,
-    *,
-    revision: int = 0,
-    limit: int = 0,
-    keys_only: bool = False,
-    sort_target: str = "key",
-    descending: bool = False,
-    max_create_revision: int = 0,
-    serializable: bool = False,
-) -> Any:
-    msg = rpc.RangeRequest(
-        key=key,
-        revision=revision,
-        limit=limit,
-        keys_only=keys_only,
-        serializable=serializable,
-        max_create_revision=max_create_revision,
-    )
-    if range_end is not None:
-        msg.range_end = range_end
-    if sort_target != "key" or descending:
-        msg.sort_target = {
-            "key": rpc.RangeRequest.KEY,
-            "create": rpc.RangeRequest.CREATE,
-            "mod": rpc.RangeRequest.MOD,
-        }[sort_target]
-        msg.sort_order = rpc.RangeRequest.DESCEND if descending else rpc.RangeRequest.ASCEND
-    return msg
+_SORT_TARGETS = {
+    "key": rpc.RangeRequest.KEY,
+    "create": rpc.RangeRequest.CREATE,
+    "mod": rpc.RangeRequest.MOD,
+}
 
 
 def _op_pb(op: Op) -> Any:
@@ -246,13 +226,10 @@ def _op_pb(op: Op) -> Any:
         )
     if isinstance(op, Delete):
         req = rpc.DeleteRangeRequest(key=op.key, prev_kv=op.prev_kv)
-        if op.range_end is not None:
-            req.range_end = op.range_end
-        return rpc.RequestOp(request_delete_range=req)
+        return rpc.RequestOp(request_delete_range=_ranged(req, op.range_end))
     if isinstance(op, Get):
-        return rpc.RequestOp(
-            request_range=_range_pb(op.key, op.range_end, limit=op.limit, keys_only=op.keys_only)
-        )
+        get = rpc.RangeRequest(key=op.key, limit=op.limit, keys_only=op.keys_only)
+        return rpc.RequestOp(request_range=_ranged(get, op.range_end))
     return rpc.RequestOp(request_txn=_txn_pb(op))
 
 
@@ -466,17 +443,18 @@ class EtcdClient(AsyncClosing):
 
         Raises :class:`Compacted` when ``revision`` is compacted, :class:`StoreUnavailable`.
         """
-        request = _range_pb(
-            key,
-            range_end,
+        request = rpc.RangeRequest(
+            key=key,
             revision=revision,
             limit=limit,
             keys_only=keys_only,
-            sort_target=sort_target,
-            descending=descending,
-            max_create_revision=max_create_revision,
             serializable=serializable,
+            max_create_revision=max_create_revision,
         )
+        _ranged(request, range_end)
+        if sort_target != "key" or descending:
+            request.sort_target = _SORT_TARGETS[sort_target]
+            request.sort_order = rpc.RangeRequest.DESCEND if descending else rpc.RangeRequest.ASCEND
         response = await self._unary(
             "range", "kv", "Range", request, idempotent=True, revision=revision
         )
@@ -515,9 +493,7 @@ class EtcdClient(AsyncClosing):
         return int(response.header.revision)
 
     async def delete(self, key: bytes, range_end: bytes | None = None) -> DeleteResult:
-        request = rpc.DeleteRangeRequest(key=key)
-        if range_end is not None:
-            request.range_end = range_end
+        request = _ranged(rpc.DeleteRangeRequest(key=key), range_end)
         response = await self._unary("delete", "kv", "DeleteRange", request, idempotent=False)
         return DeleteResult(int(response.header.revision), int(response.deleted))
 
@@ -788,8 +764,7 @@ class Watch(AsyncClosing):
             prev_kv=self._prev_kv,
             progress_notify=self._progress_notify,
         )
-        if self._range_end is not None:
-            create.range_end = self._range_end
+        _ranged(create, self._range_end)
         async with asyncio.timeout(self._client.call_timeout):
             await self._call.write(rpc.WatchRequest(create_request=create))
             response = await self._call.read()
