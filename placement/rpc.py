@@ -10,6 +10,7 @@ health service and reflection are set in one place (and credentials, once the pr
 * **Servers** come from :func:`bind_server` (bind first, so a taken address fails before any state
   is touched; ``SO_REUSEPORT`` off, so a second process cannot share the port silently) and
   :func:`start_server` (health, reflection, every service SERVING).
+* **Enums** of the domain map to protobuf enums by member name (:func:`pb_enum_values`).
 * **Errors** of a servicer's domain become status codes through a :data:`StatusTable` and
   :func:`answer` / :func:`abort` (the message is the error's text).
 """
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeAlias, TypeVar
+from enum import Enum
+from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -27,6 +29,8 @@ from grpc_reflection.v1alpha import reflection
 from placement.errors import InvalidInput, PlacementError
 
 T = TypeVar("T")
+E = TypeVar("E", bound=Enum)
+V_co = TypeVar("V_co", covariant=True)
 
 #: Largest message a channel or server accepts (scan and snapshot pages stay far below it).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -179,3 +183,15 @@ async def answer(
         return await work
     except PlacementError as e:
         await abort(context, e, table, default)
+
+
+class PbEnum(Protocol[V_co]):
+    """A generated protobuf enum (its ``Value(name)``)."""
+
+    def Value(self, name: str) -> V_co: ...
+
+
+def pb_enum_values(domain: type[E], pb_enum: PbEnum[V_co], prefix: str = "") -> dict[E, V_co]:
+    """Every member of ``domain`` -> the value of ``pb_enum`` named ``prefix + member.name`` (a
+    member without one fails on import)."""
+    return {member: pb_enum.Value(prefix + member.name) for member in domain}

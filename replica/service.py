@@ -26,7 +26,7 @@ import grpc
 
 from placement.errors import InvalidInput, PlacementError
 from placement.metastore.codec import MoveReport
-from placement.rpc import StatusTable, answer
+from placement.rpc import StatusTable, answer, pb_enum_values
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from replica.protocol import (
     CancelOutcome,
@@ -241,30 +241,10 @@ def _existing(record: PartitionRecord | None) -> PartitionRecord:
     return record
 
 
-_REBALANCE_OUTCOMES: dict[RebalanceOutcome, replica_pb2.RebalanceOutcome.ValueType] = {
-    RebalanceOutcome.ACCEPTED: replica_pb2.ACCEPTED,
-    RebalanceOutcome.DONE: replica_pb2.DONE,
-    RebalanceOutcome.STALE: replica_pb2.STALE,
-    RebalanceOutcome.FAILED: replica_pb2.FAILED,
-}
-_CANCEL_OUTCOMES: dict[CancelOutcome, replica_pb2.CancelOutcome.ValueType] = {
-    CancelOutcome.CANCELLED: replica_pb2.CANCELLED,
-    CancelOutcome.NOTHING_TO_CANCEL: replica_pb2.NOTHING_TO_CANCEL,
-    CancelOutcome.ALREADY_DONE: replica_pb2.ALREADY_DONE,
-    CancelOutcome.CANCEL_STALE: replica_pb2.CANCEL_STALE,
-}
-
-_RETIRE_OUTCOMES: dict[RetireOutcome, replica_pb2.RetireOutcome.ValueType] = {
-    RetireOutcome.RETIRED: replica_pb2.RETIRED,
-    RetireOutcome.KEPT: replica_pb2.KEPT,
-    RetireOutcome.RETIRE_STALE: replica_pb2.RETIRE_STALE,
-}
-_PHASES: dict[Phase, replica_pb2.MovePhase.ValueType] = {
-    Phase.IN_PROGRESS: replica_pb2.MOVE_PHASE_IN_PROGRESS,
-    Phase.FAILED: replica_pb2.MOVE_PHASE_FAILED,
-    Phase.DONE: replica_pb2.MOVE_PHASE_DONE,
-    Phase.CANCELLED: replica_pb2.MOVE_PHASE_CANCELLED,
-}
+_REBALANCE_OUTCOMES = pb_enum_values(RebalanceOutcome, replica_pb2.RebalanceOutcome)
+_CANCEL_OUTCOMES = pb_enum_values(CancelOutcome, replica_pb2.CancelOutcome)
+_RETIRE_OUTCOMES = pb_enum_values(RetireOutcome, replica_pb2.RetireOutcome)
+_PHASES = pb_enum_values(Phase, replica_pb2.MovePhase, "MOVE_PHASE_")
 
 
 def _move_request(

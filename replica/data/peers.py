@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from placement.rpc import DATA_PROFILE, ChannelPool
+from placement.rpc import DATA_PROFILE, ChannelPool, pb_enum_values
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 from replica.data.model import (
     AppendCall,
@@ -25,17 +25,8 @@ from replica.data.model import (
 )
 from replica.data.storage import Entry
 
-_APPEND_OUTCOMES: dict[AppendOutcome, data_pb2.AppendOutcome.ValueType] = {
-    AppendOutcome.OK: data_pb2.APPEND_OK,
-    AppendOutcome.STALE_EPOCH: data_pb2.APPEND_STALE_EPOCH,
-    AppendOutcome.MISMATCH: data_pb2.APPEND_MISMATCH,
-    AppendOutcome.NOT_HOSTED: data_pb2.APPEND_NOT_HOSTED,
-}
-_FETCH_OUTCOMES: dict[FetchOutcome, data_pb2.FetchOutcome.ValueType] = {
-    FetchOutcome.OK: data_pb2.FETCH_OK,
-    FetchOutcome.NOT_PRIMARY: data_pb2.FETCH_NOT_PRIMARY,
-    FetchOutcome.SNAPSHOT_NEEDED: data_pb2.FETCH_SNAPSHOT_NEEDED,
-}
+_APPEND_OUTCOMES = pb_enum_values(AppendOutcome, data_pb2.AppendOutcome, "APPEND_")
+_FETCH_OUTCOMES = pb_enum_values(FetchOutcome, data_pb2.FetchOutcome, "FETCH_")
 _APPEND_FROM_PB = {v: k for k, v in _APPEND_OUTCOMES.items()}
 _FETCH_FROM_PB = {v: k for k, v in _FETCH_OUTCOMES.items()}
 
