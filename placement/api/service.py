@@ -672,18 +672,20 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
     async def PauseRebalancing(
         self, request: driver_pb2.PauseRequest, context: Any
     ) -> driver_pb2.PauseReply:
-        async def work() -> driver_pb2.PauseReply:
-            return driver_pb2.PauseReply(paused=await self.api.set_paused(True))
-
-        return await self._run(context, work, request, "PauseRebalancing")
+        return await self._set_paused(request, context, True, "PauseRebalancing")
 
     async def ResumeRebalancing(
         self, request: driver_pb2.PauseRequest, context: Any
     ) -> driver_pb2.PauseReply:
-        async def work() -> driver_pb2.PauseReply:
-            return driver_pb2.PauseReply(paused=await self.api.set_paused(False))
+        return await self._set_paused(request, context, False, "ResumeRebalancing")
 
-        return await self._run(context, work, request, "ResumeRebalancing")
+    async def _set_paused(
+        self, request: driver_pb2.PauseRequest, context: Any, paused: bool, method: str
+    ) -> driver_pb2.PauseReply:
+        async def work() -> driver_pb2.PauseReply:
+            return driver_pb2.PauseReply(paused=await self.api.set_paused(paused))
+
+        return await self._run(context, work, request, method)
 
 
 class DriverLike(Leadership, Protocol):
