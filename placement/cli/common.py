@@ -43,6 +43,17 @@ PIPELINE_MODULES = frozenset({"pyspark", "pandas", "pyarrow", "matplotlib"})
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
+def stacked(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
+    """``decorators`` as one, applied as if written one above the other in this order."""
+
+    def apply(f: F) -> F:
+        for decorate in reversed(decorators):
+            f = decorate(f)
+        return f
+
+    return apply
+
+
 def path_option(flag: str, dest: str, help: str, *, dir_okay: bool = True) -> Callable[[F], F]:
     """A required ``--flag PATH`` option, passed as a :class:`~pathlib.Path` named ``dest``."""
     return click.option(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from placement.cli.common import echo_json, endpoints, json_option, run
+from placement.cli.common import echo_json, endpoints, json_option, run, stacked
 from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput
 
@@ -91,20 +91,15 @@ def data_command(
     name: str, *arguments: Callable[[Callable[..., None]], Callable[..., None]]
 ) -> Callable[[Callable[..., None]], click.Command]:
     """``placectl data NAME ZONE ARGUMENTS... [--hex] [--deadline S] [--json]``."""
-
-    def wrap(f: Callable[..., None]) -> click.Command:
-        for decorate in (
-            click.pass_context,
-            json_option,
-            deadline_option,
-            hex_option,
-            *reversed(arguments),
-            click.argument("zone"),
-        ):
-            f = decorate(f)
-        return data.command(name)(f)
-
-    return wrap
+    options = stacked(
+        click.argument("zone"),
+        *arguments,
+        hex_option,
+        deadline_option,
+        json_option,
+        click.pass_context,
+    )
+    return lambda f: data.command(name)(options(f))
 
 
 @data_command("put", click.argument("key"), click.argument("value"))

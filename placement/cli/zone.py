@@ -21,6 +21,7 @@ from placement.cli.common import (
     json_option,
     pairs_text,
     run,
+    stacked,
 )
 from placement.core.limits import MAX_REPLICAS
 from placement.core.model import DEFAULT_MIN_IN_SYNC, parse_pairs
@@ -131,36 +132,30 @@ def zone() -> None:
 
 
 def _zone_options(required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def apply(f: Callable[..., Any]) -> Callable[..., Any]:
-        options = [
-            click.option("--partitions", type=int, required=required, help="Partition count."),
-            click.option("--replicas", type=int, required=required, help="Replicas per partition."),
-            click.option(
-                "--node-selector",
-                "selector",
-                multiple=True,
-                metavar="K=V",
-                help="Only nodes with this attribute (repeatable).",
+    return stacked(
+        click.option("--partitions", type=int, required=required, help="Partition count."),
+        click.option("--replicas", type=int, required=required, help="Replicas per partition."),
+        click.option(
+            "--node-selector",
+            "selector",
+            multiple=True,
+            metavar="K=V",
+            help="Only nodes with this attribute (repeatable).",
+        ),
+        click.option("--failure-domain", help="Attribute to spread replicas over (e.g. rack)."),
+        click.option("--scale-up-delay", type=float, help="Seconds before a new node counts."),
+        click.option(
+            "--scale-down-delay", type=float, help="Seconds before a gone node is replaced."
+        ),
+        click.option(
+            "--min-in-sync",
+            type=int,
+            help=(
+                f"Fewest in-sync replicas a primary accepts writes with (1..{MAX_REPLICAS};"
+                " default 2, at most --replicas)."
             ),
-            click.option("--failure-domain", help="Attribute to spread replicas over (e.g. rack)."),
-            click.option("--scale-up-delay", type=float, help="Seconds before a new node counts."),
-            click.option(
-                "--scale-down-delay", type=float, help="Seconds before a gone node is replaced."
-            ),
-            click.option(
-                "--min-in-sync",
-                type=int,
-                help=(
-                    f"Fewest in-sync replicas a primary accepts writes with (1..{MAX_REPLICAS};"
-                    " default 2, at most --replicas)."
-                ),
-            ),
-        ]
-        for option in reversed(options):
-            f = option(f)
-        return f
-
-    return apply
+        ),
+    )
 
 
 def _print_zone(z: driver_pb2.Zone, verb: str) -> None:
