@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Generic, TypeVar
 
-from placement.core.model import Peers
+from placement.core.model import PartitionScoped, Peers
 from placement.core.names import validate_name, validate_partition
 from placement.errors import InvalidInput
 
@@ -94,18 +94,6 @@ class RetireOutcome(Enum):
     RETIRED = "retired"
     KEPT = "kept"
     RETIRE_STALE = "retire_stale"
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionScoped:
-    """About one partition: ``zone``, ``partition`` (the first fields) and their ``key``."""
-
-    zone: str
-    partition: int
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.zone, self.partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,15 +231,15 @@ def validate_request(request: MoveRequest, me: str) -> None:
         )
 
 
-def fresh_record(request: MoveRequest) -> PartitionRecord:
-    """The record of a partition this agent has never heard of: nothing accepted, on ``old``."""
+def fresh_record(request: PartitionScoped, config: Peers) -> PartitionRecord:
+    """The record of a partition this agent has never heard of: nothing accepted, on ``config``."""
     return PartitionRecord(
         zone=request.zone,
         partition=request.partition,
         accepted_revision=0,
         accepted_epoch=0,
         cancelled_revision=0,
-        config=request.old_peers,
+        config=config,
         move=None,
         hosted=False,
     )
@@ -259,7 +247,7 @@ def fresh_record(request: MoveRequest) -> PartitionRecord:
 
 def _record_for(record: PartitionRecord | None, request: MoveRequest) -> PartitionRecord:
     if record is None:
-        return fresh_record(request)
+        return fresh_record(request, request.old_peers)
     if record.key != request.key:
         raise ValueError(f"record {record.key} does not belong to request {request.key}")
     return record
@@ -430,16 +418,7 @@ def on_retire(
     """
     validate_retire(request)
     if record is None:
-        record = PartitionRecord(
-            zone=request.zone,
-            partition=request.partition,
-            accepted_revision=0,
-            accepted_epoch=0,
-            cancelled_revision=0,
-            config=request.stable_peers,
-            move=None,
-            hosted=False,
-        )
+        record = fresh_record(request, request.stable_peers)
     elif record.key != request.key:
         raise ValueError(f"record {record.key} does not belong to request {request.key}")
     s, e = request.revision, request.epoch

@@ -45,7 +45,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from placement.algo.place import place
-from placement.core.model import Node, Peers, ZoneSpec
+from placement.core.model import Node, PartitionScoped, Peers, ZoneSpec
 from placement.driver.datanodes import advance, matching_nodes
 from placement.driver.leases import LeaseConfig, corrupt_isrs, plan_primaries
 from placement.errors import InvalidInput
@@ -290,20 +290,14 @@ class ApplyTriggers:
 
 
 @dataclass(frozen=True, slots=True)
-class Drive:
+class Drive(PartitionScoped):
     """Send Rebalance (or CancelRebalance when ``cancel``) ``old -> new`` for pending
     ``revision`` to every member of old ∪ new, until the agents' answers let it finish."""
 
-    zone: str
-    partition: int
     old: Peers
     new: Peers
     revision: int
     cancel: bool = False
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.zone, self.partition)
 
 
 @dataclass(frozen=True, slots=True)
