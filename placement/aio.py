@@ -1,5 +1,5 @@
-"""The one way to race asyncio work and to stop on SIGTERM/SIGINT (design/architecture.md, "One of
-each")."""
+"""The one way to race asyncio work, to cancel a task and wait for it, and to stop on
+SIGTERM/SIGINT (design/architecture.md, "One of each")."""
 
 from __future__ import annotations
 
@@ -24,6 +24,16 @@ async def first_done(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return tasks
+
+
+async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
+    """Cancels ``task`` (nothing when None) and waits until it has ended; its cancellation is not
+    re-raised here (an error it ended with is)."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 @contextlib.contextmanager

@@ -16,7 +16,6 @@ A failed commit leaves memory and disk possibly disagreeing, so the agent fail-s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from placement.aio import cancel_and_wait
 from placement.errors import InvalidInput, PlacementError
 from placement.metastore.codec import MoveReport
 from placement.rpc import StatusTable, answer, pb_enum_values
@@ -176,9 +176,7 @@ class ReplicaAgent:
             if running is None or running[0] != effect.revision:
                 continue
             del self._tasks[key]
-            running[1].cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running[1]
+            await cancel_and_wait(running[1])
 
     def _start_catch_ups(self, effects: tuple[Effect, ...]) -> None:
         for effect in effects:

@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from placement.aio import first_done
+from placement.aio import cancel_and_wait, first_done
 from placement.core.model import Peers
 from placement.core.retry import Clock, RetryPolicy, Sleep, retry
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
@@ -222,9 +222,7 @@ class Driver:
                 attempt = 0
                 await self._term(leadership)
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await cancel_and_wait(watcher)
 
     async def _term(self, leadership: Leadership) -> None:
         self._leadership = leadership

@@ -38,6 +38,7 @@ from typing import Any, Literal, TypeAlias
 
 from aetcd import rpc
 
+from placement.aio import cancel_and_wait
 from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, RetryPolicy, Rng, Sleep
 from placement.errors import Compacted, InvalidInput, PlacementError, StoreUnavailable
@@ -642,10 +643,7 @@ class Lease(Losable):
         self._stopping = True
         task, self._task = self._task, None
         self._client._leases.discard(self)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def revoke(self) -> None:
         """Stop refreshing and revoke: etcd deletes every key attached to the lease."""
@@ -963,6 +961,4 @@ async def _events_until(
                     else:
                         state.pop(event.kv.key, None)
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)

@@ -21,7 +21,6 @@ backoff) -> ``SYNCED``; ``CLOSED`` is final.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Self
 
+from placement.aio import cancel_and_wait
 from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, Sleep
 from placement.errors import Compacted, PlacementError, StoreUnavailable
@@ -126,10 +126,7 @@ class ListWatch(AsyncClosing):
     async def close(self) -> None:
         self.state = WatchState.CLOSED
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         async with self._changed:
             self._changed.notify_all()
 
