@@ -10,18 +10,27 @@ health service and reflection are set in one place (and credentials, once the pr
 * **Servers** come from :func:`bind_server` (bind first, so a taken address fails before any state
   is touched; ``SO_REUSEPORT`` off, so a second process cannot share the port silently) and
   :func:`start_server` (health, reflection, every service SERVING).
+* **Enums** of the domain map to protobuf enums by member name (:func:`pb_enum_values`).
+* **Errors** of a servicer's domain become status codes through a :data:`StatusTable` and
+  :func:`answer` / :func:`abort` (the message is the error's text).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from enum import Enum
+from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from placement.errors import InvalidInput
+from placement.errors import InvalidInput, PlacementError
+
+T = TypeVar("T")
+E = TypeVar("E", bound=Enum)
+V_co = TypeVar("V_co", covariant=True)
 
 #: Largest message a channel or server accepts (scan and snapshot pages stay far below it).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -136,3 +145,53 @@ async def start_server(
     health_servicer = await add_health(server, services)
     await server.start()
     return health_servicer
+
+
+#: Domain error types and the status code each becomes; the first match wins.
+StatusTable: TypeAlias = Sequence[tuple[type[PlacementError], grpc.StatusCode]]
+
+
+def status_of(
+    error: PlacementError, table: StatusTable, default: grpc.StatusCode
+) -> grpc.StatusCode:
+    """The code of the first entry of ``table`` that ``error`` is an instance of, or ``default``."""
+    for kind, code in table:
+        if isinstance(error, kind):
+            return code
+    return default
+
+
+async def abort(
+    context: grpc.aio.ServicerContext[Any, Any],
+    error: PlacementError,
+    table: StatusTable,
+    default: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
+) -> NoReturn:
+    """Ends the call with ``error``'s status code (:func:`status_of`) and text."""
+    await context.abort(status_of(error, table, default), str(error))
+    raise AssertionError("unreachable: context.abort raises")
+
+
+async def answer(
+    context: grpc.aio.ServicerContext[Any, Any],
+    work: Awaitable[T],
+    table: StatusTable,
+    default: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
+) -> T:
+    """``await work``; a :class:`PlacementError` ends the call through :func:`abort`."""
+    try:
+        return await work
+    except PlacementError as e:
+        await abort(context, e, table, default)
+
+
+class PbEnum(Protocol[V_co]):
+    """A generated protobuf enum (its ``Value(name)``)."""
+
+    def Value(self, name: str) -> V_co: ...
+
+
+def pb_enum_values(domain: type[E], pb_enum: PbEnum[V_co], prefix: str = "") -> dict[E, V_co]:
+    """Every member of ``domain`` -> the value of ``pb_enum`` named ``prefix + member.name`` (a
+    member without one fails on import)."""
+    return {member: pb_enum.Value(prefix + member.name) for member in domain}

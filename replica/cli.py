@@ -29,7 +29,7 @@ from replica.server import serve
 PROG = "python -m replica"
 
 
-@click.command("run")
+@click.command("run", context_settings={"show_default": True})
 @click.option("--node", required=True, help="This node's name (1-64 of [A-Za-z0-9_.-]).")
 @click.option("--listen", required=True, help="HOST:PORT to serve on (port 0 = any free).")
 @click.option(
@@ -38,31 +38,23 @@ PROG = "python -m replica"
     type=click.Path(path_type=Path, file_okay=False),
     help="Directory of the agent's database (agent.db).",
 )
-@click.option(
-    "--grace", type=float, default=5.0, show_default=True, help="Seconds for in-flight RPCs."
-)
+@click.option("--grace", type=float, default=5.0, help="Seconds for in-flight RPCs.")
 @click.option("--etcd", help="etcd HOST:PORT[,...]: register this node there, run the data plane.")
-@click.option("--prefix", default="/placement", show_default=True, help="Metastore key prefix.")
+@click.option("--prefix", default="/placement", help="Metastore key prefix.")
 @click.option("--attribute", multiple=True, metavar="K=V", help="Node attribute (repeatable).")
 @click.option(
-    "--lease-ttl",
-    type=click.IntRange(min=2),
-    default=5,
-    show_default=True,
-    help="Registration lease seconds.",
+    "--lease-ttl", type=click.IntRange(min=2), default=5, help="Registration lease seconds."
 )
 @click.option(
     "--catch-up-mbps",
     type=click.FloatRange(min=0),
     default=64.0,
-    show_default=True,
     help="Catch-up bandwidth of this agent in MB/s (0 = unlimited).",
 )
 @click.option(
     "--isr-timeout",
     type=click.FloatRange(min=0.2),
     default=3.0,
-    show_default=True,
     help="Seconds a replica may stay silent before its primary drops it from the in-sync set.",
 )
 def run(

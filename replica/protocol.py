@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Generic, TypeVar
 
-from placement.core.model import Peers
+from placement.core.model import PartitionScoped, Peers
 from placement.core.names import validate_name, validate_partition
 from placement.errors import InvalidInput
 
@@ -112,11 +112,9 @@ class Move:
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionRecord:
+class PartitionRecord(PartitionScoped):
     """Everything this agent persists for one partition; see the module docstring."""
 
-    zone: str
-    partition: int
     accepted_revision: int
     accepted_epoch: int
     cancelled_revision: int
@@ -124,40 +122,24 @@ class PartitionRecord:
     move: Move | None
     hosted: bool
 
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.zone, self.partition)
-
 
 @dataclass(frozen=True, slots=True)
-class MoveRequest:
+class MoveRequest(PartitionScoped):
     """A Rebalance or CancelRebalance request, already converted from protobuf."""
 
-    zone: str
-    partition: int
     old_peers: Peers
     new_peers: Peers
     revision: int
     epoch: int
 
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.zone, self.partition)
-
 
 @dataclass(frozen=True, slots=True)
-class RetireRequest:
+class RetireRequest(PartitionScoped):
     """A Retire request: stable is ``stable_peers`` as of etcd revision ``revision``."""
 
-    zone: str
-    partition: int
     stable_peers: Peers
     revision: int
     epoch: int
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.zone, self.partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,15 +231,15 @@ def validate_request(request: MoveRequest, me: str) -> None:
         )
 
 
-def fresh_record(request: MoveRequest) -> PartitionRecord:
-    """The record of a partition this agent has never heard of: nothing accepted, on ``old``."""
+def fresh_record(request: PartitionScoped, config: Peers) -> PartitionRecord:
+    """The record of a partition this agent has never heard of: nothing accepted, on ``config``."""
     return PartitionRecord(
         zone=request.zone,
         partition=request.partition,
         accepted_revision=0,
         accepted_epoch=0,
         cancelled_revision=0,
-        config=request.old_peers,
+        config=config,
         move=None,
         hosted=False,
     )
@@ -265,7 +247,7 @@ def fresh_record(request: MoveRequest) -> PartitionRecord:
 
 def _record_for(record: PartitionRecord | None, request: MoveRequest) -> PartitionRecord:
     if record is None:
-        return fresh_record(request)
+        return fresh_record(request, request.old_peers)
     if record.key != request.key:
         raise ValueError(f"record {record.key} does not belong to request {request.key}")
     return record
@@ -436,16 +418,7 @@ def on_retire(
     """
     validate_retire(request)
     if record is None:
-        record = PartitionRecord(
-            zone=request.zone,
-            partition=request.partition,
-            accepted_revision=0,
-            accepted_epoch=0,
-            cancelled_revision=0,
-            config=request.stable_peers,
-            move=None,
-            hosted=False,
-        )
+        record = fresh_record(request, request.stable_peers)
     elif record.key != request.key:
         raise ValueError(f"record {record.key} does not belong to request {request.key}")
     s, e = request.revision, request.epoch

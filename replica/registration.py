@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from placement.aio import cancel_and_wait
 from placement.core.model import parse_pairs
 from placement.core.retry import Backoff, RetryPolicy
 from placement.errors import Conflict, NotLeader, StoreUnavailable
@@ -112,10 +113,7 @@ class Registration:
     async def stop(self) -> None:
         """Stop keeping alive and revoke the lease (the node key goes with it)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         lease, self._lease = self._lease, None
         self.registered.clear()
         if lease is not None:

@@ -10,13 +10,13 @@ close the store.
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health
 
+from placement.aio import stop_on_signals
 from placement.core.names import validate_name
 from placement.metastore.codec import NodeRecord, encode_node
 from placement.metastore.etcd import EtcdClient
@@ -178,20 +178,15 @@ async def serve(
         running.agent.reporter = registration.report
         if running.plane is not None:
             running.plane.put_owned = registration.put_owned
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
     try:
-        line = f"agent {node} listening on {running.address}"
-        if announce is None:
-            print(line, flush=True)
-        else:
-            announce(line)
-        await stop.wait()
+        with stop_on_signals(stop):
+            line = f"agent {node} listening on {running.address}"
+            if announce is None:
+                print(line, flush=True)
+            else:
+                announce(line)
+            await stop.wait()
     finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
         if registration is not None:
             await registration.stop()
         await running.stop(grace)

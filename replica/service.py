@@ -16,7 +16,6 @@ A failed commit leaves memory and disk possibly disagreeing, so the agent fail-s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,8 +23,10 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from placement.aio import cancel_and_wait
 from placement.errors import InvalidInput, PlacementError
 from placement.metastore.codec import MoveReport
+from placement.rpc import StatusTable, answer, pb_enum_values
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from replica.protocol import (
     CancelOutcome,
@@ -52,7 +53,6 @@ from replica.records import StoreThread
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 OutcomeT = TypeVar("OutcomeT")
 Key = tuple[str, int]
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
@@ -176,9 +176,7 @@ class ReplicaAgent:
             if running is None or running[0] != effect.revision:
                 continue
             del self._tasks[key]
-            running[1].cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running[1]
+            await cancel_and_wait(running[1])
 
     def _start_catch_ups(self, effects: tuple[Effect, ...]) -> None:
         for effect in effects:
@@ -241,30 +239,10 @@ def _existing(record: PartitionRecord | None) -> PartitionRecord:
     return record
 
 
-_REBALANCE_OUTCOMES: dict[RebalanceOutcome, replica_pb2.RebalanceOutcome.ValueType] = {
-    RebalanceOutcome.ACCEPTED: replica_pb2.ACCEPTED,
-    RebalanceOutcome.DONE: replica_pb2.DONE,
-    RebalanceOutcome.STALE: replica_pb2.STALE,
-    RebalanceOutcome.FAILED: replica_pb2.FAILED,
-}
-_CANCEL_OUTCOMES: dict[CancelOutcome, replica_pb2.CancelOutcome.ValueType] = {
-    CancelOutcome.CANCELLED: replica_pb2.CANCELLED,
-    CancelOutcome.NOTHING_TO_CANCEL: replica_pb2.NOTHING_TO_CANCEL,
-    CancelOutcome.ALREADY_DONE: replica_pb2.ALREADY_DONE,
-    CancelOutcome.CANCEL_STALE: replica_pb2.CANCEL_STALE,
-}
-
-_RETIRE_OUTCOMES: dict[RetireOutcome, replica_pb2.RetireOutcome.ValueType] = {
-    RetireOutcome.RETIRED: replica_pb2.RETIRED,
-    RetireOutcome.KEPT: replica_pb2.KEPT,
-    RetireOutcome.RETIRE_STALE: replica_pb2.RETIRE_STALE,
-}
-_PHASES: dict[Phase, replica_pb2.MovePhase.ValueType] = {
-    Phase.IN_PROGRESS: replica_pb2.MOVE_PHASE_IN_PROGRESS,
-    Phase.FAILED: replica_pb2.MOVE_PHASE_FAILED,
-    Phase.DONE: replica_pb2.MOVE_PHASE_DONE,
-    Phase.CANCELLED: replica_pb2.MOVE_PHASE_CANCELLED,
-}
+_REBALANCE_OUTCOMES = pb_enum_values(RebalanceOutcome, replica_pb2.RebalanceOutcome)
+_CANCEL_OUTCOMES = pb_enum_values(CancelOutcome, replica_pb2.CancelOutcome)
+_RETIRE_OUTCOMES = pb_enum_values(RetireOutcome, replica_pb2.RetireOutcome)
+_PHASES = pb_enum_values(Phase, replica_pb2.MovePhase, "MOVE_PHASE_")
 
 
 def _move_request(
@@ -289,8 +267,15 @@ def _accepted(d: Decision[Any]) -> dict[str, Any]:
     }
 
 
+#: The agent's errors as status codes (any other :class:`PlacementError` is UNAVAILABLE).
+STATUS_OF: StatusTable = (
+    (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
+    (UnknownPartition, grpc.StatusCode.NOT_FOUND),
+)
+
+
 class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
-    """Protobuf ↔ domain at the edge; errors to status codes in one place (``_call``)."""
+    """Protobuf ↔ domain at the edge; errors to status codes in one place (:data:`STATUS_OF`)."""
 
     def __init__(self, agent: ReplicaAgent) -> None:
         self._agent = agent
@@ -298,13 +283,13 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
     async def Rebalance(
         self, request: replica_pb2.RebalanceRequest, context: Context
     ) -> replica_pb2.RebalanceResponse:
-        d = await _call(context, self._agent.rebalance(_move_request(request)))
+        d = await answer(context, self._agent.rebalance(_move_request(request)), STATUS_OF)
         return replica_pb2.RebalanceResponse(outcome=_REBALANCE_OUTCOMES[d.outcome], **_accepted(d))
 
     async def CancelRebalance(
         self, request: replica_pb2.CancelRebalanceRequest, context: Context
     ) -> replica_pb2.CancelRebalanceResponse:
-        d = await _call(context, self._agent.cancel(_move_request(request)))
+        d = await answer(context, self._agent.cancel(_move_request(request)), STATUS_OF)
         return replica_pb2.CancelRebalanceResponse(
             outcome=_CANCEL_OUTCOMES[d.outcome], **_accepted(d)
         )
@@ -319,14 +304,14 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             revision=request.revision,
             epoch=request.epoch,
         )
-        d = await _call(context, self._agent.retire(retire))
+        d = await answer(context, self._agent.retire(retire), STATUS_OF)
         return replica_pb2.RetireResponse(outcome=_RETIRE_OUTCOMES[d.outcome], **_accepted(d))
 
     async def GetPartitionState(
         self, request: replica_pb2.GetPartitionStateRequest, context: Context
     ) -> replica_pb2.GetPartitionStateResponse:
         ref = request.partition
-        record = await _call(context, self._agent.state(ref.zone, ref.partition))
+        record = await answer(context, self._agent.state(ref.zone, ref.partition), STATUS_OF)
         move = record.move
         return replica_pb2.GetPartitionStateResponse(
             current_peers=common_pb2.Peers(names=record.config),
@@ -337,16 +322,3 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             detail="" if move is None else f"move of revision {move.revision}: {move.phase.value}",
             hosted=record.hosted,
         )
-
-
-async def _call(context: Context, work: Awaitable[T]) -> T:
-    """The one translation table from domain errors to gRPC status codes."""
-    try:
-        return await work
-    except InvalidInput as e:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-    except UnknownPartition as e:
-        await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
-    except PlacementError as e:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
-    raise AssertionError("unreachable: context.abort raises")

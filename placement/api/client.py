@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
+from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, RetryPolicy
 from placement.errors import InvalidInput, PlacementError
 from placement.rpc import API_PROFILE, ChannelPool
@@ -59,7 +60,7 @@ def parse_endpoints(text: str | Sequence[str]) -> tuple[str, ...]:
     return endpoints
 
 
-class PlacementClient:
+class PlacementClient(AsyncClosing):
     """``async with PlacementClient(["h:p"]) as c: await c.call(lambda s, t: s.ListZones(..))``."""
 
     def __init__(
@@ -76,12 +77,6 @@ class PlacementClient:
         self._sleep = sleep
         self._active = 0
         self._channels = ChannelPool(API_PROFILE)
-
-    async def __aenter__(self) -> PlacementClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def close(self) -> None:
         await self._channels.close()

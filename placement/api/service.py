@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 from grpc_health.v1 import health
@@ -52,7 +52,7 @@ from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_rang
 from placement.metastore.kv import Range
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome, PartitionState, ZoneRecord
-from placement.rpc import API_PROFILE, ChannelPool, add_health
+from placement.rpc import API_PROFILE, ChannelPool, StatusTable, abort, add_health
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 
 SERVICE_NAME: str = driver_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name
@@ -402,7 +402,7 @@ class PlacementAPI:
 
 # -- the gRPC edge -----------------------------------------------------------------------------
 
-STATUS_OF: tuple[tuple[type[PlacementError], grpc.StatusCode], ...] = (
+STATUS_OF: StatusTable = (
     (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
     (ZoneNotFound, grpc.StatusCode.NOT_FOUND),
     (ZoneExists, grpc.StatusCode.ALREADY_EXISTS),
@@ -412,13 +412,6 @@ STATUS_OF: tuple[tuple[type[PlacementError], grpc.StatusCode], ...] = (
     (Forward, grpc.StatusCode.UNAVAILABLE),
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
 )
-
-
-def status_of(error: PlacementError) -> grpc.StatusCode:
-    for kind, code in STATUS_OF:
-        if isinstance(error, kind):
-            return code
-    return grpc.StatusCode.INTERNAL
 
 
 def zone_pb(record: ZoneRecord) -> driver_pb2.Zone:
@@ -499,10 +492,11 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
     async def close(self) -> None:
         await self._channels.close()
 
+    @staticmethod
     async def _abort(
-        self, context: grpc.aio.ServicerContext[Any, Any], error: PlacementError
-    ) -> None:
-        await context.abort(status_of(error), str(error))
+        context: grpc.aio.ServicerContext[Any, Any], error: PlacementError
+    ) -> NoReturn:
+        await abort(context, error, STATUS_OF, grpc.StatusCode.INTERNAL)
 
     async def _run(
         self,
@@ -517,12 +511,10 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
             metadata = context.invocation_metadata() or ()
             if forward is None or e.address is None or any(m[0] == FORWARDED for m in metadata):
                 await self._abort(context, e)
-                raise AssertionError("unreachable") from e
             forwarded: Resp = await self._forward(context, e.address, forward, request)
             return forwarded
         except PlacementError as e:
             await self._abort(context, e)
-            raise AssertionError("unreachable") from e
 
     async def _forward(
         self, context: grpc.aio.ServicerContext[Any, Any], address: str, method: str, request: Any
@@ -680,18 +672,20 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
     async def PauseRebalancing(
         self, request: driver_pb2.PauseRequest, context: Any
     ) -> driver_pb2.PauseReply:
-        async def work() -> driver_pb2.PauseReply:
-            return driver_pb2.PauseReply(paused=await self.api.set_paused(True))
-
-        return await self._run(context, work, request, "PauseRebalancing")
+        return await self._set_paused(request, context, True, "PauseRebalancing")
 
     async def ResumeRebalancing(
         self, request: driver_pb2.PauseRequest, context: Any
     ) -> driver_pb2.PauseReply:
-        async def work() -> driver_pb2.PauseReply:
-            return driver_pb2.PauseReply(paused=await self.api.set_paused(False))
+        return await self._set_paused(request, context, False, "ResumeRebalancing")
 
-        return await self._run(context, work, request, "ResumeRebalancing")
+    async def _set_paused(
+        self, request: driver_pb2.PauseRequest, context: Any, paused: bool, method: str
+    ) -> driver_pb2.PauseReply:
+        async def work() -> driver_pb2.PauseReply:
+            return driver_pb2.PauseReply(paused=await self.api.set_paused(paused))
+
+        return await self._run(context, work, request, method)
 
 
 class DriverLike(Leadership, Protocol):

@@ -14,8 +14,9 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from placement.api.client import PlacementClient
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: Names of the gRPC status codes that mean "your input is wrong" (exit 2); others are exit 1.
 BAD_INPUT = frozenset(
@@ -39,6 +41,24 @@ CLI_DEADLINE = 5.0
 PIPELINE_MODULES = frozenset({"pyspark", "pandas", "pyarrow", "matplotlib"})
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def stacked(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
+    """``decorators`` as one, applied as if written one above the other in this order."""
+
+    def apply(f: F) -> F:
+        for decorate in reversed(decorators):
+            f = decorate(f)
+        return f
+
+    return apply
+
+
+def path_option(flag: str, dest: str, help: str, *, dir_okay: bool = True) -> Callable[[F], F]:
+    """A required ``--flag PATH`` option, passed as a :class:`~pathlib.Path` named ``dest``."""
+    return click.option(
+        flag, dest, required=True, type=click.Path(path_type=Path, dir_okay=dir_okay), help=help
+    )
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -93,10 +113,20 @@ def api_client(ctx: click.Context) -> PlacementClient:
     return PlacementClient(endpoints(ctx), deadline=CLI_DEADLINE)
 
 
-async def call(ctx: click.Context, method: Callable[[Any, float], Awaitable[T]]) -> T:
-    """One API call ``method(stub, timeout)``, failing over between the drivers."""
-    async with api_client(ctx) as client:
-        return await client.call(method)
+def api_call(ctx: click.Context, method: str, message: Any) -> Any:
+    """The reply of one API call ``method(message)``, failing over between the drivers; errors
+    are one line and an exit code (:func:`run`)."""
+
+    async def go() -> Any:
+        async with api_client(ctx) as client:
+            return await client.call(lambda stub, t: getattr(stub, method)(message, timeout=t))
+
+    return run(go())
+
+
+def pairs_text(pairs: Mapping[str, str]) -> str:
+    """``K=V,K=V`` in key order, or ``-`` when there are none."""
+    return ",".join(f"{k}={v}" for k, v in sorted(pairs.items())) or "-"
 
 
 def echo_json(data: Any) -> None:

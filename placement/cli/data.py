@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from placement.cli.common import echo_json, endpoints, json_option, run
+from placement.cli.common import echo_json, endpoints, json_option, run, stacked
 from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput
 
@@ -87,14 +87,22 @@ def data() -> None:
     """Read and write keys of a zone (routed to each partition's primary)."""
 
 
-@data.command("put")
-@click.argument("zone")
-@click.argument("key")
-@click.argument("value")
-@hex_option
-@deadline_option
-@json_option
-@click.pass_context
+def data_command(
+    name: str, *arguments: Callable[[Callable[..., None]], Callable[..., None]]
+) -> Callable[[Callable[..., None]], click.Command]:
+    """``placectl data NAME ZONE ARGUMENTS... [--hex] [--deadline S] [--json]``."""
+    options = stacked(
+        click.argument("zone"),
+        *arguments,
+        hex_option,
+        deadline_option,
+        json_option,
+        click.pass_context,
+    )
+    return lambda f: data.command(name)(options(f))
+
+
+@data_command("put", click.argument("key"), click.argument("value"))
 def data_put(
     ctx: click.Context,
     zone: str,
@@ -114,13 +122,7 @@ def data_put(
         click.echo(f"put {key}: index {result.index}, lease epoch {result.lease_epoch}")
 
 
-@data.command("get")
-@click.argument("zone")
-@click.argument("key")
-@hex_option
-@deadline_option
-@json_option
-@click.pass_context
+@data_command("get", click.argument("key"))
 def data_get(
     ctx: click.Context, zone: str, key: str, as_hex: bool, deadline: float, as_json: bool
 ) -> None:
@@ -136,13 +138,7 @@ def data_get(
         click.echo(show(value, as_hex))
 
 
-@data.command("delete")
-@click.argument("zone")
-@click.argument("key")
-@hex_option
-@deadline_option
-@json_option
-@click.pass_context
+@data_command("delete", click.argument("key"))
 def data_delete(
     ctx: click.Context, zone: str, key: str, as_hex: bool, deadline: float, as_json: bool
 ) -> None:
@@ -162,13 +158,7 @@ def data_delete(
         click.echo(f"deleted {key}" if result.existed else f"{key} did not exist")
 
 
-@data.command("scan")
-@click.argument("zone")
-@click.option("--prefix", default="", help="Only keys starting with this.")
-@hex_option
-@deadline_option
-@json_option
-@click.pass_context
+@data_command("scan", click.option("--prefix", default="", help="Only keys starting with this."))
 def data_scan(
     ctx: click.Context, zone: str, prefix: str, as_hex: bool, deadline: float, as_json: bool
 ) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -51,6 +50,7 @@ async def serve_driver(
     """Run one instance until SIGTERM/SIGINT; returns the exit status."""
     import asyncio
 
+    from placement.aio import first_done, stop_on_signals
     from placement.api.service import add_to_server
     from placement.driver.leases import LeaseConfig
     from placement.driver.loop import Driver, DriverConfig
@@ -76,20 +76,15 @@ async def serve_driver(
         health_servicer = await start_server(server, added)
         announce(f"driver {member_id} serving on {address}")
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        run = asyncio.create_task(driver.run(), name="driver")
-        stopped = asyncio.create_task(stop.wait())
-        try:
-            await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (run, stopped):
-                task.cancel()
-            await asyncio.gather(run, stopped, return_exceptions=True)
-            await health_servicer.enter_graceful_shutdown()
-            await server.stop(2.0)
-            await driver.agents.close()
+        with stop_on_signals(stop):
+            try:
+                run, _ = await first_done(
+                    asyncio.create_task(driver.run(), name="driver"), stop.wait()
+                )
+            finally:
+                await health_servicer.enter_graceful_shutdown()
+                await server.stop(2.0)
+                await driver.agents.close()
         if run.done() and not run.cancelled() and run.exception() is not None:
             raise run.exception()  # type: ignore[misc]
     return 0

@@ -11,17 +11,11 @@ from pathlib import Path
 
 import click
 
-from placement.cli.common import pipeline_extra
+from placement.cli.common import path_option, pipeline_extra
 from placement.metastore.keys import DEFAULT_PREFIX
 from placement.pipeline.outputs import check_target
 
-_OUT = click.option(
-    "--out",
-    "out",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Directory to write (replaced).",
-)
+_OUT = path_option("--out", "out", "Directory to write (replaced).")
 
 
 @click.group()
@@ -52,13 +46,7 @@ def export_command(endpoints: str, prefix: str, out: Path) -> None:
 
 
 @pipeline.command("report")
-@click.option(
-    "--input",
-    "input_dir",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="A directory written by `placectl pipeline export`.",
-)
+@path_option("--input", "input_dir", "A directory written by `placectl pipeline export`.")
 @_OUT
 def report_command(input_dir: Path, out: Path) -> None:
     """Rebalances per zone, durations, moves, skew over time: report.html with plots."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from placement.cli.common import pipeline_extra
+from placement.cli.common import path_option, pipeline_extra
 from placement.errors import InvalidInput
 from placement.pipeline.outputs import check_target, write_text_parts
 from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
@@ -67,20 +67,12 @@ def run_plan(
 
 
 @click.command("plan")
-@click.option(
+@path_option(
     "--input",
     "input_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Cluster snapshot JSON, or a directory written by `placectl pipeline export`.",
+    "Cluster snapshot JSON, or a directory written by `placectl pipeline export`.",
 )
-@click.option(
-    "--output",
-    "output_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Where to write the plan JSON.",
-)
+@path_option("--output", "output_path", "Where to write the plan JSON.", dir_okay=False)
 @click.option(
     "--engine",
     type=click.Choice(["local", "spark"]),
@@ -93,39 +85,26 @@ def run_plan(
     "--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."
 )
 @click.option(
-    "--add-node", multiple=True, metavar="NAME[,attr=value...]", help="What if this node joined."
+    "--add-node",
+    "add_nodes",
+    multiple=True,
+    metavar="NAME[,attr=value...]",
+    help="What if this node joined.",
 )
-@click.option("--remove-node", multiple=True, metavar="NAME", help="What if this node left.")
+@click.option(
+    "--remove-node", "remove_nodes", multiple=True, metavar="NAME", help="What if this node left."
+)
 @click.option(
     "--set-replicas", multiple=True, metavar="ZONE=R", help="What if ZONE had R replicas."
 )
 @click.option(
     "--set-partitions", multiple=True, metavar="ZONE=P", help="What if ZONE had P partitions."
 )
-def plan(
-    input_path: Path,
-    output_path: Path,
-    engine: str,
-    master: str | None,
-    spark_conf: tuple[str, ...],
-    add_node: tuple[str, ...],
-    remove_node: tuple[str, ...],
-    set_replicas: tuple[str, ...],
-    set_partitions: tuple[str, ...],
-) -> None:
+def plan(input_path: Path, output_path: Path, engine: str, **options: Any) -> None:
     """Compute the target assignment of every zone in a snapshot, with moves and balance."""
+    # the other options are run_plan's keyword arguments (Spark and what-if), named alike
     with pipeline_extra(f"placectl plan --engine {engine}"):
-        summary = run_plan(
-            input_path,
-            output_path,
-            engine=engine,
-            master=master,
-            spark_conf=spark_conf,
-            add_nodes=add_node,
-            remove_nodes=remove_node,
-            set_replicas=set_replicas,
-            set_partitions=set_partitions,
-        )
+        summary = run_plan(input_path, output_path, engine=engine, **options)
     click.echo(
         f"planned {summary['zones']} zone(s): {summary['moves']} move(s), "
         f"{summary['bytes_to_move']} byte(s) to move, node load spread "

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import api_client, call, console, echo_json, json_option, run
+from placement.cli.common import (
+    api_call,
+    api_client,
+    console,
+    echo_json,
+    json_option,
+    pairs_text,
+    run,
+)
 
 if TYPE_CHECKING:
     from placement.v1 import driver_pb2
@@ -97,7 +105,7 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
     from placement.v1 import driver_pb2
 
     request = driver_pb2.ListNodesRequest()
-    found = run(call(ctx, lambda s, t: s.ListNodes(request, timeout=t)))
+    found = api_call(ctx, "ListNodes", request)
     if as_json:
         echo_json({"nodes": [node_json(n) for n in found.nodes]})
         return
@@ -105,6 +113,5 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
 
     table = Table("node", "address", "attributes", "weight")
     for n in found.nodes:
-        attributes = ",".join(f"{k}={v}" for k, v in sorted(n.attributes.items())) or "-"
-        table.add_row(n.name, n.address, attributes, f"{n.weight:g}")
+        table.add_row(n.name, n.address, pairs_text(n.attributes), f"{n.weight:g}")
     console().print(table)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from placement.cli.common import call, run
+from placement.cli.common import api_call
 
 
 @click.group()
@@ -23,7 +23,7 @@ def rebalance_cancel(ctx: click.Context, zone_name: str, partition: int) -> None
     from placement.v1 import common_pb2
 
     request = common_pb2.PartitionRef(zone=zone_name, partition=partition)
-    reply = run(call(ctx, lambda s, t: s.CancelRebalance(request, timeout=t)))
+    reply = api_call(ctx, "CancelRebalance", request)
     click.echo(f"{'cancelled' if reply.accepted else 'not cancelled'}: {reply.detail}")
     if not reply.accepted:
         sys.exit(1)
@@ -35,7 +35,7 @@ def rebalance_pause(ctx: click.Context) -> None:
     """Pause all driving (no new moves start; in-flight ones finish)."""
     from placement.v1 import driver_pb2
 
-    run(call(ctx, lambda s, t: s.PauseRebalancing(driver_pb2.PauseRequest(), timeout=t)))
+    api_call(ctx, "PauseRebalancing", driver_pb2.PauseRequest())
     click.echo("rebalancing paused")
 
 
@@ -45,5 +45,5 @@ def rebalance_resume(ctx: click.Context) -> None:
     """Resume driving after a pause."""
     from placement.v1 import driver_pb2
 
-    run(call(ctx, lambda s, t: s.ResumeRebalancing(driver_pb2.PauseRequest(), timeout=t)))
+    api_call(ctx, "ResumeRebalancing", driver_pb2.PauseRequest())
     click.echo("rebalancing resumed")

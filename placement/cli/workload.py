@@ -4,15 +4,13 @@ acknowledged write was lost. Exit 1 when ``check`` finds a violation, 2 on bad i
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import echo_json, json_option
+from placement.cli.common import echo_json, json_option, path_option
 from placement.cli.data import with_data_client
 from placement.errors import InvalidInput
 
@@ -32,12 +30,11 @@ def workload() -> None:
     "--keys-per-writer", type=int, default=50, show_default=True, help="Keys each writer owns."
 )
 @click.option("--duration", type=float, default=30.0, show_default=True, help="Seconds to run.")
-@click.option(
+@path_option(
     "--record",
     "record_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="JSONL record of every attempt and outcome (overwritten).",
+    "JSONL record of every attempt and outcome (overwritten).",
+    dir_okay=False,
 )
 @click.option(
     "--delete-ratio", type=float, default=0.1, show_default=True, help="Share of deletes (0..1)."
@@ -60,6 +57,7 @@ def workload_run(
     every write to --record; prints acks, failures and latency."""
     import asyncio
 
+    from placement.aio import stop_on_signals
     from placement.data.workload import run_writers
 
     if not record_path.parent.is_dir():
@@ -67,10 +65,7 @@ def workload_run(
 
     async def body(client: DataClient) -> Any:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        try:
+        with stop_on_signals(stop):
             return await run_writers(
                 client,
                 zone,
@@ -82,10 +77,6 @@ def workload_run(
                 delete_ratio=delete_ratio,
                 seed=seed,
             )
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(ValueError, RuntimeError):
-                    loop.remove_signal_handler(sig)
 
     stats = with_data_client(ctx, body)
     if as_json:
@@ -101,13 +92,7 @@ def workload_run(
 
 @workload.command("check")
 @click.option("--zone", required=True, help="Zone the record was written to.")
-@click.option(
-    "--record",
-    "record_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="The JSONL record `workload run` wrote.",
-)
+@path_option("--record", "record_path", "The JSONL record `workload run` wrote.", dir_okay=False)
 @click.option(
     "--settle",
     type=float,

@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import api_client, call, console, echo_json, json_option, run
+from placement.cli.common import (
+    api_call,
+    api_client,
+    console,
+    echo_json,
+    json_option,
+    pairs_text,
+    run,
+    stacked,
+)
 from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import DEFAULT_MIN_IN_SYNC, parse_pairs
 from placement.core.zonespec import check_count, check_min_in_sync
@@ -112,44 +121,37 @@ def zone() -> None:
 
 
 def _zone_options(required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def apply(f: Callable[..., Any]) -> Callable[..., Any]:
-        options = [
-            click.option("--partitions", type=int, required=required, help="Partition count."),
-            click.option("--replicas", type=int, required=required, help="Replicas per partition."),
-            click.option(
-                "--node-selector",
-                "selector",
-                multiple=True,
-                metavar="K=V",
-                help="Only nodes with this attribute (repeatable).",
+    return stacked(
+        click.option("--partitions", type=int, required=required, help="Partition count."),
+        click.option("--replicas", type=int, required=required, help="Replicas per partition."),
+        click.option(
+            "--node-selector",
+            "selector",
+            multiple=True,
+            metavar="K=V",
+            help="Only nodes with this attribute (repeatable).",
+        ),
+        click.option("--failure-domain", help="Attribute to spread replicas over (e.g. rack)."),
+        click.option("--scale-up-delay", type=float, help="Seconds before a new node counts."),
+        click.option(
+            "--scale-down-delay", type=float, help="Seconds before a gone node is replaced."
+        ),
+        click.option(
+            "--min-in-sync",
+            type=int,
+            help=(
+                f"Fewest in-sync replicas a primary accepts writes with (1..{MAX_REPLICAS};"
+                " default 2, at most --replicas)."
             ),
-            click.option("--failure-domain", help="Attribute to spread replicas over (e.g. rack)."),
-            click.option("--scale-up-delay", type=float, help="Seconds before a new node counts."),
-            click.option(
-                "--scale-down-delay", type=float, help="Seconds before a gone node is replaced."
-            ),
-            click.option(
-                "--min-in-sync",
-                type=int,
-                help=(
-                    f"Fewest in-sync replicas a primary accepts writes with (1..{MAX_REPLICAS};"
-                    " default 2, at most --replicas)."
-                ),
-            ),
-        ]
-        for option in reversed(options):
-            f = option(f)
-        return f
-
-    return apply
+        ),
+    )
 
 
 def _print_zone(z: driver_pb2.Zone, verb: str) -> None:
     c = z.config
-    selector = ",".join(f"{k}={v}" for k, v in sorted(c.node_selector.items())) or "-"
     click.echo(
         f"zone {z.name} {verb}: partitions={c.partitions} replicas={c.replicas} "
-        f"selector={selector} failure-domain={c.failure_domain or '-'} "
+        f"selector={pairs_text(c.node_selector)} failure-domain={c.failure_domain or '-'} "
         f"scale-up-delay={c.scale_up_delay_seconds:g}s "
         f"scale-down-delay={c.scale_down_delay_seconds:g}s "
         f"min-in-sync={_min_in_sync_text(c)} (revision {z.revision})"
@@ -166,7 +168,7 @@ def zone_create(ctx: click.Context, /, name: str, **options: Any) -> None:
 
     config, _ = zone_config(**options)
     request = driver_pb2.CreateZoneRequest(name=name, config=config)
-    created = run(call(ctx, lambda s, t: s.CreateZone(request, timeout=t)))
+    created = api_call(ctx, "CreateZone", request)
     _print_zone(created, "created")
 
 
@@ -182,7 +184,7 @@ def zone_alter(ctx: click.Context, /, name: str, **options: Any) -> None:
     if not given:
         raise InvalidInput("zone alter", "no setting given", "pass e.g. --replicas 5")
     request = driver_pb2.AlterZoneRequest(name=name, config=config, update_fields=given)
-    altered = run(call(ctx, lambda s, t: s.AlterZone(request, timeout=t)))
+    altered = api_call(ctx, "AlterZone", request)
     _print_zone(altered, "altered")
 
 
@@ -194,7 +196,7 @@ def zone_drop(ctx: click.Context, name: str) -> None:
     from placement.v1 import driver_pb2
 
     request = driver_pb2.DropZoneRequest(name=name)
-    run(call(ctx, lambda s, t: s.DropZone(request, timeout=t)))
+    api_call(ctx, "DropZone", request)
     click.echo(f"zone {name} dropped")
 
 
@@ -207,7 +209,7 @@ def zone_get(ctx: click.Context, name: str, as_json: bool) -> None:
     from placement.v1 import driver_pb2
 
     request = driver_pb2.GetZoneRequest(name=name)
-    z = run(call(ctx, lambda s, t: s.GetZone(request, timeout=t)))
+    z = api_call(ctx, "GetZone", request)
     if as_json:
         echo_json(zone_json(z))
     else:
@@ -236,7 +238,7 @@ def _zone_table(zones: Sequence[driver_pb2.Zone]) -> None:
             z.name,
             str(c.partitions),
             str(c.replicas),
-            ",".join(f"{k}={v}" for k, v in sorted(c.node_selector.items())) or "-",
+            pairs_text(c.node_selector),
             c.failure_domain or "-",
             f"{c.scale_up_delay_seconds:g}s / {c.scale_down_delay_seconds:g}s",
             str(_effective_min_in_sync(c)) + ("" if c.min_in_sync else "*"),
@@ -252,7 +254,7 @@ def zone_list(ctx: click.Context, as_json: bool) -> None:
     from placement.v1 import driver_pb2
 
     request = driver_pb2.ListZonesRequest()
-    found = run(call(ctx, lambda s, t: s.ListZones(request, timeout=t)))
+    found = api_call(ctx, "ListZones", request)
     if as_json:
         echo_json({"zones": [zone_json(z) for z in found.zones]})
     else:
@@ -273,7 +275,7 @@ def zone_status(ctx: click.Context, name: str, watch: bool, interval: float, as_
         raise InvalidInput("--interval", f"{interval} is not positive", "e.g. 1")
     request = driver_pb2.GetZoneRequest(name=name)
     if not watch:
-        status = run(call(ctx, lambda s, t: s.GetZoneStatus(request, timeout=t)))
+        status = api_call(ctx, "GetZoneStatus", request)
         if as_json:
             echo_json(status_json(status))
         else:

@@ -15,6 +15,18 @@ Peers = tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionScoped:
+    """About one partition: ``zone``, ``partition`` (the first fields) and their ``key``."""
+
+    zone: str
+    partition: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.zone, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     """A node that may hold replicas: unique ``name``, selector/failure-domain ``attributes``.
 

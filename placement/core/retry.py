@@ -17,6 +17,8 @@ from typing import TypeVar
 _T = TypeVar("_T")
 Sleep = Callable[[float], Awaitable[None]]
 Rng = Callable[[], float]
+#: An injected time source in seconds (``time.time`` or ``time.monotonic`` in production).
+Clock = Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import grpc
 
 from placement.api.client import ApiError, PlacementClient, parse_endpoints
-from placement.core.retry import RetryPolicy
+from placement.core.closing import AsyncClosing
+from placement.core.retry import Clock, RetryPolicy, Rng
 from placement.data.partitioning import partition_of, validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
 from placement.rpc import DATA_PROFILE, ChannelPool
@@ -406,7 +407,7 @@ def _rpc_failure(e: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str, str | N
 DEFAULT_BACKOFF = RetryPolicy(cap=1.0)
 
 
-class DataClient:
+class DataClient(AsyncClosing):
     """``async with DataClient(["127.0.0.1:7400"]) as c: await c.put("orders", b"k", b"v")``.
 
     ``deadline`` bounds each operation (retries included); ``call_timeout`` each RPC. ``clock``
@@ -422,9 +423,9 @@ class DataClient:
         backoff: RetryPolicy = DEFAULT_BACKOFF,
         route_source: RouteSource | None = None,
         connector: Connector | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rng: Callable[[], float] = random.random,
+        rng: Rng = random.random,
     ) -> None:
         if not (deadline > 0 and call_timeout > 0):
             raise InvalidInput("deadline", "must be positive", "e.g. 15")
@@ -441,12 +442,6 @@ class DataClient:
         self._stale: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._generation = 0
-
-    async def __aenter__(self) -> DataClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def close(self) -> None:
         await self._connector.close()

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from placement.core.retry import Clock
 from placement.data.client import DataClient, ReplicaCopy
 from placement.data.partitioning import partition_of
 from placement.errors import InvalidInput, PlacementError
@@ -459,7 +460,7 @@ async def check_workload(
     record_path: Path,
     *,
     settle: float = 10.0,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> CheckResult:
     """Read the zone through the API and every stable replica directly; judge them (see the
@@ -552,7 +553,7 @@ async def run_writers(
     max_ops_per_writer: int | None = None,
     run_id: str | None = None,
     seed: int | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = time.monotonic,
 ) -> WorkloadStats:
     """Run ``writers`` sequential writers for ``duration`` seconds (or until ``stop_event`` is
     set, or each did ``max_ops_per_writer`` operations), recording every attempt and outcome to

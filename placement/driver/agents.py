@@ -52,21 +52,13 @@ class AgentClient:
         try:
             response = await getattr(self._stub(address), method)(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as e:
-            raise AgentUnavailable(f"{address}: {method}: {e.code().name} {e.details()}") from e
+            raise _unavailable(address, method, e) from e
         return AgentAnswer(
             outcomes.Name(response.outcome),
             response.accepted_revision,
             response.accepted_epoch,
             response.detail,
         )
-
-    @staticmethod
-    def _move(zone: str, partition: int, old: Peers, new: Peers) -> dict[str, Any]:
-        return {
-            "partition": common_pb2.PartitionRef(zone=zone, partition=partition),
-            "old_peers": common_pb2.Peers(names=list(old)),
-            "new_peers": common_pb2.Peers(names=list(new)),
-        }
 
     async def rebalance(
         self,
@@ -77,26 +69,19 @@ class AgentClient:
         new: Peers,
         revision: int,
         epoch: int,
+        *,
+        cancel: bool = False,
     ) -> AgentAnswer:
-        request = replica_pb2.RebalanceRequest(
-            **self._move(zone, partition, old, new), revision=revision, epoch=epoch
+        """Send ``Rebalance`` ``old -> new`` (``CancelRebalance`` of that move when ``cancel``)."""
+        method, request_type, outcomes = _CANCEL if cancel else _REBALANCE
+        request = request_type(
+            partition=common_pb2.PartitionRef(zone=zone, partition=partition),
+            old_peers=common_pb2.Peers(names=list(old)),
+            new_peers=common_pb2.Peers(names=list(new)),
+            revision=revision,
+            epoch=epoch,
         )
-        return await self._call(address, "Rebalance", request, replica_pb2.RebalanceOutcome)
-
-    async def cancel(
-        self,
-        address: str,
-        zone: str,
-        partition: int,
-        old: Peers,
-        new: Peers,
-        revision: int,
-        epoch: int,
-    ) -> AgentAnswer:
-        request = replica_pb2.CancelRebalanceRequest(
-            **self._move(zone, partition, old, new), revision=revision, epoch=epoch
-        )
-        return await self._call(address, "CancelRebalance", request, replica_pb2.CancelOutcome)
+        return await self._call(address, method, request, outcomes)
 
     async def retire(
         self,
@@ -126,7 +111,22 @@ class AgentClient:
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 return False
-            raise AgentUnavailable(
-                f"{address}: GetPartitionState: {e.code().name} {e.details()}"
-            ) from e
+            raise _unavailable(address, "GetPartitionState", e) from e
         return response.hosted
+
+
+def _unavailable(address: str, method: str, error: grpc.aio.AioRpcError) -> AgentUnavailable:
+    return AgentUnavailable(f"{address}: {method}: {error.code().name} {error.details()}")
+
+
+# (method, request message, outcome enum) of a move and of its cancellation
+_REBALANCE: tuple[str, Any, Any] = (
+    "Rebalance",
+    replica_pb2.RebalanceRequest,
+    replica_pb2.RebalanceOutcome,
+)
+_CANCEL: tuple[str, Any, Any] = (
+    "CancelRebalance",
+    replica_pb2.CancelRebalanceRequest,
+    replica_pb2.CancelOutcome,
+)

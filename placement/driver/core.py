@@ -45,7 +45,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from placement.algo.place import place
-from placement.core.model import Node, Peers, ZoneSpec
+from placement.core.model import Node, PartitionScoped, Peers, ZoneSpec
 from placement.driver.datanodes import advance, matching_nodes
 from placement.driver.leases import LeaseConfig, corrupt_isrs, plan_primaries
 from placement.errors import InvalidInput
@@ -58,14 +58,11 @@ from placement.metastore.codec import (
     MoveReport,
     NodeRecord,
     PrimaryLease,
-    decode_assignment,
-    decode_cancel,
     decode_datanodes,
     decode_isr,
     decode_node,
     decode_primary,
     decode_report,
-    decode_trigger,
     decode_zone_spec,
 )
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey
@@ -75,6 +72,7 @@ from placement.metastore.transitions import (
     PartitionState,
     TriggerAction,
     Versioned,
+    assign_versioned,
     decide_trigger,
 )
 
@@ -117,15 +115,6 @@ class ClusterView:
         """node -> report, of the nodes whose catch-up of ``revision`` ended (DONE or FAILED)."""
         found = self.reports.get((zone, partition), {})
         return {n: r for n, r in found.items() if r.revision == revision}
-
-
-_ASSIGN_DECODERS = {
-    AssignField.STABLE: decode_assignment,
-    AssignField.PENDING: decode_assignment,
-    AssignField.PLANNED: decode_assignment,
-    AssignField.CANCEL: decode_cancel,
-    AssignField.TRIGGER: decode_trigger,
-}
 
 
 class DecodeCache:
@@ -174,8 +163,7 @@ def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
         return decode_report(kv.value)
     if parsed.kind is KeyKind.ASSIGN:
         assert parsed.field is not None
-        value = _ASSIGN_DECODERS[parsed.field](kv.value)
-        return Versioned(value, kv.value, kv.mod_revision, kv.create_revision)
+        return assign_versioned(parsed.field, kv)
     return None
 
 
@@ -290,20 +278,14 @@ class ApplyTriggers:
 
 
 @dataclass(frozen=True, slots=True)
-class Drive:
+class Drive(PartitionScoped):
     """Send Rebalance (or CancelRebalance when ``cancel``) ``old -> new`` for pending
     ``revision`` to every member of old ∪ new, until the agents' answers let it finish."""
 
-    zone: str
-    partition: int
     old: Peers
     new: Peers
     revision: int
     cancel: bool = False
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.zone, self.partition)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,12 +42,13 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from placement.aio import cancel_and_wait, first_done
 from placement.core.model import Peers
-from placement.core.retry import RetryPolicy, Sleep, retry
+from placement.core.retry import Clock, RetryPolicy, Sleep, retry
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
 from placement.driver.core import (
     ClusterView,
@@ -73,9 +74,6 @@ from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome, PartitionState, TransitionResult
 
 log = logging.getLogger(__name__)
-
-
-Clock = Callable[[], float]
 
 
 @dataclass(slots=True)
@@ -224,9 +222,7 @@ class Driver:
                 attempt = 0
                 await self._term(leadership)
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await cancel_and_wait(watcher)
 
     async def _term(self, leadership: Leadership) -> None:
         self._leadership = leadership
@@ -329,16 +325,9 @@ class Driver:
             await watch.close()
 
     async def _next_snapshot(self, watch: ListWatch, snapshot: Snapshot) -> Snapshot:
-        newer = asyncio.create_task(watch.wait_newer(snapshot))
-        woken = asyncio.create_task(self._wake.wait())
-        try:
-            await asyncio.wait(
-                {newer, woken}, timeout=self.config.tick, return_when="FIRST_COMPLETED"
-            )
-        finally:
-            for task in (newer, woken):
-                task.cancel()
-            await asyncio.gather(newer, woken, return_exceptions=True)
+        newer, _ = await first_done(
+            watch.wait_newer(snapshot), self._wake.wait(), at_most=self.config.tick
+        )
         self._wake.clear()
         if newer.done() and not newer.cancelled() and newer.exception() is not None:
             raise newer.exception()  # type: ignore[misc]
@@ -463,14 +452,7 @@ class Driver:
         if reports.event.is_set():
             self.stats["report_wakeups"] += 1
             return
-        sleeper = asyncio.ensure_future(self._sleep(delay))
-        waiter = asyncio.ensure_future(reports.event.wait())
-        try:
-            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (sleeper, waiter):
-                task.cancel()
-            await asyncio.gather(sleeper, waiter, return_exceptions=True)
+        await first_done(self._sleep(delay), reports.event.wait())
         if reports.event.is_set():
             self.stats["report_wakeups"] += 1
 
@@ -559,10 +541,16 @@ class Driver:
 
     async def _send(self, drive: Drive, address: str, epoch: int) -> AgentAnswer | None:
         self.stats["rpcs"] += 1
-        call = self.agents.cancel if drive.cancel else self.agents.rebalance
         try:
-            return await call(
-                address, drive.zone, drive.partition, drive.old, drive.new, drive.revision, epoch
+            return await self.agents.rebalance(
+                address,
+                drive.zone,
+                drive.partition,
+                drive.old,
+                drive.new,
+                drive.revision,
+                epoch,
+                cancel=drive.cancel,
             )
         except AgentUnavailable as e:
             log.info("%s/%d: %s", drive.zone, drive.partition, e)
@@ -719,6 +707,24 @@ class Driver:
         if not task.cancelled() and task.exception() is not None:
             log.error("retire %s failed", key, exc_info=task.exception())
 
+    async def _until_answered(self, once: Callable[[], Awaitable[AgentAnswer]]) -> AgentAnswer:
+        """``once`` retried with ``retire_retry`` while the agent is unavailable."""
+        return await retry(
+            once,
+            policy=self.config.retire_retry,
+            retry_on=(AgentUnavailable,),
+            sleep=self._sleep,
+        )
+
+    def _registered_address(self, node: str) -> str:
+        """The node's agent address in the current view; an unregistered node is
+        :class:`AgentUnavailable` (retried like a node that does not answer)."""
+        nodes = self._view.nodes if self._view is not None else {}
+        record = nodes.get(node)
+        if record is None:
+            raise AgentUnavailable(f"{node} is not registered")
+        return record.address
+
     async def _adopt(
         self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
     ) -> None:
@@ -728,24 +734,16 @@ class Driver:
         Rebalance; best effort like a retire (the next term's sweep finds what is left)."""
 
         async def once() -> AgentAnswer:
-            nodes = self._view.nodes if self._view is not None else {}
-            record = nodes.get(node)
-            if record is None:
-                raise AgentUnavailable(f"{node} is not registered")
+            address = self._registered_address(node)
             async with self._adopt_slots:
                 answer = await self.agents.rebalance(
-                    record.address, zone, partition, stable, stable, revision, fence.epoch
+                    address, zone, partition, stable, stable, revision, fence.epoch
                 )
             if answer.outcome not in ("DONE", "STALE"):
                 raise AgentUnavailable(f"{node}: adopt {answer.outcome} {answer.detail}")
             return answer
 
-        answer = await retry(
-            once,
-            policy=self.config.retire_retry,
-            retry_on=(AgentUnavailable,),
-            sleep=self._sleep,
-        )
+        answer = await self._until_answered(once)
         if answer.outcome == "DONE":
             self.stats["adopted"] += 1
         log.debug("%s/%d: adopt on %s at %d -> %s", zone, partition, node, revision, answer.outcome)
@@ -758,21 +756,11 @@ class Driver:
         cancels it (the next term's sweep finds a replica it left behind)."""
 
         async def once() -> AgentAnswer:
-            nodes = self._view.nodes if self._view is not None else {}
-            record = nodes.get(node)
-            if record is None:
-                raise AgentUnavailable(f"{node} is not registered")
+            address = self._registered_address(node)
             self.stats["retire_rpcs"] += 1
-            return await self.agents.retire(
-                record.address, zone, partition, stable, revision, fence.epoch
-            )
+            return await self.agents.retire(address, zone, partition, stable, revision, fence.epoch)
 
-        answer = await retry(
-            once,
-            policy=self.config.retire_retry,
-            retry_on=(AgentUnavailable,),
-            sleep=self._sleep,
-        )
+        answer = await self._until_answered(once)
         if answer.outcome == "RETIRED":
             self.stats["retired"] += 1
         log.info(

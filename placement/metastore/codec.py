@@ -46,11 +46,12 @@ Pure code: no I/O, no clock.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from placement.core.model import Peers, ZoneSpec
 from placement.core.names import has_name_form
@@ -60,6 +61,7 @@ from placement.errors import InvalidInput
 SCHEMA_VERSION = 1
 #: Largest revision/epoch/timestamp we encode: etcd revisions are int64.
 MAX_INT = 2**63 - 1
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,11 @@ def _check_int(name: str, value: int, low: int = 0) -> int:
     return value
 
 
+def _ints(value: object, *names: str) -> dict[str, int]:
+    """The int fields ``names`` of ``value``, each checked by :func:`_check_int`."""
+    return {name: _check_int(name, getattr(value, name)) for name in names}
+
+
 def validate_peers(peers: Peers, name: str = "peers", *, allow_empty: bool = False) -> Peers:
     """Return ``peers`` as a tuple if they are distinct valid node names, else raise."""
     if isinstance(peers, str | bytes) or not isinstance(peers, tuple | list):
@@ -144,6 +151,20 @@ def validate_peers(peers: Peers, name: str = "peers", *, allow_empty: bool = Fal
 
 class _Bad(Exception):
     """Internal: a decoding problem, turned into :class:`Corrupt` at the public boundary."""
+
+
+def _decoder(decode: Callable[[bytes], T]) -> Callable[[bytes], T | Corrupt]:
+    """The public decoder of ``decode``: a problem it raises (:class:`_Bad`, or a value failing
+    validation) is returned as :class:`Corrupt` with ``raw`` and the reason."""
+
+    @functools.wraps(decode)
+    def decoded(raw: bytes) -> T | Corrupt:
+        try:
+            return decode(raw)
+        except (_Bad, InvalidInput) as e:
+            return Corrupt(raw, str(e))
+
+    return decoded
 
 
 def _load_object(raw: bytes, keys: frozenset[str]) -> dict[str, Any]:
@@ -209,24 +230,20 @@ def encode_assignment(value: Assignment) -> bytes:
         {
             "v": SCHEMA_VERSION,
             "peers": list(validate_peers(value.peers)),
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
-            "trigger": _check_int("trigger", value.trigger),
+            **_ints(value, "epoch", "ts", "trigger"),
         }
     )
 
 
-def decode_assignment(raw: bytes) -> Assignment | Corrupt:
-    try:
-        obj = _load_object(raw, _ASSIGNMENT_KEYS)
-        return Assignment(
-            peers=_peers(obj, "peers"),
-            epoch=_int(obj, "epoch"),
-            ts=_int(obj, "ts"),
-            trigger=_int(obj, "trigger"),
-        )
-    except _Bad as e:
-        return Corrupt(raw, str(e))
+@_decoder
+def decode_assignment(raw: bytes) -> Assignment:
+    obj = _load_object(raw, _ASSIGNMENT_KEYS)
+    return Assignment(
+        peers=_peers(obj, "peers"),
+        epoch=_int(obj, "epoch"),
+        ts=_int(obj, "ts"),
+        trigger=_int(obj, "trigger"),
+    )
 
 
 # -- cancel ------------------------------------------------------------------------------------
@@ -242,27 +259,24 @@ def encode_cancel(value: CancelIntent) -> bytes:
             "old": list(validate_peers(value.old, "old", allow_empty=True)),
             "new": list(validate_peers(value.new, "new", allow_empty=True)),
             "pending_revision": _check_int("pending_revision", value.pending_revision, 1),
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
+            **_ints(value, "epoch", "ts"),
         }
     )
 
 
-def decode_cancel(raw: bytes) -> CancelIntent | Corrupt:
-    try:
-        obj = _load_object(raw, _CANCEL_KEYS)
-        pending_revision = _int(obj, "pending_revision")
-        if pending_revision < 1:
-            raise _Bad("pending_revision must be >= 1")
-        return CancelIntent(
-            old=_peers(obj, "old", allow_empty=True),
-            new=_peers(obj, "new", allow_empty=True),
-            pending_revision=pending_revision,
-            epoch=_int(obj, "epoch"),
-            ts=_int(obj, "ts"),
-        )
-    except _Bad as e:
-        return Corrupt(raw, str(e))
+@_decoder
+def decode_cancel(raw: bytes) -> CancelIntent:
+    obj = _load_object(raw, _CANCEL_KEYS)
+    pending_revision = _int(obj, "pending_revision")
+    if pending_revision < 1:
+        raise _Bad("pending_revision must be >= 1")
+    return CancelIntent(
+        old=_peers(obj, "old", allow_empty=True),
+        new=_peers(obj, "new", allow_empty=True),
+        pending_revision=pending_revision,
+        epoch=_int(obj, "epoch"),
+        ts=_int(obj, "ts"),
+    )
 
 
 # -- change trigger ----------------------------------------------------------------------------
@@ -283,24 +297,21 @@ def encode_trigger(value: TriggerMark) -> bytes:
     suffix = _dumps(
         {
             "v": SCHEMA_VERSION,
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
+            **_ints(value, "epoch", "ts"),
         }
     )
     return be8(value.revision) + suffix
 
 
-def decode_trigger(raw: bytes) -> TriggerMark | Corrupt:
+@_decoder
+def decode_trigger(raw: bytes) -> TriggerMark:
     if len(raw) < 9:
-        return Corrupt(raw, "shorter than 8-byte revision plus suffix")
+        raise _Bad("shorter than 8-byte revision plus suffix")
     revision = int.from_bytes(raw[:8], "big")
     if revision > MAX_INT:
-        return Corrupt(raw, "revision out of int64 range")
-    try:
-        obj = _load_object(raw[8:], _TRIGGER_SUFFIX_KEYS)
-        return TriggerMark(revision=revision, epoch=_int(obj, "epoch"), ts=_int(obj, "ts"))
-    except _Bad as e:
-        return Corrupt(raw, str(e))
+        raise _Bad("revision out of int64 range")
+    obj = _load_object(raw[8:], _TRIGGER_SUFFIX_KEYS)
+    return TriggerMark(revision=revision, epoch=_int(obj, "epoch"), ts=_int(obj, "ts"))
 
 
 def trigger_is_older(stored_raw: bytes, new_revision: int) -> bool:
@@ -348,28 +359,24 @@ def _load_zone_object(raw: bytes) -> dict[str, Any]:
     raise error
 
 
-def decode_zone_spec(raw: bytes) -> ZoneSpec | Corrupt:
-    try:
-        obj = _load_zone_object(raw)
-        name, domain = obj["name"], obj["failure_domain"]
-        if not isinstance(name, str) or not (domain is None or isinstance(domain, str)):
-            raise _Bad("name/failure_domain have the wrong type")
-        spec = ZoneSpec(
-            name=name,
-            partitions=_int(obj, "partitions"),
-            replicas=_int(obj, "replicas"),
-            node_selector=_str_map(obj, "node_selector"),
-            failure_domain=domain,
-            scale_up_delay=_float(obj, "scale_up_delay"),
-            scale_down_delay=_float(obj, "scale_down_delay"),
-            min_in_sync=_int(obj, "min_in_sync") if "min_in_sync" in obj else None,
-        )
-        validate_zone_spec(spec)
-        return spec
-    except _Bad as e:
-        return Corrupt(raw, str(e))
-    except InvalidInput as e:
-        return Corrupt(raw, str(e))
+@_decoder
+def decode_zone_spec(raw: bytes) -> ZoneSpec:
+    obj = _load_zone_object(raw)
+    name, domain = obj["name"], obj["failure_domain"]
+    if not isinstance(name, str) or not (domain is None or isinstance(domain, str)):
+        raise _Bad("name/failure_domain have the wrong type")
+    spec = ZoneSpec(
+        name=name,
+        partitions=_int(obj, "partitions"),
+        replicas=_int(obj, "replicas"),
+        node_selector=_str_map(obj, "node_selector"),
+        failure_domain=domain,
+        scale_up_delay=_float(obj, "scale_up_delay"),
+        scale_down_delay=_float(obj, "scale_down_delay"),
+        min_in_sync=_int(obj, "min_in_sync") if "min_in_sync" in obj else None,
+    )
+    validate_zone_spec(spec)
+    return spec
 
 
 # -- node record -------------------------------------------------------------------------------
@@ -400,21 +407,19 @@ def encode_node(record: NodeRecord) -> bytes:
     )
 
 
-def decode_node(raw: bytes) -> NodeRecord | Corrupt:
-    try:
-        obj = _load_object(raw, _NODE_KEYS)
-        name, address, weight = obj["name"], obj["address"], obj["weight"]
-        if not has_name_form(name):
-            raise _Bad("name is not a valid node name")
-        if not isinstance(address, str) or not address:
-            raise _Bad("address is not a non-empty string")
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise _Bad("weight is not a number")
-        if not math.isfinite(weight) or weight <= 0:
-            raise _Bad("weight is not positive")
-        return NodeRecord(name, address, _str_map(obj, "attributes"), float(weight))
-    except _Bad as e:
-        return Corrupt(raw, str(e))
+@_decoder
+def decode_node(raw: bytes) -> NodeRecord:
+    obj = _load_object(raw, _NODE_KEYS)
+    name, address, weight = obj["name"], obj["address"], obj["weight"]
+    if not has_name_form(name):
+        raise _Bad("name is not a valid node name")
+    if not isinstance(address, str) or not address:
+        raise _Bad("address is not a non-empty string")
+    if isinstance(weight, bool) or not isinstance(weight, int | float):
+        raise _Bad("weight is not a number")
+    if not math.isfinite(weight) or weight <= 0:
+        raise _Bad("weight is not positive")
+    return NodeRecord(name, address, _str_map(obj, "attributes"), float(weight))
 
 
 # -- data nodes of a zone ----------------------------------------------------------------------
@@ -460,25 +465,22 @@ def encode_datanodes(value: DataNodes) -> bytes:
             "down_since": (
                 None if value.down_since is None else _check_int("down_since", value.down_since)
             ),
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
+            **_ints(value, "epoch", "ts"),
         }
     )
 
 
-def decode_datanodes(raw: bytes) -> DataNodes | Corrupt:
-    try:
-        obj = _load_object(raw, _DATANODES_KEYS)
-        return DataNodes(
-            applied=tuple(sorted(_peers(obj, "applied", allow_empty=True))),
-            observed=tuple(sorted(_peers(obj, "observed", allow_empty=True))),
-            up_since=_opt_int(obj, "up_since"),
-            down_since=_opt_int(obj, "down_since"),
-            epoch=_int(obj, "epoch"),
-            ts=_int(obj, "ts"),
-        )
-    except _Bad as e:
-        return Corrupt(raw, str(e))
+@_decoder
+def decode_datanodes(raw: bytes) -> DataNodes:
+    obj = _load_object(raw, _DATANODES_KEYS)
+    return DataNodes(
+        applied=tuple(sorted(_peers(obj, "applied", allow_empty=True))),
+        observed=tuple(sorted(_peers(obj, "observed", allow_empty=True))),
+        up_since=_opt_int(obj, "up_since"),
+        down_since=_opt_int(obj, "down_since"),
+        epoch=_int(obj, "epoch"),
+        ts=_int(obj, "ts"),
+    )
 
 
 # -- primary lease -----------------------------------------------------------------------------
@@ -510,25 +512,19 @@ def encode_primary(value: PrimaryLease) -> bytes:
             "v": SCHEMA_VERSION,
             "node": node,
             "lease_epoch": _check_int("lease_epoch", value.lease_epoch, 1),
-            "expiry": _check_int("expiry", value.expiry),
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
+            **_ints(value, "expiry", "epoch", "ts"),
         }
     )
 
 
-def decode_primary(raw: bytes) -> PrimaryLease | Corrupt:
-    try:
-        obj = _load_object(raw, _PRIMARY_KEYS)
-        (node,) = _peers({"node": [obj["node"]]}, "node")
-        lease_epoch = _int(obj, "lease_epoch")
-        if lease_epoch < 1:
-            raise _Bad("lease_epoch must be >= 1")
-        return PrimaryLease(
-            node, lease_epoch, _int(obj, "expiry"), _int(obj, "epoch"), _int(obj, "ts")
-        )
-    except _Bad as e:
-        return Corrupt(raw, str(e))
+@_decoder
+def decode_primary(raw: bytes) -> PrimaryLease:
+    obj = _load_object(raw, _PRIMARY_KEYS)
+    (node,) = _peers({"node": [obj["node"]]}, "node")
+    lease_epoch = _int(obj, "lease_epoch")
+    if lease_epoch < 1:
+        raise _Bad("lease_epoch must be >= 1")
+    return PrimaryLease(node, lease_epoch, _int(obj, "expiry"), _int(obj, "epoch"), _int(obj, "ts"))
 
 
 # -- leader record (the election value) ----------------------------------------------------------
@@ -576,21 +572,13 @@ _CONTROL_KEYS = frozenset({"v", "epoch", "ts"})
 
 
 def encode_control(value: ControlMark) -> bytes:
-    return _dumps(
-        {
-            "v": SCHEMA_VERSION,
-            "epoch": _check_int("epoch", value.epoch),
-            "ts": _check_int("ts", value.ts),
-        }
-    )
+    return _dumps({"v": SCHEMA_VERSION, **_ints(value, "epoch", "ts")})
 
 
-def decode_control(raw: bytes) -> ControlMark | Corrupt:
-    try:
-        obj = _load_object(raw, _CONTROL_KEYS)
-        return ControlMark(_int(obj, "epoch"), _int(obj, "ts"))
-    except _Bad as e:
-        return Corrupt(raw, str(e))
+@_decoder
+def decode_control(raw: bytes) -> ControlMark:
+    obj = _load_object(raw, _CONTROL_KEYS)
+    return ControlMark(_int(obj, "epoch"), _int(obj, "ts"))
 
 
 # -- move reports (agent -> driver push) -------------------------------------------------------
@@ -621,8 +609,7 @@ def encode_report(value: MoveReport) -> bytes:
     return _dumps(
         {
             "v": SCHEMA_VERSION,
-            "revision": _check_int("revision", value.revision),
-            "epoch": _check_int("epoch", value.epoch),
+            **_ints(value, "revision", "epoch"),
             "phase": value.phase,
             "detail": value.detail,
             "ts": _check_int("ts", value.ts),
@@ -630,17 +617,15 @@ def encode_report(value: MoveReport) -> bytes:
     )
 
 
-def decode_report(raw: bytes) -> MoveReport | Corrupt:
-    try:
-        obj = _load_object(raw, _REPORT_KEYS)
-        phase, detail = obj["phase"], obj["detail"]
-        if phase not in REPORT_PHASES:
-            raise _Bad(f"phase {phase!r} is not DONE or FAILED")
-        if not isinstance(detail, str):
-            raise _Bad("detail is not a string")
-        return MoveReport(_int(obj, "revision"), _int(obj, "epoch"), phase, detail, _int(obj, "ts"))
-    except _Bad as e:
-        return Corrupt(raw, str(e))
+@_decoder
+def decode_report(raw: bytes) -> MoveReport:
+    obj = _load_object(raw, _REPORT_KEYS)
+    phase, detail = obj["phase"], obj["detail"]
+    if phase not in REPORT_PHASES:
+        raise _Bad(f"phase {phase!r} is not DONE or FAILED")
+    if not isinstance(detail, str):
+        raise _Bad("detail is not a string")
+    return MoveReport(_int(obj, "revision"), _int(obj, "epoch"), phase, detail, _int(obj, "ts"))
 
 
 # -- in-sync sets and replica sizes (data plane) -----------------------------------------------
@@ -677,16 +662,14 @@ def encode_isr(value: InSyncSet) -> bytes:
     )
 
 
-def decode_isr(raw: bytes) -> InSyncSet | Corrupt:
-    try:
-        obj = _load_object(raw, _ISR_KEYS)
-        members = _peers(obj, "members")
-        primary = obj["primary"]
-        if not isinstance(primary, str) or primary not in members:
-            raise _Bad("primary is not one of members")
-        return InSyncSet(tuple(sorted(members)), primary, _int(obj, "lease_epoch"), _int(obj, "ts"))
-    except _Bad as e:
-        return Corrupt(raw, str(e))
+@_decoder
+def decode_isr(raw: bytes) -> InSyncSet:
+    obj = _load_object(raw, _ISR_KEYS)
+    members = _peers(obj, "members")
+    primary = obj["primary"]
+    if not isinstance(primary, str) or primary not in members:
+        raise _Bad("primary is not one of members")
+    return InSyncSet(tuple(sorted(members)), primary, _int(obj, "lease_epoch"), _int(obj, "ts"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -703,19 +686,10 @@ _SIZE_KEYS = frozenset({"v", "bytes", "keys", "ts"})
 
 
 def encode_size(value: ReplicaSize) -> bytes:
-    return _dumps(
-        {
-            "v": SCHEMA_VERSION,
-            "bytes": _check_int("bytes", value.bytes),
-            "keys": _check_int("keys", value.keys),
-            "ts": _check_int("ts", value.ts),
-        }
-    )
+    return _dumps({"v": SCHEMA_VERSION, **_ints(value, "bytes", "keys", "ts")})
 
 
-def decode_size(raw: bytes) -> ReplicaSize | Corrupt:
-    try:
-        obj = _load_object(raw, _SIZE_KEYS)
-        return ReplicaSize(_int(obj, "bytes"), _int(obj, "keys"), _int(obj, "ts"))
-    except _Bad as e:
-        return Corrupt(raw, str(e))
+@_decoder
+def decode_size(raw: bytes) -> ReplicaSize:
+    obj = _load_object(raw, _SIZE_KEYS)
+    return ReplicaSize(_int(obj, "bytes"), _int(obj, "keys"), _int(obj, "ts"))

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 
+from placement.aio import cancel_and_wait
 from placement.errors import Compacted, NotLeader, StoreUnavailable
 from placement.metastore.etcd import EtcdClient, Lease, Losable
 from placement.metastore.keys import KeySpace, prefix_range_end
@@ -63,9 +64,7 @@ class Leadership(Losable):
 
     async def _stop_monitor(self) -> None:
         if self._monitor is not asyncio.current_task():
-            self._monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._monitor
+            await cancel_and_wait(self._monitor)
 
     async def _watch_loss(self) -> None:
         lease_lost = asyncio.create_task(self.lease.wait_lost())

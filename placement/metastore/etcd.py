@@ -34,11 +34,12 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal, TypeAlias
 
 from aetcd import rpc
 
+from placement.aio import cancel_and_wait
+from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, RetryPolicy, Rng, Sleep
 from placement.errors import Compacted, InvalidInput, PlacementError, StoreUnavailable
 from placement.metastore.keys import prefix_range_end
@@ -183,10 +184,15 @@ _CMP_RESULT = {
 }
 
 
+def _ranged(msg: Any, range_end: bytes | None) -> Any:
+    """``msg`` with its ``range_end`` set when there is one (none: the one key)."""
+    if range_end is not None:
+        msg.range_end = range_end
+    return msg
+
+
 def _compare_pb(c: Compare) -> Any:
-    msg = rpc.Compare(key=c.key, result=_CMP_RESULT[c.op])
-    if c.range_end is not None:
-        msg.range_end = c.range_end
+    msg = _ranged(rpc.Compare(key=c.key, result=_CMP_RESULT[c.op]), c.range_end)
     operand = checked_operand(c)
     if isinstance(operand, bytes):
         msg.target = rpc.Compare.VALUE
@@ -207,36 +213,11 @@ def _compare_pb(c: Compare) -> Any:
     return msg
 
 
-def _range_pb(
-    key: bytes,
-    range_end: bytes | None,
-    *,
-    revision: int = 0,
-    limit: int = 0,
-    keys_only: bool = False,
-    sort_target: str = "key",
-    descending: bool = False,
-    max_create_revision: int = 0,
-    serializable: bool = False,
-) -> Any:
-    msg = rpc.RangeRequest(
-        key=key,
-        revision=revision,
-        limit=limit,
-        keys_only=keys_only,
-        serializable=serializable,
-        max_create_revision=max_create_revision,
-    )
-    if range_end is not None:
-        msg.range_end = range_end
-    if sort_target != "key" or descending:
-        msg.sort_target = {
-            "key": rpc.RangeRequest.KEY,
-            "create": rpc.RangeRequest.CREATE,
-            "mod": rpc.RangeRequest.MOD,
-        }[sort_target]
-        msg.sort_order = rpc.RangeRequest.DESCEND if descending else rpc.RangeRequest.ASCEND
-    return msg
+_SORT_TARGETS = {
+    "key": rpc.RangeRequest.KEY,
+    "create": rpc.RangeRequest.CREATE,
+    "mod": rpc.RangeRequest.MOD,
+}
 
 
 def _op_pb(op: Op) -> Any:
@@ -248,13 +229,10 @@ def _op_pb(op: Op) -> Any:
         )
     if isinstance(op, Delete):
         req = rpc.DeleteRangeRequest(key=op.key, prev_kv=op.prev_kv)
-        if op.range_end is not None:
-            req.range_end = op.range_end
-        return rpc.RequestOp(request_delete_range=req)
+        return rpc.RequestOp(request_delete_range=_ranged(req, op.range_end))
     if isinstance(op, Get):
-        return rpc.RequestOp(
-            request_range=_range_pb(op.key, op.range_end, limit=op.limit, keys_only=op.keys_only)
-        )
+        get = rpc.RangeRequest(key=op.key, limit=op.limit, keys_only=op.keys_only)
+        return rpc.RequestOp(request_range=_ranged(get, op.range_end))
     return rpc.RequestOp(request_txn=_txn_pb(op))
 
 
@@ -344,7 +322,7 @@ class _Endpoint:
         self.watch: Any = rpc.WatchStub(self.channel)
 
 
-class EtcdClient:
+class EtcdClient(AsyncClosing):
     """An asyncio etcd v3 client over one or several endpoints (one cluster).
 
     Use as ``async with EtcdClient(["127.0.0.1:2379"]) as client: ...`` or call :meth:`close`.
@@ -385,17 +363,6 @@ class EtcdClient:
     @property
     def active_endpoint(self) -> str:
         return self._targets[self._active]
-
-    async def __aenter__(self) -> EtcdClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Stop lease keep-alives (without revoking), close watches and channels."""
@@ -479,17 +446,18 @@ class EtcdClient:
 
         Raises :class:`Compacted` when ``revision`` is compacted, :class:`StoreUnavailable`.
         """
-        request = _range_pb(
-            key,
-            range_end,
+        request = rpc.RangeRequest(
+            key=key,
             revision=revision,
             limit=limit,
             keys_only=keys_only,
-            sort_target=sort_target,
-            descending=descending,
-            max_create_revision=max_create_revision,
             serializable=serializable,
+            max_create_revision=max_create_revision,
         )
+        _ranged(request, range_end)
+        if sort_target != "key" or descending:
+            request.sort_target = _SORT_TARGETS[sort_target]
+            request.sort_order = rpc.RangeRequest.DESCEND if descending else rpc.RangeRequest.ASCEND
         response = await self._unary(
             "range", "kv", "Range", request, idempotent=True, revision=revision
         )
@@ -528,9 +496,7 @@ class EtcdClient:
         return int(response.header.revision)
 
     async def delete(self, key: bytes, range_end: bytes | None = None) -> DeleteResult:
-        request = rpc.DeleteRangeRequest(key=key)
-        if range_end is not None:
-            request.range_end = range_end
+        request = _ranged(rpc.DeleteRangeRequest(key=key), range_end)
         response = await self._unary("delete", "kv", "DeleteRange", request, idempotent=False)
         return DeleteResult(int(response.header.revision), int(response.deleted))
 
@@ -679,10 +645,7 @@ class Lease(Losable):
         self._stopping = True
         task, self._task = self._task, None
         self._client._leases.discard(self)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def revoke(self) -> None:
         """Stop refreshing and revoke: etcd deletes every key attached to the lease."""
@@ -737,7 +700,7 @@ class _StreamBroken(Exception):
     """Internal: the watch stream ended without an error status."""
 
 
-class Watch:
+class Watch(AsyncClosing):
     """An ordered, resumable stream of :class:`WatchBatch` for one key range.
 
     * Opened on the raw ``Watch`` bidi stream with ``hasleader: true`` metadata, so a member without
@@ -778,17 +741,6 @@ class Watch:
         """The revision the watch continues from (0 before the first open of a 'from now' watch)."""
         return self._next_revision
 
-    async def __aenter__(self) -> Watch:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     async def close(self) -> None:
         self._closed = True
         self._drop()
@@ -812,8 +764,7 @@ class Watch:
             prev_kv=self._prev_kv,
             progress_notify=self._progress_notify,
         )
-        if self._range_end is not None:
-            create.range_end = self._range_end
+        _ranged(create, self._range_end)
         async with asyncio.timeout(self._client.call_timeout):
             await self._call.write(rpc.WatchRequest(create_request=create))
             response = await self._call.read()
@@ -1012,6 +963,4 @@ async def _events_until(
                     else:
                         state.pop(event.kv.key, None)
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)

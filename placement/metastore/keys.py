@@ -101,6 +101,16 @@ def prefix_range_end(prefix: bytes) -> bytes:
     return b"\x00"  # every byte was 0xff: the range runs to the end of the keyspace
 
 
+def _zone_dir(family: bytes, zone: str) -> bytes:
+    """``{family}{zone}/``: the keys of one zone in a per-partition family."""
+    return family + validate_name(zone).encode() + b"/"
+
+
+def _partition_id(partition: int) -> bytes:
+    """A partition id as it stands in keys: zero-padded, so keys sort in partition order."""
+    return f"{validate_partition(partition):0{_PARTITION_WIDTH}d}".encode()
+
+
 class KeySpace:
     """Builds and parses the keys of one placement deployment (one prefix)."""
 
@@ -151,12 +161,12 @@ class KeySpace:
 
     def zone_assign_prefix(self, zone: str) -> bytes:
         """All assignment keys of ``zone``, in partition order under a range scan."""
-        return self.assign_prefix() + validate_name(zone).encode() + b"/"
+        return _zone_dir(self.assign_prefix(), zone)
 
     def partition_prefix(self, zone: str, partition: int) -> bytes:
         """All keys of one partition (stable, pending, planned, cancel, trigger)."""
-        p = validate_partition(partition)
-        return self.zone_assign_prefix(zone) + f"{p:0{_PARTITION_WIDTH}d}/".encode()
+        p = _partition_id(partition)
+        return self.zone_assign_prefix(zone) + p + b"/"
 
     def assign(self, zone: str, partition: int, field: AssignField) -> bytes:
         return self.partition_prefix(zone, partition) + AssignField(field).value.encode()
@@ -173,11 +183,11 @@ class KeySpace:
         return self._base + b"/primary/"
 
     def zone_primary_prefix(self, zone: str) -> bytes:
-        return self.primary_prefix() + validate_name(zone).encode() + b"/"
+        return _zone_dir(self.primary_prefix(), zone)
 
     def primary(self, zone: str, partition: int) -> bytes:
-        p = validate_partition(partition)
-        return self.zone_primary_prefix(zone) + f"{p:0{_PARTITION_WIDTH}d}".encode()
+        p = _partition_id(partition)
+        return self.zone_primary_prefix(zone) + p
 
     def control_prefix(self) -> bytes:
         return self._base + b"/control/"
@@ -199,12 +209,8 @@ class KeySpace:
 
     def partition_progress_prefix(self, zone: str, partition: int) -> bytes:
         """All nodes' move reports of one partition."""
-        p = validate_partition(partition)
-        return (
-            self.progress_prefix()
-            + validate_name(zone).encode()
-            + f"/{p:0{_PARTITION_WIDTH}d}/".encode()
-        )
+        p = _partition_id(partition)
+        return _zone_dir(self.progress_prefix(), zone) + p + b"/"
 
     def progress(self, zone: str, partition: int, node: str) -> bytes:
         """The move report ``node`` writes for ``zone``/``partition``."""
@@ -217,24 +223,21 @@ class KeySpace:
         return self._base + b"/isr/"
 
     def zone_isr_prefix(self, zone: str) -> bytes:
-        return self.isr_prefix() + validate_name(zone).encode() + b"/"
+        return _zone_dir(self.isr_prefix(), zone)
 
     def isr(self, zone: str, partition: int) -> bytes:
         """The in-sync set of ``zone``/``partition``."""
-        p = validate_partition(partition)
-        return self.zone_isr_prefix(zone) + f"{p:0{_PARTITION_WIDTH}d}".encode()
+        p = _partition_id(partition)
+        return self.zone_isr_prefix(zone) + p
 
     def sizes_prefix(self) -> bytes:
         return self._base + b"/sizes/"
 
     def size(self, zone: str, partition: int, node: str) -> bytes:
         """The data size ``node`` reports for its replica of ``zone``/``partition``."""
-        p = validate_partition(partition)
+        p = _partition_id(partition)
         return (
-            self.sizes_prefix()
-            + validate_name(zone).encode()
-            + f"/{p:0{_PARTITION_WIDTH}d}/".encode()
-            + validate_name(node, "node").encode()
+            _zone_dir(self.sizes_prefix(), zone) + p + b"/" + validate_name(node, "node").encode()
         )
 
     # -- parsing -------------------------------------------------------------------------------

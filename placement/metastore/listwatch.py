@@ -21,13 +21,15 @@ backoff) -> ``SYNCED``; ``CLOSED`` is final.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import Self
 
+from placement.aio import cancel_and_wait
+from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, Sleep
 from placement.errors import Compacted, PlacementError, StoreUnavailable
 from placement.metastore.etcd import EtcdClient
@@ -65,7 +67,7 @@ class Update:
     reset: bool
 
 
-class ListWatch:
+class ListWatch(AsyncClosing):
     """Keeps an in-memory copy of ``prefix`` current; see the module docstring."""
 
     def __init__(
@@ -124,19 +126,13 @@ class ListWatch:
     async def close(self) -> None:
         self.state = WatchState.CLOSED
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         async with self._changed:
             self._changed.notify_all()
 
-    async def __aenter__(self) -> ListWatch:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     def snapshot(self) -> Snapshot:
         """The current snapshot (built once per change, then shared)."""

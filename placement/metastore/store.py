@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from types import MappingProxyType
 
 from placement.core.limits import MAX_PARTITIONS
@@ -202,6 +203,27 @@ class Metastore:
             f"{zone}/{partition}: lost the race {self.max_attempts} times; it is contended"
         )
 
+    async def _on_pending(
+        self,
+        zone: str,
+        partition: int,
+        pending_revision: int,
+        fence: Fence,
+        ts: int,
+        observed: PartitionState | None,
+        plan: Callable[[KeySpace, PartitionState, int, int, int], Decision],
+    ) -> TransitionResult:
+        """A transition of the rebalance of pending ``pending_revision``: ``plan(keys, state,
+        pending_revision, epoch, ts)``."""
+        _check_revision("pending_revision", pending_revision)
+        return await self._transition(
+            zone,
+            partition,
+            fence,
+            observed,
+            lambda s: plan(self.keys, s, pending_revision, fence.epoch, ts),
+        )
+
     def _span(self, zone: str, units: Sequence[Unit]) -> Get:
         """A read of every key of the partitions from the first unit's to the last unit's."""
         start = self.keys.partition_prefix(zone, units[0].partition)
@@ -270,13 +292,8 @@ class Metastore:
         nothing) / CANCELLED (a cancel exists: cancel wins; finish it with :meth:`finish_cancel`) /
         CORRUPT (pending undecodable) / raises NotLeader, Conflict, StoreUnavailable.
         """
-        _check_revision("pending_revision", pending_revision)
-        return await self._transition(
-            zone,
-            partition,
-            fence,
-            observed,
-            lambda s: plan_finish(self.keys, s, pending_revision, fence.epoch, ts),
+        return await self._on_pending(
+            zone, partition, pending_revision, fence, ts, observed, plan_finish
         )
 
     async def cancel(
@@ -297,13 +314,8 @@ class Metastore:
         Outcomes: APPLIED (written, or already there) / STALE (pending is not
         ``pending_revision``) / raises NotLeader, Conflict, StoreUnavailable.
         """
-        _check_revision("pending_revision", pending_revision)
-        return await self._transition(
-            zone,
-            partition,
-            fence,
-            observed,
-            lambda s: plan_cancel(self.keys, s, pending_revision, fence.epoch, ts),
+        return await self._on_pending(
+            zone, partition, pending_revision, fence, ts, observed, plan_cancel
         )
 
     async def finish_cancel(
@@ -328,16 +340,8 @@ class Metastore:
         Outcomes: APPLIED / STALE (pending is not ``pending_revision``, or no cancel) / CORRUPT /
         raises NotLeader, Conflict, StoreUnavailable.
         """
-        _check_revision("pending_revision", pending_revision)
-        return await self._transition(
-            zone,
-            partition,
-            fence,
-            observed,
-            lambda s: plan_finish_cancel(
-                self.keys, s, pending_revision, fence.epoch, ts, already_done=already_done
-            ),
-        )
+        plan = partial(plan_finish_cancel, already_done=already_done)
+        return await self._on_pending(zone, partition, pending_revision, fence, ts, observed, plan)
 
     # -- batches -------------------------------------------------------------------------------
 

@@ -433,10 +433,9 @@ _DECODERS: Mapping[AssignField, Callable[[bytes], object]] = {
 }
 
 
-def _versioned(
-    f: AssignField, raw: bytes, mod_revision: int, create_revision: int
-) -> Versioned[object]:
-    return Versioned(_DECODERS[f](raw), raw, mod_revision, create_revision)
+def assign_versioned(field: AssignField, kv: KeyValue) -> Versioned[object]:
+    """An assignment key's value decoded as its ``field`` says, with its raw bytes and revisions."""
+    return Versioned(_DECODERS[field](kv.value), kv.value, kv.mod_revision, kv.create_revision)
 
 
 def _with_fields(
@@ -456,9 +455,7 @@ def partition_states(
             continue
         assert parsed.partition is not None
         assert parsed.field is not None
-        fields.setdefault(parsed.partition, {})[parsed.field] = _versioned(
-            parsed.field, kv.value, kv.mod_revision, kv.create_revision
-        )
+        fields.setdefault(parsed.partition, {})[parsed.field] = assign_versioned(parsed.field, kv)
     return {
         p: _with_fields(PartitionState(zone, p, revision), found)
         for p, found in sorted(fields.items())

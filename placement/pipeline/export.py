@@ -32,7 +32,7 @@ from placement.metastore.codec import (
     decode_zone_spec,
 )
 from placement.metastore.etcd import EtcdClient, read_history
-from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
+from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey, prefix_range_end
 from placement.metastore.kv import EventKind, KeyValue, WatchEvent
 from placement.pipeline.outputs import atomic_directory
 from placement.pipeline.schemas import TABLES
@@ -58,6 +58,50 @@ def _assignment(raw: bytes, field: AssignField) -> Assignment | None:
     return value if isinstance(value, Assignment) else None
 
 
+def _plain(value: Any) -> Any:
+    """A value as Parquet takes it: mappings as dicts, tuples as lists."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _row(table: str, columns: Mapping[str, Any], value: object | None) -> dict[str, Any]:
+    """A row of ``table``: ``columns`` (taken from the key), every other column of its schema
+    from ``value``'s attribute of the same name (null when ``value`` is None)."""
+    row = dict(columns)
+    for name in TABLES[table].names:
+        if name not in row:
+            row[name] = None if value is None else _plain(getattr(value, name))
+    return row
+
+
+def _snapshot_row(parsed: ParsedKey, kv: KeyValue) -> tuple[str, dict[str, Any]] | None:
+    """The table and row of one key of the snapshot, or None (another key, or undecodable)."""
+    revision = {"mod_revision": kv.mod_revision}
+    of_partition = {"zone": parsed.name, "partition": parsed.partition}
+    if parsed.kind is KeyKind.NODE:
+        node = decode_node(kv.value)
+        if isinstance(node, NodeRecord):
+            return "nodes", _row("nodes", {"name": parsed.name, **revision}, node)
+    elif parsed.kind is KeyKind.ZONE:
+        spec = decode_zone_spec(kv.value)
+        if isinstance(spec, ZoneSpec):
+            return "zones", _row("zones", revision, spec)
+    elif parsed.kind is KeyKind.ASSIGN and parsed.field in _PEER_FIELDS:
+        value = _assignment(kv.value, parsed.field)
+        columns = {**of_partition, "field": parsed.field.value, **revision}
+        return "assignments", _row("assignments", columns, value)
+    elif parsed.kind is KeyKind.PRIMARY:
+        lease = decode_primary(kv.value)
+        if isinstance(lease, PrimaryLease):
+            return "primaries", _row("primaries", {**of_partition, **revision}, lease)
+    elif parsed.kind is KeyKind.SIZES:
+        size = decode_size(kv.value)
+        if isinstance(size, ReplicaSize):
+            return "sizes", _row("sizes", {**of_partition, "node": parsed.node}, size)
+    return None
+
+
 def snapshot_tables(keys: KeySpace, kvs: Iterable[KeyValue]) -> dict[str, list[dict[str, Any]]]:
     """Rows of the nodes, zones, assignments, primaries and sizes tables from keys read at one
     revision (any key of the prefix may be passed; others are ignored)."""
@@ -70,75 +114,10 @@ def snapshot_tables(keys: KeySpace, kvs: Iterable[KeyValue]) -> dict[str, list[d
     }
     for kv in kvs:
         parsed = keys.parse(kv.key)
-        if parsed is None:
-            continue
-        if parsed.kind is KeyKind.NODE:
-            node = decode_node(kv.value)
-            if isinstance(node, NodeRecord):
-                tables["nodes"].append(
-                    {
-                        "name": parsed.name,
-                        "address": node.address,
-                        "attributes": dict(node.attributes),
-                        "weight": node.weight,
-                        "mod_revision": kv.mod_revision,
-                    }
-                )
-        elif parsed.kind is KeyKind.ZONE:
-            spec = decode_zone_spec(kv.value)
-            if isinstance(spec, ZoneSpec):
-                tables["zones"].append(
-                    {
-                        "name": spec.name,
-                        "partitions": spec.partitions,
-                        "replicas": spec.replicas,
-                        "node_selector": dict(spec.node_selector),
-                        "failure_domain": spec.failure_domain,
-                        "scale_up_delay": spec.scale_up_delay,
-                        "scale_down_delay": spec.scale_down_delay,
-                        "mod_revision": kv.mod_revision,
-                    }
-                )
-        elif parsed.kind is KeyKind.ASSIGN and parsed.field in _PEER_FIELDS:
-            value = _assignment(kv.value, parsed.field)
-            tables["assignments"].append(
-                {
-                    "zone": parsed.name,
-                    "partition": parsed.partition,
-                    "field": parsed.field.value,
-                    "peers": list(value.peers) if value else None,
-                    "epoch": value.epoch if value else None,
-                    "ts": value.ts if value else None,
-                    "trigger": value.trigger if value else None,
-                    "mod_revision": kv.mod_revision,
-                }
-            )
-        elif parsed.kind is KeyKind.PRIMARY:
-            lease = decode_primary(kv.value)
-            if isinstance(lease, PrimaryLease):
-                tables["primaries"].append(
-                    {
-                        "zone": parsed.name,
-                        "partition": parsed.partition,
-                        "node": lease.node,
-                        "lease_epoch": lease.lease_epoch,
-                        "expiry": lease.expiry,
-                        "mod_revision": kv.mod_revision,
-                    }
-                )
-        elif parsed.kind is KeyKind.SIZES:
-            size = decode_size(kv.value)
-            if isinstance(size, ReplicaSize):
-                tables["sizes"].append(
-                    {
-                        "zone": parsed.name,
-                        "partition": parsed.partition,
-                        "node": parsed.node,
-                        "bytes": size.bytes,
-                        "keys": size.keys,
-                        "ts": size.ts,
-                    }
-                )
+        found = _snapshot_row(parsed, kv) if parsed is not None else None
+        if found is not None:
+            table, row = found
+            tables[table].append(row)
     return tables
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from placement.core.retry import Backoff, RetryPolicy, Sleep
+from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
 from placement.errors import PlacementError
 from replica.data.model import (
     AppendCall,
@@ -37,7 +37,6 @@ LEARNER_RETRY = RetryPolicy(initial=0.2, cap=0.5, floor=0.5)
 #: A caught-up learner's poll for new committed entries (not a retry: nothing failed).
 IDLE_POLL = 0.05
 
-Clock = Callable[[], float]
 Trim = Callable[[Key, int], Awaitable[None]]
 
 _APPEND_OUTCOMES = {

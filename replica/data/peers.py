@@ -8,9 +8,11 @@ channels from one :class:`~placement.rpc.ChannelPool` (``DATA_PROFILE``); the ``
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
-from placement.rpc import DATA_PROFILE, ChannelPool
+from placement.rpc import DATA_PROFILE, ChannelPool, pb_enum_values
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 from replica.data.model import (
     AppendCall,
@@ -23,17 +25,8 @@ from replica.data.model import (
 )
 from replica.data.storage import Entry
 
-_APPEND_OUTCOMES: dict[AppendOutcome, data_pb2.AppendOutcome.ValueType] = {
-    AppendOutcome.OK: data_pb2.APPEND_OK,
-    AppendOutcome.STALE_EPOCH: data_pb2.APPEND_STALE_EPOCH,
-    AppendOutcome.MISMATCH: data_pb2.APPEND_MISMATCH,
-    AppendOutcome.NOT_HOSTED: data_pb2.APPEND_NOT_HOSTED,
-}
-_FETCH_OUTCOMES: dict[FetchOutcome, data_pb2.FetchOutcome.ValueType] = {
-    FetchOutcome.OK: data_pb2.FETCH_OK,
-    FetchOutcome.NOT_PRIMARY: data_pb2.FETCH_NOT_PRIMARY,
-    FetchOutcome.SNAPSHOT_NEEDED: data_pb2.FETCH_SNAPSHOT_NEEDED,
-}
+_APPEND_OUTCOMES = pb_enum_values(AppendOutcome, data_pb2.AppendOutcome, "APPEND_")
+_FETCH_OUTCOMES = pb_enum_values(FetchOutcome, data_pb2.FetchOutcome, "FETCH_")
 _APPEND_FROM_PB = {v: k for k, v in _APPEND_OUTCOMES.items()}
 _FETCH_FROM_PB = {v: k for k, v in _FETCH_OUTCOMES.items()}
 
@@ -49,19 +42,20 @@ class ReplicationPeers:
             self._pool.get(address)
         )  # an AsyncStub on an aio channel
 
-    async def append(self, address: str, call: AppendCall, rpc_timeout: float) -> AppendReply:
+    async def _call(self, address: str, method: str, request: Any, rpc_timeout: float) -> Any:
+        """One unary call; a gRPC failure is :class:`PeerUnreachable`."""
         try:
-            reply = await self._stub(address).Append(append_call_to_pb(call), timeout=rpc_timeout)
+            return await getattr(self._stub(address), method)(request, timeout=rpc_timeout)
         except grpc.aio.AioRpcError as e:
             raise PeerUnreachable(str(e.code())) from e
-        return append_reply_from_pb(reply)
+
+    async def append(self, address: str, call: AppendCall, rpc_timeout: float) -> AppendReply:
+        request = append_call_to_pb(call)
+        return append_reply_from_pb(await self._call(address, "Append", request, rpc_timeout))
 
     async def fetch(self, address: str, call: FetchCall, rpc_timeout: float) -> FetchReply:
-        try:
-            reply = await self._stub(address).Fetch(fetch_call_to_pb(call), timeout=rpc_timeout)
-        except grpc.aio.AioRpcError as e:
-            raise PeerUnreachable(str(e.code())) from e
-        return fetch_reply_from_pb(reply)
+        request = fetch_call_to_pb(call)
+        return fetch_reply_from_pb(await self._call(address, "Fetch", request, rpc_timeout))
 
     async def close(self) -> None:
         await self._pool.close()

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from placement.core.model import ZoneSpec, effective_min_in_sync
+from placement.core.retry import Clock
 from placement.data.partitioning import partition_of
 from placement.errors import InvalidInput, PlacementError
 from placement.metastore.codec import (
@@ -64,7 +65,6 @@ from replica.records import StoreThread
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], float]
 PutOwned = Callable[[bytes, bytes], Awaitable[None]]
 
 
