@@ -393,14 +393,6 @@ def _row_ids(n_rows: int, width: int) -> I64:
     return rows
 
 
-def sort_rows(matrix: I64) -> I64:
-    """``np.sort(matrix, axis=1)``, faster for short rows (see :func:`_sorted_columns`)."""
-    if matrix.shape[1] == 0:
-        return matrix.copy()
-    out: I64 = np.stack(_sorted_columns(matrix), axis=1)
-    return out
-
-
 def _sorted_columns(matrix: I64) -> list[I64]:
     """The columns of ``np.sort(matrix, axis=1)``; a compare-exchange network (odd-even
     transposition) when rows are short: numpy's per-row sort has a high fixed cost for 2-4

@@ -396,9 +396,6 @@ class PlacementAPI:
         await self.store.set_paused(paused, fence, self._clock_ms())
         return paused
 
-    async def is_paused(self) -> bool:
-        return bool((await self.client.get(self.keys.paused())).kvs)
-
 
 # -- the gRPC edge -----------------------------------------------------------------------------
 

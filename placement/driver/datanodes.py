@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from placement.core.model import Node, ZoneSpec
+from placement.core.model import ZoneSpec
 from placement.metastore.codec import DataNodes, NodeRecord
 
 
@@ -33,16 +33,6 @@ def matching_nodes(spec: ZoneSpec, nodes: Iterable[NodeRecord]) -> tuple[str, ..
             for n in nodes
             if all(n.attributes.get(k) == v for k, v in spec.node_selector.items())
         )
-    )
-
-
-def to_nodes(records: Iterable[NodeRecord], names: Iterable[str]) -> tuple[Node, ...]:
-    """The :class:`Node` values of ``names`` (records of unknown names are skipped)."""
-    by_name = {r.name: r for r in records}
-    return tuple(
-        Node(n, dict(by_name[n].attributes), by_name[n].weight)
-        for n in sorted(names)
-        if n in by_name
     )
 
 

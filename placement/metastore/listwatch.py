@@ -31,7 +31,7 @@ from typing import Self
 from placement.aio import cancel_and_wait
 from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, Sleep
-from placement.errors import Compacted, PlacementError, StoreUnavailable
+from placement.errors import Compacted, StoreUnavailable
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import prefix_range_end
 from placement.metastore.kv import EventKind, KeyValue, WatchBatch
@@ -99,7 +99,6 @@ class ListWatch(AsyncClosing):
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self.state = WatchState.RETRYING
-        self.last_error: PlacementError | None = None
         self.resets = 0
 
     @property
@@ -226,10 +225,8 @@ class ListWatch(AsyncClosing):
                     return  # the watch was closed under us (client closing)
                 except Compacted as e:
                     log.info("watch of %r compacted (%s); re-listing", self._prefix, e)
-                    self.last_error = e
                     relist = True
-                except StoreUnavailable as e:
-                    self.last_error = e
+                except StoreUnavailable:
                     self.state = WatchState.RETRYING
                     await self._sleep(self._backoff.next())
         except asyncio.CancelledError:

@@ -685,13 +685,6 @@ class Metastore:
             f"({holder.lease if holder else 0:#x}); retry after it expires"
         )
 
-    async def unregister_node(self, name: str, lease: Lease | int) -> bool:
-        """Delete the node key if it is still under ``lease``; True if deleted."""
-        lease_id = lease.id if isinstance(lease, Lease) else lease
-        key = self.keys.node(name)
-        result = await self.client.txn((Compare.lease(key, "==", lease_id),), (Delete(key),), ())
-        return result.succeeded
-
     async def list_nodes(self) -> tuple[int, tuple[NodeEntry, ...]]:
         """Every registered node at one revision: ``(revision, entries in name order)``."""
         found = await self.client.list_prefix(self.keys.nodes_prefix())

@@ -14,7 +14,6 @@ from placement.core.model import Node
 from placement.errors import InvalidInput
 from placement.pipeline.inputs import PlanInput, PlannedZone, local_zone_inputs
 from placement.pipeline.planning import (
-    COUNTER_KINDS,
     FleetTotals,
     ZoneInput,
     plan_zone_input,
@@ -52,20 +51,6 @@ def zone_rows(
     for kind, values in result.counters().items():
         rows.extend(ResultRow(i, kind, key, value) for key, value in values.items())
     return rows
-
-
-def totals_from_rows(rows: Sequence[ResultRow]) -> FleetTotals:
-    """The fleet totals of a set of rows (what the Spark engine computes with a group-by)."""
-    totals = FleetTotals()
-    for row in rows:
-        if row.kind == ZONE:
-            totals.zones += 1
-            totals.moves += row.value
-        elif row.kind == BYTES:
-            totals.bytes_to_move += row.value
-        elif row.kind in COUNTER_KINDS:
-            totals.counters[row.kind].update({row.key: row.value})
-    return totals
 
 
 def plan_local(plan_input: PlanInput, totals: FleetTotals) -> Iterator[str]:

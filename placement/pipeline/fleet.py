@@ -13,7 +13,7 @@ from typing import Any
 
 from placement.algo.place import count_moves, place
 from placement.core.model import Node, Peers
-from placement.pipeline.snapshot import ClusterSnapshot, ZoneSnapshot
+from placement.pipeline.snapshot import ZoneSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +26,6 @@ class ZonePlan:
     load: Mapping[str, int]
     primaries: Mapping[str, int]
     domain_load: Mapping[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class FleetPlan:
-    zones: tuple[ZonePlan, ...]
 
 
 def plan_zone(zone: ZoneSnapshot, nodes: Sequence[Node]) -> ZonePlan:
@@ -59,11 +54,6 @@ def plan_zone(zone: ZoneSnapshot, nodes: Sequence[Node]) -> ZonePlan:
     )
 
 
-def plan_fleet(snapshot: ClusterSnapshot) -> FleetPlan:
-    """Plans every zone of the snapshot independently (zones never share state)."""
-    return FleetPlan(tuple(plan_zone(z, snapshot.nodes) for z in snapshot.zones))
-
-
 def _spread(load: Mapping[str, int]) -> int:
     return max(load.values()) - min(load.values()) if load else 0
 
@@ -79,21 +69,5 @@ def zone_plan_json(plan: ZonePlan) -> dict[str, Any]:
             "spread": _spread(plan.load),
             "primary_spread": _spread(plan.primaries),
             "domain_load": dict(plan.domain_load),
-        },
-    }
-
-
-def fleet_plan_json(plan: FleetPlan) -> dict[str, Any]:
-    """The plan file's content: per zone assignments and summary, plus fleet totals."""
-    total: Counter[str] = Counter()
-    for zone in plan.zones:
-        total.update(zone.load)
-    return {
-        "zones": [zone_plan_json(z) for z in plan.zones],
-        "summary": {
-            "zones": len(plan.zones),
-            "moves": sum(z.moves for z in plan.zones),
-            "load": dict(sorted(total.items())),
-            "spread": _spread(total),
         },
     }

@@ -4,6 +4,9 @@ master URLs, export rows."""
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +19,12 @@ from placement.errors import InvalidInput
 from placement.metastore.codec import Assignment, ReplicaSize, encode_assignment, encode_size
 from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import EventKind, KeyValue, WatchEvent
-from placement.pipeline.engines import totals_from_rows, zone_rows
+from placement.pipeline.engines import BYTES, ZONE, ResultRow, zone_rows
 from placement.pipeline.export import history_rows, snapshot_tables
-from placement.pipeline.fleet import fleet_plan_json, plan_fleet
+from placement.pipeline.fleet import ZonePlan, _spread, plan_zone, zone_plan_json
 from placement.pipeline.inputs import PlannedZone
 from placement.pipeline.planning import (
+    COUNTER_KINDS,
     FleetTotals,
     ZoneInput,
     bytes_to_move,
@@ -30,7 +34,7 @@ from placement.pipeline.planning import (
     zone_fragment,
 )
 from placement.pipeline.rows import skeleton, stable_from_rows
-from placement.pipeline.snapshot import load_snapshot
+from placement.pipeline.snapshot import ClusterSnapshot, load_snapshot
 from placement.pipeline.spark_master import parse_master, probe_master
 from placement.pipeline.whatif import (
     WhatIf,
@@ -44,6 +48,49 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "snapshot.json"
 NODES = (Node("a", {"rack": "1"}), Node("b", {"rack": "2"}), Node("c", {"rack": "3"}))
 
 # -- what-if ------------------------------------------------------------------------------------
+
+
+# -- oracles: the whole-fleet planner and the totals the Spark engine computes with a group-by
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPlan:
+    zones: tuple[ZonePlan, ...]
+
+
+def plan_fleet(snapshot: ClusterSnapshot) -> FleetPlan:
+    """Plans every zone of the snapshot independently (zones never share state)."""
+    return FleetPlan(tuple(plan_zone(z, snapshot.nodes) for z in snapshot.zones))
+
+
+def fleet_plan_json(plan: FleetPlan) -> dict[str, Any]:
+    """The plan file's content: per zone assignments and summary, plus fleet totals."""
+    total: Counter[str] = Counter()
+    for zone in plan.zones:
+        total.update(zone.load)
+    return {
+        "zones": [zone_plan_json(z) for z in plan.zones],
+        "summary": {
+            "zones": len(plan.zones),
+            "moves": sum(z.moves for z in plan.zones),
+            "load": dict(sorted(total.items())),
+            "spread": _spread(total),
+        },
+    }
+
+
+def totals_from_rows(rows: Sequence[ResultRow]) -> FleetTotals:
+    """The fleet totals of a set of rows (what the Spark engine computes with a group-by)."""
+    totals = FleetTotals()
+    for row in rows:
+        if row.kind == ZONE:
+            totals.zones += 1
+            totals.moves += row.value
+        elif row.kind == BYTES:
+            totals.bytes_to_move += row.value
+        elif row.kind in COUNTER_KINDS:
+            totals.counters[row.kind].update({row.key: row.value})
+    return totals
 
 
 def test_whatif_parses_and_applies() -> None:
