@@ -944,7 +944,7 @@ def report(
     lines += [
         "",
         "Driver pass cost, re-run in this process after the join on the whole prefix as etcd had",
-        "it (`driver_core.build_view` decodes every key, then `plan_pass`; the driver runs one",
+        "it (`driver.core.build_view` decodes every key, then `plan_pass`; the driver runs one",
         "pass per watch wake-up and per 0.5 s tick, on its single event loop):",
         "",
         "| snapshot | keys | build_view (ms) | plan_pass (ms) |",

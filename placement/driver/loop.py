@@ -132,7 +132,6 @@ class Driver:
         self._sleep = sleep
         self._leadership: Leadership | None = None
         self._leader_api: str | None = None
-        self._leader_id: str | None = None
         self._view: ClusterView | None = None
         self._movers: dict[tuple[str, int], tuple[Drive, asyncio.Task[None]]] = {}
         #: Per running mover (sending), the move reports it has seen: (zone, partition) -> ...
@@ -180,11 +179,6 @@ class Driver:
         if self.fence() is not None:
             return self.config.api_address
         return self._leader_api
-
-    def leader_id(self) -> str | None:
-        if self.fence() is not None:
-            return self.config.member_id
-        return self._leader_id
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -263,11 +257,10 @@ class Driver:
         try:
             while True:
                 leader = min(snapshot.kvs.values(), key=lambda kv: kv.create_revision, default=None)
-                self._leader_api = self._leader_id = None
+                self._leader_api = None
                 record = decode_leader(leader.value) if leader is not None else None
                 if isinstance(record, LeaderRecord):
                     self._leader_api = record.api or None
-                    self._leader_id = record.member_id or None
                 snapshot = await watch.wait_newer(snapshot)
         finally:
             await watch.close()

@@ -630,7 +630,7 @@ class Metastore:
         )
         result = await self.client.txn((fence.compare(),), (op,), ())
         if not result.succeeded:
-            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+            raise NotLeader("lost leadership while writing the pause flag; retry")
 
     async def read_assignment_page(
         self, zone: str, first: int, last: int

@@ -3,7 +3,7 @@
 Per zone, :func:`plan_zone_input` runs :func:`placement.pipeline.fleet.plan_zone` (hence
 :func:`placement.algo.place.place`, the driver's function) and adds what the plan costs: bytes to
 move and the load before. :func:`zone_fragment` renders one zone's JSON text, and
-:func:`fleet_summary` the fleet totals from summed counters, so both engines write
+:meth:`FleetTotals.summary` the fleet totals from summed counters, so both engines write
 byte-identical files however the work was split (design/formats.md, "Plan").
 """
 

@@ -76,7 +76,7 @@ def parse_whatif(
     set_partitions: Iterable[str] = (),
 ) -> WhatIf:
     """The options as given on the command line -> a :class:`WhatIf` (syntax only: names are
-    checked against a snapshot by :func:`apply_to_nodes` / :func:`apply_to_specs`)."""
+    checked against a snapshot by :func:`apply_to_nodes` / :func:`apply_to_spec`)."""
     replicas = dict(_parse_setting("--set-replicas", t, MAX_REPLICAS) for t in set_replicas)
     partitions = dict(_parse_setting("--set-partitions", t, MAX_PARTITIONS) for t in set_partitions)
     return WhatIf(

@@ -33,7 +33,7 @@ class DataServiceStub:
     agent answers FAILED_PRECONDITION with trailing metadata "x-primary" = "NODE@HOST:PORT" (empty
     when it does not know one) so the client retries there. A primary whose in-sync set is below
     the zone's minimum answers UNAVAILABLE and writes nothing. The partition of a key is
-    placement.partitioning.partition_of(key, partitions); an agent refuses a key sent to the wrong
+    placement.data.partitioning.partition_of(key, partitions); an agent refuses a key sent to the wrong
     partition with INVALID_ARGUMENT.
     """
 
@@ -55,7 +55,7 @@ class DataServiceAsyncStub(DataServiceStub):
     agent answers FAILED_PRECONDITION with trailing metadata "x-primary" = "NODE@HOST:PORT" (empty
     when it does not know one) so the client retries there. A primary whose in-sync set is below
     the zone's minimum answers UNAVAILABLE and writes nothing. The partition of a key is
-    placement.partitioning.partition_of(key, partitions); an agent refuses a key sent to the wrong
+    placement.data.partitioning.partition_of(key, partitions); an agent refuses a key sent to the wrong
     partition with INVALID_ARGUMENT.
     """
 
@@ -73,7 +73,7 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
     agent answers FAILED_PRECONDITION with trailing metadata "x-primary" = "NODE@HOST:PORT" (empty
     when it does not know one) so the client retries there. A primary whose in-sync set is below
     the zone's minimum answers UNAVAILABLE and writes nothing. The partition of a key is
-    placement.partitioning.partition_of(key, partitions); an agent refuses a key sent to the wrong
+    placement.data.partitioning.partition_of(key, partitions); an agent refuses a key sent to the wrong
     partition with INVALID_ARGUMENT.
     """
 
