@@ -30,7 +30,8 @@ import grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "startup.md"
-PLACECTL = [sys.executable, "-c", "from placement.cli.main import main; main()"]
+#: ``python -m placement`` is ``placectl`` in every commit (the console script's module moved).
+PLACECTL = [sys.executable, "-m", "placement"]
 
 
 @contextmanager

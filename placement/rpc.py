@@ -20,13 +20,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from placement.errors import InvalidInput, PlacementError
+
+if TYPE_CHECKING:
+    from grpc_health.v1.health import HealthServicer
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Enum)
@@ -125,9 +126,13 @@ def bind_server(listen: str, option: str = "--listen") -> tuple[grpc.aio.Server,
     return server, f"{host}:{bound}"
 
 
-async def add_health(server: grpc.aio.Server, services: Sequence[str]) -> health.aio.HealthServicer:
+async def add_health(server: grpc.aio.Server, services: Sequence[str]) -> HealthServicer:
     """Adds health and reflection for ``services`` (already added) and marks every one SERVING;
-    the returned health servicer announces a graceful shutdown. The server is not started."""
+    the returned health servicer announces a graceful shutdown. The server is not started.
+    (Imported here: clients, e.g. every ``placectl`` read, never load the server-side services.)"""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection
+
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -138,9 +143,7 @@ async def add_health(server: grpc.aio.Server, services: Sequence[str]) -> health
     return health_servicer
 
 
-async def start_server(
-    server: grpc.aio.Server, services: Sequence[str]
-) -> health.aio.HealthServicer:
+async def start_server(server: grpc.aio.Server, services: Sequence[str]) -> HealthServicer:
     """:func:`add_health`, then starts the server."""
     health_servicer = await add_health(server, services)
     await server.start()

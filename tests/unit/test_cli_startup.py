@@ -26,6 +26,9 @@ HEAVY = (
     "placement.driver",
     "placement.algo",
     "placement.metastore.etcd",
+    # server-side gRPC services: a client never needs them
+    "grpc_health.v1",
+    "grpc_reflection.v1alpha",
 )
 EXTRA_HINT = "pip install 'placement[pipeline]'"
 
