@@ -27,7 +27,8 @@ from replica.data.plane import DataConfig, DataPlane
 from replica.data.servicers import DataServicer, ReplicationServicer
 from replica.records import AgentStore, StoreThread
 from replica.registration import Registration
-from replica.service import CatchUp, ReplicaAgent, ReplicaServicer
+from replica.service import CatchUp, ReplicaAgent
+from replica.servicer import ReplicaServicer
 
 SERVICE_NAME: str = replica_pb2.DESCRIPTOR.services_by_name["ReplicaService"].full_name
 DATA_SERVICE_NAME: str = data_pb2.DESCRIPTOR.services_by_name["DataService"].full_name

@@ -1,4 +1,5 @@
-"""The replica agent's I/O shell: ``ReplicaAgent`` (async, domain) and ``ReplicaServicer`` (gRPC).
+"""The replica agent's I/O shell: ``ReplicaAgent`` (async, domain; its gRPC edge is
+:mod:`replica.servicer`).
 
 ``ReplicaAgent`` runs each decision of ``replica.protocol`` under a per-partition lock:
 load → decide → stop superseded catch-ups → persist (one transaction) → start catch-ups → answer.
@@ -19,15 +20,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeAlias, TypeVar
-
-import grpc
+from typing import TypeVar
 
 from placement.aio import cancel_and_wait
-from placement.errors import InvalidInput, PlacementError
+from placement.errors import PlacementError
 from placement.metastore.codec import MoveReport
-from placement.rpc import StatusTable, answer, pb_enum_values
-from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from replica.protocol import (
     CancelOutcome,
     Decision,
@@ -55,7 +52,6 @@ log = logging.getLogger(__name__)
 
 OutcomeT = TypeVar("OutcomeT")
 Key = tuple[str, int]
-Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 #: Brings this node's replica of ``job.partition`` up to date from ``job.sources``, writing
 #: through the store it is given. Must be idempotent and resumable (it is restarted after a
@@ -237,88 +233,3 @@ def _existing(record: PartitionRecord | None) -> PartitionRecord:
     if record is None:
         raise UnknownPartition("partition record vanished")  # records are never deleted
     return record
-
-
-_REBALANCE_OUTCOMES = pb_enum_values(RebalanceOutcome, replica_pb2.RebalanceOutcome)
-_CANCEL_OUTCOMES = pb_enum_values(CancelOutcome, replica_pb2.CancelOutcome)
-_RETIRE_OUTCOMES = pb_enum_values(RetireOutcome, replica_pb2.RetireOutcome)
-_PHASES = pb_enum_values(Phase, replica_pb2.MovePhase, "MOVE_PHASE_")
-
-
-def _move_request(
-    msg: replica_pb2.RebalanceRequest | replica_pb2.CancelRebalanceRequest,
-) -> MoveRequest:
-    return MoveRequest(
-        zone=msg.partition.zone,
-        partition=msg.partition.partition,
-        old_peers=tuple(msg.old_peers.names),
-        new_peers=tuple(msg.new_peers.names),
-        revision=msg.revision,
-        epoch=msg.epoch,
-    )
-
-
-def _accepted(d: Decision[Any]) -> dict[str, Any]:
-    """The fields every decision answer carries besides its outcome."""
-    return {
-        "accepted_revision": d.record.accepted_revision,
-        "accepted_epoch": d.record.accepted_epoch,
-        "detail": d.detail,
-    }
-
-
-#: The agent's errors as status codes (any other :class:`PlacementError` is UNAVAILABLE).
-STATUS_OF: StatusTable = (
-    (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
-    (UnknownPartition, grpc.StatusCode.NOT_FOUND),
-)
-
-
-class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
-    """Protobuf ↔ domain at the edge; errors to status codes in one place (:data:`STATUS_OF`)."""
-
-    def __init__(self, agent: ReplicaAgent) -> None:
-        self._agent = agent
-
-    async def Rebalance(
-        self, request: replica_pb2.RebalanceRequest, context: Context
-    ) -> replica_pb2.RebalanceResponse:
-        d = await answer(context, self._agent.rebalance(_move_request(request)), STATUS_OF)
-        return replica_pb2.RebalanceResponse(outcome=_REBALANCE_OUTCOMES[d.outcome], **_accepted(d))
-
-    async def CancelRebalance(
-        self, request: replica_pb2.CancelRebalanceRequest, context: Context
-    ) -> replica_pb2.CancelRebalanceResponse:
-        d = await answer(context, self._agent.cancel(_move_request(request)), STATUS_OF)
-        return replica_pb2.CancelRebalanceResponse(
-            outcome=_CANCEL_OUTCOMES[d.outcome], **_accepted(d)
-        )
-
-    async def Retire(
-        self, request: replica_pb2.RetireRequest, context: Context
-    ) -> replica_pb2.RetireResponse:
-        retire = RetireRequest(
-            zone=request.partition.zone,
-            partition=request.partition.partition,
-            stable_peers=tuple(request.stable_peers.names),
-            revision=request.revision,
-            epoch=request.epoch,
-        )
-        d = await answer(context, self._agent.retire(retire), STATUS_OF)
-        return replica_pb2.RetireResponse(outcome=_RETIRE_OUTCOMES[d.outcome], **_accepted(d))
-
-    async def GetPartitionState(
-        self, request: replica_pb2.GetPartitionStateRequest, context: Context
-    ) -> replica_pb2.GetPartitionStateResponse:
-        ref = request.partition
-        record = await answer(context, self._agent.state(ref.zone, ref.partition), STATUS_OF)
-        move = record.move
-        return replica_pb2.GetPartitionStateResponse(
-            current_peers=common_pb2.Peers(names=record.config),
-            rebalance_in_progress=move is not None and move.phase is Phase.IN_PROGRESS,
-            accepted_revision=record.accepted_revision,
-            accepted_epoch=record.accepted_epoch,
-            phase=replica_pb2.MOVE_PHASE_IDLE if move is None else _PHASES[move.phase],
-            detail="" if move is None else f"move of revision {move.revision}: {move.phase.value}",
-            hosted=record.hosted,
-        )

@@ -3,8 +3,8 @@
 The process serves a ``grpc.aio`` server on ``--listen`` from the one server factory
 (:mod:`placement.rpc`: health checking and server reflection), plus what
 ``add_servicers(server, driver) -> service names`` adds — by default
-``placement.api.service.add_to_server``: the client API on the driver's ``client``/``keys`` with the
-:class:`~placement.driver.loop.Driver` as its leadership view (``fence()``/``leader_api()``).
+``placement.api.servicer.add_to_server``: the client API on the driver's ``client``/``keys`` with
+the :class:`~placement.driver.loop.Driver` as its leadership view (``fence()``/``leader_api()``).
 
 Prints ``driver ID serving on HOST:PORT`` once serving; logs ``leader ID epoch E`` when it
 leads and ``ID stepping down (epoch E): REASON`` when it stops leading. SIGTERM/SIGINT: stop
@@ -51,7 +51,7 @@ async def serve_driver(
     import asyncio
 
     from placement.aio import first_done, stop_on_signals
-    from placement.api.service import add_to_server
+    from placement.api.servicer import add_to_server
     from placement.driver.leases import LeaseConfig
     from placement.driver.loop import Driver, DriverConfig
     from placement.metastore.etcd import EtcdClient

@@ -17,7 +17,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from placement.api.service import SERVICE_NAME, PlacementAPI, register
+from placement.api.service import PlacementAPI
+from placement.api.servicer import SERVICE_NAME, register
 from placement.core.model import ZoneSpec, effective_min_in_sync
 from placement.metastore.codec import NodeRecord, decode_zone_spec
 from placement.metastore.election import Election, Leadership

@@ -6,7 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from placement.api.client import parse_endpoints
-from placement.api.service import altered, make_spec, spec_from_pb, zone_pb
+from placement.api.service import make_spec
+from placement.api.servicer import altered, spec_from_pb, zone_pb
 from placement.cli.inspect import decode_entry
 from placement.cli.main import cli, main
 from placement.cli.reads import assignment_json
