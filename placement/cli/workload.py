@@ -107,7 +107,7 @@ def workload_check(
 ) -> None:
     """Check ZONE against a record: the API and every stable replica hold every acknowledged
     write, and replicas agree. Exit 1 on any violation."""
-    from placement.data.workload import check_workload
+    from placement.data.checker import check_workload
 
     if not settle >= 0:
         raise InvalidInput("--settle", f"{settle} is negative", "seconds, e.g. 10")

@@ -23,6 +23,7 @@ import grpc
 import pytest
 from rich.console import Console
 
+from placement.data.checker import check_workload
 from placement.data.client import (
     PRIMARY_HEADER,
     DataClient,
@@ -32,7 +33,7 @@ from placement.data.client import (
     parse_primary_hint,
 )
 from placement.data.partitioning import partition_of
-from placement.data.workload import check_workload, run_writers
+from placement.data.workload import run_writers
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 

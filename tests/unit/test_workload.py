@@ -15,6 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from placement.data.checker import (
+    Unreachable,
+    allowed_states,
+    check_workload,
+    divergent_replicas,
+    evaluate,
+    judge,
+    judge_keys,
+)
 from placement.data.client import (
     DataUnavailable,
     ReplicaCopy,
@@ -27,13 +36,6 @@ from placement.data.workload import (
     Attempt,
     Record,
     Recorder,
-    Unreachable,
-    allowed_states,
-    check_workload,
-    divergent_replicas,
-    evaluate,
-    judge,
-    judge_keys,
     parse_record,
     percentile,
     run_writers,
