@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from placement.core.retry import RetryPolicy, retry  # noqa: E402
+from placement.errors import StoreUnavailable  # noqa: E402
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready  # noqa: E402
 from placement.metastore.etcd import EtcdClient  # noqa: E402
 from placement.metastore.keys import KeySpace  # noqa: E402
@@ -85,9 +87,16 @@ def wait_zone_ready(cluster: Cluster, timeout: float) -> float:
 
 
 async def isr_revisions(cluster: Cluster) -> dict[bytes, int]:
+    """Every ISR key's mod revision; patient, since a busy cluster may answer slowly."""
     keys = KeySpace(cluster.prefix)
-    async with EtcdClient([cluster.etcd_endpoint]) as client:
-        found = await client.list_prefix(keys.isr_prefix())
+    async with EtcdClient([cluster.etcd_endpoint], call_timeout=20.0) as client:
+        found = await retry(
+            lambda: client.list_prefix(keys.isr_prefix()),
+            policy=RetryPolicy(initial=0.5, cap=2.0),
+            retry_on=(StoreUnavailable,),
+            sleep=asyncio.sleep,
+            attempts=10,
+        )
     return {kv.key: kv.mod_revision for kv in found.kvs}
 
 
