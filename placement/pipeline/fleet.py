@@ -54,7 +54,8 @@ def plan_zone(zone: ZoneSnapshot, nodes: Sequence[Node]) -> ZonePlan:
     )
 
 
-def _spread(load: Mapping[str, int]) -> int:
+def spread(load: Mapping[str, int]) -> int:
+    """Most loaded minus least loaded (0 for no nodes)."""
     return max(load.values()) - min(load.values()) if load else 0
 
 
@@ -66,8 +67,8 @@ def zone_plan_json(plan: ZonePlan) -> dict[str, Any]:
             "moves": plan.moves,
             "load": dict(plan.load),
             "primaries": dict(plan.primaries),
-            "spread": _spread(plan.load),
-            "primary_spread": _spread(plan.primaries),
+            "spread": spread(plan.load),
+            "primary_spread": spread(plan.primaries),
             "domain_load": dict(plan.domain_load),
         },
     }

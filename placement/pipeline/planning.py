@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placement.core.model import Node, Peers, ZoneSpec
-from placement.pipeline.fleet import ZonePlan, plan_zone, zone_plan_json
+from placement.pipeline.fleet import ZonePlan, plan_zone, spread, zone_plan_json
 from placement.pipeline.snapshot import ZoneSnapshot
 
 #: Kinds of per-node / per-domain counters a zone contributes to the fleet summary.
@@ -110,10 +110,6 @@ def plan_zone_input(zone: ZoneInput, nodes: Sequence[Node]) -> ZoneResult:
     )
 
 
-def _spread(load: Mapping[str, int]) -> int:
-    return max(load.values()) - min(load.values()) if load else 0
-
-
 def zone_json(result: ZoneResult) -> dict[str, Any]:
     """``placement.pipeline.fleet.zone_plan_json`` plus the summary fields this pipeline adds."""
     out = zone_plan_json(result.plan)
@@ -121,7 +117,7 @@ def zone_json(result: ZoneResult) -> dict[str, Any]:
         {
             "bytes_to_move": result.bytes_to_move,
             "load_before": dict(result.load_before),
-            "spread_before": _spread(result.load_before),
+            "spread_before": spread(result.load_before),
             "domain_load_before": dict(result.domain_load_before),
         }
     )
@@ -163,10 +159,10 @@ class FleetTotals:
             "zones": self.zones,
             "moves": self.moves,
             "load": load,
-            "spread": _spread(load),
+            "spread": spread(load),
             "bytes_to_move": self.bytes_to_move,
             "load_before": before,
-            "spread_before": _spread(before),
+            "spread_before": spread(before),
             "domain_load": dict(sorted(self.counters[DOMAIN].items())),
             "domain_load_before": dict(sorted(self.counters[DOMAIN_BEFORE].items())),
         }

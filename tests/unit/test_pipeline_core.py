@@ -21,7 +21,8 @@ from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import EventKind, KeyValue, WatchEvent
 from placement.pipeline.engines import BYTES, ZONE, ResultRow, zone_rows
 from placement.pipeline.export import history_rows, snapshot_tables
-from placement.pipeline.fleet import ZonePlan, _spread, plan_zone, zone_plan_json
+from placement.pipeline.fleet import ZonePlan, plan_zone, zone_plan_json
+from placement.pipeline.fleet import spread as _spread
 from placement.pipeline.inputs import PlannedZone
 from placement.pipeline.planning import (
     COUNTER_KINDS,
