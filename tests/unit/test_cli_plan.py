@@ -147,3 +147,19 @@ def test_unknown_engine_is_a_usage_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "--engine" in result.stderr
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_snapshot_names_follow_the_one_name_rule(tmp_path: Path, name: str) -> None:
+    """``.`` and ``..`` match the name pattern but are no valid name anywhere in the product."""
+    snapshot = json.loads(EXAMPLE.read_text())
+    snapshot["nodes"][0]["name"] = name
+    bad = tmp_path / "snapshot.json"
+    bad.write_text(json.dumps(snapshot))
+    out = tmp_path / "plan.json"
+    result = placectl("plan", "--input", str(bad), "--output", str(out))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("placectl: error: nodes[0].name:")
+    assert "not a valid name" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists()
