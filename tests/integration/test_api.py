@@ -369,6 +369,9 @@ async def test_registration_survives_lease_loss_and_revokes(etcd: Any, keys: Key
             await asyncio.sleep(0.1)
         assert again is not None
         assert again.lease != first.lease
+        # The key is visible once etcd commits it; the agent counts the registration when it
+        # reads the reply (and then sets ``registered``) — wait for that, not for luck.
+        await asyncio.wait_for(registration.registered.wait(), 5)
         assert registration.registrations == 2
         await registration.stop()
         assert not (await client.get(keys.node("n1"))).kvs
