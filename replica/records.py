@@ -21,7 +21,8 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -280,6 +281,10 @@ class AgentStore:
     def _transaction(self) -> AbstractContextManager[None]:
         return transaction(self._conn)
 
+    def group_transaction(self) -> AbstractContextManager[None]:
+        """A transaction (a savepoint inside one) for :meth:`StoreThread.group`."""
+        return transaction(self._conn)
+
     @contextmanager
     def _errors(self) -> Iterator[None]:
         """Translate sqlite errors at the store's edge: corruption vs. an I/O failure."""
@@ -352,16 +357,95 @@ def _int(value: object) -> int:
     return value
 
 
+@dataclass(slots=True)
+class _Part:
+    """One call of a group commit and where its outcome goes."""
+
+    fn: Callable[..., object]
+    args: tuple[object, ...]
+    future: asyncio.Future[object]
+    loop: asyncio.AbstractEventLoop
+
+
 class StoreThread:
-    """The one thread that runs every ``AgentStore`` call, first submitted first executed."""
+    """The one thread that runs every ``AgentStore`` call, first submitted first executed.
+
+    :meth:`group` is the agent's **group commit** (design/data-plane.md, "Group commit"): calls
+    submitted while the thread is busy run together in one transaction — each in its own
+    savepoint — so every partition's appends of one moment cost one fsync, not one each.
+    """
 
     def __init__(self, store: AgentStore) -> None:
         self.store = store
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-store")
+        self._parts: list[_Part] = []
+        self._parts_lock = threading.Lock()
+        self._group_queued = False
+        #: Group transactions run and the calls they carried (for benchmarks and tests).
+        self.groups = 0
+        self.grouped = 0
 
     async def call(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
+    async def group(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` inside the next group transaction; returns once that transaction is
+        durable (committed with ``synchronous=FULL``). An exception of ``fn`` undoes only its own
+        part and is raised here; a failed commit fails every part of the group."""
+        (future,) = self._enqueue(fn, [args])
+        return await future  # type: ignore[return-value]
+
+    async def group_each(
+        self, fn: Callable[..., T], calls: Sequence[tuple[object, ...]]
+    ) -> list[T | Exception]:
+        """``fn(*args)`` for every ``args`` of ``calls``, all in the same group transaction;
+        each result, or the exception of its part."""
+        futures = self._enqueue(fn, calls)
+        return await asyncio.gather(*futures, return_exceptions=True)  # type: ignore[return-value]
+
+    def _enqueue(
+        self, fn: Callable[..., object], calls: Sequence[tuple[object, ...]]
+    ) -> list[asyncio.Future[object]]:
+        loop = asyncio.get_running_loop()
+        parts = [_Part(fn, args, loop.create_future(), loop) for args in calls]
+        with self._parts_lock:
+            self._parts.extend(parts)
+            start = not self._group_queued
+            self._group_queued = True
+        if start:
+            self._executor.submit(self._run_group)
+        return [part.future for part in parts]
+
+    def _run_group(self) -> None:
+        with self._parts_lock:
+            parts, self._parts = self._parts, []
+            self._group_queued = False
+        outcomes: list[tuple[bool, object]] = []
+        try:
+            with self.store.group_transaction():
+                for part in parts:
+                    try:
+                        with self.store.group_transaction():  # a savepoint per part
+                            outcomes.append((True, part.fn(*part.args)))
+                    except Exception as e:  # handed to the part's caller
+                        outcomes.append((False, e))
+        except BaseException as e:  # the commit failed: nothing of the group is durable
+            outcomes = [(False, e)] * len(parts)
+        self.groups += 1
+        self.grouped += len(parts)
+        for part, (ok, value) in zip(parts, outcomes, strict=True):
+            part.loop.call_soon_threadsafe(_settle, part.future, ok, value)
+
     async def close(self) -> None:
         await self.call(self.store.close)
         self._executor.shutdown(wait=True)
+
+
+def _settle(future: asyncio.Future[object], ok: bool, value: object) -> None:
+    if future.done():  # its caller gave up waiting
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        assert isinstance(value, BaseException)
+        future.set_exception(value)

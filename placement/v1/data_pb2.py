@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from placement.v1 import common_pb2 as placement_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17placement/v1/data.proto\x12\x0cplacement.v1\x1a\x19placement/v1/common.proto\"W\n\nPutRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\"K\n\rDeleteRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"D\n\rWriteResponse\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x02 \x01(\x03\x12\x0f\n\x07\x65xisted\x18\x03 \x01(\x08\"H\n\nGetRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"+\n\x0bGetResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\"p\n\x0bScanRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0e\n\x06prefix\x18\x02 \x01(\x0c\x12\x13\n\x0bstart_after\x18\x03 \x01(\x0c\x12\r\n\x05limit\x18\x04 \x01(\r\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\"C\n\x0cScanResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x0c\n\x04more\x18\x02 \x01(\x08\"T\n\x08LogEntry\x12\r\n\x05index\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x05 \x01(\x08\"\xcb\x01\n\rAppendRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x13\n\x0blease_epoch\x18\x02 \x01(\x03\x12\x0f\n\x07primary\x18\x03 \x01(\t\x12\x12\n\nprev_index\x18\x04 \x01(\x03\x12\x12\n\nprev_epoch\x18\x05 \x01(\x03\x12\'\n\x07\x65ntries\x18\x06 \x03(\x0b\x32\x16.placement.v1.LogEntry\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x03\"{\n\x0e\x41ppendResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.AppendOutcome\x12\x12\n\nlast_index\x18\x02 \x01(\x03\x12\x12\n\nlast_epoch\x18\x03 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x04 \x01(\x03\"\x9d\x01\n\x0c\x46\x65tchRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x10\n\x08snapshot\x18\x03 \x01(\x08\x12\x16\n\x0esnapshot_after\x18\x04 \x01(\x0c\x12\x13\n\x0b\x61\x66ter_index\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\r\"\xfe\x01\n\rFetchResponse\x12+\n\x07outcome\x18\x01 \x01(\x0e\x32\x1a.placement.v1.FetchOutcome\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x15\n\rsnapshot_done\x18\x03 \x01(\x08\x12\x16\n\x0esnapshot_index\x18\x04 \x01(\x03\x12\x16\n\x0esnapshot_epoch\x18\x05 \x01(\x03\x12\'\n\x07\x65ntries\x18\x06 \x03(\x0b\x32\x16.placement.v1.LogEntry\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x08 \x01(\x03\"g\n\x12ReadReplicaRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x13\n\x0bstart_after\x18\x02 \x01(\x0c\x12\r\n\x05limit\x18\x03 \x01(\r\"\x84\x01\n\x13ReadReplicaResponse\x12\x0e\n\x06hosted\x18\x01 \x01(\x08\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x0c\n\x04more\x18\x03 \x01(\x08\x12\x12\n\nlast_index\x18\x04 \x01(\x03\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x03*\x82\x01\n\rAppendOutcome\x12\x1e\n\x1a\x41PPEND_OUTCOME_UNSPECIFIED\x10\x00\x12\r\n\tAPPEND_OK\x10\x01\x12\x16\n\x12\x41PPEND_STALE_EPOCH\x10\x02\x12\x13\n\x0f\x41PPEND_MISMATCH\x10\x03\x12\x15\n\x11\x41PPEND_NOT_HOSTED\x10\x04*m\n\x0c\x46\x65tchOutcome\x12\x1d\n\x19\x46\x45TCH_OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x46\x45TCH_OK\x10\x01\x12\x15\n\x11\x46\x45TCH_NOT_PRIMARY\x10\x02\x12\x19\n\x15\x46\x45TCH_SNAPSHOT_NEEDED\x10\x03\x32\x8a\x02\n\x0b\x44\x61taService\x12<\n\x03Put\x12\x18.placement.v1.PutRequest\x1a\x1b.placement.v1.WriteResponse\x12\x42\n\x06\x44\x65lete\x12\x1b.placement.v1.DeleteRequest\x1a\x1b.placement.v1.WriteResponse\x12:\n\x03Get\x12\x18.placement.v1.GetRequest\x1a\x19.placement.v1.GetResponse\x12=\n\x04Scan\x12\x19.placement.v1.ScanRequest\x1a\x1a.placement.v1.ScanResponse2\xef\x01\n\x12ReplicationService\x12\x43\n\x06\x41ppend\x12\x1b.placement.v1.AppendRequest\x1a\x1c.placement.v1.AppendResponse\x12@\n\x05\x46\x65tch\x12\x1a.placement.v1.FetchRequest\x1a\x1b.placement.v1.FetchResponse\x12R\n\x0bReadReplica\x12 .placement.v1.ReadReplicaRequest\x1a!.placement.v1.ReadReplicaResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17placement/v1/data.proto\x12\x0cplacement.v1\x1a\x19placement/v1/common.proto\"W\n\nPutRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\"K\n\rDeleteRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"D\n\rWriteResponse\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x02 \x01(\x03\x12\x0f\n\x07\x65xisted\x18\x03 \x01(\x08\"H\n\nGetRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"+\n\x0bGetResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\"p\n\x0bScanRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0e\n\x06prefix\x18\x02 \x01(\x0c\x12\x13\n\x0bstart_after\x18\x03 \x01(\x0c\x12\r\n\x05limit\x18\x04 \x01(\r\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\"C\n\x0cScanResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x0c\n\x04more\x18\x02 \x01(\x08\"T\n\x08LogEntry\x12\r\n\x05index\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x05 \x01(\x08\"\xcb\x01\n\rAppendRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x13\n\x0blease_epoch\x18\x02 \x01(\x03\x12\x0f\n\x07primary\x18\x03 \x01(\t\x12\x12\n\nprev_index\x18\x04 \x01(\x03\x12\x12\n\nprev_epoch\x18\x05 \x01(\x03\x12\'\n\x07\x65ntries\x18\x06 \x03(\x0b\x32\x16.placement.v1.LogEntry\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x03\"d\n\x10ReplicateRequest\x12\x11\n\tfrom_node\x18\x01 \x01(\t\x12\x0f\n\x07to_node\x18\x02 \x01(\t\x12,\n\x07\x61ppends\x18\x03 \x03(\x0b\x32\x1b.placement.v1.AppendRequest\"B\n\x11ReplicateResponse\x12-\n\x07replies\x18\x01 \x03(\x0b\x32\x1c.placement.v1.AppendResponse\"{\n\x0e\x41ppendResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.AppendOutcome\x12\x12\n\nlast_index\x18\x02 \x01(\x03\x12\x12\n\nlast_epoch\x18\x03 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x04 \x01(\x03\"\x9d\x01\n\x0c\x46\x65tchRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x10\n\x08snapshot\x18\x03 \x01(\x08\x12\x16\n\x0esnapshot_after\x18\x04 \x01(\x0c\x12\x13\n\x0b\x61\x66ter_index\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\r\"\xfe\x01\n\rFetchResponse\x12+\n\x07outcome\x18\x01 \x01(\x0e\x32\x1a.placement.v1.FetchOutcome\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x15\n\rsnapshot_done\x18\x03 \x01(\x08\x12\x16\n\x0esnapshot_index\x18\x04 \x01(\x03\x12\x16\n\x0esnapshot_epoch\x18\x05 \x01(\x03\x12\'\n\x07\x65ntries\x18\x06 \x03(\x0b\x32\x16.placement.v1.LogEntry\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x08 \x01(\x03\"g\n\x12ReadReplicaRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x13\n\x0bstart_after\x18\x02 \x01(\x0c\x12\r\n\x05limit\x18\x03 \x01(\r\"\x84\x01\n\x13ReadReplicaResponse\x12\x0e\n\x06hosted\x18\x01 \x01(\x08\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x0c\n\x04more\x18\x03 \x01(\x08\x12\x12\n\nlast_index\x18\x04 \x01(\x03\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x03*\x82\x01\n\rAppendOutcome\x12\x1e\n\x1a\x41PPEND_OUTCOME_UNSPECIFIED\x10\x00\x12\r\n\tAPPEND_OK\x10\x01\x12\x16\n\x12\x41PPEND_STALE_EPOCH\x10\x02\x12\x13\n\x0f\x41PPEND_MISMATCH\x10\x03\x12\x15\n\x11\x41PPEND_NOT_HOSTED\x10\x04*m\n\x0c\x46\x65tchOutcome\x12\x1d\n\x19\x46\x45TCH_OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x46\x45TCH_OK\x10\x01\x12\x15\n\x11\x46\x45TCH_NOT_PRIMARY\x10\x02\x12\x19\n\x15\x46\x45TCH_SNAPSHOT_NEEDED\x10\x03\x32\x8a\x02\n\x0b\x44\x61taService\x12<\n\x03Put\x12\x18.placement.v1.PutRequest\x1a\x1b.placement.v1.WriteResponse\x12\x42\n\x06\x44\x65lete\x12\x1b.placement.v1.DeleteRequest\x1a\x1b.placement.v1.WriteResponse\x12:\n\x03Get\x12\x18.placement.v1.GetRequest\x1a\x19.placement.v1.GetResponse\x12=\n\x04Scan\x12\x19.placement.v1.ScanRequest\x1a\x1a.placement.v1.ScanResponse2\xf8\x01\n\x12ReplicationService\x12L\n\tReplicate\x12\x1e.placement.v1.ReplicateRequest\x1a\x1f.placement.v1.ReplicateResponse\x12@\n\x05\x46\x65tch\x12\x1a.placement.v1.FetchRequest\x1a\x1b.placement.v1.FetchResponse\x12R\n\x0bReadReplica\x12 .placement.v1.ReadReplicaRequest\x1a!.placement.v1.ReadReplicaResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'placement.v1.data_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_APPENDOUTCOME']._serialized_start=1721
-  _globals['_APPENDOUTCOME']._serialized_end=1851
-  _globals['_FETCHOUTCOME']._serialized_start=1853
-  _globals['_FETCHOUTCOME']._serialized_end=1962
+  _globals['_APPENDOUTCOME']._serialized_start=1891
+  _globals['_APPENDOUTCOME']._serialized_end=2021
+  _globals['_FETCHOUTCOME']._serialized_start=2023
+  _globals['_FETCHOUTCOME']._serialized_end=2132
   _globals['_PUTREQUEST']._serialized_start=68
   _globals['_PUTREQUEST']._serialized_end=155
   _globals['_DELETEREQUEST']._serialized_start=157
@@ -56,18 +56,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOGENTRY']._serialized_end=730
   _globals['_APPENDREQUEST']._serialized_start=733
   _globals['_APPENDREQUEST']._serialized_end=936
-  _globals['_APPENDRESPONSE']._serialized_start=938
-  _globals['_APPENDRESPONSE']._serialized_end=1061
-  _globals['_FETCHREQUEST']._serialized_start=1064
-  _globals['_FETCHREQUEST']._serialized_end=1221
-  _globals['_FETCHRESPONSE']._serialized_start=1224
-  _globals['_FETCHRESPONSE']._serialized_end=1478
-  _globals['_READREPLICAREQUEST']._serialized_start=1480
-  _globals['_READREPLICAREQUEST']._serialized_end=1583
-  _globals['_READREPLICARESPONSE']._serialized_start=1586
-  _globals['_READREPLICARESPONSE']._serialized_end=1718
-  _globals['_DATASERVICE']._serialized_start=1965
-  _globals['_DATASERVICE']._serialized_end=2231
-  _globals['_REPLICATIONSERVICE']._serialized_start=2234
-  _globals['_REPLICATIONSERVICE']._serialized_end=2473
+  _globals['_REPLICATEREQUEST']._serialized_start=938
+  _globals['_REPLICATEREQUEST']._serialized_end=1038
+  _globals['_REPLICATERESPONSE']._serialized_start=1040
+  _globals['_REPLICATERESPONSE']._serialized_end=1106
+  _globals['_APPENDRESPONSE']._serialized_start=1108
+  _globals['_APPENDRESPONSE']._serialized_end=1231
+  _globals['_FETCHREQUEST']._serialized_start=1234
+  _globals['_FETCHREQUEST']._serialized_end=1391
+  _globals['_FETCHRESPONSE']._serialized_start=1394
+  _globals['_FETCHRESPONSE']._serialized_end=1648
+  _globals['_READREPLICAREQUEST']._serialized_start=1650
+  _globals['_READREPLICAREQUEST']._serialized_end=1753
+  _globals['_READREPLICARESPONSE']._serialized_start=1756
+  _globals['_READREPLICARESPONSE']._serialized_end=1888
+  _globals['_DATASERVICE']._serialized_start=2135
+  _globals['_DATASERVICE']._serialized_end=2401
+  _globals['_REPLICATIONSERVICE']._serialized_start=2404
+  _globals['_REPLICATIONSERVICE']._serialized_end=2652
 # @@protoc_insertion_point(module_scope)

@@ -305,6 +305,8 @@ Global___LogEntry: _TypeAlias = LogEntry  # noqa: Y015
 
 @_typing.final
 class AppendRequest(_message.Message):
+    """Primary -> member of the in-sync set: append entries after (prev_index, prev_epoch)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTITION_FIELD_NUMBER: _builtins.int
@@ -344,6 +346,60 @@ class AppendRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AppendRequest: _TypeAlias = AppendRequest  # noqa: Y015
+
+@_typing.final
+class ReplicateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FROM_NODE_FIELD_NUMBER: _builtins.int
+    TO_NODE_FIELD_NUMBER: _builtins.int
+    APPENDS_FIELD_NUMBER: _builtins.int
+    from_node: _builtins.str
+    """The sending agent's node name."""
+    to_node: _builtins.str
+    """The receiving agent's node name: any other agent answers FAILED_PRECONDITION (an address
+    reused by another node never takes a partition's entries).
+    """
+    @_builtins.property
+    def appends(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendRequest]:
+        """At most 4096, each for a different or the same partition, answered in order."""
+
+    def __init__(
+        self,
+        *,
+        from_node: _builtins.str = ...,
+        to_node: _builtins.str = ...,
+        appends: _abc.Iterable[Global___AppendRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["appends", b"appends", "from_node", b"from_node", "to_node", b"to_node"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicateRequest: _TypeAlias = ReplicateRequest  # noqa: Y015
+
+@_typing.final
+class ReplicateResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def replies(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendResponse]:
+        """One per request append, in the same order."""
+
+    def __init__(
+        self,
+        *,
+        replies: _abc.Iterable[Global___AppendResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["replies", b"replies"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicateResponse: _TypeAlias = ReplicateResponse  # noqa: Y015
 
 @_typing.final
 class AppendResponse(_message.Message):

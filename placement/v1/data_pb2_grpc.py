@@ -257,10 +257,10 @@ class ReplicationServiceStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Append = channel.unary_unary(
-                '/placement.v1.ReplicationService/Append',
-                request_serializer=placement_dot_v1_dot_data__pb2.AppendRequest.SerializeToString,
-                response_deserializer=placement_dot_v1_dot_data__pb2.AppendResponse.FromString,
+        self.Replicate = channel.unary_unary(
+                '/placement.v1.ReplicationService/Replicate',
+                request_serializer=placement_dot_v1_dot_data__pb2.ReplicateRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_data__pb2.ReplicateResponse.FromString,
                 _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/placement.v1.ReplicationService/Fetch',
@@ -278,8 +278,10 @@ class ReplicationServiceServicer:
     """Agent to agent.
     """
 
-    def Append(self, request, context):
-        """Primary -> member of the in-sync set: append entries after (prev_index, prev_epoch).
+    def Replicate(self, request, context):
+        """The pair stream (design/data-plane.md): every Append one agent's primaries have for another
+        agent at this moment travels in one call, answered in one group commit; an empty call is the
+        pair's heartbeat. Sent only by the node named in from_node, to the node named in to_node.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -302,10 +304,10 @@ class ReplicationServiceServicer:
 
 def add_ReplicationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Append': grpc.unary_unary_rpc_method_handler(
-                    servicer.Append,
-                    request_deserializer=placement_dot_v1_dot_data__pb2.AppendRequest.FromString,
-                    response_serializer=placement_dot_v1_dot_data__pb2.AppendResponse.SerializeToString,
+            'Replicate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Replicate,
+                    request_deserializer=placement_dot_v1_dot_data__pb2.ReplicateRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_data__pb2.ReplicateResponse.SerializeToString,
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
@@ -330,7 +332,7 @@ class ReplicationService:
     """
 
     @staticmethod
-    def Append(request,
+    def Replicate(request,
             target,
             options=(),
             channel_credentials=None,
@@ -343,9 +345,9 @@ class ReplicationService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/placement.v1.ReplicationService/Append',
-            placement_dot_v1_dot_data__pb2.AppendRequest.SerializeToString,
-            placement_dot_v1_dot_data__pb2.AppendResponse.FromString,
+            '/placement.v1.ReplicationService/Replicate',
+            placement_dot_v1_dot_data__pb2.ReplicateRequest.SerializeToString,
+            placement_dot_v1_dot_data__pb2.ReplicateResponse.FromString,
             options,
             channel_credentials,
             insecure,

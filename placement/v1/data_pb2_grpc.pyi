@@ -117,8 +117,11 @@ class ReplicationServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ReplicationServiceAsyncStub: ...
-    Append: _grpc.UnaryUnaryMultiCallable[_data_pb2.AppendRequest, _data_pb2.AppendResponse]
-    """Primary -> member of the in-sync set: append entries after (prev_index, prev_epoch)."""
+    Replicate: _grpc.UnaryUnaryMultiCallable[_data_pb2.ReplicateRequest, _data_pb2.ReplicateResponse]
+    """The pair stream (design/data-plane.md): every Append one agent's primaries have for another
+    agent at this moment travels in one call, answered in one group commit; an empty call is the
+    pair's heartbeat. Sent only by the node named in from_node, to the node named in to_node.
+    """
     Fetch: _grpc.UnaryUnaryMultiCallable[_data_pb2.FetchRequest, _data_pb2.FetchResponse]
     """Learner -> primary: pull a snapshot page or committed log entries (catch-up)."""
     ReadReplica: _grpc.UnaryUnaryMultiCallable[_data_pb2.ReadReplicaRequest, _data_pb2.ReadReplicaResponse]
@@ -129,8 +132,11 @@ class ReplicationServiceAsyncStub(ReplicationServiceStub):
     """Agent to agent."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    Append: _aio.UnaryUnaryMultiCallable[_data_pb2.AppendRequest, _data_pb2.AppendResponse]  # type: ignore[assignment]
-    """Primary -> member of the in-sync set: append entries after (prev_index, prev_epoch)."""
+    Replicate: _aio.UnaryUnaryMultiCallable[_data_pb2.ReplicateRequest, _data_pb2.ReplicateResponse]  # type: ignore[assignment]
+    """The pair stream (design/data-plane.md): every Append one agent's primaries have for another
+    agent at this moment travels in one call, answered in one group commit; an empty call is the
+    pair's heartbeat. Sent only by the node named in from_node, to the node named in to_node.
+    """
     Fetch: _aio.UnaryUnaryMultiCallable[_data_pb2.FetchRequest, _data_pb2.FetchResponse]  # type: ignore[assignment]
     """Learner -> primary: pull a snapshot page or committed log entries (catch-up)."""
     ReadReplica: _aio.UnaryUnaryMultiCallable[_data_pb2.ReadReplicaRequest, _data_pb2.ReadReplicaResponse]  # type: ignore[assignment]
@@ -140,12 +146,15 @@ class ReplicationServiceServicer(metaclass=_abc_1.ABCMeta):
     """Agent to agent."""
 
     @_abc_1.abstractmethod
-    def Append(
+    def Replicate(
         self,
-        request: _data_pb2.AppendRequest,
+        request: _data_pb2.ReplicateRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_data_pb2.AppendResponse, _abc.Awaitable[_data_pb2.AppendResponse]]:
-        """Primary -> member of the in-sync set: append entries after (prev_index, prev_epoch)."""
+    ) -> _typing.Union[_data_pb2.ReplicateResponse, _abc.Awaitable[_data_pb2.ReplicateResponse]]:
+        """The pair stream (design/data-plane.md): every Append one agent's primaries have for another
+        agent at this moment travels in one call, answered in one group commit; an empty call is the
+        pair's heartbeat. Sent only by the node named in from_node, to the node named in to_node.
+        """
 
     @_abc_1.abstractmethod
     def Fetch(

@@ -1,7 +1,8 @@
 """The non-primary roles of a partition replica (design/data-plane.md, "Roles per partition").
 
-* **follower** (:func:`answer_append`): an in-sync set member that is not primary answers the
-  primary's ``Append`` (``DataStore.follow``: fence, undo, append, commit in one transaction).
+* **follower** (:func:`answer_appends`): an in-sync set member that is not primary answers the
+  primaries' appends of one ``Replicate`` (``DataStore.follow`` each: fence, undo, append,
+  commit), all in one group commit.
 * **learner** (:class:`Learner`): holds a replica, not in the in-sync set — pulls snapshot pages
   and committed entries from the primary, throttled (:class:`TokenBucket`), until the primary
   adds it to the in-sync set.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
@@ -28,7 +29,7 @@ from replica.data.model import (
     SendFetch,
 )
 from replica.data.storage import AppendResult, DataState
-from replica.records import StoreThread
+from replica.records import AgentStore, StoreThread
 
 log = logging.getLogger(__name__)
 
@@ -46,26 +47,47 @@ _APPEND_OUTCOMES = {
 }
 
 
-async def answer_append(db: StoreThread, call: AppendCall, trim: Trim) -> AppendReply:
-    """A follower's answer to the primary's ``Append``: NOT_HOSTED without a replica record."""
-    zone, partition = call.zone, call.partition
-    if await db.call(db.store.replica, zone, partition) is None:
-        return AppendReply(AppendOutcome.NOT_HOSTED)
-    result, state = await db.call(
-        db.store.data.follow,
-        zone,
-        partition,
+def _follow_hosted(store: AgentStore, call: AppendCall) -> tuple[AppendResult, DataState] | None:
+    """On the store thread: ``DataStore.follow`` for a hosted replica, None without a record."""
+    if store.replica(call.zone, call.partition) is None:
+        return None
+    return store.data.follow(
+        call.zone,
+        call.partition,
         call.lease_epoch,
         call.prev_index,
         call.prev_epoch,
         list(call.entries),
         call.commit_index,
     )
-    if call.entries and result is AppendResult.OK:
-        await trim((zone, partition), len(call.entries))
-    return AppendReply(
-        _APPEND_OUTCOMES[result], state.last_index, state.last_epoch, state.seen_epoch
-    )
+
+
+async def answer_appends(
+    db: StoreThread, calls: Sequence[AppendCall], trim: Trim
+) -> list[AppendReply]:
+    """A follower's answers to one ``Replicate`` of the primaries on another node: every append
+    in one group commit (one fsync), in order; NOT_HOSTED without a replica record. An append
+    whose part failed (a storage error) is answered MISMATCH with nothing known, so its primary
+    retries it (and drops this node after ``isr_timeout`` if it keeps failing)."""
+    outcomes = await db.group_each(_follow_hosted, [(db.store, call) for call in calls])
+    replies: list[AppendReply] = []
+    for call, outcome in zip(calls, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            log.warning("append to %s/%s failed: %s", call.zone, call.partition, outcome)
+            replies.append(AppendReply(AppendOutcome.MISMATCH, 0))
+            continue
+        if outcome is None:
+            replies.append(AppendReply(AppendOutcome.NOT_HOSTED))
+            continue
+        result, state = outcome
+        if call.entries and result is AppendResult.OK:
+            await trim((call.zone, call.partition), len(call.entries))
+        replies.append(
+            AppendReply(
+                _APPEND_OUTCOMES[result], state.last_index, state.last_epoch, state.seen_epoch
+            )
+        )
+    return replies
 
 
 class TokenBucket:

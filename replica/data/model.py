@@ -35,6 +35,10 @@ class UnknownZone(PlacementError):
     """No zone of that name (as far as this agent's view of etcd goes)."""
 
 
+class WrongNode(PlacementError):
+    """A ``Replicate`` meant for another node reached this agent (an address reused)."""
+
+
 class PeerUnreachable(PlacementError):
     """An ``Append`` or ``Fetch`` to another agent failed on the wire (no answer, deadline)."""
 
@@ -123,8 +127,8 @@ class ReplicaPage:
     commit_index: int = 0
 
 
-#: Sends an ``Append`` to the agent at an address, with a timeout in seconds; raises
-#: :class:`PeerUnreachable`.
-SendAppend = Callable[[str, AppendCall, float], Awaitable[AppendReply]]
+#: Sends an ``Append`` to a node at an address (over the pair stream to that node), with a timeout
+#: in seconds; raises :class:`PeerUnreachable`.
+SendAppend = Callable[[str, str, AppendCall, float], Awaitable[AppendReply]]
 #: Sends a ``Fetch`` likewise.
 SendFetch = Callable[[str, FetchCall, float], Awaitable[FetchReply]]

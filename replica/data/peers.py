@@ -1,17 +1,28 @@
 """Replication between agents on the wire: the one place (besides the servicers) that builds or
-reads ``Append``/``Fetch`` protobuf (design/data-plane.md).
+reads ``Replicate``/``Fetch`` protobuf (design/data-plane.md, "The pair stream").
 
 :class:`ReplicationPeers` sends plain :mod:`replica.data.model` messages to other agents over
-channels from one :class:`~placement.rpc.ChannelPool` (``DATA_PROFILE``); the ``*_from_pb`` and
-``*_to_pb`` functions convert for :mod:`replica.data.servicers` on the receiving side.
+channels from one :class:`~placement.rpc.ChannelPool` (``DATA_PROFILE``). Appends go through one
+:class:`PairLink` per other node — the pair stream: every ``Append`` this agent's primaries have
+for that node at a moment travels in one ``Replicate`` call (a few calls in flight, so batches
+pipeline), and an idle link sends one empty call per heartbeat: the pair's liveness, instead of a
+heartbeat per partition. The ``*_from_pb`` and ``*_to_pb`` functions convert for
+:mod:`replica.data.servicers` on the receiving side.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from placement.core.retry import Clock
 from placement.rpc import DATA_PROFILE, ChannelPool, pb_enum_values
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 from replica.data.model import (
@@ -25,39 +36,238 @@ from replica.data.model import (
 )
 from replica.data.storage import Entry
 
+log = logging.getLogger(__name__)
+
 _APPEND_OUTCOMES = pb_enum_values(AppendOutcome, data_pb2.AppendOutcome, "APPEND_")
 _FETCH_OUTCOMES = pb_enum_values(FetchOutcome, data_pb2.FetchOutcome, "FETCH_")
 _APPEND_FROM_PB = {v: k for k, v in _APPEND_OUTCOMES.items()}
 _FETCH_FROM_PB = {v: k for k, v in _FETCH_OUTCOMES.items()}
 
+#: Most appends one ``Replicate`` carries (the receiver refuses more).
+MAX_BATCH_APPENDS = 4096
+#: A batch closes once its entries pass this many bytes (far below the message limit).
+MAX_BATCH_BYTES = 8 << 20
+#: ``Replicate`` calls one link keeps in flight (batches pipeline behind each other).
+MAX_IN_FLIGHT = 4
 
-class ReplicationPeers:
-    """``Append`` and ``Fetch`` to other agents by address; one channel per address."""
 
-    def __init__(self) -> None:
-        self._pool = ChannelPool(DATA_PROFILE)
+@dataclass(frozen=True, slots=True)
+class LinkConfig:
+    """``heartbeat``: an idle link's empty call, seconds; ``down_after``: seconds without any
+    answer after which the peer counts as down (its appends fail at once until it answers)."""
 
-    def _stub(self, address: str) -> data_pb2_grpc.ReplicationServiceAsyncStub:
-        return data_pb2_grpc.ReplicationServiceStub(
-            self._pool.get(address)
-        )  # an AsyncStub on an aio channel
+    heartbeat: float = 1.0
+    down_after: float = 3.0
 
-    async def _call(self, address: str, method: str, request: Any, rpc_timeout: float) -> Any:
-        """One unary call; a gRPC failure is :class:`PeerUnreachable`."""
+
+@dataclass(slots=True)
+class _Pending:
+    call: AppendCall
+    future: asyncio.Future[AppendReply]
+    deadline: float
+
+
+class PairLink:
+    """The pair stream from this agent (``me``) to the agent ``peer`` at ``address``.
+
+    States: UP (answered within ``down_after``) -> DOWN (no answer for ``down_after``:
+    ``on_down(peer)`` is called once, appends fail at once) -> UP (any answer).
+    """
+
+    def __init__(
+        self,
+        pool: ChannelPool,
+        me: str,
+        peer: str,
+        address: str,
+        config: LinkConfig,
+        on_down: Callable[[str], None],
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.me, self.peer, self.address = me, peer, address
+        self._stub: Any = data_pb2_grpc.ReplicationServiceStub(pool.get(address))
+        self._config = config
+        self._on_down = on_down
+        self._clock = clock
+        self._queue: list[_Pending] = []
+        self._wake = asyncio.Event()
+        self._in_flight = 0
+        self._sending: set[asyncio.Task[None]] = set()
+        self.last_answer = clock()
+        self.last_sent = clock()
+        self.down = False
+        #: ``Replicate`` calls sent and appends they carried (benchmarks, tests).
+        self.calls = 0
+        self.appends = 0
+        self._task = asyncio.create_task(self._run(), name=f"link {me}->{peer}")
+
+    async def append(self, call: AppendCall, timeout: float) -> AppendReply:  # noqa: ASYNC109
+        """Send ``call`` in the next batch; raises :class:`PeerUnreachable` when the peer is down
+        or no answer came within ``timeout`` seconds (also the batch's RPC deadline)."""
+        if self.down:
+            raise PeerUnreachable(
+                f"{self.peer} has not answered for {self._config.down_after:g} s (DOWN)"
+            )
+        future: asyncio.Future[AppendReply] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(call, future, self._clock() + timeout))
+        self._wake.set()
         try:
-            return await getattr(self._stub(address), method)(request, timeout=rpc_timeout)
-        except grpc.aio.AioRpcError as e:
-            raise PeerUnreachable(str(e.code())) from e
-
-    async def append(self, address: str, call: AppendCall, rpc_timeout: float) -> AppendReply:
-        request = append_call_to_pb(call)
-        return append_reply_from_pb(await self._call(address, "Append", request, rpc_timeout))
-
-    async def fetch(self, address: str, call: FetchCall, rpc_timeout: float) -> FetchReply:
-        request = fetch_call_to_pb(call)
-        return fetch_reply_from_pb(await self._call(address, "Fetch", request, rpc_timeout))
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise PeerUnreachable("DEADLINE_EXCEEDED") from None
 
     async def close(self) -> None:
+        self._task.cancel()
+        for task in self._sending:
+            task.cancel()
+        await asyncio.gather(self._task, *self._sending, return_exceptions=True)
+        for pending in self._queue:
+            if not pending.future.done():
+                pending.future.set_exception(PeerUnreachable("the link closed"))
+        self._queue.clear()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._config.heartbeat)
+            self._wake.clear()
+            self._check_down()
+            while self._queue and self._in_flight < MAX_IN_FLIGHT:
+                self._spawn(self._take_batch())
+            idle = self._clock() - self.last_sent >= self._config.heartbeat
+            if idle and self._in_flight == 0 and not self._queue:
+                self._spawn([])  # the pair's heartbeat
+
+    def _take_batch(self) -> list[_Pending]:
+        batch: list[_Pending] = []
+        size = 0
+        while self._queue and len(batch) < MAX_BATCH_APPENDS and size < MAX_BATCH_BYTES:
+            pending = self._queue.pop(0)
+            if pending.future.done():  # its sender stopped waiting
+                continue
+            batch.append(pending)
+            size += sum(e.size for e in pending.call.entries)
+        return batch
+
+    def _spawn(self, batch: list[_Pending]) -> None:
+        self._in_flight += 1
+        self.last_sent = self._clock()
+        task = asyncio.create_task(self._send(batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    def _check_down(self) -> None:
+        if not self.down and self._clock() - self.last_answer > self._config.down_after:
+            self.down = True
+            log.warning(
+                "replication link to %s (%s): no answer for %.1f s; the peer is down",
+                self.peer,
+                self.address,
+                self._config.down_after,
+            )
+            for pending in self._queue:
+                if not pending.future.done():
+                    pending.future.set_exception(PeerUnreachable(f"{self.peer} is down"))
+            self._queue.clear()
+            self._on_down(self.peer)
+
+    async def _send(self, batch: list[_Pending]) -> None:
+        now = self._clock()
+        timeout = max((p.deadline for p in batch), default=now + self._config.down_after) - now
+        request = data_pb2.ReplicateRequest(
+            from_node=self.me, to_node=self.peer, appends=[append_call_to_pb(p.call) for p in batch]
+        )
+        try:
+            reply = await self._stub.Replicate(request, timeout=max(timeout, 0.05))
+        except (grpc.aio.AioRpcError, asyncio.CancelledError) as e:
+            error = PeerUnreachable(
+                f"{e.code()}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else "closed"
+            )
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(error)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return
+        finally:
+            self._in_flight -= 1
+            if self._queue:
+                self._wake.set()
+        self.calls += 1
+        self.appends += len(batch)
+        self.last_answer = self._clock()
+        if self.down:
+            self.down = False
+            log.info("replication link to %s (%s) answers again", self.peer, self.address)
+        replies = list(reply.replies)
+        for i, pending in enumerate(batch):
+            if pending.future.done():
+                continue
+            if i < len(replies):
+                pending.future.set_result(append_reply_from_pb(replies[i]))
+            else:
+                pending.future.set_exception(PeerUnreachable("the reply lacks this append"))
+
+
+class ReplicationPeers:
+    """Appends (through one :class:`PairLink` per node) and ``Fetch`` to other agents."""
+
+    def __init__(
+        self,
+        me: str = "",
+        config: LinkConfig | None = None,
+        on_down: Callable[[str], None] = lambda node: None,
+    ) -> None:
+        self._pool = ChannelPool(DATA_PROFILE)
+        self._me = me
+        self._config = config or LinkConfig()
+        self._on_down = on_down
+        self._links: dict[str, PairLink] = {}
+
+    def link(self, node: str, address: str) -> PairLink:
+        """The link to ``node`` at ``address`` (a new one when its address changed)."""
+        found = self._links.get(node)
+        if found is None or found.address != address:
+            if found is not None:
+                asyncio.get_running_loop().create_task(found.close())
+            found = self._links[node] = PairLink(
+                self._pool, self._me, node, address, self._config, self._on_down
+            )
+        return found
+
+    def is_down(self, node: str) -> bool:
+        link = self._links.get(node)
+        return link is not None and link.down
+
+    async def keep(self, nodes: Mapping[str, str]) -> None:
+        """Keep (or open) the links to ``nodes`` (name -> address), close every other one."""
+        for node in list(self._links):
+            if node not in nodes:
+                await self._links.pop(node).close()
+        for node, address in nodes.items():
+            if address:
+                self.link(node, address)
+
+    def links(self) -> dict[str, PairLink]:
+        return dict(self._links)
+
+    async def append(
+        self, node: str, address: str, call: AppendCall, rpc_timeout: float
+    ) -> AppendReply:
+        return await self.link(node, address).append(call, rpc_timeout)
+
+    async def fetch(self, address: str, call: FetchCall, rpc_timeout: float) -> FetchReply:
+        stub: Any = data_pb2_grpc.ReplicationServiceStub(self._pool.get(address))
+        try:
+            reply = await stub.Fetch(fetch_call_to_pb(call), timeout=rpc_timeout)
+        except grpc.aio.AioRpcError as e:
+            raise PeerUnreachable(str(e.code())) from e
+        return fetch_reply_from_pb(reply)
+
+    async def close(self) -> None:
+        links, self._links = list(self._links.values()), {}
+        for link in links:
+            await link.close()
         await self._pool.close()
 
 

@@ -1,20 +1,22 @@
 """The agent's data plane: which role it plays for each partition replica it holds, and routing.
 
-Design: design/data-plane.md. Roles are derived, every half second and on every change of the
-agent's etcd view (zones, primary leases, in-sync sets, nodes), from the replica records in the
-agent store:
+Design: design/data-plane.md. Roles are derived, every ``tick`` and on every change of the
+agent's etcd view (:class:`~replica.data.view.View`: zones, primary leases, in-sync sets, nodes,
+assignments), from the replica records in the agent store:
 
 * **primary** (:class:`~replica.data.primary.Primary`): holds the lease and is in the ISR (or no
   ISR exists yet).
-* **follower** (:func:`~replica.data.follower.answer_append`): in the ISR, not primary — answers
-  ``Append``.
+* **follower** (:func:`~replica.data.follower.answer_appends`): in the ISR, not primary —
+  answers the appends of the primaries' ``Replicate`` calls (the pair streams).
 * **learner** (:class:`~replica.data.follower.Learner`): holds a replica, not in the ISR — pulls
   from the primary until the primary adds it to the ISR.
 
 A rebalance's catch-up (``catch_up``) creates the replica and waits until its node is in the ISR.
 Client requests go to the partition's primary; the ISR in etcd is read and written through
 :class:`~placement.metastore.store.Metastore`; other agents are reached through
-:class:`~replica.data.peers.ReplicationPeers`.
+:class:`~replica.data.peers.ReplicationPeers` (one pair link per node). Primaries hibernate: this
+module pokes one when a member's node record goes, its pair link goes down, or the partition's
+assignment changes.
 """
 
 from __future__ import annotations
@@ -23,29 +25,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
-from placement.core.model import ZoneSpec, effective_min_in_sync
+from placement.core.model import effective_min_in_sync
+from placement.core.names import validate_name
 from placement.core.retry import Clock
 from placement.data.partitioning import partition_of
 from placement.errors import InvalidInput, PlacementError
-from placement.metastore.codec import (
-    InSyncSet,
-    NodeRecord,
-    PrimaryLease,
-    ReplicaSize,
-    decode_isr,
-    decode_node,
-    decode_primary,
-    decode_zone_spec,
-    encode_size,
-)
+from placement.metastore.codec import InSyncSet, ReplicaSize, encode_size
 from placement.metastore.etcd import EtcdClient
-from placement.metastore.keys import KeyKind, KeySpace
+from placement.metastore.keys import KeySpace
+from placement.metastore.kv import KeyValue
 from placement.metastore.listwatch import ListWatch
 from placement.metastore.store import Metastore
-from replica.data.follower import Learner, LearnerDeps, TokenBucket, answer_append
+from replica.data.follower import Learner, LearnerDeps, TokenBucket, answer_appends
 from replica.data.model import (
     AppendCall,
     AppendReply,
@@ -57,9 +51,11 @@ from replica.data.model import (
     ReplicaPage,
     Unavailable,
     UnknownZone,
+    WrongNode,
 )
-from replica.data.peers import ReplicationPeers
+from replica.data.peers import MAX_BATCH_APPENDS, LinkConfig, ReplicationPeers
 from replica.data.primary import Primary, PrimaryDeps
+from replica.data.view import Changes, View
 from replica.protocol import StartCatchUp
 from replica.records import StoreThread
 
@@ -79,25 +75,10 @@ class DataConfig:
     log_keep: int = 20_000
     size_interval: float = 10.0
     batch_max: int = 512
-    tick: float = 0.5
+    #: Roles pass when nothing changed (lease expiry by the clock, learners to restart).
+    tick: float = 1.0
+    #: A pair link's heartbeat when idle, and a primary's commit notice after a write burst.
     heartbeat: float = 1.0
-
-
-@dataclass
-class View:
-    """The agent's decoded view of etcd (rebuilt from the watches' snapshots)."""
-
-    zones: dict[str, ZoneSpec] = field(default_factory=dict)
-    leases: dict[Key, tuple[PrimaryLease, int]] = field(default_factory=dict)
-    isrs: dict[Key, tuple[InSyncSet, int]] = field(default_factory=dict)
-    nodes: dict[str, str] = field(default_factory=dict)
-
-    def primary_hint(self, key: Key) -> str:
-        lease = self.leases.get(key)
-        if lease is None:
-            return ""
-        node = lease[0].node
-        return f"{node}@{self.nodes.get(node, '')}"
 
 
 class DataPlane:
@@ -123,9 +104,15 @@ class DataPlane:
         self.config = config or DataConfig()
         self.clock = clock
         self.put_owned = put_owned
-        self.view = View()
-        self.peers = ReplicationPeers()
+        self.view = View(keys)
+        self.peers = ReplicationPeers(
+            node,
+            LinkConfig(heartbeat=self.config.heartbeat, down_after=self.config.isr_timeout),
+            on_down=self._link_down,
+        )
         self._watches: list[ListWatch] = []
+        self._seen: list[Mapping[bytes, KeyValue]] = []
+        self._pending = Changes()
         self._primaries: dict[Key, Primary] = {}
         self._learners: dict[Key, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -149,6 +136,7 @@ class DataPlane:
             read_lease_and_isr=lambda key: self.metastore.read_lease_and_isr(*key),
             write_isr=self.write_isr,
             trim=self.maybe_trim,
+            member_gone=self.member_gone,
         )
         self._learner_deps = LearnerDeps(
             node=node,
@@ -168,13 +156,15 @@ class DataPlane:
             self.keys.primary_prefix(),
             self.keys.isr_prefix(),
             self.keys.nodes_prefix(),
+            self.keys.assign_prefix(),
         ):
             watch = ListWatch(self.client, prefix)
-            await watch.start()
+            snapshot = await watch.start()
             self._watches.append(watch)
-        self._rebuild_view()
-        for watch in self._watches:
-            self._tasks.append(asyncio.create_task(self._follow_watch(watch)))
+            self.view.apply({}, snapshot.kvs)
+            self._seen.append(snapshot.kvs)
+        for i, watch in enumerate(self._watches):
+            self._tasks.append(asyncio.create_task(self._follow_watch(i, watch)))
         self._tasks.append(asyncio.create_task(self._roles_loop(), name="data-roles"))
         self._tasks.append(asyncio.create_task(self._sizes_loop(), name="data-sizes"))
 
@@ -191,39 +181,29 @@ class DataPlane:
             await watch.close()
         await self.peers.close()
 
-    async def _follow_watch(self, watch: ListWatch) -> None:
+    async def _follow_watch(self, i: int, watch: ListWatch) -> None:
         snapshot = watch.snapshot()
         while not self._closed:
             snapshot = await watch.wait_newer(snapshot)
-            self._rebuild_view()
-            self._changed.set()
+            changes = self.view.apply(self._seen[i], snapshot.kvs)
+            self._seen[i] = snapshot.kvs
+            if not changes:
+                continue
+            self._note(changes)
             async with self._view_changed:
                 self._view_changed.notify_all()
 
-    def _rebuild_view(self) -> None:
-        view = View()
-        for watch in self._watches:
-            for kv in watch.snapshot().kvs.values():
-                parsed = self.keys.parse(kv.key)
-                if parsed is None:
-                    continue
-                if parsed.kind is KeyKind.ZONE:
-                    spec = decode_zone_spec(kv.value)
-                    if isinstance(spec, ZoneSpec):
-                        view.zones[parsed.name] = spec
-                elif parsed.kind is KeyKind.PRIMARY and parsed.partition is not None:
-                    lease = decode_primary(kv.value)
-                    if isinstance(lease, PrimaryLease):
-                        view.leases[(parsed.name, parsed.partition)] = (lease, kv.mod_revision)
-                elif parsed.kind is KeyKind.ISR and parsed.partition is not None:
-                    isr = decode_isr(kv.value)
-                    if isinstance(isr, InSyncSet):
-                        view.isrs[(parsed.name, parsed.partition)] = (isr, kv.mod_revision)
-                elif parsed.kind is KeyKind.NODE:
-                    record = decode_node(kv.value)
-                    if isinstance(record, NodeRecord):
-                        view.nodes[parsed.name] = record.address
-        self.view = view
+    def _note(self, changes: Changes) -> None:
+        pending = self._pending
+        pending.assignments |= changes.assignments
+        pending.partitions |= changes.partitions
+        pending.nodes |= changes.nodes
+        pending.zones |= changes.zones
+        self._changed.set()
+
+    def _link_down(self, node: str) -> None:
+        """A pair link found ``node`` silent for ``isr_timeout``: wake its partitions."""
+        self._note(Changes(nodes={node}))
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -259,13 +239,40 @@ class DataPlane:
 
     async def _roles_loop(self) -> None:
         while not self._closed:
+            self._changed.clear()
+            changes, self._pending = self._pending, Changes()
             try:
                 await self._roles()
+                self._poke(changes)
+                await self._keep_links()
             except PlacementError as e:
                 log.warning("data plane: %s", e)
-            self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), self.config.tick)
+
+    def _poke(self, changes: Changes) -> None:
+        """Wake the hibernating primaries a change concerns (design/data-plane.md)."""
+        if not (changes.assignments or changes.nodes):
+            return
+        for key, primary in self._primaries.items():
+            if key in changes.assignments or not changes.nodes.isdisjoint(primary.members):
+                primary.poke()
+
+    async def _keep_links(self) -> None:
+        """A pair link to every node that is an ISR member of a partition this node leads."""
+        wanted = {m for p in self._primaries.values() if not p.finished for m in p.members}
+        await self.peers.keep({m: self.view.nodes.get(m, "") for m in wanted})
+
+    def member_gone(self, key: Key, member: str) -> str:
+        """Why ISR member ``member`` of ``key`` should leave the ISR now ("" = it should not)."""
+        if member not in self.view.nodes:
+            return "its node is not registered"
+        if self.peers.is_down(member):
+            return "its pair link is down"
+        holders = self.view.holders(key)
+        if holders is not None and member not in holders:
+            return "the assignment no longer names it"
+        return ""
 
     async def _roles(self) -> None:
         rows = await self.db.call(self.db.store.replicas)
@@ -377,9 +384,22 @@ class DataPlane:
         async with primary.committed():
             return await self.db.call(self.data.scan, zone, partition, prefix, start_after, limit)
 
-    async def append(self, call: AppendCall) -> AppendReply:
-        """The primary's ``Append`` to this node (a follower's work)."""
-        return await answer_append(self.db, call, self.maybe_trim)
+    def check_replicate(self, from_node: str, to_node: str, appends: int) -> None:
+        """A ``Replicate`` must come from a named node, be meant for this one and be bounded;
+        raises InvalidInput or WrongNode."""
+        validate_name(from_node, "from_node")
+        if to_node != self.node:
+            raise WrongNode(
+                f"this agent is node {self.node!r}, not {to_node!r}; re-read the node records"
+            )
+        if appends > MAX_BATCH_APPENDS:
+            raise InvalidInput(
+                "appends", f"{appends} appends in one call", f"send at most {MAX_BATCH_APPENDS}"
+            )
+
+    async def append_many(self, calls: list[AppendCall]) -> list[AppendReply]:
+        """The appends of one ``Replicate`` to this node (a follower's work), one group commit."""
+        return await answer_appends(self.db, calls, self.maybe_trim)
 
     async def fetch(self, call: FetchCall) -> FetchReply:
         """A learner's ``Fetch`` from this node (the primary's work)."""

@@ -2,9 +2,15 @@
 
 On start it fences its replica at its lease epoch, makes sure an in-sync set (ISR) exists and holds
 this node, and brings every member to its log (reconcile). Then one replication task group-commits
-queued writes: appends them to its own log, sends ``Append`` to every other member, acknowledges
-after all of them persisted. A member that stops answering leaves the ISR (never below the zone's
-minimum); a learner that fetched up to the last entry joins it. Idle, it sends heartbeats.
+queued writes: appends them to its own log (a group commit shared with the agent's other
+partitions), sends ``Append`` to every other member (over the pair stream to each node),
+acknowledges after all of them persisted. A member that stops answering leaves the ISR (never
+below the zone's minimum); a learner that fetched up to the last entry joins it.
+
+**Hibernation** (design/data-plane.md): idle, a primary sends nothing. After a burst of writes it
+sends one commit notice (so followers learn the commit index), then sleeps until a write, a read
+that needs a commit, or a :meth:`Primary.poke` from its agent (a member's node left, its pair link
+went down, the partition's assignment changed): then members that are gone leave the ISR.
 
 Everything it needs from its agent comes through :class:`PrimaryDeps`; the wire is behind
 ``PrimaryDeps.send_append``.
@@ -17,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from placement.metastore.codec import InSyncSet, PrimaryLease
 from replica.data.model import (
@@ -67,6 +73,9 @@ class PrimaryDeps:
     write_isr: Callable[[Key, int, frozenset[str], int], Awaitable[int]]
     #: Counts entries appended to a partition and trims its log now and then.
     trim: Callable[[Key, int], Awaitable[None]]
+    #: Why an ISR member of the partition should leave the ISR now ("" = it should not): its
+    #: node is not registered, its pair link is down, or the assignment no longer names it.
+    member_gone: Callable[[Key, str], str] = lambda key, member: ""
 
 
 @dataclass
@@ -94,6 +103,10 @@ class Primary:
         self._queue: list[_Write] = []
         self._inflight: list[_Write] = []
         self._wake = asyncio.Event()
+        self._probe_due = False
+        #: The commit index every member was last told (behind ``state.commit_index`` after a
+        #: batch, until the next append or the commit notice carries it).
+        self._told_commit = 0
         self._lock = asyncio.Lock()
         self._recent: list[Entry] = []
         self._task = asyncio.create_task(self._run(), name=f"primary {key}@{lease_epoch}")
@@ -117,6 +130,11 @@ class Primary:
         for write in queue:
             if not write.future.done():
                 write.future.set_exception(error)
+
+    def poke(self) -> None:
+        """Wake a hibernating primary to look at its members (see the module docstring)."""
+        self._probe_due = True
+        self._wake.set()
 
     async def submit(self, key: bytes, value: bytes | None) -> tuple[int, int, bool]:
         if self.finished:
@@ -151,12 +169,18 @@ class Primary:
             await self._reconcile()
             self.ready.set()
             while True:
+                # Hibernate: no timer at all, unless followers still have to learn a commit.
+                behind = self._told_commit < self.state.commit_index
+                notice = self._deps.heartbeat if behind else None
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self._deps.heartbeat)
+                    await asyncio.wait_for(self._wake.wait(), notice)
                 except TimeoutError:
-                    await self._heartbeat()
+                    await self._commit_notice()
                     continue
                 self._wake.clear()
+                if self._probe_due:
+                    self._probe_due = False
+                    await self._probe()
                 while self._queue:
                     batch = self._queue[: self._deps.batch_max]
                     del self._queue[: len(batch)]
@@ -217,7 +241,7 @@ class Primary:
                 Entry(index + i, epoch, w.key, w.value or b"", w.value is None)
                 for i, w in enumerate(batch, 1)
             ]
-            self.state, existed = await self._db.call(
+            self.state, existed = await self._db.group(
                 self._data.append_writes,
                 self.zone,
                 self.partition,
@@ -242,18 +266,40 @@ class Primary:
                     write.future.set_result((entry.index, epoch, had))
             await self._deps.trim(self.key, len(entries))
 
-    async def _heartbeat(self) -> None:
-        """Idle: an empty append to every member, so a member that left (NOT_HOSTED) or went
-        silent leaves the ISR within ``isr_timeout`` even without writes, and followers learn
-        the commit index."""
-        if not self.members:
-            self._check_lease()
-            return
+    async def _commit_notice(self) -> None:
+        """After a burst of writes: tell every member the commit index (an empty append) and
+        make this replica's own commit index durable; then the partition hibernates."""
         async with self._lock:
             try:
                 await self._replicate(self.state.last_index)
             except Unavailable as e:
-                log.debug("heartbeat of %s/%s: %s", self.zone, self.partition, e)
+                log.debug("commit notice of %s/%s: %s", self.zone, self.partition, e)
+                self._told_commit = self.state.commit_index  # the next write carries it
+            self.state = await self._db.group(
+                self._data.set_commit, self.zone, self.partition, self.state.commit_index
+            )
+
+    async def _probe(self) -> None:
+        """Poked: members that are gone (see ``PrimaryDeps.member_gone``) leave the ISR, unless
+        that would take it below the zone's minimum (then writes wait for them or fail)."""
+        async with self._lock:
+            self._check_lease()
+            gone = {m: why for m in self.members if (why := self._deps.member_gone(self.key, m))}
+            if not gone:
+                return
+            keep = frozenset(self.members) - gone.keys() | {self._deps.node}
+            minimum = self._deps.min_in_sync(self.zone)
+            if len(keep) < minimum:
+                log.info(
+                    "%s/%s: %s gone but the in-sync set may not shrink below %d",
+                    self.zone,
+                    self.partition,
+                    gone,
+                    minimum,
+                )
+                return
+            await self._set_isr(keep)
+            log.warning("%s/%s: removed from the in-sync set: %s", self.zone, self.partition, gone)
 
     async def _set_isr(self, members: frozenset[str], joined: dict[str, int] | None = None) -> None:
         """Record the ISR ``members`` in etcd, then make ``self.members`` (every other member,
@@ -289,6 +335,7 @@ class Primary:
         then commit ``upto``. Raises Unavailable (nothing committed) or Deposed."""
         self._check_lease()
         names = list(self.members)
+        told = self.state.commit_index  # what this round's appends carry
         results = await asyncio.gather(*(self._sync(m, upto) for m in names))
         failed = {m for m, ok in zip(names, results, strict=True) if not ok}
         if failed:
@@ -303,7 +350,12 @@ class Primary:
             log.warning(
                 "%s/%s: removed %s from the in-sync set", self.zone, self.partition, sorted(failed)
             )
-        self.state = await self._db.call(self._data.set_commit, self.zone, self.partition, upto)
+        # In memory only: the next append (or the commit notice) makes it durable. A commit index
+        # that lags on disk is safe: a replica only ever undoes entries above it, and every
+        # acknowledged one is on the new primary, which re-sends them (design/data-plane.md).
+        if upto > self.state.commit_index:
+            self.state = replace(self.state, commit_index=upto)
+        self._told_commit = told
 
     async def _sync(self, member: str, upto: int) -> bool:
         """Send ``member`` what it lacks up to ``upto``; False = drop it from the ISR."""
@@ -331,7 +383,7 @@ class Primary:
                 return False
             self._check_lease()  # a primary paused past its lease sends nothing when it wakes
             try:
-                reply = await self._deps.send_append(address, call, timeout)
+                reply = await self._deps.send_append(member, address, call, timeout)
             except PeerUnreachable as e:
                 log.info("%s/%s: append to %s: %s", self.zone, self.partition, member, e)
                 return False

@@ -18,7 +18,7 @@ from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
 from placement.rpc import StatusTable, abort
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
-from replica.data.model import NotPrimary, Unavailable, UnknownZone
+from replica.data.model import NotPrimary, Unavailable, UnknownZone, WrongNode
 from replica.data.peers import (
     append_call_from_pb,
     append_reply_to_pb,
@@ -44,6 +44,7 @@ def _limit(limit: int) -> int:
 #: The data plane's errors as status codes (any other :class:`PlacementError` is UNAVAILABLE).
 STATUS_OF: StatusTable = (
     (NotPrimary, grpc.StatusCode.FAILED_PRECONDITION),
+    (WrongNode, grpc.StatusCode.FAILED_PRECONDITION),
     (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
     (UnknownZone, grpc.StatusCode.NOT_FOUND),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
@@ -103,13 +104,24 @@ class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
     def __init__(self, plane: DataPlane) -> None:
         self._plane = plane
 
-    async def Append(
-        self, request: data_pb2.AppendRequest, context: Context
-    ) -> data_pb2.AppendResponse:
-        reply = await _call(
-            context, request.partition, lambda: self._plane.append(append_call_from_pb(request))
+    async def Replicate(
+        self, request: data_pb2.ReplicateRequest, context: Context
+    ) -> data_pb2.ReplicateResponse:
+        """The pair stream's call: answers every append in one group commit (an empty request
+        is the pair's heartbeat)."""
+        try:
+            self._plane.check_replicate(request.from_node, request.to_node, len(request.appends))
+            for i, append in enumerate(request.appends):
+                try:
+                    validate_partition_key(append.partition.zone, append.partition.partition)
+                except InvalidInput as e:
+                    raise InvalidInput(f"appends[{i}].partition.{e.field}", e.problem, e.fix) from e
+        except PlacementError as e:
+            await abort(context, e, STATUS_OF)
+        replies = await self._plane.append_many(
+            [append_call_from_pb(append) for append in request.appends]
         )
-        return append_reply_to_pb(reply)
+        return data_pb2.ReplicateResponse(replies=[append_reply_to_pb(r) for r in replies])
 
     async def Fetch(
         self, request: data_pb2.FetchRequest, context: Context

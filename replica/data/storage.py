@@ -482,7 +482,21 @@ class DataStore:
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """One write transaction on ``conn`` (autocommit mode): committed on exit, rolled back on
-    any exception. Shared by the agent's stores (``replica.records`` too)."""
+    any exception. Shared by the agent's stores (``replica.records`` too).
+
+    Inside an open transaction (a group commit, :meth:`replica.records.StoreThread.group`) it is
+    a savepoint instead: an exception undoes only this part, and the whole group becomes durable
+    with the outer ``COMMIT`` (one fsync for every part)."""
+    if conn.in_transaction:
+        conn.execute("SAVEPOINT part")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK TO part")
+            conn.execute("RELEASE part")
+            raise
+        conn.execute("RELEASE part")
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
