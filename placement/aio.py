@@ -1,5 +1,5 @@
-"""The one way to race asyncio work, to cancel a task and wait for it, and to stop on
-SIGTERM/SIGINT (design/architecture.md, "One of each")."""
+"""The one way to race asyncio work, to wait for an event with a timeout, to cancel a task and
+wait for it, and to stop on SIGTERM/SIGINT (design/architecture.md, "One of each")."""
 
 from __future__ import annotations
 
@@ -24,6 +24,19 @@ async def first_done(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return tasks
+
+
+async def wait_event(event: asyncio.Event, at_most: float | None) -> bool:
+    """Waits until ``event`` is set (True) or ``at_most`` seconds passed (False; None = no
+    limit). Unlike ``asyncio.wait_for`` on Python 3.11, a cancellation that arrives as the event
+    is set is never lost (``asyncio.timeout`` uncancels only its own), so a loop around it stops
+    when its task is cancelled."""
+    try:
+        async with asyncio.timeout(at_most):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
 
 
 async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:

@@ -413,7 +413,13 @@ class StoreThread:
             start = not self._group_queued
             self._group_queued = True
         if start:
-            self._executor.submit(self._run_group)
+            try:
+                self._executor.submit(self._run_group)
+            except RuntimeError:  # shut down: nothing runs any more
+                with self._parts_lock:
+                    self._parts = [p for p in self._parts if p not in parts]
+                    self._group_queued = False
+                raise
         return [part.future for part in parts]
 
     def _run_group(self) -> None:

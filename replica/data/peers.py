@@ -13,7 +13,6 @@ heartbeat per partition. The ``*_from_pb`` and ``*_to_pb`` functions convert for
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from placement.aio import wait_event
 from placement.core.retry import Clock
 from placement.rpc import DATA_PROFILE, ChannelPool, pb_enum_values
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
@@ -128,8 +128,7 @@ class PairLink:
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._config.heartbeat)
+            await wait_event(self._wake, self._config.heartbeat)
             self._wake.clear()
             self._check_down()
             while self._queue and self._in_flight < MAX_IN_FLIGHT:

@@ -22,12 +22,12 @@ assignment changes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from placement.aio import wait_event
 from placement.core.model import effective_min_in_sync
 from placement.core.names import validate_name
 from placement.core.retry import Clock
@@ -247,8 +247,7 @@ class DataPlane:
                 await self._keep_links()
             except PlacementError as e:
                 log.warning("data plane: %s", e)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self.config.tick)
+            await wait_event(self._changed, self.config.tick)
 
     def _poke(self, changes: Changes) -> None:
         """Wake the hibernating primaries a change concerns (design/data-plane.md)."""

@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from placement.aio import wait_event
 from placement.metastore.codec import InSyncSet, PrimaryLease
 from replica.data.model import (
     AppendCall,
@@ -168,13 +169,11 @@ class Primary:
         try:
             await self._reconcile()
             self.ready.set()
-            while True:
+            while not self.finished:
                 # Hibernate: no timer at all, unless followers still have to learn a commit.
                 behind = self._told_commit < self.state.commit_index
                 notice = self._deps.heartbeat if behind else None
-                try:
-                    await asyncio.wait_for(self._wake.wait(), notice)
-                except TimeoutError:
+                if not await wait_event(self._wake, notice):
                     await self._commit_notice()
                     continue
                 self._wake.clear()
@@ -291,15 +290,17 @@ class Primary:
             minimum = self._deps.min_in_sync(self.zone)
             if len(keep) < minimum:
                 log.info(
-                    "%s/%s: %s gone but the in-sync set may not shrink below %d",
+                    "%s/%s: members gone (%s) but the in-sync set may not shrink below %d",
                     self.zone,
                     self.partition,
-                    gone,
+                    _reasons(gone),
                     minimum,
                 )
                 return
             await self._set_isr(keep)
-            log.warning("%s/%s: removed from the in-sync set: %s", self.zone, self.partition, gone)
+            log.warning(
+                "%s/%s: removed from the in-sync set: %s", self.zone, self.partition, _reasons(gone)
+            )
 
     async def _set_isr(self, members: frozenset[str], joined: dict[str, int] | None = None) -> None:
         """Record the ISR ``members`` in etcd, then make ``self.members`` (every other member,
@@ -337,18 +338,21 @@ class Primary:
         names = list(self.members)
         told = self.state.commit_index  # what this round's appends carry
         results = await asyncio.gather(*(self._sync(m, upto) for m in names))
-        failed = {m for m, ok in zip(names, results, strict=True) if not ok}
+        failed = {m: why for m, why in zip(names, results, strict=True) if why}
         if failed:
-            keep = frozenset(self.members) - failed | {self._deps.node}
+            keep = frozenset(self.members) - failed.keys() | {self._deps.node}
             minimum = self._deps.min_in_sync(self.zone)
             if len(keep) < minimum:
                 raise Unavailable(
-                    f"{self.zone}/{self.partition}: {sorted(failed)} do not answer and the in-sync"
-                    f" set may not shrink below {minimum}; write refused"
+                    f"{self.zone}/{self.partition}: members out of sync ({_reasons(failed)}) and"
+                    f" the in-sync set may not shrink below {minimum}; write refused"
                 )
             await self._set_isr(keep)
             log.warning(
-                "%s/%s: removed %s from the in-sync set", self.zone, self.partition, sorted(failed)
+                "%s/%s: removed from the in-sync set: %s",
+                self.zone,
+                self.partition,
+                _reasons(failed),
             )
         # In memory only: the next append (or the commit notice) makes it durable. A commit index
         # that lags on disk is safe: a replica only ever undoes entries above it, and every
@@ -357,16 +361,17 @@ class Primary:
             self.state = replace(self.state, commit_index=upto)
         self._told_commit = told
 
-    async def _sync(self, member: str, upto: int) -> bool:
-        """Send ``member`` what it lacks up to ``upto``; False = drop it from the ISR."""
+    async def _sync(self, member: str, upto: int) -> str:
+        """Send ``member`` what it lacks up to ``upto``; returns "" once it holds ``upto``, else
+        why not (the member is to leave the ISR)."""
         address = self._deps.address_of(member)
         if not address:
-            return False
+            return "its node is not registered"
         deadline = time.monotonic() + self._deps.isr_timeout
         for _ in range(8):
             after = self.members.get(member, 0)
             if after < self.state.base_index:
-                return False  # needs a snapshot: it becomes a learner
+                return f"it needs a snapshot (its log ends at {after})"
             prev_epoch, entries = await self._entries(after, upto)
             call = AppendCall(
                 zone=self.zone,
@@ -380,24 +385,23 @@ class Primary:
             )
             timeout = deadline - time.monotonic()
             if timeout <= 0:
-                return False
+                return "no answer in time"
             self._check_lease()  # a primary paused past its lease sends nothing when it wakes
             try:
                 reply = await self._deps.send_append(member, address, call, timeout)
             except PeerUnreachable as e:
-                log.info("%s/%s: append to %s: %s", self.zone, self.partition, member, e)
-                return False
+                return f"append failed: {e}"
             if reply.outcome is AppendOutcome.STALE_EPOCH:
                 raise Deposed(f"{member} has seen lease epoch {reply.lease_epoch}")
             if reply.outcome is AppendOutcome.NOT_HOSTED:
-                return False
+                return "it does not host the partition"
             if reply.outcome is AppendOutcome.OK:
                 self.members[member] = reply.last_index
                 if reply.last_index >= upto:
-                    return True
+                    return ""
                 continue
             self.members[member] = min(reply.last_index, self.state.last_index)
-        return False
+        return f"its log still differs after 8 appends (it ends at {self.members.get(member)})"
 
     async def _entries(self, after: int, upto: int) -> tuple[int, list[Entry]]:
         """The epoch at ``after`` and the entries ``(after, upto]`` (bounded in count and
@@ -438,6 +442,7 @@ class Primary:
                 reached == self.state.last_index
                 and call.node not in self.members
                 and call.node != self._deps.node
+                and not self._deps.member_gone(self.key, call.node)  # e.g. a leaving replica
             ):
                 members = frozenset(self.members) | {self._deps.node, call.node}
                 await self._set_isr(members, {call.node: reached})
@@ -464,3 +469,7 @@ class Primary:
             commit_index=self.state.commit_index,
             lease_epoch=self.lease_epoch,
         )
+
+
+def _reasons(why: dict[str, str]) -> str:
+    return "; ".join(f"{m}: {reason}" for m, reason in sorted(why.items()))
