@@ -7,7 +7,8 @@ One run::
 
 For each partition count: a fresh local cluster (``placement.local.cluster``: etcd, drivers and
 agents as real subprocesses, the way ``placectl up`` starts them), one zone ``idle`` of P×R
-created through ``placectl``; once ``zone status`` says READY and ``--settle`` seconds passed, no
+created through ``placectl``; once ``zone status`` says READY, every partition's in-sync set equals
+its stable assignment (the data plane settled) and ``--settle`` seconds passed, no
 client traffic at all for ``--window`` seconds, during which it measures:
 
 * CPU of every process (user + system seconds from ``psutil`` over the window, in % of one core),
@@ -45,6 +46,7 @@ if str(ROOT) not in sys.path:
 from placement.core.retry import RetryPolicy, retry  # noqa: E402
 from placement.errors import StoreUnavailable  # noqa: E402
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready  # noqa: E402
+from placement.metastore.codec import InSyncSet, decode_isr  # noqa: E402
 from placement.metastore.etcd import EtcdClient  # noqa: E402
 from placement.metastore.keys import KeySpace  # noqa: E402
 
@@ -57,6 +59,7 @@ ERROR_MARKS = ("DEADLINE_EXCEEDED", "write refused")
 class Sample:
     partitions: int
     ready_s: float
+    in_sync_s: float  # zone created -> every in-sync set equals stable
     cpu: dict[str, float]  # process name -> % of one core over the window
     replicas: dict[str, int]  # agent -> replicas hosted (from stable)
     isr_changes: int
@@ -83,6 +86,47 @@ def wait_zone_ready(cluster: Cluster, timeout: float) -> float:
             return time.monotonic() - start
         if time.monotonic() - start > timeout:
             raise SystemExit(f"zone not READY after {timeout:.0f}s: {status.stdout}{status.stderr}")
+        time.sleep(1.0)
+
+
+def stables(cluster: Cluster) -> dict[int, set[str]]:
+    result = placectl(cluster, "assignments", ZONE, "--json")
+    if result.returncode != 0:
+        return {}
+    return {
+        int(row["partition"]): set(row.get("stable") or [])
+        for row in json.loads(result.stdout)["partitions"]
+    }
+
+
+async def isr_members(cluster: Cluster) -> dict[int, set[str]]:
+    keys = KeySpace(cluster.prefix)
+    async with EtcdClient([cluster.etcd_endpoint], call_timeout=20.0) as client:
+        found = await client.list_prefix(keys.isr_prefix())
+    out: dict[int, set[str]] = {}
+    for kv in found.kvs:
+        parsed = keys.parse(kv.key)
+        isr = decode_isr(kv.value)
+        if parsed is not None and parsed.partition is not None and isinstance(isr, InSyncSet):
+            out[parsed.partition] = set(isr.members)
+    return out
+
+
+def wait_in_sync(cluster: Cluster, partitions: int, timeout: float) -> float:
+    """Seconds until every partition's in-sync set equals its stable assignment (the data plane
+    has settled: every replica created, copied and joined)."""
+    start = time.monotonic()
+    while True:
+        want = stables(cluster)
+        try:
+            have = asyncio.run(isr_members(cluster))
+        except StoreUnavailable:
+            have = {}
+        if len(want) == partitions and all(have.get(p) == peers for p, peers in want.items()):
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            done = sum(1 for p, peers in want.items() if have.get(p) == peers)
+            raise SystemExit(f"only {done} of {partitions} partitions in sync after {timeout:.0f}s")
         time.sleep(1.0)
 
 
@@ -147,6 +191,7 @@ def measure(partitions: int, args: argparse.Namespace, console: Console) -> Samp
         if created.returncode != 0:
             raise SystemExit(created.stderr)
         ready_s = wait_zone_ready(cluster, args.ready_timeout)
+        in_sync_s = ready_s + wait_in_sync(cluster, partitions, args.ready_timeout)
         time.sleep(args.settle)
         procs = {c.name: psutil.Process(c.proc.pid) for c in cluster.children if c.proc}
         agents = [c for c in cluster.children if c.name.startswith("node-")]
@@ -165,6 +210,7 @@ def measure(partitions: int, args: argparse.Namespace, console: Console) -> Samp
         return Sample(
             partitions=partitions,
             ready_s=ready_s,
+            in_sync_s=in_sync_s,
             cpu={n: 100.0 * (after[n] - before[n]) / elapsed for n in procs},
             replicas=hosted(cluster),
             isr_changes=changed,
@@ -198,7 +244,8 @@ def report(samples: list[Sample], args: argparse.Namespace) -> str:
         lines += [
             f"## P={s.partitions}, R={args.replicas}, {args.agents} agents",
             "",
-            f"READY {s.ready_s:.1f} s after the zone was created; load average at the end of the "
+            f"READY {s.ready_s:.1f} s and every in-sync set = stable {s.in_sync_s:.1f} s after the"
+            " zone was created; load average at the end of the "
             f"window {s.load[0]:.2f} / {s.load[1]:.2f} / {s.load[2]:.2f}.",
             "",
             "| process | replicas hosted | CPU % of a core | error lines at rest |",

@@ -149,9 +149,9 @@ class Learner:
 
     async def _start(self) -> DataState:
         zone, partition = self.key
-        state = await self._db.call(self._data.ensure, zone, partition)
+        state = await self._db.group(self._data.ensure, zone, partition)
         if not state.loading_snapshot and state.last_index > state.commit_index:
-            state = await self._db.call(self._data.truncate, zone, partition, state.commit_index)
+            state = await self._db.group(self._data.truncate, zone, partition, state.commit_index)
         return state
 
     async def _pull(self) -> None:
@@ -191,7 +191,7 @@ class Learner:
                 continue
             if snapshot:
                 if fresh:
-                    state = await self._db.call(
+                    state = await self._db.group(
                         self._data.begin_snapshot,
                         zone,
                         partition,
@@ -199,17 +199,17 @@ class Learner:
                         reply.snapshot_epoch,
                     )
                     fresh = False
-                state = await self._db.call(
+                state = await self._db.group(
                     self._data.load_page, zone, partition, list(reply.items), reply.snapshot_done
                 )
             elif reply.entries:
-                state = await self._db.call(
+                state = await self._db.group(
                     self._data.append, zone, partition, list(reply.entries), reply.commit_index
                 )
             else:
                 await deps.sleep(IDLE_POLL)
             if reply.lease_epoch > state.seen_epoch and not state.loading_snapshot:
-                state = await self._db.call(
+                state = await self._db.group(
                     self._data.raise_fence, zone, partition, reply.lease_epoch
                 )
             await deps.bucket.take(reply.size)

@@ -75,8 +75,9 @@ class DataConfig:
     log_keep: int = 20_000
     size_interval: float = 10.0
     batch_max: int = 512
-    #: Roles pass when nothing changed (lease expiry by the clock, learners to restart).
-    tick: float = 1.0
+    #: Full roles pass when nothing changed (lease expiry by the clock, a primary or learner
+    #: that ended to restart); changes are handled at once, for the partitions they concern.
+    tick: float = 2.0
     #: A pair link's heartbeat when idle, and a primary's commit notice after a write burst.
     heartbeat: float = 1.0
 
@@ -113,11 +114,14 @@ class DataPlane:
         self._watches: list[ListWatch] = []
         self._seen: list[Mapping[bytes, KeyValue]] = []
         self._pending = Changes()
+        #: The replicas this agent holds, as of the last full roles pass (or a catch-up since).
+        self._held: set[Key] = set()
         self._primaries: dict[Key, Primary] = {}
         self._learners: dict[Key, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
-        self._view_changed = asyncio.Condition()
+        #: Catch-ups waiting for their node to be in a partition's ISR.
+        self._joining: dict[Key, asyncio.Event] = {}
         self._sizes: dict[Key, tuple[int, int]] = {}
         self._appended: dict[Key, int] = {}
         self._closed = False
@@ -190,8 +194,9 @@ class DataPlane:
             if not changes:
                 continue
             self._note(changes)
-            async with self._view_changed:
-                self._view_changed.notify_all()
+            for key in changes.partitions & self._joining.keys():
+                if self.in_sync(key):
+                    self._joining[key].set()
 
     def _note(self, changes: Changes) -> None:
         pending = self._pending
@@ -238,16 +243,26 @@ class DataPlane:
     # -- roles -------------------------------------------------------------------------------
 
     async def _roles_loop(self) -> None:
+        """A full pass (every replica record, read from the store) every ``tick``; in between,
+        passes over only the partitions whose lease, ISR or assignment changed."""
+        full_due = 0.0
         while not self._closed:
             self._changed.clear()
             changes, self._pending = self._pending, Changes()
             try:
-                await self._roles()
+                if time.monotonic() >= full_due or changes.zones or changes.nodes:
+                    rows = await self.db.call(self.db.store.replicas)
+                    self._held = {(r.zone, r.partition) for r in rows}
+                    full_due = time.monotonic() + self.config.tick
+                    await self._roles(self._held, full=True)
+                else:
+                    touched = changes.partitions | changes.assignments
+                    await self._roles(touched & self._held, full=False)
                 self._poke(changes)
                 await self._keep_links()
             except PlacementError as e:
                 log.warning("data plane: %s", e)
-            await wait_event(self._changed, self.config.tick)
+            await wait_event(self._changed, max(0.0, full_due - time.monotonic()))
 
     def _poke(self, changes: Changes) -> None:
         """Wake the hibernating primaries a change concerns (design/data-plane.md)."""
@@ -273,10 +288,11 @@ class DataPlane:
             return "the assignment no longer names it"
         return ""
 
-    async def _roles(self) -> None:
-        rows = await self.db.call(self.db.store.replicas)
-        held = {(r.zone, r.partition) for r in rows}
-        for key in held:
+    async def _roles(self, keys: set[Key], *, full: bool) -> None:
+        """Start or stop each of ``keys``' primary and learner; a ``full`` pass (``keys`` = every
+        replica held) also stops those of replicas that are gone."""
+        held = self._held
+        for key in keys:
             entry = self.view.leases.get(key)
             isr = self.view.isrs.get(key)
             lease = entry[0] if entry is not None else None
@@ -304,6 +320,8 @@ class DataPlane:
             elif not learn and learner is not None:
                 learner.cancel()
                 del self._learners[key]
+        if not full:
+            return
         for key in list(self._primaries):
             if key not in held:
                 await self._primaries.pop(key).stop("the replica is gone")
@@ -316,10 +334,15 @@ class DataPlane:
         learner copy it, return once this node is in the partition's in-sync set."""
         await db.call(db.store.begin_replica, job.zone, job.partition)
         await db.call(self.data.ensure, job.zone, job.partition)
-        self._changed.set()  # the roles loop starts this replica's learner
         key = (job.zone, job.partition)
-        async with self._view_changed:
-            await self._view_changed.wait_for(lambda: self.in_sync(key))
+        self._held.add(key)
+        self._note(Changes(partitions={key}))  # the roles loop starts this replica's learner
+        joined = self._joining.setdefault(key, asyncio.Event())
+        try:
+            if not self.in_sync(key):
+                await joined.wait()
+        finally:
+            self._joining.pop(key, None)
 
     # -- sizes -------------------------------------------------------------------------------
 

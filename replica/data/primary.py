@@ -201,7 +201,7 @@ class Primary:
     async def _reconcile(self) -> None:
         """Fence, make sure an ISR exists and holds this node, bring every member to this log."""
         node = self._deps.node
-        self.state = await self._db.call(
+        self.state = await self._db.group(
             self._data.raise_fence, self.zone, self.partition, self.lease_epoch
         )
         lease, _rev, isr, isr_rev = await self._deps.read_lease_and_isr(self.key)
