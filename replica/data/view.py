@@ -117,11 +117,18 @@ class View:
             return
         elif kind is KeyKind.PRIMARY:
             lease = decode_primary(value) if value is not None else None
+            before = self.leases.get((name, partition))
             if isinstance(lease, PrimaryLease):
                 self.leases[(name, partition)] = (lease, revision)
             else:
                 self.leases.pop((name, partition), None)
-            changes.partitions.add((name, partition))
+            renewed = (
+                before is not None
+                and isinstance(lease, PrimaryLease)
+                and (before[0].node, before[0].lease_epoch) == (lease.node, lease.lease_epoch)
+            )
+            if not renewed:  # a renewal only moves the expiry, which is read where it matters
+                changes.partitions.add((name, partition))
         elif kind is KeyKind.ISR:
             isr = decode_isr(value) if value is not None else None
             if isinstance(isr, InSyncSet):
