@@ -364,6 +364,7 @@ class _Part:
     fn: Callable[..., object]
     args: tuple[object, ...]
     future: asyncio.Future[object]
+    #: The event loop of the caller (every part of an agent's groups comes from its one loop).
     loop: asyncio.AbstractEventLoop
 
 
@@ -439,19 +440,20 @@ class StoreThread:
             outcomes = [(False, e)] * len(parts)
         self.groups += 1
         self.grouped += len(parts)
-        for part, (ok, value) in zip(parts, outcomes, strict=True):
-            part.loop.call_soon_threadsafe(_settle, part.future, ok, value)
+        if parts:  # one wake-up of the event loop for the whole group
+            parts[0].loop.call_soon_threadsafe(_settle_all, parts, outcomes)
 
     async def close(self) -> None:
         await self.call(self.store.close)
         self._executor.shutdown(wait=True)
 
 
-def _settle(future: asyncio.Future[object], ok: bool, value: object) -> None:
-    if future.done():  # its caller gave up waiting
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        assert isinstance(value, BaseException)
-        future.set_exception(value)
+def _settle_all(parts: list[_Part], outcomes: list[tuple[bool, object]]) -> None:
+    for part, (ok, value) in zip(parts, outcomes, strict=True):
+        if part.future.done():  # its caller gave up waiting
+            continue
+        if ok:
+            part.future.set_result(value)
+        else:
+            assert isinstance(value, BaseException)
+            part.future.set_exception(value)
