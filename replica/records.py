@@ -409,6 +409,8 @@ class StoreThread:
     ) -> list[asyncio.Future[object]]:
         loop = asyncio.get_running_loop()
         parts = [_Part(fn, args, loop.create_future(), loop) for args in calls]
+        if not parts:
+            return []
         with self._parts_lock:
             self._parts.extend(parts)
             start = not self._group_queued

@@ -69,6 +69,8 @@ async def answer_appends(
     in one group commit (one fsync), in order; NOT_HOSTED without a replica record. An append
     whose part failed (a storage error) is answered MISMATCH with nothing known, so its primary
     retries it (and drops this node after ``isr_timeout`` if it keeps failing)."""
+    if not calls:  # the pair's heartbeat: nothing to store
+        return []
     outcomes = await db.group_each(_follow_hosted, [(db.store, call) for call in calls])
     replies: list[AppendReply] = []
     for call, outcome in zip(calls, outcomes, strict=True):

@@ -275,3 +275,69 @@ def test_workload_run_and_check_through_the_cli(data_cluster: Cluster, tmp_path:
     assert failed.returncode == 1, (failed.stdout, failed.stderr)
     assert failed.stdout.startswith("FAILED")
     assert "ghost" in failed.stdout
+
+
+async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Cluster) -> None:
+    """The pair stream's ``Replicate``: a call meant for another node, a malformed partition or
+    too many appends get a clear status naming the field, and no append is applied."""
+    async with DataClient(data_cluster.driver_apis) as client:
+        routes = await client.routes(ZONE, refresh=True)
+    node, address = sorted(routes.addresses.items())[0]
+    before = await _replica_state(address)
+    good = data_pb2.AppendRequest(
+        partition=common_pb2.PartitionRef(zone=ZONE, partition=0), lease_epoch=1 << 40
+    )
+    bad_ref = common_pb2.PartitionRef(zone="no such", partition=0)
+    bad_zone = data_pb2.AppendRequest(partition=bad_ref)
+    cases = [
+        (
+            data_pb2.ReplicateRequest(from_node="x", to_node=f"{node}-other", appends=[good]),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "not",
+        ),
+        (
+            data_pb2.ReplicateRequest(from_node="x", to_node=node, appends=[good, bad_zone]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "appends[1].partition.zone",
+        ),
+        (
+            data_pb2.ReplicateRequest(from_node="x", to_node=node, appends=[good] * 4097),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "appends",
+        ),
+        (
+            data_pb2.ReplicateRequest(from_node="", to_node=node, appends=[good]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "from_node",
+        ),
+    ]
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = data_pb2_grpc.ReplicationServiceStub(channel)
+        for request, code, words in cases:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.Replicate(request, timeout=10)
+            assert caught.value.code() == code, caught.value
+            assert words in (caught.value.details() or ""), caught.value.details()
+        # the pair heartbeat: an empty call is answered with no replies
+        empty = await stub.Replicate(
+            data_pb2.ReplicateRequest(from_node="x", to_node=node), timeout=10
+        )
+        assert list(empty.replies) == []
+    assert await _replica_state(address) == before
+    # Had the huge epoch been applied, partition 0's replica on that node would fence its primary
+    # out (STALE_EPOCH) and no write of partition 0 could be acknowledged any more.
+    keys = (f"fence-{i}".encode() for i in range(999))
+    key = next(k for k in keys if partition_of(k, PARTITIONS) == 0)
+    async with DataClient(data_cluster.driver_apis, deadline=20.0) as client:
+        await client.put(ZONE, key, b"still written")
+        assert await client.get(ZONE, key) == b"still written"
+
+
+async def _replica_state(address: str) -> tuple[int, int]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = data_pb2_grpc.ReplicationServiceStub(channel)
+        reply = await stub.ReadReplica(
+            data_pb2.ReadReplicaRequest(partition=common_pb2.PartitionRef(zone=ZONE, partition=0)),
+            timeout=10,
+        )
+    return reply.last_index, reply.commit_index
