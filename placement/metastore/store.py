@@ -91,6 +91,7 @@ from placement.metastore.transitions import (
     plan_cancel,
     plan_finish,
     plan_finish_cancel,
+    plan_owned_txns,
     plan_primary_txns,
     plan_trigger,
     txn_stats,
@@ -757,6 +758,17 @@ class Metastore:
         writer's lease, unconditionally; returns the revision."""
         lease_id = lease.id if isinstance(lease, Lease) else lease
         return await self.client.put(key, value, lease=lease_id)
+
+    async def put_owned_many(self, items: Mapping[bytes, bytes], lease: Lease | int) -> int:
+        """:meth:`put_owned` of many keys (an agent's replica sizes), in as few transactions as
+        etcd's limits allow (:func:`~placement.metastore.transitions.plan_owned_txns`: at most
+        :data:`~placement.metastore.txn.MAX_TXN_OPS` puts each); returns how many it sent. Not
+        atomic as a whole: after an error, some of the transactions may have been applied."""
+        lease_id = lease.id if isinstance(lease, Lease) else lease
+        txns = plan_owned_txns(items, lease_id)
+        for puts in txns:
+            await self.client.txn((), puts)
+        return len(txns)
 
 
 # -- argument checks ---------------------------------------------------------------------------
