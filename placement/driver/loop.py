@@ -13,7 +13,9 @@ Losing the term cancels all of them at once; a new session then campaigns again.
 The pass loop (:func:`placement.driver.core.plan_pass` on a fresh immutable view) writes data
 nodes, creations, triggers and primary leases — every write a fenced transaction; a lease that
 changes holder also compares the partition's in-sync-set key as read — and keeps one mover per
-:class:`~placement.driver.core.Drive`. A mover:
+:class:`~placement.driver.core.Drive`. It passes when etcd changes, when woken, and at the last
+plan's ``next_due_ms`` (lease renewals, holddown expiry; at most ``max_idle`` apart): an idle
+cluster costs a pass per lease renewal round, not one per tick. A mover:
 
 1. re-reads its partition from etcd (pending and cancel straight from the store) and stops if the
    drive changed;
