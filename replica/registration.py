@@ -110,6 +110,15 @@ class Registration:
             raise StoreUnavailable(f"node {self.record.name} is not registered")
         await self.store.put_owned(key, value, lease)
 
+    async def put_owned_many(self, items: Mapping[bytes, bytes]) -> None:
+        """:meth:`put_owned` of many keys (the replica sizes of one report), in few etcd
+        transactions (``Metastore.put_owned_many``). Raises StoreUnavailable when not
+        registered."""
+        lease = self._lease
+        if lease is None:
+            raise StoreUnavailable(f"node {self.record.name} is not registered")
+        await self.store.put_owned_many(items, lease)
+
     async def stop(self) -> None:
         """Stop keeping alive and revoke the lease (the node key goes with it)."""
         task, self._task = self._task, None

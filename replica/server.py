@@ -178,7 +178,7 @@ async def serve(
             raise
         running.agent.reporter = registration.report
         if running.plane is not None:
-            running.plane.put_owned = registration.put_owned
+            running.plane.put_owned = registration.put_owned_many
     try:
         with stop_on_signals(stop):
             line = f"agent {node} listening on {running.address}"

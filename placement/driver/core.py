@@ -39,6 +39,7 @@ Per zone, in this order:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -46,8 +47,8 @@ from types import MappingProxyType
 
 from placement.algo.place import place
 from placement.core.model import Node, PartitionScoped, Peers, ZoneSpec
-from placement.driver.datanodes import advance, matching_nodes
-from placement.driver.leases import LeaseConfig, corrupt_isrs, plan_primaries
+from placement.driver.datanodes import advance, holddown_remaining, matching_nodes
+from placement.driver.leases import LeaseConfig, corrupt_isrs, next_due_ms, plan_primaries
 from placement.errors import InvalidInput
 from placement.metastore.codec import (
     Assignment,
@@ -330,6 +331,10 @@ class PassPlan:
     cancels: tuple[CancelMove, ...] = ()
     #: Per zone, partitions whose ISR key is corrupt: their leases stay where they are.
     corrupt_isrs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: The earliest time (unix ms) after the pass's ``now_ms`` at which a pass on the same view
+    #: could decide something new (a lease due or expiring, a held-down change due); ``None``:
+    #: only a change of the view can. The leader sleeps until then unless etcd changes first.
+    next_due_ms: int | None = None
 
     @property
     def writes(self) -> bool:
@@ -435,6 +440,7 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
     drops: list[DropLeftovers] = []
     cancels: list[CancelMove] = []
     unreadable: dict[str, tuple[int, ...]] = {}
+    due: list[int] = []
     for name, zone in view.zones.items():
         spec = zone.spec
         if not view.paused:
@@ -457,6 +463,9 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
         if previous is None or not record.same_content(previous):
             datanode_writes.append(WriteDataNodes(name, record, zone.datanodes_mod))
             continue
+        held = holddown_remaining(spec, previous, now_ms)
+        if held is not None:
+            due.append(now_ms + max(1, math.ceil(held * 1000)))
         if not view.paused:
             cancels.extend(abandoned_moves(zone, previous.applied))
         decided = plan_zone_targets(zone, spec, view.nodes, previous.applied)
@@ -478,6 +487,9 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
             grants = plan_primaries(stables, zone.primaries, set(view.nodes), now_ms, leases, isrs)
             if grants:
                 primaries.append(WritePrimaries(name, MappingProxyType(grants)))
+            lease_due = next_due_ms(stables, zone.primaries, now_ms, leases)
+            if lease_due is not None:
+                due.append(lease_due)
             if bad := corrupt_isrs(isrs):
                 unreadable[name] = tuple(bad)
     return PassPlan(
@@ -490,6 +502,7 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
         tuple(drops),
         tuple(cancels),
         MappingProxyType(unreadable),
+        min(due, default=None),
     )
 
 

@@ -4,7 +4,8 @@ Per partition, the lease ``{p}/primary/{zone}/{partition:05d}`` names one node u
 (unix ms). States of a partition's lease::
 
     NONE --grant--> HELD(node, lease_epoch=1)
-    HELD --now >= expiry - renew_before--> HELD (renewed: same node and lease_epoch, later expiry)
+    HELD --now >= expiry - renew_before (or, aligned, any kept lease of the zone is)-->
+         HELD (renewed: same node and lease_epoch, later expiry)
     HELD --holder left stable--> HELD(other node, lease_epoch + 1)            (at once)
     HELD --due for renewal, preferred primary can take it--> HELD(preferred, lease_epoch + 1)
     HELD --holder's node record gone, or it is not in the ISR, and now >= expiry
@@ -40,6 +41,21 @@ plane uses to fence the former holder.
 was decided on (``isr_mod``, 0 = absent); the driver's transaction compares it, so a lease never
 moves on an ISR that has changed since (an ISR shrink and a lease move never interleave). A
 renewal of the same holder carries ``isr_mod = None``: no ISR compare.
+
+**The zone renews together (``LeaseConfig.aligned``, the default).** Each renewal is a put of the
+lease key, which every agent's and the driver's watch receives. Renewed one by one as each falls
+due, a zone's leases drift apart (granted, moved and renewed in different passes) and the driver
+renews a few every pass, so at rest it ran a pass (and a write, and the echo pass of its own
+write) every tick. Aligned, when one kept lease of a zone is due, every kept lease of the zone is
+renewed in the same pass (in a few transactions of ``PRIMARY_BATCH`` keys) if it has less than
+``(duration + renew_before) / 2`` left (``LeaseConfig.align_below_ms``; not one renewed in the
+last half period): within two rounds they share one expiry, and the zone costs one pass per
+``duration - renew_before``. A lease is renewed early (never late: each is still renewed by the
+time ``renew_before`` is left), which is safe — a renewal keeps the holder and its
+``lease_epoch`` and only extends a lease the rules above let it keep. The hand-over to the
+preferred primary happens at that zone renewal.
+:func:`next_due_ms` tells the driver when a pass is next needed for the leases alone, so it
+does not have to look every tick.
 """
 
 from __future__ import annotations
@@ -55,10 +71,22 @@ from placement.metastore.transitions import LeaseWrite, Versioned
 
 @dataclass(frozen=True, slots=True)
 class LeaseConfig:
-    """``duration_ms``: lease length; renewed when less than ``renew_before_ms`` is left."""
+    """``duration_ms``: lease length; renewed when less than ``renew_before_ms`` is left.
+
+    ``aligned``: when one kept lease of a zone is due, renew every kept lease of the zone (see
+    the module docstring); ``False`` renews each lease only when it is due itself."""
 
     duration_ms: int = 10_000
     renew_before_ms: int = 5_000
+    aligned: bool = True
+
+    @property
+    def align_below_ms(self) -> int:
+        """Aligned, a lease not due itself is renewed with its zone when it has less than this
+        left: halfway between a fresh lease and a due one, so a lease renewed within the last
+        half period is not renewed again (one written by the pass before, not yet seen, say),
+        and any two groups of leases merge within two rounds."""
+        return (self.duration_ms + self.renew_before_ms) // 2
 
 
 #: A partition's ISR key as read: absent from the mapping = no ISR key.
@@ -117,8 +145,13 @@ def plan_primaries(
         else:
             move.append(p)
     writes: dict[int, LeaseWrite] = {}
+    renew_all = config.aligned and any(
+        lease.expiry - now_ms < config.renew_before_ms for lease in keep.values()
+    )
     for p, lease in keep.items():
-        if lease.expiry - now_ms >= config.renew_before_ms:
+        if lease.expiry - now_ms >= config.renew_before_ms and not (
+            renew_all and lease.expiry - now_ms < config.align_below_ms
+        ):
             continue
         expected = current[p].mod_revision
         preferred = stables[p][0]
@@ -158,3 +191,29 @@ def plan_primaries(
             isr_mod,
         )
     return writes
+
+
+def next_due_ms(
+    stables: Mapping[int, Peers],
+    current: Mapping[int, Versioned[PrimaryLease]],
+    now_ms: int,
+    config: LeaseConfig,
+) -> int | None:
+    """The earliest time after ``now_ms`` at which one of these partitions' leases falls due for
+    renewal (less than ``renew_before`` left: ``expiry - renew_before + 1``) or expires
+    (``expiry``): until then, and while nothing else changes, :func:`plan_primaries` decides
+    nothing new. ``None``: no lease to watch.
+
+    Conservative (a time at which nothing turns out to be needed only costs a pass); what is due
+    at ``now_ms`` or before was decided by the pass at ``now_ms`` already (written, or waiting
+    for a change of the view, such as a candidate coming back)."""
+    due: int | None = None
+    for p in stables:
+        entry = current.get(p)
+        lease = entry.value if entry is not None else None
+        if not isinstance(lease, PrimaryLease):
+            continue
+        for at in (lease.expiry - config.renew_before_ms + 1, lease.expiry):
+            if at > now_ms and (due is None or at < due):
+                due = at
+    return due

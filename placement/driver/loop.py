@@ -13,7 +13,9 @@ Losing the term cancels all of them at once; a new session then campaigns again.
 The pass loop (:func:`placement.driver.core.plan_pass` on a fresh immutable view) writes data
 nodes, creations, triggers and primary leases — every write a fenced transaction; a lease that
 changes holder also compares the partition's in-sync-set key as read — and keeps one mover per
-:class:`~placement.driver.core.Drive`. A mover:
+:class:`~placement.driver.core.Drive`. It passes when etcd changes, when woken, and at the last
+plan's ``next_due_ms`` (lease renewals, holddown expiry; at most ``max_idle`` apart): an idle
+cluster costs a pass per lease renewal round, not one per tick. A mover:
 
 1. re-reads its partition from etcd (pending and cancel straight from the store) and stops if the
    drive changed;
@@ -96,8 +98,12 @@ class DriverConfig:
     #: Moves (partitions being rebalanced) at once, in total and per joining node.
     max_moves_global: int = 64
     max_moves_per_node: int = 8
-    #: Seconds between passes when nothing changes (holddown expiry, lease renewal).
+    #: Polling period while paused, and the longest wait before a pass that failed is redone.
     tick: float = 0.5
+    #: Longest wait between passes when nothing changes in etcd and nothing falls due (a safety
+    #: net: lease renewals and holddown expiries wake the pass loop at their due time,
+    #: ``PassPlan.next_due_ms``, so an idle cluster costs a pass per renewal round, not per tick).
+    max_idle: float = 5.0
     rpc_timeout: float = 3.0
     resend: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.05, 1.0))
     store_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 2.0))
@@ -143,6 +149,8 @@ class Driver:
         self._adopt_zones: set[str] = set()
         self._adopt_slots = asyncio.Semaphore(config.adopt_concurrency)
         self._wake = asyncio.Event()
+        #: Revision of the leader's last applied lease write (the next pass waits to see it).
+        self._written = 0
         self._fenced: NotLeader | None = None
         self._global_slots = asyncio.Semaphore(config.max_moves_global)
         self._node_slots: dict[str, asyncio.Semaphore] = {}
@@ -302,7 +310,7 @@ class Driver:
                     log.warning("pass at revision %d failed: %s", view.revision, e)
                     await self._sleep(self.config.store_retry.delay(attempt))
                 self._reconcile(plan.drives, fence)
-                snapshot = await self._next_snapshot(watch, snapshot)
+                snapshot = await self._next_snapshot(watch, snapshot, self._idle(plan, attempt))
         finally:
             movers = [task for _, task in self._movers.values()]
             movers.extend(self._retires.values())
@@ -317,10 +325,24 @@ class Driver:
             await asyncio.gather(*movers, return_exceptions=True)
             await watch.close()
 
-    async def _next_snapshot(self, watch: ListWatch, snapshot: Snapshot) -> Snapshot:
-        newer, _ = await first_done(
-            watch.wait_newer(snapshot), self._wake.wait(), at_most=self.config.tick
-        )
+    def _idle(self, plan: PassPlan, failed: int) -> float:
+        """Seconds the pass loop may wait for a change before the next pass: until the plan's
+        next due time (at most ``max_idle``), or ``tick`` after a failed pass."""
+        if failed:
+            return self.config.tick
+        if plan.next_due_ms is None:
+            return self.config.max_idle
+        # 1 ms late rather than early: a pass just before the due time would find nothing due.
+        wait = (plan.next_due_ms - self.now_ms() + 1) / 1000
+        return min(max(wait, 0.0), self.config.max_idle)
+
+    async def _next_snapshot(self, watch: ListWatch, snapshot: Snapshot, idle: float) -> Snapshot:
+        if watch.revision < self._written:
+            # The next pass decides on a view that shows this pass's lease writes: one taken
+            # half-way through their echo would find the rest still due and renew them again
+            # (with stale compares that fail). Bounded: a stalled watch only delays the pass.
+            await first_done(watch.wait_revision(self._written), at_most=self.config.tick)
+        newer, _ = await first_done(watch.wait_newer(snapshot), self._wake.wait(), at_most=idle)
         self._wake.clear()
         if newer.done() and not newer.cancelled() and newer.exception() is not None:
             raise newer.exception()  # type: ignore[misc]
@@ -401,8 +423,9 @@ class Driver:
 
     async def _write_primaries(self, write: WritePrimaries, fence: Fence, ts: int) -> None:
         """A lost compare: redone next pass, on a fresh view."""
-        raced = await self.store.write_primaries(write.zone, write.leases, fence, ts)
-        for _ in range(raced):
+        written = await self.store.write_primaries(write.zone, write.leases, fence, ts)
+        self._written = max(self._written, written.revision)
+        for _ in range(written.raced):
             log.info("zone %s: primary leases raced; redone next pass", write.zone)
 
     # -- movers ------------------------------------------------------------------------------

@@ -160,6 +160,17 @@ class ListWatch(AsyncClosing):
                     return current
                 await self._changed.wait()
 
+    async def wait_revision(self, revision: int) -> None:
+        """Return once every change up to ``revision`` is applied (e.g. the caller's own write:
+        a snapshot taken after this shows it). Raises like :meth:`wait_newer`."""
+        async with self._changed:
+            while self._revision < revision:
+                if self._failure is not None:
+                    raise self._failure
+                if self.state is WatchState.CLOSED:
+                    raise StoreUnavailable("list-watch closed")
+                await self._changed.wait()
+
     async def updates(self) -> AsyncIterator[Update]:
         """Every distinct snapshot from now on (coalesced), flagged ``reset`` when it is the
         consumer's first or comes from a re-list; ends when closed."""
@@ -205,7 +216,7 @@ class ListWatch(AsyncClosing):
         self._revision = max(self._revision, batch.revision)
         if changed:
             self._changes += 1
-            await self._notify()
+        await self._notify()  # quiet changes too: wait_revision counts every revision
 
     async def _run(self) -> None:
         relist = False

@@ -38,7 +38,7 @@ The table of compares per transition is in ``design/metastore.md``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from types import MappingProxyType
 
@@ -91,6 +91,7 @@ from placement.metastore.transitions import (
     plan_cancel,
     plan_finish,
     plan_finish_cancel,
+    plan_owned_txns,
     plan_primary_txns,
     plan_trigger,
     txn_stats,
@@ -101,6 +102,15 @@ from placement.metastore.txn import Compare, Delete, Get, Op, Put, Txn
 DEFAULT_MAX_ATTEMPTS = 8
 
 # -- the store ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseWrites:
+    """What :meth:`Metastore.write_primaries` did: ``raced`` transactions lost a compare (their
+    leases are not written); ``revision`` is that of the last one applied (0: none)."""
+
+    raced: int
+    revision: int
 
 
 class Metastore:
@@ -566,16 +576,23 @@ class Metastore:
         self, fence: Fence, compares: Iterable[Compare], ops: Iterable[Op]
     ) -> bool:
         """One fenced txn; False when a non-fence compare failed, NotLeader when the fence did."""
+        return await self._fenced_txn(fence, compares, ops) > 0
+
+    async def _fenced_txn(
+        self, fence: Fence, compares: Iterable[Compare], ops: Iterable[Op]
+    ) -> int:
+        """One fenced txn: its revision, 0 when a non-fence compare failed, NotLeader when the
+        fence did."""
         result = await self.client.txn(
             (fence.compare(), *compares), tuple(ops), (Get(fence.leader_key),)
         )
         if result.succeeded:
-            return True
+            return result.revision
         (leader,) = result.responses
         assert isinstance(leader, Range)
         if not fence.holds(leader.first()):
             raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
-        return False
+        return 0
 
     async def write_datanodes(
         self, zone: str, record: DataNodes, expected_mod_revision: int, fence: Fence, ts: int
@@ -590,15 +607,19 @@ class Metastore:
 
     async def write_primaries(
         self, zone: str, leases: Mapping[int, LeaseWrite], fence: Fence, ts: int
-    ) -> int:
+    ) -> LeaseWrites:
         """Write primary leases in the transactions of
         :func:`~placement.metastore.transitions.plan_primary_txns`, each fenced; returns how many
-        lost a compare (their leases are not written)."""
+        lost a compare (their leases are not written) and the last applied one's revision."""
         raced = 0
+        last = 0
         for compares, puts in plan_primary_txns(self.keys, zone, leases, fence.epoch, ts):
-            if not await self._fenced_cas(fence, compares, puts):
+            revision = await self._fenced_txn(fence, compares, puts)
+            if revision:
+                last = revision
+            else:
                 raced += 1
-        return raced
+        return LeaseWrites(raced, last)
 
     async def clear_progress(self, zone: str, partition: int, fence: Fence) -> None:
         """Delete the partition's move reports (fenced; nothing happens when the fence fails)."""
@@ -737,6 +758,17 @@ class Metastore:
         writer's lease, unconditionally; returns the revision."""
         lease_id = lease.id if isinstance(lease, Lease) else lease
         return await self.client.put(key, value, lease=lease_id)
+
+    async def put_owned_many(self, items: Mapping[bytes, bytes], lease: Lease | int) -> int:
+        """:meth:`put_owned` of many keys (an agent's replica sizes), in as few transactions as
+        etcd's limits allow (:func:`~placement.metastore.transitions.plan_owned_txns`: at most
+        :data:`~placement.metastore.txn.MAX_TXN_OPS` puts each); returns how many it sent. Not
+        atomic as a whole: after an error, some of the transactions may have been applied."""
+        lease_id = lease.id if isinstance(lease, Lease) else lease
+        txns = plan_owned_txns(items, lease_id)
+        for puts in txns:
+            await self.client.txn((), puts)
+        return len(txns)
 
 
 # -- argument checks ---------------------------------------------------------------------------

@@ -595,3 +595,29 @@ def plan_primary_txns(
         if puts:
             txns.append((tuple(compares), tuple(puts)))
     return txns
+
+
+# -- keys an agent owns ------------------------------------------------------------------------
+
+
+def plan_owned_txns(items: Mapping[bytes, bytes], lease: int) -> list[tuple[Put, ...]]:
+    """The puts of the transactions writing keys their writer owns (an agent's replica sizes)
+    under its ``lease``, unconditionally: in key order, each transaction at most
+    :data:`MAX_TXN_OPS` puts and :data:`REQUEST_BYTES_BUDGET` bytes. A single put that does not
+    fit alone is an error."""
+    txns: list[tuple[Put, ...]] = []
+    current: list[Put] = []
+    size = 0
+    for key, value in sorted(items.items()):
+        put = Put(key, value, lease=lease)
+        put_size = txn_request_bytes(Txn((), (put,)))
+        if put_size > REQUEST_BYTES_BUDGET:
+            raise InvalidInput(repr(key), "does not fit in one transaction", "use a smaller value")
+        if current and (len(current) == MAX_TXN_OPS or size + put_size > REQUEST_BYTES_BUDGET):
+            txns.append(tuple(current))
+            current, size = [], 0
+        current.append(put)
+        size += put_size
+    if current:
+        txns.append(tuple(current))
+    return txns

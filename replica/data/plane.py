@@ -61,7 +61,8 @@ from replica.records import StoreThread
 
 log = logging.getLogger(__name__)
 
-PutOwned = Callable[[bytes, bytes], Awaitable[None]]
+#: Puts keys this agent owns (its replica sizes: key -> value) under its registration lease.
+PutOwned = Callable[[dict[bytes, bytes]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,19 +348,32 @@ class DataPlane:
     # -- sizes -------------------------------------------------------------------------------
 
     async def _sizes_loop(self) -> None:
+        """Every ``size_interval``: every replica's size in one store call (the records, and one
+        query for all sizes), and the changed ones put in as few etcd transactions as etcd's
+        limits allow (``put_owned``: ``Registration.put_owned_many``)."""
         while not self._closed:
             await asyncio.sleep(self.config.size_interval)
             if self.put_owned is None:
                 continue
             try:
-                for row in await self.db.call(self.db.store.replicas):
-                    key = (row.zone, row.partition)
-                    size = await self.db.call(self.data.size, row.zone, row.partition)
-                    if self._sizes.get(key) == size:
-                        continue
-                    value = encode_size(ReplicaSize(size[0], size[1], self.now_ms()))
-                    await self.put_owned(self.keys.size(row.zone, row.partition, self.node), value)
-                    self._sizes[key] = size
+                rows, sizes = await self.db.call(
+                    lambda: (self.db.store.replicas(), self.data.sizes())
+                )
+                now = {
+                    (r.zone, r.partition): sizes.get((r.zone, r.partition), (0, 0)) for r in rows
+                }
+                changed = {key: size for key, size in now.items() if self._sizes.get(key) != size}
+                if changed:
+                    ts = self.now_ms()
+                    await self.put_owned(
+                        {
+                            self.keys.size(zone, partition, self.node): encode_size(
+                                ReplicaSize(size[0], size[1], ts)
+                            )
+                            for (zone, partition), size in changed.items()
+                        }
+                    )
+                self._sizes = now  # replicas gone are forgotten: reported again if they return
             except PlacementError as e:
                 log.debug("size report: %s", e)
 

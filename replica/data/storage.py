@@ -223,6 +223,18 @@ class DataStore:
         ).fetchone()
         return int(row[0]), int(row[1])
 
+    def sizes(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """:meth:`size` of every replica with a data state, in one query:
+        ``{(zone, partition): (bytes of keys plus values, number of keys)}``."""
+        rows = self._conn.execute(
+            "SELECT d.zone, d.partition, COALESCE(k.bytes, 0), COALESCE(k.keys, 0)"
+            " FROM dstate AS d LEFT JOIN ("
+            "  SELECT zone, partition, SUM(LENGTH(key) + LENGTH(value)) AS bytes, COUNT(*) AS keys"
+            "  FROM kv GROUP BY zone, partition"
+            " ) AS k ON k.zone = d.zone AND k.partition = d.partition"
+        ).fetchall()
+        return {(str(z), int(p)): (int(b), int(n)) for z, p, b, n in rows}
+
     # -- writes (one transaction each) ---------------------------------------------------------
 
     def ensure(self, zone: str, partition: int) -> DataState:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -23,10 +24,18 @@ from test_driver import ROOT, TIMEOUT, assert_clean_log, eventually, leader_fenc
 from placement.core.model import ZoneSpec
 from placement.data.partitioning import partition_of
 from placement.driver.leases import LeaseConfig
-from placement.metastore.codec import InSyncSet, PrimaryLease, decode_isr, decode_primary
+from placement.metastore.codec import (
+    InSyncSet,
+    PrimaryLease,
+    ReplicaSize,
+    decode_isr,
+    decode_primary,
+    decode_size,
+)
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.metastore.store import Metastore
+from placement.metastore.txn import MAX_TXN_OPS
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 
 AGENT = """
@@ -350,3 +359,75 @@ async def test_sigkill_of_a_busy_primary_loses_no_acknowledged_write(
             for key, value in acked.items():
                 if partition_of(key, 2) == 0:
                     assert copy.get(key) == value, f"{node} lacks acknowledged {key!r}"
+
+
+SIZED_AGENT = AGENT.replace("catch_up_bytes_per_s=0)", "catch_up_bytes_per_s=0, size_interval=0.5)")
+
+
+class SizedAgents(Agents):
+    """Agents reporting replica sizes every 0.5 s."""
+
+    def command(self, node: str) -> list[str]:
+        return [
+            sys.executable, "-c", SIZED_AGENT, node, "127.0.0.1:0", str(self.data_dir(node)),
+            self.endpoint, self.keys.prefix,
+        ]  # fmt: skip
+
+
+async def test_an_agent_reports_every_replicas_size_in_few_transactions(
+    etcd: object, tmp_path: Path, client: EtcdClient, keys: KeySpace
+) -> None:
+    assert "size_interval=0.5" in SIZED_AGENT
+    partitions = 300
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    agents = SizedAgents(tmp_path, endpoint, keys)
+    try:
+        await agents.start("n1")
+        async with running_driver(endpoint, keys, leases=LEASES) as driver:
+            store = Metastore(client, keys)
+            # the node stays a data node while it restarts: nothing moves meanwhile
+            spec = ZoneSpec("sz", partitions=partitions, replicas=1, scale_down_delay=600)
+            assert (await store.create_zone(spec, await leader_fence(driver))).applied
+            await eventually(
+                lambda: all_in_sync(client, keys, store, spec), "ISR = stable", within=TIMEOUT * 2
+            )
+            expected = dict.fromkeys(range(partitions), (0, 0))
+            for i in range(60):
+                key, value = f"s{i:03d}".encode(), f"value-{i}".encode() * (i % 5 + 1)
+                await put(agents, client, keys, "sz", partitions, key, value)
+                p = partition_of(key, partitions)
+                expected[p] = (expected[p][0] + len(key) + len(value), expected[p][1] + 1)
+
+            async def sizes() -> dict[int, tuple[tuple[int, int], int, int]]:
+                """partition -> ((bytes, keys), mod revision, lease) of n1's size keys."""
+                found = await client.list_prefix(keys.sizes_prefix())
+                out = {}
+                for kv in found.kvs:
+                    parsed = keys.parse(kv.key)
+                    assert parsed is not None
+                    assert parsed.partition is not None
+                    assert parsed.node == "n1"
+                    size = decode_size(kv.value)
+                    assert isinstance(size, ReplicaSize)
+                    out[parsed.partition] = ((size.bytes, size.keys), kv.mod_revision, kv.lease)
+                return out
+
+            async def reported() -> bool:
+                return {p: s[0] for p, s in (await sizes()).items()} == expected
+
+            await eventually(reported, "every replica's size")
+            # A restart forgets what was reported (and the keys go with the revoked lease): its
+            # first report carries all 300 replicas at once, in ceil(300 / 128) transactions.
+            proc = agents.procs["n1"]
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.wait(), TIMEOUT)
+            assert proc.stdout is not None
+            await proc.stdout.read()
+            await agents.start("n1")
+            await eventually(reported, "every replica's size after the restart")
+            found = await sizes()
+            assert all(lease != 0 for _, _, lease in found.values())  # the registration's
+            transactions = {revision for _, revision, _ in found.values()}
+            assert len(transactions) <= math.ceil(partitions / MAX_TXN_OPS)
+    finally:
+        await agents.close()

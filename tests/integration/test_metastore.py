@@ -3,11 +3,21 @@ batches within etcd's limits, zone configs, node records, corrupt values."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from placement.core.model import ZoneSpec
 from placement.errors import Conflict, InvalidInput, NotLeader
-from placement.metastore.codec import Assignment, CancelIntent, Corrupt, NodeRecord, TriggerMark
+from placement.metastore.codec import (
+    Assignment,
+    CancelIntent,
+    Corrupt,
+    NodeRecord,
+    ReplicaSize,
+    TriggerMark,
+    encode_size,
+)
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.store import Metastore
@@ -290,6 +300,29 @@ async def test_nodes_register_under_a_lease(store: Metastore, client: EtcdClient
         await store.register_node(NodeRecord("n1", "127.0.0.1:7009"), other)
     finally:
         await other.revoke()
+
+
+async def test_owned_keys_are_put_in_as_few_transactions_as_the_limits_allow(
+    store: Metastore, client: EtcdClient, keys: KeySpace
+) -> None:
+    lease = await client.grant_lease(5)
+    try:
+        items = {
+            keys.size("z", p, "n1"): encode_size(ReplicaSize(p * 10, p, 1)) for p in range(300)
+        }
+        before = await client.current_revision()
+        sent = await store.put_owned_many(items, lease)
+        after = await client.current_revision()
+        assert sent == after - before == math.ceil(300 / MAX_TXN_OPS)  # one revision per txn
+        found = await client.list_prefix(keys.sizes_prefix())
+        assert {kv.key: kv.value for kv in found.kvs} == items
+        assert {kv.lease for kv in found.kvs} == {lease.id}
+        assert await store.put_owned_many({}, lease) == 0
+        assert await client.current_revision() == after
+        await lease.revoke()  # they go with the writer's lease
+        assert (await client.list_prefix(keys.sizes_prefix())).kvs == ()
+    finally:
+        await lease.revoke()
 
 
 async def test_corrupt_values_are_unknown_not_fatal(

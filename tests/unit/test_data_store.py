@@ -154,3 +154,35 @@ def test_scan_pages_are_bounded_in_bytes_but_always_move_on(store: DataStore) ->
     items, more = store.scan(Z, P, b"", b"d", 100, max_bytes=10)
     assert [k for k, _ in items] == [b"e"]
     assert not more
+
+
+def test_sizes_of_every_replica_in_one_query_equal_size_of_each(store: DataStore) -> None:
+    assert store.sizes() == {}
+    store.ensure("z", 0)  # an empty replica: reported as 0 bytes, 0 keys
+    store.append("z", 1, as_entries([(b"a", b"xyz"), (b"bb", b""), (b"a", b"q")]), 0)
+    store.append("y", 1, as_entries([(b"k", b"v"), (b"k", None)]), 0)  # put then delete
+    store.append("z", 2, as_entries([(b"key", b"value" * 10)]), 0)
+    found = store.sizes()
+    assert found == {
+        ("z", 0): (0, 0),
+        ("z", 1): (len(b"a") + len(b"q") + len(b"bb"), 2),
+        ("y", 1): (0, 0),
+        ("z", 2): (3 + 50, 1),
+    }
+    assert found == {key: store.size(*key) for key in found}
+    store.drop("z", 1)
+    assert ("z", 1) not in store.sizes()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3), ops), max_size=6))
+def test_sizes_agree_with_size_per_replica(
+    writes: list[tuple[str, int, list[tuple[bytes, bytes | None]]]],
+) -> None:
+    s = fresh()
+    for zone, partition, raw in writes:
+        state = s.ensure(zone, partition)
+        s.append(zone, partition, as_entries(raw, start=state.last_index + 1), 0)
+    found = s.sizes()
+    assert set(found) == {(z, p) for z, p, _ in writes}
+    assert found == {key: s.size(*key) for key in found}

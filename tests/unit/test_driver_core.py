@@ -34,6 +34,7 @@ from placement.metastore.codec import (
     encode_datanodes,
     encode_isr,
     encode_node,
+    encode_primary,
     encode_report,
     encode_size,
     encode_trigger,
@@ -416,3 +417,34 @@ def test_a_move_whose_staying_or_joining_member_left_is_abandoned_once_planned_e
     assert abandoned_moves(zone, ("n0", "n1", "n3")) == []  # the leaving n2 is not needed
     no_plan = _pending_move(("n0", "n1", "n2"), ("n0", "n1", "n3"), planned=False).view()
     assert abandoned_moves(no_plan.zones["z"], ("n0", "n2", "n3")) == []  # nothing to move on to
+
+
+def test_the_plan_says_when_a_pass_is_next_needed_without_a_change() -> None:
+    spec = ZoneSpec("z", 2, 2, scale_up_delay=30.0)
+    store = cluster(spec)
+    write_stables(store, spec)
+    cfg = LeaseConfig(10_000, 5_000)
+    # no lease yet: granted now; nothing time-driven left in the view
+    plan = plan_pass(store.view(), now_ms=1_000, leases=cfg)
+    assert plan.primaries
+    assert plan.next_due_ms is None
+    for p, write in plan.primaries[0].leases.items():
+        store.put(KEYS.primary("z", p), encode_primary(write.lease))
+    # held leases: next due when less than renew_before is left (expiry 11_000)
+    plan = plan_pass(store.view(), now_ms=1_500, leases=cfg)
+    assert not plan.primaries
+    assert plan.next_due_ms == 6_001
+    assert not plan_pass(store.view(), now_ms=6_000, leases=cfg).primaries
+    assert plan_pass(store.view(), now_ms=6_001, leases=cfg).primaries
+    # a held-down addition is due at up_since + scale_up_delay, before the leases here
+    held = DataNodes(NODES, (*NODES, "n4"), up_since=1_000, down_since=None)
+    store.put(KEYS.node("n4"), encode_node(NodeRecord("n4", "127.0.0.1:4")))
+    store.put(KEYS.datanodes("z"), encode_datanodes(held))
+    plan = plan_pass(store.view(), now_ms=1_500, leases=cfg)
+    assert not plan.datanodes
+    assert plan.next_due_ms == 6_001
+    # the leases expired (re-granted now): only the holddown is ahead
+    plan = plan_pass(store.view(), now_ms=12_000, leases=cfg)
+    assert plan.primaries
+    assert not plan.datanodes
+    assert plan.next_due_ms == 31_000

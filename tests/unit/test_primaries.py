@@ -11,11 +11,14 @@ from hypothesis import strategies as st
 
 from placement.algo.place import place
 from placement.core.model import Node, Peers, ZoneSpec
-from placement.driver.leases import LeaseConfig, corrupt_isrs, plan_primaries
+from placement.driver.leases import LeaseConfig, corrupt_isrs, next_due_ms, plan_primaries
 from placement.metastore.codec import Corrupt, InSyncSet, PrimaryLease
 from placement.metastore.transitions import LeaseWrite, Versioned
 
-CFG = LeaseConfig(10_000, 5_000)
+#: The per-lease rules: each lease renewed only when it is due itself.
+CFG = LeaseConfig(10_000, 5_000, aligned=False)
+#: The driver's default: a zone's kept leases are renewed together (tested at the end).
+ALIGNED = LeaseConfig(10_000, 5_000)
 POOL = ("n0", "n1", "n2", "n3", "n4", "n5")
 
 
@@ -327,3 +330,137 @@ def test_without_isr_keys_leases_are_planned_as_before_the_data_plane(case: Case
     writes = plan_primaries(case.stables, current, case.live, case.now, CFG, {})
     before = _before_isr(case.stables, current, case.live, case.now, CFG)
     assert {p: (w.lease, w.expected_mod) for p, w in writes.items()} == before
+
+
+# -- the zone renews together (aligned) ----------------------------------------------------------
+
+
+def _kept(case: Case, p: int) -> bool:
+    """The lease of ``p`` is one its holder may keep (renewed, or handed over at renewal)."""
+    old = _holder(case, p)
+    if old is None or old.node not in case.stables[p] or old.node not in case.live:
+        return False
+    if old.expiry <= case.now:
+        return False
+    entry = case.isrs.get(p)
+    if entry is None:
+        return True
+    if isinstance(entry.value, InSyncSet):
+        return old.node in entry.value.members
+    return True  # a corrupt ISR lets the holder keep it
+
+
+def test_aligned_one_due_lease_renews_every_kept_lease_of_the_zone() -> None:
+    stables = {0: ("a", "b"), 1: ("b", "a"), 2: ("a", "b"), 3: ("b", "a")}
+    current = {
+        0: lease("a", 1, 12_000, mod=10),  # due at 8_000
+        1: lease("b", 2, 15_000, mod=11),  # not due yet: renewed with it
+        2: lease("b", 3, 15_400, mod=12),  # not the preferred primary: handed over with it
+        3: lease("b", 1, 15_500, mod=13),  # 7_500 left (renewed < half a period ago): alone
+    }
+    live = {"a", "b"}
+    writes = plan_primaries(stables, current, live, 8_000, ALIGNED)
+    assert writes == {
+        0: LeaseWrite(PrimaryLease("a", 1, 18_000), 10, None),
+        1: LeaseWrite(PrimaryLease("b", 2, 18_000), 11, None),
+        2: LeaseWrite(PrimaryLease("a", 4, 18_000), 12, 0),
+    }
+    # nothing due (every kept lease has >= renew_before left): nothing written, as per lease
+    assert plan_primaries(stables, current, live, 6_999, ALIGNED) == {}
+    assert plan_primaries(stables, current, live, 6_999, CFG) == {}
+    # per lease, only the due one is renewed
+    assert set(plan_primaries(stables, current, live, 8_000, CFG)) == {0}
+
+
+def test_aligned_leases_share_one_expiry_after_a_round_and_stay_together() -> None:
+    stables = {p: ("a", "b") for p in range(6)}
+    current = {p: lease("a", 1, 6_000 + 900 * p, mod=10 + p) for p in range(6)}
+    live = {"a", "b"}
+    now = 1_001  # partition 0 is due (4_999 left)
+    rounds = 0
+    while now < 60_000:
+        writes = plan_primaries(stables, current, live, now, ALIGNED)
+        if writes:
+            rounds += 1
+            for p, w in writes.items():
+                current[p] = lease(w.lease.node, w.lease.lease_epoch, w.lease.expiry, mod=now)
+            if rounds >= 2:  # two groups at first (3..5 were renewed too recently), then one
+                assert set(writes) == set(stables) or rounds == 2
+                assert len({entry.value.expiry for entry in current.values()}) == 1
+            assert all(e.value.expiry - now >= ALIGNED.renew_before_ms for e in current.values())
+        due = next_due_ms(stables, current, now, ALIGNED)
+        assert due is not None
+        assert due > now
+        now = due
+    # about one round per duration - renew_before (5 s) over 59 s, not one per lease and period
+    assert rounds <= 13
+
+
+def test_next_due_is_the_earliest_renewal_or_expiry_still_ahead() -> None:
+    stables = {0: ("a",), 1: ("a",), 2: ("a",)}
+    current = {0: lease("a", 1, 9_000), 1: lease("a", 1, 4_000)}
+    assert next_due_ms(stables, current, 0, ALIGNED) == 4_000  # 1 expires before 0 is due
+    assert next_due_ms(stables, current, 4_000, ALIGNED) == 4_001  # 0: < 5_000 left
+    assert next_due_ms(stables, current, 4_001, ALIGNED) == 9_000  # 0's renewal time passed
+    assert next_due_ms(stables, current, 9_000, ALIGNED) is None  # nothing ahead
+    assert next_due_ms({}, current, 0, ALIGNED) is None  # leases of partitions not in stable
+
+
+@given(cases())
+def test_aligned_writes_only_add_renewals_and_hand_overs_of_kept_leases(case: Case) -> None:
+    aligned = plan_primaries(case.stables, case.current, case.live, case.now, ALIGNED, case.isrs)
+    single = plan_primaries(case.stables, case.current, case.live, case.now, CFG, case.isrs)
+    kept = [p for p in case.stables if _kept(case, p)]
+    any_due = any(
+        (old := _holder(case, p)) is not None and old.expiry - case.now < CFG.renew_before_ms
+        for p in kept
+    )
+    if not any_due:
+        assert aligned == single  # no lease due: exactly the per-lease plan
+    for p, write in aligned.items():
+        assert write.lease.expiry == case.now + CFG.duration_ms
+        if p not in kept:
+            continue
+        old = _holder(case, p)
+        assert old is not None
+        assert any_due  # a kept lease is written only at the zone's renewal
+        if write.lease.node == old.node:
+            assert write == LeaseWrite(
+                replace(old, expiry=case.now + CFG.duration_ms),
+                case.current[p].mod_revision,
+                None,
+            )
+        else:
+            # a hand-over to the preferred primary while the holder is live (fenced by epoch)
+            assert write.lease.node == case.stables[p][0]
+            assert write.lease.node in case.live
+            assert write.lease.lease_epoch == old.lease_epoch + 1
+            assert write.isr_mod is not None
+    for p in single:
+        if p in kept:
+            assert p in aligned  # whatever is due alone is written aligned too
+        else:
+            assert aligned[p].lease.node in case.stables[p]
+
+
+@given(cases())
+def test_aligned_new_holders_are_live_isr_members_and_never_early_but_hand_overs(
+    case: Case,
+) -> None:
+    writes = plan_primaries(case.stables, case.current, case.live, case.now, ALIGNED, case.isrs)
+    for p, write in writes.items():
+        old = _holder(case, p)
+        new = write.lease
+        if old is not None and new.node == old.node and new.lease_epoch == old.lease_epoch:
+            continue
+        assert new.node in case.live
+        isr_entry = case.isrs.get(p)
+        assert write.isr_mod == (isr_entry.mod_revision if isr_entry is not None else 0)
+        if isr_entry is not None and isinstance(isr_entry.value, InSyncSet):
+            assert new.node in isr_entry.value.members
+        elif isr_entry is not None:
+            assert old is not None
+            assert new.node == old.node
+        if old is not None and old.node in case.stables[p] and case.now < old.expiry:
+            assert new.node == case.stables[p][0]
+            assert old.node in case.live

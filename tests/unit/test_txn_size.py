@@ -9,7 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from placement.metastore.etcd import _txn_pb
+from placement.metastore.transitions import plan_owned_txns
 from placement.metastore.txn import (
+    MAX_TXN_OPS,
+    REQUEST_BYTES_BUDGET,
     Compare,
     CompareOp,
     CompareTarget,
@@ -60,3 +63,16 @@ def test_size_matches_the_serialized_request(txn: Txn) -> None:
 
 def test_empty_transaction_is_empty() -> None:
     assert txn_request_bytes(Txn(())) == 0 == _txn_pb(Txn(())).ByteSize()
+
+
+def test_owned_keys_are_packed_by_count_and_by_bytes() -> None:
+    small = {f"/p/sizes/z/{i:05d}/n1".encode(): b"{}" for i in range(300)}
+    txns = plan_owned_txns(small, 7)
+    assert [len(t) for t in txns] == [MAX_TXN_OPS, MAX_TXN_OPS, 300 - 2 * MAX_TXN_OPS]
+    assert [p.key for t in txns for p in t] == sorted(small)
+    assert all(isinstance(p, Put) and p.lease == 7 for t in txns for p in t)
+    big = {f"k{i}".encode(): b"x" * (REQUEST_BYTES_BUDGET // 3) for i in range(4)}
+    packed = plan_owned_txns(big, 0)
+    assert [len(t) for t in packed] == [2, 2]
+    assert all(txn_request_bytes(Txn((), t)) <= REQUEST_BYTES_BUDGET for t in packed)
+    assert plan_owned_txns({}, 0) == []
