@@ -64,9 +64,11 @@ from placement.local.cluster import free_ports  # noqa: E402
 from placement.metastore.codec import (  # noqa: E402
     Assignment,
     DataNodes,
+    InSyncSet,
     PrimaryLease,
     decode_assignment,
     decode_datanodes,
+    decode_isr,
     decode_primary,
 )
 from placement.metastore.etcd import EtcdClient  # noqa: E402
@@ -275,6 +277,30 @@ async def eventually(
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out after {within:.0f}s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def data_settled(client: EtcdClient, keys: KeySpace, partitions: int) -> bool:
+    """Every partition's in-sync set names exactly its stable replicas: the data plane has
+    created, copied and joined every replica (the join starts from a settled cluster)."""
+    stable: dict[int, set[str]] = {}
+    for kv in (await client.list_prefix(keys.zone_assign_prefix(ZONE))).kvs:
+        parsed = keys.parse(kv.key)
+        if parsed is None or parsed.field is not AssignField.STABLE or parsed.partition is None:
+            continue
+        value = decode_assignment(kv.value)
+        if isinstance(value, Assignment):
+            stable[parsed.partition] = set(value.peers)
+    if len(stable) != partitions:
+        return False
+    for kv in (await client.list_prefix(keys.zone_isr_prefix(ZONE))).kvs:
+        parsed = keys.parse(kv.key)
+        isr = decode_isr(kv.value)
+        if parsed is None or parsed.partition is None or not isinstance(isr, InSyncSet):
+            continue
+        if set(isr.members) != stable.get(parsed.partition):
+            return False
+        stable.pop(parsed.partition)
+    return not stable
 
 
 async def zone_status(api: PlacementClient) -> driver_pb2.ZoneStatus:
@@ -888,7 +914,9 @@ def report(
         "Produced by `bench/control_plane_bench.py` (do not edit by hand). Real processes: one",
         f"etcd, one placement driver (`{flags}`; defaults otherwise: `--max-moves 64`,",
         "`--max-moves-per-node 8`, pass tick 0.5 s, Rebalance resend backoff U(0, min(1 s,",
-        "0.05 s·2ⁿ))), replica agents (`placectl agent run`, default catch-up: a record only).",
+        "0.05 s·2ⁿ))), replica agents (`placectl agent run`: the real data plane; every replica",
+        "is created, copied and joins the in-sync set before the driver switches stable).",
+        "The join starts once the zone is READY and every in-sync set equals stable.",
         f"Zone: P={args.partitions}, R={args.replicas}, scale-up/down delay 0, "
         f"{args.agents - 1} agents, then agent n{args.agents} joins.",
         f"Join figures: median (min … max) over {n} fresh cluster(s). Times are taken when the",
@@ -1077,7 +1105,11 @@ async def one_cluster(
             EtcdClient([cluster.etcd], call_timeout=10.0) as client,
         ):
             await create_zone_and_wait(cluster, api, args.agents, args.partitions, args.replicas)
-            await asyncio.sleep(1.0)  # primary lease grants of the new zone settle
+            await eventually(
+                lambda: data_settled(client, keys, args.partitions),
+                "every in-sync set = stable (the data plane settled)",
+                cluster,
+            )
             result = await measure_join(
                 cluster, client, api, keys, f"n{args.agents}", args.partitions
             )
