@@ -199,6 +199,7 @@ class Learner:
                         partition,
                         reply.snapshot_index,
                         reply.snapshot_epoch,
+                        state,  # nobody else touched the replica since (see begin_snapshot)
                     )
                     fresh = False
                 state = await self._db.group(

@@ -142,6 +142,7 @@ class DataPlane:
             write_isr=self.write_isr,
             trim=self.maybe_trim,
             member_gone=self.member_gone,
+            holders=lambda key: self.view.holders(key),
         )
         self._learner_deps = LearnerDeps(
             node=node,

@@ -77,6 +77,8 @@ class PrimaryDeps:
     #: Why an ISR member of the partition should leave the ISR now ("" = it should not): its
     #: node is not registered, its pair link is down, or the assignment no longer names it.
     member_gone: Callable[[Key, str], str] = lambda key, member: ""
+    #: The nodes stable and pending name for the partition (None = unknown).
+    holders: Callable[[Key], frozenset[str] | None] = lambda key: None
 
 
 @dataclass
@@ -208,14 +210,42 @@ class Primary:
         if lease is None or lease.node != node or lease.lease_epoch != self.lease_epoch:
             raise Deposed("the lease is not this node's")
         if isr is None:
-            isr_rev = await self._deps.write_isr(self.key, self.lease_epoch, frozenset({node}), 0)
-            isr = InSyncSet((node,), node, self.lease_epoch, 0)
+            members = frozenset({node} | await self._bootstrap_peers())
+            isr_rev = await self._deps.write_isr(self.key, self.lease_epoch, members, 0)
+            isr = InSyncSet(tuple(sorted(members)), node, self.lease_epoch, 0)
         if node not in isr.members:
             raise Deposed("this node is not in the in-sync set")
         self.isr_revision = isr_rev
         self.members = {m: self.state.last_index for m in isr.members if m != node}
         async with self._lock:
             await self._replicate(self.state.last_index)
+
+    async def _bootstrap_peers(self) -> set[str]:
+        """A brand-new partition (no ISR key: no write was ever acknowledged) whose log is empty:
+        the replicas of stable and pending that answer an empty append at this lease epoch with
+        an empty log of their own (so they are fenced at it and hold everything there is) join
+        the first ISR with this node — one ISR write instead of one per replica."""
+        holders = self._deps.holders(self.key)
+        if self.state.last_index != 0 or not holders:
+            return set()
+        node = self._deps.node
+        probe = AppendCall(self.zone, self.partition, self.lease_epoch, node, 0, 0, (), 0)
+
+        async def empty(member: str) -> bool:
+            address = self._deps.address_of(member)
+            if not address:
+                return False
+            try:
+                reply = await self._deps.send_append(member, address, probe, self._deps.isr_timeout)
+            except PeerUnreachable:
+                return False
+            if reply.outcome is AppendOutcome.STALE_EPOCH:
+                raise Deposed(f"{member} has seen lease epoch {reply.lease_epoch}")
+            return reply.outcome is AppendOutcome.OK and reply.last_index == 0
+
+        others = sorted(holders - {self._deps.node})
+        answers = await asyncio.gather(*(empty(m) for m in others))
+        return {m for m, ok in zip(others, answers, strict=True) if ok}
 
     def _below_minimum(self) -> Unavailable | None:
         minimum = self._deps.min_in_sync(self.zone)

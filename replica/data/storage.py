@@ -349,11 +349,21 @@ class DataStore:
                 self._put_state(zone, partition, state)
             return state
 
-    def begin_snapshot(self, zone: str, partition: int, index: int, epoch: int) -> DataState:
+    def begin_snapshot(
+        self, zone: str, partition: int, index: int, epoch: int, expect: DataState | None = None
+    ) -> DataState:
         """Start loading a snapshot taken at log ``index``/``epoch``: drop the data and the log;
-        the log now starts after ``index``."""
+        the log now starts after ``index``. With ``expect``, only if the replica's state is still
+        exactly that (else ValueError): a learner never wipes a replica that a primary has
+        fenced or appended to meanwhile (it is in the in-sync set by then)."""
         with self._transaction():
-            seen = self._ensure(zone, partition).seen_epoch
+            current = self._ensure(zone, partition)
+            if expect is not None and current != expect:
+                raise ValueError(
+                    f"{zone}/{partition} changed under its learner ({expect} -> {current});"
+                    " it is in the in-sync set now, no snapshot"
+                )
+            seen = current.seen_epoch
             self._drop_data(zone, partition)
             state = DataState(seen, index, epoch, index, epoch, index, b"")
             self._put_state(zone, partition, state)
