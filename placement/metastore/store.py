@@ -96,7 +96,7 @@ from placement.metastore.transitions import (
     plan_trigger,
     txn_stats,
 )
-from placement.metastore.txn import Compare, Delete, Get, Op, Put, Txn
+from placement.metastore.txn import MAX_TXN_OPS, Compare, Delete, Get, Op, Put, Txn
 
 #: Attempts of a transition before a lost race is reported as :class:`Conflict`.
 DEFAULT_MAX_ATTEMPTS = 8
@@ -111,6 +111,21 @@ class LeaseWrites:
 
     raced: int
     revision: int
+
+
+#: In-sync sets one :meth:`Metastore.write_isrs` transaction writes at most (two compares each).
+ISR_BATCH = MAX_TXN_OPS // 2
+
+
+@dataclass(frozen=True, slots=True)
+class IsrWrite:
+    """One partition's in-sync set, fenced by its primary lease key's and ISR key's revisions."""
+
+    zone: str
+    partition: int
+    isr: InSyncSet
+    lease_key_mod: int
+    isr_mod: int
 
 
 class Metastore:
@@ -746,11 +761,26 @@ class Metastore:
         ``lease_key_mod`` and the ISR key at ``isr_mod`` (0 = absent) — the primary's fence
         (design/data-plane.md, "ISR changes"). Returns the new revision, None if a compare
         failed."""
-        lease_key, isr_key = self.keys.primary(zone, partition), self.keys.isr(zone, partition)
-        result = await self.client.txn(
-            [Compare.mod(lease_key, "==", lease_key_mod), Compare.mod(isr_key, "==", isr_mod)],
-            [Put(isr_key, encode_isr(isr))],
-        )
+        return await self.write_isrs([IsrWrite(zone, partition, isr, lease_key_mod, isr_mod)])
+
+    async def write_isrs(self, writes: Sequence[IsrWrite]) -> int | None:
+        """:meth:`write_isr` for several partitions in one transaction (at most
+        :data:`ISR_BATCH`): all are written, or none when any compare failed (None)."""
+        if not 0 < len(writes) <= ISR_BATCH:
+            raise InvalidInput("writes", f"{len(writes)} in-sync sets", f"write 1..{ISR_BATCH}")
+        compares: list[Compare] = []
+        puts: list[Put] = []
+        for w in writes:
+            lease_key, isr_key = (
+                self.keys.primary(w.zone, w.partition),
+                self.keys.isr(w.zone, w.partition),
+            )
+            compares += [
+                Compare.mod(lease_key, "==", w.lease_key_mod),
+                Compare.mod(isr_key, "==", w.isr_mod),
+            ]
+            puts.append(Put(isr_key, encode_isr(w.isr)))
+        result = await self.client.txn(compares, puts)
         return result.revision if result.succeeded else None
 
     async def put_owned(self, key: bytes, value: bytes, lease: Lease | int) -> int:

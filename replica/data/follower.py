@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
 from placement.errors import PlacementError
@@ -32,6 +33,7 @@ from replica.data.storage import AppendResult, DataState
 from replica.records import AgentStore, StoreThread
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: A learner's waits for a primary that is absent, unreachable or not (yet) primary.
 LEARNER_RETRY = RetryPolicy(initial=0.2, cap=0.5, floor=0.5)
@@ -45,6 +47,18 @@ _APPEND_OUTCOMES = {
     AppendResult.STALE_EPOCH: AppendOutcome.STALE_EPOCH,
     AppendResult.MISMATCH: AppendOutcome.MISMATCH,
 }
+
+
+class NotHosted(PlacementError):
+    """The replica a learner copies into was retired or discarded meanwhile."""
+
+
+def _hosted(store: AgentStore, fn: Callable[..., T], zone: str, partition: int, *args: object) -> T:
+    """On the store thread: ``fn(zone, partition, *args)`` only while the replica record exists
+    — a learner never writes into (or recreates the state of) a replica retired under it."""
+    if store.replica(zone, partition) is None:
+        raise NotHosted(f"{zone}/{partition} is no longer hosted here")
+    return fn(zone, partition, *args)
 
 
 def _follow_hosted(store: AgentStore, call: AppendCall) -> tuple[AppendResult, DataState] | None:
@@ -145,15 +159,22 @@ class Learner:
         it)."""
         try:
             await self._pull()
+        except NotHosted as e:  # retired or discarded meanwhile: nothing to copy into
+            log.info("learner of %s/%s stopped: %s", *self.key, e)
         except (PlacementError, ValueError) as e:
             log.warning("learner of %s/%s stopped, restarting: %s", *self.key, e)
             await asyncio.sleep(0.5)
 
+    async def _write(self, fn: Callable[..., DataState], *args: object) -> DataState:
+        """One of this learner's writes to its replica (a part of a group commit), refused once
+        the replica is no longer hosted (``NotHosted``)."""
+        state: DataState = await self._db.group(_hosted, self._db.store, fn, *self.key, *args)
+        return state
+
     async def _start(self) -> DataState:
-        zone, partition = self.key
-        state = await self._db.group(self._data.ensure, zone, partition)
+        state = await self._write(self._data.ensure)
         if not state.loading_snapshot and state.last_index > state.commit_index:
-            state = await self._db.group(self._data.truncate, zone, partition, state.commit_index)
+            state = await self._write(self._data.truncate, state.commit_index)
         return state
 
     async def _pull(self) -> None:
@@ -193,26 +214,26 @@ class Learner:
                 continue
             if snapshot:
                 if fresh:
-                    state = await self._db.group(
+                    state = await self._write(
                         self._data.begin_snapshot,
-                        zone,
-                        partition,
                         reply.snapshot_index,
                         reply.snapshot_epoch,
                         state,  # nobody else touched the replica since (see begin_snapshot)
                     )
                     fresh = False
-                state = await self._db.group(
-                    self._data.load_page, zone, partition, list(reply.items), reply.snapshot_done
+                state = await self._write(
+                    self._data.load_page,
+                    list(reply.items),
+                    reply.snapshot_done,
                 )
             elif reply.entries:
-                state = await self._db.group(
-                    self._data.append, zone, partition, list(reply.entries), reply.commit_index
+                state = await self._write(
+                    self._data.append,
+                    list(reply.entries),
+                    reply.commit_index,
                 )
             else:
                 await deps.sleep(IDLE_POLL)
             if reply.lease_epoch > state.seen_epoch and not state.loading_snapshot:
-                state = await self._db.group(
-                    self._data.raise_fence, zone, partition, reply.lease_epoch
-                )
+                state = await self._write(self._data.raise_fence, reply.lease_epoch)
             await deps.bucket.take(reply.size)

@@ -38,8 +38,9 @@ from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.metastore.kv import KeyValue
 from placement.metastore.listwatch import ListWatch
-from placement.metastore.store import Metastore
+from placement.metastore.store import IsrWrite, Metastore
 from replica.data.follower import Learner, LearnerDeps, TokenBucket, answer_appends
+from replica.data.isr_writes import IsrWrites
 from replica.data.model import (
     AppendCall,
     AppendReply,
@@ -103,6 +104,7 @@ class DataPlane:
         self.client = client
         self.keys = keys
         self.metastore = Metastore(client, keys)
+        self._isr_writes = IsrWrites(self.metastore)
         self.config = config or DataConfig()
         self.clock = clock
         self.put_owned = put_owned
@@ -185,6 +187,7 @@ class DataPlane:
         await asyncio.gather(*self._tasks, *self._learners.values(), return_exceptions=True)
         for watch in self._watches:
             await watch.close()
+        await self._isr_writes.close()
         await self.peers.close()
 
     async def _follow_watch(self, i: int, watch: ListWatch) -> None:
@@ -466,7 +469,19 @@ class DataPlane:
         self, key: Key, lease_epoch: int, members: frozenset[str], isr_revision: int
     ) -> int:
         """Write the ISR ``members`` if this node still holds lease ``lease_epoch`` and the ISR
-        is still at ``isr_revision``; returns the new ISR revision. Raises ``Deposed``."""
+        is still at ``isr_revision``; returns the new ISR revision. Raises ``Deposed``.
+
+        First batched with the agent's other ISR writes (fenced by the lease key's revision as
+        this agent's view has it); if that batch did not apply, checked alone against a fresh
+        read."""
+        value = InSyncSet(tuple(sorted(members)), self.node, lease_epoch, self.now_ms())
+        seen = self.view.leases.get(key)
+        if seen is not None and (seen[0].node, seen[0].lease_epoch) == (self.node, lease_epoch):
+            revision = await self._isr_writes.write(
+                IsrWrite(key[0], key[1], value, seen[1], isr_revision)
+            )
+            if revision is not None:
+                return revision
         for _ in range(5):
             lease, lease_rev, _isr, current_rev = await self.metastore.read_lease_and_isr(*key)
             if lease is None or lease.node != self.node or lease.lease_epoch != lease_epoch:
@@ -475,7 +490,6 @@ class DataPlane:
                 raise Deposed(
                     f"the in-sync set changed under this primary ({isr_revision} -> {current_rev})"
                 )
-            value = InSyncSet(tuple(sorted(members)), self.node, lease_epoch, self.now_ms())
             revision = await self.metastore.write_isr(
                 *key, value, lease_key_mod=lease_rev, isr_mod=isr_revision
             )

@@ -350,7 +350,18 @@ class Primary:
                 if m != self._deps.node
             }
 
-        await asyncio.shield(asyncio.ensure_future(write()))
+        task = asyncio.ensure_future(write())
+        task.add_done_callback(self._isr_write_done)
+        await asyncio.shield(task)
+
+    def _isr_write_done(self, task: asyncio.Future[None]) -> None:
+        """A shielded ISR write that ended after its caller stopped waiting (the primary was
+        stopped): its outcome is logged here, never left unretrieved."""
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and self.finished:
+            log.info("%s/%s: late in-sync set write: %s", self.zone, self.partition, error)
 
     def _check_lease(self) -> None:
         if not self._deps.lease_ok(self.key, self.lease_epoch):

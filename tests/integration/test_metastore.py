@@ -3,6 +3,7 @@ batches within etcd's limits, zone configs, node records, corrupt values."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -13,16 +14,20 @@ from placement.metastore.codec import (
     Assignment,
     CancelIntent,
     Corrupt,
+    InSyncSet,
     NodeRecord,
+    PrimaryLease,
     ReplicaSize,
     TriggerMark,
+    encode_primary,
     encode_size,
 )
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
-from placement.metastore.store import Metastore
+from placement.metastore.store import IsrWrite, Metastore
 from placement.metastore.transitions import Fence, Outcome, PartitionState, TriggerAction
 from placement.metastore.txn import MAX_TXN_OPS
+from replica.data.isr_writes import IsrWrites
 
 pytestmark = pytest.mark.integration
 
@@ -361,3 +366,35 @@ async def test_bad_input_is_refused_before_any_write(
         with pytest.raises(InvalidInput):
             await call
     assert await client.current_revision() == rev
+
+
+async def test_isr_writes_of_many_partitions_share_transactions(
+    store: Metastore, client: EtcdClient, keys: KeySpace
+) -> None:
+    """``IsrWrites``: concurrent in-sync-set writes go out together, each still fenced by its own
+    lease and ISR revisions; a batch with one stale write writes nothing (its callers check
+    alone)."""
+    lease_revs = {}
+    for p in range(100):
+        lease = PrimaryLease("n1", 1, 2**40)
+        lease_revs[p] = await client.put(keys.primary("z", p), encode_primary(lease))
+    writes = IsrWrites(store)
+    isr = InSyncSet(("n1", "n2"), "n1", 1, 0)
+    revisions = await asyncio.gather(
+        *(writes.write(IsrWrite("z", p, isr, lease_revs[p], 0)) for p in range(100))
+    )
+    assert all(r is not None for r in revisions)
+    assert writes.written == 100
+    assert writes.transactions < 10, writes.transactions  # not one per partition
+    for p in range(100):
+        kv = (await client.get(keys.isr("z", p))).first()
+        assert kv is not None
+        assert kv.mod_revision in revisions
+    # One write compares a lease revision that moved on: its whole batch is left unwritten.
+    moved = IsrWrite("z", 0, InSyncSet(("n1",), "n1", 1, 0), lease_revs[0] - 1, 0)
+    fine = IsrWrite("z", 1, InSyncSet(("n1",), "n1", 1, 0), lease_revs[1], revisions[1] or 0)
+    assert await asyncio.gather(writes.write(moved), writes.write(fine)) == [None, None]
+    kv = (await client.get(keys.isr("z", 1))).first()
+    assert kv is not None
+    assert kv.mod_revision == revisions[1]
+    await writes.close()
