@@ -49,6 +49,9 @@ MAX_BATCH_APPENDS = 4096
 MAX_BATCH_BYTES = 8 << 20
 #: ``Replicate`` calls one link keeps in flight (batches pipeline behind each other).
 MAX_IN_FLIGHT = 4
+#: Seconds a link no longer wanted stays open after its last append (a new primary's first
+#: appends, before it knows its members, keep using it).
+LINGER = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,8 @@ class PairLink:
         self._sending: set[asyncio.Task[None]] = set()
         self.last_answer = clock()
         self.last_sent = clock()
+        #: When an append was last queued (heartbeats do not count).
+        self.last_used = clock()
         self.down = False
         #: ``Replicate`` calls sent and appends they carried (benchmarks, tests).
         self.calls = 0
@@ -109,12 +114,17 @@ class PairLink:
                 f"{self.peer} has not answered for {self._config.down_after:g} s (DOWN)"
             )
         future: asyncio.Future[AppendReply] = asyncio.get_running_loop().create_future()
+        self.last_used = self._clock()
         self._queue.append(_Pending(call, future, self._clock() + timeout))
         self._wake.set()
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise PeerUnreachable("DEADLINE_EXCEEDED") from None
+
+    def idle(self, now: float) -> bool:
+        """No append queued, in flight or queued for ``LINGER`` seconds (heartbeats aside)."""
+        return not self._queue and self._in_flight <= 1 and now - self.last_used > LINGER
 
     async def close(self) -> None:
         self._task.cancel()
@@ -239,9 +249,11 @@ class ReplicationPeers:
         return link is not None and link.down
 
     async def keep(self, nodes: Mapping[str, str]) -> None:
-        """Keep (or open) the links to ``nodes`` (name -> address), close every other one."""
-        for node in list(self._links):
-            if node not in nodes:
+        """Keep (or open) the links to ``nodes`` (name -> address); close every other one once
+        it is idle (a link in use — say by a new primary's first appends — stays)."""
+        now = time.monotonic()
+        for node, link in list(self._links.items()):
+            if node not in nodes and link.idle(now):
                 await self._links.pop(node).close()
         for node, address in nodes.items():
             if address:

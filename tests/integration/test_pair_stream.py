@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -145,17 +147,31 @@ async def isr_revisions(client: EtcdClient, keys: KeySpace) -> dict[bytes, int]:
     return {kv.key: kv.mod_revision for kv in found.kvs}
 
 
-async def test_an_idle_cluster_writes_nothing_and_a_write_wakes_its_partition(
-    etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
-) -> None:
-    for n in ("n1", "n2", "n3"):
+@contextlib.asynccontextmanager
+async def zone_in_sync(
+    etcd: object,
+    agents: Agents,
+    client: EtcdClient,
+    keys: KeySpace,
+    nodes: tuple[str, ...],
+    partitions: int,
+) -> AsyncIterator[None]:
+    """Agents ``nodes``, a driver, zone ``kv`` (``partitions`` × 3) with every ISR = stable."""
+    for n in nodes:
         await agents.start(n)
     endpoint = etcd.endpoint  # type: ignore[attr-defined]
     async with running_driver(endpoint, keys, leases=LEASES) as driver:
         store = Metastore(client, keys)
-        spec = ZoneSpec("kv", partitions=12, replicas=3)
+        spec = ZoneSpec("kv", partitions=partitions, replicas=3)
         assert (await store.create_zone(spec, await leader_fence(driver))).applied
         await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+        yield
+
+
+async def test_an_idle_cluster_writes_nothing_and_a_write_wakes_its_partition(
+    etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
+) -> None:
+    async with zone_in_sync(etcd, agents, client, keys, ("n1", "n2", "n3"), 12):
         await put(agents, client, keys, "kv", 12, b"first", b"v1")
         await asyncio.sleep(2.5)  # the commit notices go out after 1 s of quiet; then hibernation
         wal, isrs = wal_marks(agents), await isr_revisions(client, keys)
@@ -171,14 +187,7 @@ async def test_an_idle_cluster_writes_nothing_and_a_write_wakes_its_partition(
 async def test_a_killed_member_leaves_every_idle_in_sync_set(
     etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
 ) -> None:
-    for n in ("n1", "n2", "n3", "n4"):
-        await agents.start(n)
-    endpoint = etcd.endpoint  # type: ignore[attr-defined]
-    async with running_driver(endpoint, keys, leases=LEASES) as driver:
-        store = Metastore(client, keys)
-        spec = ZoneSpec("kv", partitions=8, replicas=3)
-        assert (await store.create_zone(spec, await leader_fence(driver))).applied
-        await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+    async with zone_in_sync(etcd, agents, client, keys, ("n1", "n2", "n3", "n4"), 8):
         victim = "n2"
         hosted = []
         for p in range(8):
