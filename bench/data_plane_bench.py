@@ -81,7 +81,6 @@ from placement.metastore.store import Metastore  # noqa: E402
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "data_plane.md"
-DATE = "2026-11-21"
 NOTES: list[str] = []  # stalls observed (reported as found)
 GIVE_UP = 30.0  # a Put not acknowledged within this (retries included) counts as failed
 
@@ -744,7 +743,7 @@ def report(
         "## Run",
         "",
         f"- command: `{command}`",
-        f"- date: {DATE}; wall time {wall:.0f} s",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; wall time {wall:.0f} s",
         *machine(),
         "- load (`uptime`) at start / between clusters / end (other engineers' test suites may",
         "  run concurrently on the 2 cores, and the benchmark client shares them):",
