@@ -71,7 +71,7 @@ async def record_catch_up(job: StartCatchUp, db: StoreThread) -> None:
     """The catch-up of an agent without a data plane (no ``--etcd``): there is no partition data,
     so catching up is creating the durable (partial) replica record. With a data plane the
     catch-up is ``DataPlane.catch_up`` (a snapshot + log-tail copy; design/data-plane.md)."""
-    await db.call(db.store.begin_replica, job.zone, job.partition)
+    await db.group(db.store.begin_replica, job.zone, job.partition)
 
 
 class ReplicaAgent:
@@ -154,7 +154,7 @@ class ReplicaAgent:
                 return decision
             await self._stop_catch_ups(decision.effects)
             try:
-                await self._db.call(self._db.store.commit, decision.record, decision.effects)
+                await self._db.group(self._db.store.commit, decision.record, decision.effects)
             except Exception as e:
                 log.critical("cannot persist %s/%s: %s; stopping the agent", *key, e)
                 if self._on_fatal is not None:

@@ -337,8 +337,8 @@ class DataPlane:
     async def catch_up(self, job: StartCatchUp, db: StoreThread) -> None:
         """The rebalance catch-up (``replica.service.CatchUp``): create the replica, let the
         learner copy it, return once this node is in the partition's in-sync set."""
-        await db.call(db.store.begin_replica, job.zone, job.partition)
-        await db.call(self.data.ensure, job.zone, job.partition)
+        await db.group(db.store.begin_replica, job.zone, job.partition)
+        await db.group(self.data.ensure, job.zone, job.partition)
         key = (job.zone, job.partition)
         self._held.add(key)
         self._note(Changes(partitions={key}))  # the roles loop starts this replica's learner
