@@ -145,12 +145,9 @@ async def isr_revisions(cluster: Cluster) -> dict[bytes, int]:
 
 
 def hosted(cluster: Cluster) -> dict[str, int]:
-    result = placectl(cluster, "assignments", ZONE, "--json")
     counts: dict[str, int] = {}
-    if result.returncode != 0:
-        return counts
-    for row in json.loads(result.stdout)["partitions"]:
-        for node in row.get("stable") or []:
+    for peers in stables(cluster).values():
+        for node in peers:
             counts[node] = counts.get(node, 0) + 1
     return counts
 

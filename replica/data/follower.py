@@ -50,30 +50,16 @@ _APPEND_OUTCOMES = {
 
 
 class NotHosted(PlacementError):
-    """The replica a learner copies into was retired or discarded meanwhile."""
+    """The replica was retired or discarded (or never created) here."""
 
 
 def _hosted(store: AgentStore, fn: Callable[..., T], zone: str, partition: int, *args: object) -> T:
     """On the store thread: ``fn(zone, partition, *args)`` only while the replica record exists
-    — a learner never writes into (or recreates the state of) a replica retired under it."""
+    — neither a follower's append nor a learner writes into (or recreates the state of) a replica
+    retired under it."""
     if store.replica(zone, partition) is None:
         raise NotHosted(f"{zone}/{partition} is no longer hosted here")
     return fn(zone, partition, *args)
-
-
-def _follow_hosted(store: AgentStore, call: AppendCall) -> tuple[AppendResult, DataState] | None:
-    """On the store thread: ``DataStore.follow`` for a hosted replica, None without a record."""
-    if store.replica(call.zone, call.partition) is None:
-        return None
-    return store.data.follow(
-        call.zone,
-        call.partition,
-        call.lease_epoch,
-        call.prev_index,
-        call.prev_epoch,
-        list(call.entries),
-        call.commit_index,
-    )
 
 
 async def answer_appends(
@@ -85,15 +71,23 @@ async def answer_appends(
     retries it (and drops this node after ``isr_timeout`` if it keeps failing)."""
     if not calls:  # the pair's heartbeat: nothing to store
         return []
-    outcomes = await db.group_each(_follow_hosted, [(db.store, call) for call in calls])
+    store = db.store
+    outcomes = await db.group_each(
+        _hosted,
+        [
+            (store, store.data.follow, c.zone, c.partition, c.lease_epoch, c.prev_index,
+             c.prev_epoch, list(c.entries), c.commit_index)
+            for c in calls
+        ],
+    )  # fmt: skip
     replies: list[AppendReply] = []
     for call, outcome in zip(calls, outcomes, strict=True):
+        if isinstance(outcome, NotHosted):
+            replies.append(AppendReply(AppendOutcome.NOT_HOSTED))
+            continue
         if isinstance(outcome, BaseException):
             log.warning("append to %s/%s failed: %s", call.zone, call.partition, outcome)
             replies.append(AppendReply(AppendOutcome.MISMATCH, 0))
-            continue
-        if outcome is None:
-            replies.append(AppendReply(AppendOutcome.NOT_HOSTED))
             continue
         result, state = outcome
         if call.entries and result is AppendResult.OK:

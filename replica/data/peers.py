@@ -101,9 +101,6 @@ class PairLink:
         #: When an append was last queued (heartbeats do not count).
         self.last_used = clock()
         self.down = False
-        #: ``Replicate`` calls sent and appends they carried (benchmarks, tests).
-        self.calls = 0
-        self.appends = 0
         self._task = asyncio.create_task(self._run(), name=f"link {me}->{peer}")
 
     async def append(self, call: AppendCall, timeout: float) -> AppendReply:  # noqa: ASYNC109
@@ -202,8 +199,6 @@ class PairLink:
             self._in_flight -= 1
             if self._queue:
                 self._wake.set()
-        self.calls += 1
-        self.appends += len(batch)
         self.last_answer = self._clock()
         if self.down:
             self.down = False
@@ -258,9 +253,6 @@ class ReplicationPeers:
         for node, address in nodes.items():
             if address:
                 self.link(node, address)
-
-    def links(self) -> dict[str, PairLink]:
-        return dict(self._links)
 
     async def append(
         self, node: str, address: str, call: AppendCall, rpc_timeout: float
