@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 for extra in (str(ROOT), str(ROOT / "bench")):
@@ -232,6 +233,8 @@ class Window:
     seconds: float
     writers: int
     stats: Stats
+    #: CPU seconds per process (user + system) during the window; "bench" = this process.
+    cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def acked(self) -> int:
@@ -473,9 +476,13 @@ async def cluster_a(
                 acked: dict[bytes, bytes] = {}
                 await write_window(router, "warmup", args.writers, 2.0, args.value_size, acked)
                 print("window 1: no rebalance", flush=True)
+                procs = {c.name: psutil.Process(c.proc.pid) for c in cluster.children if c.proc}
+                procs["bench"] = psutil.Process()
+                before = {name: cpu_seconds(p) for name, p in procs.items()}
                 quiet = await write_window(
                     router, "quiet", args.writers, args.seconds, args.value_size, acked
                 )
+                quiet.cpu = {name: cpu_seconds(p) - before[name] for name, p in procs.items()}
                 print(f"  {quiet.acked / quiet.seconds:.0f} writes/s", flush=True)
                 print("window 2: n4 joins", flush=True)
                 result = RebalanceResult()
@@ -635,6 +642,25 @@ def load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
+def cpu_seconds(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def cpu_lines(w: Window) -> list[str]:
+    """Where the quiet window's CPU went, and what that cost per write allows on this machine."""
+    total = sum(w.cpu.values())
+    per_write_ms = 1000 * total / w.acked if w.acked else float("nan")
+    cores = os.cpu_count() or 1
+    shares = ", ".join(f"{name} {100 * s / w.seconds:.0f} %" for name, s in sorted(w.cpu.items()))
+    return [
+        f"CPU during the quiet window (% of one core; the machine has {cores}): {shares}; "
+        f"all **{100 * total / w.seconds:.0f} %**. That is **{per_write_ms:.2f} ms of CPU per "
+        f"acknowledged write** (client, three agents, driver, etcd), so at this cost the "
+        f"{cores} cores allow at most {1000 * cores / per_write_ms:.0f} writes/s.",
+    ]
+
+
 def window_row(w: Window) -> str:
     per_s = w.per_second()
     s = w.stats
@@ -696,6 +722,8 @@ def report(
         f"Writes per second, no rebalance: {quiet.per_second()}",
         "",
         f"Writes per second, rebalance: {busy.per_second()}",
+        "",
+        *cpu_lines(quiet),
         "",
         f"Rebalance: n4 spawned → registered {rebalance.spawn_to_registered_s:.2f} s; "
         f"registered → zone settled (no pending/planned, n4 in stable, ISR = stable everywhere) "

@@ -372,8 +372,9 @@ class StoreThread:
     """The one thread that runs every ``AgentStore`` call, first submitted first executed.
 
     :meth:`group` is the agent's **group commit** (design/data-plane.md, "Group commit"): calls
-    submitted while the thread is busy run together in one transaction — each in its own
-    savepoint — so every partition's appends of one moment cost one fsync, not one each.
+    submitted in the same event-loop round, or while the thread is busy, run together in one
+    transaction — each in its own savepoint — so every partition's appends of one moment cost
+    one fsync, not one each.
     """
 
     def __init__(self, store: AgentStore) -> None:
@@ -416,14 +417,19 @@ class StoreThread:
             start = not self._group_queued
             self._group_queued = True
         if start:
-            try:
-                self._executor.submit(self._run_group)
-            except RuntimeError:  # shut down: nothing runs any more
-                with self._parts_lock:
-                    self._parts = [p for p in self._parts if p not in parts]
-                    self._group_queued = False
-                raise
+            # Corked until the callbacks of this event-loop round have run: every part submitted
+            # in the round (each primary a write woke, say) joins the same group.
+            loop.call_soon(self._start_group)
         return [part.future for part in parts]
+
+    def _start_group(self) -> None:
+        try:
+            self._executor.submit(self._run_group)
+        except RuntimeError as e:  # shut down meanwhile: nothing runs any more
+            with self._parts_lock:
+                parts, self._parts = self._parts, []
+                self._group_queued = False
+            _settle_all(parts, [(False, e)] * len(parts))
 
     def _run_group(self) -> None:
         with self._parts_lock:

@@ -137,6 +137,9 @@ class PairLink:
         while True:
             await wait_event(self._wake, self._config.heartbeat)
             self._wake.clear()
+            # Corked for one event-loop round: the appends of every primary woken in the same
+            # round (by one group commit, say) share the call.
+            await asyncio.sleep(0)
             self._check_down()
             while self._queue and self._in_flight < MAX_IN_FLIGHT:
                 self._spawn(self._take_batch())
