@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 
-from placement.core.limits import MAX_PARTITIONS
+from placement.core.layout import check_partitions
 from placement.errors import InvalidInput
 
 #: Largest key and value the data API accepts (bytes).
@@ -43,13 +43,19 @@ def jump_hash(h: int, buckets: int) -> int:
 
 def partition_of(key: bytes, partitions: int) -> int:
     """The partition of ``key`` in a zone of ``partitions`` partitions."""
-    if isinstance(partitions, bool) or not isinstance(partitions, int):
-        raise InvalidInput("partitions", f"{partitions!r} is not an integer", "pass an int")
-    if not 1 <= partitions <= MAX_PARTITIONS:
-        raise InvalidInput(
-            "partitions", f"{partitions} is out of range", f"use 1..{MAX_PARTITIONS}"
-        )
-    return jump_hash(key_hash(validate_key(key)), partitions)
+    return jump_hash(key_hash(validate_key(key)), check_partitions(partitions))
+
+
+def key_moves(key: bytes, old: int, new: int) -> tuple[int, int] | None:
+    """``(from, to)`` partitions when a zone going from ``old`` to ``new`` partitions moves
+    ``key``, else None (design/resharding.md: a key moves iff its partition differs, and always
+    from one of :class:`~placement.core.layout.Moves`' sources to one of its destinations)."""
+    h = key_hash(validate_key(key))
+    before, after = (
+        jump_hash(h, check_partitions(old, "old")),
+        jump_hash(h, check_partitions(new, "new")),
+    )
+    return None if before == after else (before, after)
 
 
 def validate_key(key: bytes, field: str = "key") -> bytes:
