@@ -180,13 +180,22 @@ class Transition:
 
 
 def next_step(
-    layout: ZoneLayout | None, wanted: int, wanted_revision: int, facts: ReshardFacts
+    layout: ZoneLayout | None,
+    wanted: int,
+    facts: ReshardFacts,
+    *,
+    wanted_revision: int,
+    created_revision: int,
 ) -> Transition | None:
-    """The transition due for a zone whose config wants ``wanted`` partitions (written at
-    ``wanted_revision``), or None. A count other than the running reshard's source or target
-    waits for it to end (the API refuses it anyway)."""
+    """The transition due for a zone whose config wants ``wanted`` partitions (the config was
+    last written at ``wanted_revision`` and created at ``created_revision``), or None.
+
+    A zone's first layout has generation ``created_revision``: greater than every generation of
+    an earlier zone of the same name (each of its flips was a write before this zone's
+    creation), so a client's cached layout of a dropped zone never matches. A count other than
+    the running reshard's source or target waits for it to end (the API refuses it anyway)."""
     if layout is None:
-        return Transition(Step.INIT, ZoneLayout(1, wanted))
+        return Transition(Step.INIT, ZoneLayout(created_revision, wanted))
     r = layout.reshard
     if r is None:
         if wanted == layout.partitions:

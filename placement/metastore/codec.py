@@ -36,7 +36,11 @@ Values and their fields:
   ``phase`` ``DONE`` or ``FAILED``;
 * in-sync set (:class:`InSyncSet`): ``{"lease_epoch","members","primary","ts","v"}`` — members
   sorted, written by the primary under its lease epoch;
-* replica size (:class:`ReplicaSize`): ``{"bytes","keys","ts","v"}``.
+* replica size (:class:`ReplicaSize`): ``{"bytes","keys","ts","v"}``;
+* zone layout (:class:`LayoutValue`): ``{"epoch","generation","partitions","reshard","ts","v"}``
+  with ``reshard`` ``null`` or ``{"attempt","phase","source","target"}`` (design/resharding.md);
+* reshard report (:class:`ReshardReport`): ``{"attempt","bytes","drained","keys","lag",
+  "lease_epoch","purged","ts","v"}``.
 
 Decoding never raises: bytes that are not a valid value of the expected kind decode to
 :class:`Corrupt` (carrying the raw bytes and the reason), which callers treat as "unknown".
@@ -53,6 +57,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from placement.core.layout import Reshard, ReshardPhase, ZoneLayout
 from placement.core.model import Peers, ZoneSpec
 from placement.core.names import has_name_form
 from placement.core.zonespec import validate_zone_spec
@@ -693,3 +698,118 @@ def encode_size(value: ReplicaSize) -> bytes:
 def decode_size(raw: bytes) -> ReplicaSize:
     obj = _load_object(raw, _SIZE_KEYS)
     return ReplicaSize(_int(obj, "bytes"), _int(obj, "keys"), _int(obj, "ts"))
+
+
+# -- zone layout and reshard reports (design/resharding.md) -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutValue:
+    """The value of ``{p}/layout/{zone}``: the layout in force and its reshard, stamped with the
+    writing leader's ``epoch`` and ``ts``."""
+
+    layout: ZoneLayout
+    epoch: int = 0
+    ts: int = 0
+
+
+_LAYOUT_KEYS = frozenset({"v", "generation", "partitions", "reshard", "epoch", "ts"})
+_RESHARD_KEYS = frozenset({"attempt", "source", "target", "phase"})
+
+
+def encode_layout(value: LayoutValue) -> bytes:
+    layout = ZoneLayout(value.layout.generation, value.layout.partitions, value.layout.reshard)
+    r = layout.reshard
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "generation": layout.generation,
+            "partitions": layout.partitions,
+            "reshard": None
+            if r is None
+            else {
+                "attempt": r.attempt,
+                "source": r.source,
+                "target": r.target,
+                "phase": ReshardPhase(r.phase).value,
+            },
+            **_ints(value, "epoch", "ts"),
+        }
+    )
+
+
+@_decoder
+def decode_layout(raw: bytes) -> LayoutValue:
+    obj = _load_object(raw, _LAYOUT_KEYS)
+    found = obj["reshard"]
+    reshard = None
+    if found is not None:
+        if not isinstance(found, dict) or set(found) != _RESHARD_KEYS:
+            raise _Bad(f"reshard is not an object with fields {sorted(_RESHARD_KEYS)}")
+        try:
+            phase = ReshardPhase(found["phase"])
+        except ValueError:
+            raise _Bad(f"reshard.phase {found['phase']!r} is not a phase") from None
+        reshard = Reshard(
+            _int(found, "attempt"), _int(found, "source"), _int(found, "target"), phase
+        )
+    layout = ZoneLayout(_int(obj, "generation"), _int(obj, "partitions"), reshard)
+    return LayoutValue(layout, _int(obj, "epoch"), _int(obj, "ts"))
+
+
+@dataclass(frozen=True, slots=True)
+class ReshardReport:
+    """The value of ``{p}/reshard/{zone}/{partition:05d}``: what the partition's primary (at
+    ``lease_epoch``) has done for reshard ``attempt``. ``drained`` (a destination copied every
+    source up to its seal) and ``purged`` (its clean-up or abort deletions are committed) are
+    monotonic facts about committed data; ``keys``/``bytes`` copied so far and ``lag`` (the most
+    source entries not copied yet) are progress."""
+
+    attempt: int
+    lease_epoch: int
+    keys: int = 0
+    bytes: int = 0
+    lag: int = 0
+    drained: bool = False
+    purged: bool = False
+    ts: int = 0
+
+
+_RESHARD_REPORT_KEYS = frozenset(
+    {"v", "attempt", "lease_epoch", "keys", "bytes", "lag", "drained", "purged", "ts"}
+)
+
+
+def encode_reshard_report(value: ReshardReport) -> bytes:
+    for name in ("drained", "purged"):
+        if not isinstance(getattr(value, name), bool):
+            raise InvalidInput(name, f"{getattr(value, name)!r} is not a bool", "pass a bool")
+    return _dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "attempt": _check_int("attempt", value.attempt, 1),
+            **_ints(value, "lease_epoch", "keys", "bytes", "lag", "ts"),
+            "drained": value.drained,
+            "purged": value.purged,
+        }
+    )
+
+
+@_decoder
+def decode_reshard_report(raw: bytes) -> ReshardReport:
+    obj = _load_object(raw, _RESHARD_REPORT_KEYS)
+    for name in ("drained", "purged"):
+        if not isinstance(obj[name], bool):
+            raise _Bad(f"{name} is not a bool")
+    if _int(obj, "attempt") < 1:
+        raise _Bad("attempt is below 1")
+    return ReshardReport(
+        _int(obj, "attempt"),
+        _int(obj, "lease_epoch"),
+        _int(obj, "keys"),
+        _int(obj, "bytes"),
+        _int(obj, "lag"),
+        obj["drained"],
+        obj["purged"],
+        _int(obj, "ts"),
+    )

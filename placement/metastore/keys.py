@@ -15,6 +15,10 @@ Layout (``{p}`` is the prefix, ``/placement`` by default)::
                                                   written by the primary, fenced by its lease
     {p}/sizes/{zone}/{partition:05d}/{node}       a replica's data size (codec.encode_size),
                                                   under that agent's registration lease
+    {p}/layout/{zone}                             the zone's layout in force and its reshard
+                                                  (codec.encode_layout; design/resharding.md)
+    {p}/reshard/{zone}/{partition:05d}            a partition's reshard report, by its primary's
+                                                  agent under its registration lease
 
 Partitions are written with five fixed-width digits so that a prefix range scan of a zone comes out
 in partition order (``00002`` < ``00010``), and every key of one partition shares the prefix
@@ -57,6 +61,8 @@ class KeyKind(StrEnum):
     PROGRESS = "progress"
     ISR = "isr"
     SIZES = "sizes"
+    LAYOUT = "layout"
+    RESHARD = "reshard"
 
 
 #: Names of the control keys under ``{p}/control/``.
@@ -78,10 +84,10 @@ class AssignField(StrEnum):
 class ParsedKey:
     """A key of the layout taken apart.
 
-    ``name`` is the zone (ZONE, ASSIGN, DATANODES, PRIMARY, PROGRESS, ISR, SIZES), node (NODE),
-    member id (LEADER) or control name (CONTROL); ``partition`` is set for ASSIGN, PRIMARY,
-    PROGRESS, ISR and SIZES keys, ``field`` for ASSIGN keys only, ``node`` for PROGRESS and SIZES
-    keys only.
+    ``name`` is the zone (ZONE, ASSIGN, DATANODES, PRIMARY, PROGRESS, ISR, SIZES, LAYOUT,
+    RESHARD), node (NODE), member id (LEADER) or control name (CONTROL); ``partition`` is set for
+    ASSIGN, PRIMARY, PROGRESS, ISR, SIZES and RESHARD keys, ``field`` for ASSIGN keys only,
+    ``node`` for PROGRESS and SIZES keys only.
     """
 
     kind: KeyKind
@@ -240,6 +246,25 @@ class KeySpace:
             _zone_dir(self.sizes_prefix(), zone) + p + b"/" + validate_name(node, "node").encode()
         )
 
+    # -- layouts and reshard reports (design/resharding.md) ------------------------------------
+
+    def layout_prefix(self) -> bytes:
+        return self._base + b"/layout/"
+
+    def layout(self, zone: str) -> bytes:
+        """The layout in force of ``zone`` and its reshard, if one runs."""
+        return self.layout_prefix() + validate_name(zone).encode()
+
+    def reshard_prefix(self) -> bytes:
+        return self._base + b"/reshard/"
+
+    def zone_reshard_prefix(self, zone: str) -> bytes:
+        return _zone_dir(self.reshard_prefix(), zone)
+
+    def reshard_report(self, zone: str, partition: int) -> bytes:
+        """The reshard report of ``zone``/``partition`` (written by its primary's agent)."""
+        return self.zone_reshard_prefix(zone) + _partition_id(partition)
+
     # -- parsing -------------------------------------------------------------------------------
 
     def parse(self, key: bytes) -> ParsedKey | None:
@@ -260,15 +285,15 @@ class KeySpace:
             if len(rest) != 1 or not is_name(rest[0]):
                 return None
             return ParsedKey(KeyKind(kind_text), rest[0])
-        if kind_text == KeyKind.DATANODES:
+        if kind_text in (KeyKind.DATANODES, KeyKind.LAYOUT):
             if len(rest) != 1 or not is_name(rest[0]):
                 return None
-            return ParsedKey(KeyKind.DATANODES, rest[0])
+            return ParsedKey(KeyKind(kind_text), rest[0])
         if kind_text == KeyKind.CONTROL:
             if len(rest) != 1 or rest[0] not in CONTROL_NAMES:
                 return None
             return ParsedKey(KeyKind.CONTROL, rest[0])
-        if kind_text in (KeyKind.PRIMARY, KeyKind.ISR):
+        if kind_text in (KeyKind.PRIMARY, KeyKind.ISR, KeyKind.RESHARD):
             if len(rest) != 2 or not is_name(rest[0]) or not _PARTITION_RE.match(rest[1]):
                 return None
             if int(rest[1]) >= MAX_PARTITIONS:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from types import MappingProxyType
 
+from placement.core.layout import ZoneLayout
 from placement.core.limits import MAX_PARTITIONS
 from placement.core.model import Peers, ZoneSpec
 from placement.core.names import validate_name, validate_partition
@@ -49,12 +50,15 @@ from placement.errors import Conflict, InvalidInput, NotLeader
 from placement.metastore.codec import (
     Assignment,
     ControlMark,
+    Corrupt,
     DataNodes,
     InSyncSet,
+    LayoutValue,
     NodeRecord,
     PrimaryLease,
     TriggerMark,
     decode_isr,
+    decode_layout,
     decode_node,
     decode_primary,
     decode_zone_spec,
@@ -62,6 +66,7 @@ from placement.metastore.codec import (
     encode_control,
     encode_datanodes,
     encode_isr,
+    encode_layout,
     encode_node,
     encode_trigger,
     encode_zone_spec,
@@ -126,6 +131,23 @@ class IsrWrite:
     isr: InSyncSet
     lease_key_mod: int
     isr_mod: int
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutRead:
+    """A zone's config and layout read at one ``revision`` (design/resharding.md): what layout
+    decisions are made on, and what their writes compare."""
+
+    zone: ZoneRecord | None
+    layout: LayoutValue | Corrupt | None
+    #: ``mod_revision`` of the layout key; 0 = absent.
+    layout_revision: int
+    revision: int
+
+    @property
+    def zone_revision(self) -> int:
+        """``mod_revision`` of the zone config; 0 = absent."""
+        return self.zone.mod_revision if self.zone is not None else 0
 
 
 class Metastore:
@@ -522,11 +544,11 @@ class Metastore:
         return ZoneRecord(name, decode_zone_spec(kv.value), kv.mod_revision, kv.create_revision)
 
     async def _zone_cas(
-        self, name: str, compare: Compare, ops: Sequence[Op], fence: Fence
+        self, name: str, compares: Sequence[Compare], ops: Sequence[Op], fence: Fence
     ) -> ZoneWrite:
         key = self.keys.zone(name)
         result = await self.client.txn(
-            (fence.compare(), compare), ops, (Get(key), Get(fence.leader_key))
+            (fence.compare(), *compares), ops, (Get(key), Get(fence.leader_key))
         )
         if result.succeeded:
             return ZoneWrite(True, result.revision, None)
@@ -541,21 +563,29 @@ class Metastore:
         """Create-only: compares ``version(zone) == 0`` and the fence; else ``current``."""
         key, value = self.keys.zone(spec.name), encode_zone_spec(spec)
         return await self._zone_cas(
-            spec.name, Compare.version(key, "==", 0), (Put(key, value),), fence
+            spec.name, (Compare.version(key, "==", 0),), (Put(key, value),), fence
         )
 
     async def update_zone(
-        self, spec: ZoneSpec, expected_mod_revision: int, fence: Fence
+        self,
+        spec: ZoneSpec,
+        expected_mod_revision: int,
+        fence: Fence,
+        expected_layout_revision: int | None = None,
     ) -> ZoneWrite:
-        """CAS: compares ``mod_revision(zone) == expected_mod_revision`` and the fence."""
+        """CAS: compares ``mod_revision(zone) == expected_mod_revision`` and the fence, and —
+        given ``expected_layout_revision`` — ``mod_revision(layout) == expected_layout_revision``
+        (0 = absent): the change was allowed on that layout (design/resharding.md)."""
         _check_revision("expected_mod_revision", expected_mod_revision)
         key, value = self.keys.zone(spec.name), encode_zone_spec(spec)
-        return await self._zone_cas(
-            spec.name, Compare.mod(key, "==", expected_mod_revision), (Put(key, value),), fence
-        )
+        compares = [Compare.mod(key, "==", expected_mod_revision)]
+        if expected_layout_revision is not None:
+            layout = self.keys.layout(spec.name)
+            compares.append(Compare.mod(layout, "==", expected_layout_revision))
+        return await self._zone_cas(spec.name, compares, (Put(key, value),), fence)
 
     async def delete_zone(self, name: str, expected_mod_revision: int, fence: Fence) -> ZoneWrite:
-        """Delete the zone config and every assignment key of the zone, in one txn.
+        """Delete the zone config, its layout and every assignment key of the zone, in one txn.
 
         Compares ``mod_revision(zone) == expected_mod_revision`` and the fence.
         """
@@ -564,9 +594,43 @@ class Metastore:
         assign = self.keys.zone_assign_prefix(name)
         return await self._zone_cas(
             name,
-            Compare.mod(key, "==", expected_mod_revision),
-            (Delete(key), Delete(assign, prefix_range_end(assign))),
+            (Compare.mod(key, "==", expected_mod_revision),),
+            (Delete(key), Delete(self.keys.layout(name)), Delete(assign, prefix_range_end(assign))),
             fence,
+        )
+
+    # -- layouts (design/resharding.md) ----------------------------------------------------------
+
+    async def read_layout(self, zone: str) -> LayoutRead:
+        """The zone's config and layout at one revision (one read-only txn)."""
+        result = await self.client.txn((), (Get(self.keys.zone(zone)), Get(self.keys.layout(zone))))
+        found_zone, found_layout = result.responses
+        assert isinstance(found_zone, Range)
+        assert isinstance(found_layout, Range)
+        kv = found_layout.first()
+        return LayoutRead(
+            self._zone_record(zone, found_zone.first()),
+            None if kv is None else decode_layout(kv.value),
+            0 if kv is None else kv.mod_revision,
+            result.revision,
+        )
+
+    async def write_layout(
+        self, zone: str, layout: ZoneLayout, read: LayoutRead, fence: Fence, ts: int
+    ) -> int:
+        """Write ``layout`` (a transition decided on ``read``), stamped with the writer's epoch
+        and ``ts``, in one fenced txn comparing ``mod_revision(layout)`` and
+        ``mod_revision(zone)`` with ``read`` (0 = absent): its revision, or 0 when either changed
+        (decide again on a fresh read); NotLeader when the fence failed."""
+        value = encode_layout(LayoutValue(layout, fence.epoch, ts))
+        key = self.keys.layout(zone)
+        return await self._fenced_txn(
+            fence,
+            (
+                Compare.mod(key, "==", read.layout_revision),
+                Compare.mod(self.keys.zone(zone), "==", read.zone_revision),
+            ),
+            (Put(key, value),),
         )
 
     async def get_zone(self, name: str) -> ZoneRecord | None:
@@ -642,12 +706,14 @@ class Metastore:
         await self.client.txn((fence.compare(),), (Delete(prefix, prefix_range_end(prefix)),), ())
 
     async def drop_zone_leftovers(self, zone: str, fence: Fence) -> bool:
-        """A dropped zone's data nodes, primary leases, in-sync sets and replica sizes, deleted
+        """A dropped zone's data nodes, primary leases, in-sync sets, replica sizes and reshard
+        reports, deleted
         in one fenced txn that compares ``version(zone) == 0``; False when the zone exists."""
         prefixes = (
             self.keys.zone_primary_prefix(zone),
             self.keys.zone_isr_prefix(zone),
             self.keys.sizes_prefix() + validate_name(zone).encode() + b"/",
+            self.keys.zone_reshard_prefix(zone),
         )
         return await self._fenced_cas(
             fence,

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from placement.core.layout import Reshard, ReshardPhase, ZoneLayout
 from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import ZoneSpec, effective_min_in_sync
 from placement.errors import InvalidInput
@@ -16,20 +17,26 @@ from placement.metastore.codec import (
     Assignment,
     CancelIntent,
     Corrupt,
+    LayoutValue,
     MoveReport,
     NodeRecord,
+    ReshardReport,
     TriggerMark,
     be8,
     decode_assignment,
     decode_cancel,
+    decode_layout,
     decode_node,
     decode_report,
+    decode_reshard_report,
     decode_trigger,
     decode_zone_spec,
     encode_assignment,
     encode_cancel,
+    encode_layout,
     encode_node,
     encode_report,
+    encode_reshard_report,
     encode_trigger,
     encode_zone_spec,
     trigger_is_older,
@@ -146,7 +153,15 @@ def test_node_round_trip(record: NodeRecord) -> None:
     assert encode_node(decoded) == raw
 
 
-DECODERS = [decode_assignment, decode_cancel, decode_trigger, decode_zone_spec, decode_node]
+DECODERS = [
+    decode_assignment,
+    decode_cancel,
+    decode_trigger,
+    decode_zone_spec,
+    decode_node,
+    decode_layout,
+    decode_reshard_report,
+]
 
 
 @pytest.mark.parametrize("decode", DECODERS)
@@ -361,3 +376,78 @@ def test_encoding_an_invalid_min_in_sync_names_the_field() -> None:
         with pytest.raises(InvalidInput) as e:
             encode_zone_spec(ZoneSpec("z", 1, 1, min_in_sync=bad))
         assert e.value.field == "min_in_sync"
+
+
+# -- zone layouts and reshard reports (design/resharding.md) -------------------------------------
+
+_phases = st.sampled_from(list(ReshardPhase))
+
+
+@st.composite
+def _layouts(draw: st.DrawFn) -> ZoneLayout:
+    generation = draw(st.integers(1, 2**40))
+    if draw(st.booleans()):
+        return ZoneLayout(generation, draw(st.integers(1, MAX_PARTITIONS)))
+    source = draw(st.integers(1, MAX_PARTITIONS))
+    target = draw(st.integers(1, MAX_PARTITIONS).filter(lambda t: t != source))
+    phase = draw(_phases)
+    reshard = Reshard(draw(st.integers(1, 2**40)), source, target, phase)
+    return ZoneLayout(generation, target if phase is ReshardPhase.CLEANUP else source, reshard)
+
+
+@given(_layouts(), st.integers(0, 2**40), st.integers(0, 2**40))
+def test_layout_round_trip_is_canonical(layout: ZoneLayout, epoch: int, ts: int) -> None:
+    raw = encode_layout(LayoutValue(layout, epoch, ts))
+    assert decode_layout(raw) == LayoutValue(layout, epoch, ts)
+    assert encode_layout(decode_layout(raw)) == raw  # type: ignore[arg-type]
+    assert json.loads(raw)["generation"] == layout.generation
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"v":1,"generation":0,"partitions":8,"reshard":null,"epoch":1,"ts":1}',
+        b'{"v":1,"generation":1,"partitions":0,"reshard":null,"epoch":1,"ts":1}',
+        b'{"v":1,"generation":1,"partitions":8,"epoch":1,"ts":1}',
+        b'{"v":1,"generation":1,"partitions":8,"reshard":[],"epoch":1,"ts":1}',
+        b'{"v":1,"generation":1,"partitions":8,"reshard":{"attempt":3,"source":8,"target":8,'
+        b'"phase":"copy"},"epoch":1,"ts":1}',
+        b'{"v":1,"generation":1,"partitions":8,"reshard":{"attempt":3,"source":8,"target":16,'
+        b'"phase":"copying"},"epoch":1,"ts":1}',
+        # before the flip the source count is in force, not the target
+        b'{"v":1,"generation":1,"partitions":16,"reshard":{"attempt":3,"source":8,"target":16,'
+        b'"phase":"seal"},"epoch":1,"ts":1}',
+        b'{"v":1,"generation":1,"partitions":8,"reshard":{"attempt":0,"source":8,"target":16,'
+        b'"phase":"copy"},"epoch":1,"ts":1}',
+    ],
+)
+def test_corrupt_layouts_decode_to_corrupt(raw: bytes) -> None:
+    result = decode_layout(raw)
+    assert isinstance(result, Corrupt)
+    assert result.raw == raw
+
+
+@given(
+    st.builds(
+        ReshardReport,
+        st.integers(1, 2**40),
+        st.integers(0, 2**40),
+        st.integers(0, 2**40),
+        st.integers(0, 2**50),
+        st.integers(0, 2**40),
+        st.booleans(),
+        st.booleans(),
+        st.integers(0, 2**40),
+    )
+)
+def test_reshard_report_round_trip(report: ReshardReport) -> None:
+    raw = encode_reshard_report(report)
+    assert decode_reshard_report(raw) == report
+    assert decode_reshard_report(raw.replace(b'"drained":', b'"drained":1,"x":')) != report
+
+
+def test_invalid_reshard_reports_are_refused_naming_the_field() -> None:
+    with pytest.raises(InvalidInput, match="attempt"):
+        encode_reshard_report(ReshardReport(0, 1))
+    with pytest.raises(InvalidInput, match="drained"):
+        encode_reshard_report(ReshardReport(1, 1, drained=1))  # type: ignore[arg-type]

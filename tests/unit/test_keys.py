@@ -156,3 +156,15 @@ def test_isr_and_size_keys_round_trip() -> None:
     assert ks.isr("orders", 7).startswith(ks.zone_isr_prefix("orders"))
     assert ks.parse(b"/placement/isr/orders/7") is None
     assert ks.parse(b"/placement/sizes/orders/00007") is None
+
+
+def test_layout_and_reshard_report_keys_round_trip() -> None:
+    ks = KeySpace()
+    assert ks.layout("orders") == b"/placement/layout/orders"
+    assert ks.parse(ks.layout("orders")) == ParsedKey(KeyKind.LAYOUT, "orders")
+    assert ks.reshard_report("orders", 7) == b"/placement/reshard/orders/00007"
+    assert ks.parse(ks.reshard_report("orders", 7)) == ParsedKey(KeyKind.RESHARD, "orders", 7)
+    assert ks.reshard_report("orders", 7).startswith(ks.zone_reshard_prefix("orders"))
+    assert not ks.reshard_report("orders.b", 7).startswith(ks.zone_reshard_prefix("orders"))
+    assert ks.parse(b"/placement/layout/orders/00007") is None
+    assert ks.parse(b"/placement/reshard/orders") is None

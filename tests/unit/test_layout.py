@@ -103,17 +103,26 @@ def test_bad_counts_are_refused_naming_the_field() -> None:
 
 # -- the phase machine ----------------------------------------------------------------------------
 
+CREATED = 5  # the zone config's create revision: its first layout's generation
+
+
+def _step(
+    layout: ZoneLayout | None, wanted: int, seen: ReshardFacts, revision: int
+) -> Transition | None:
+    return next_step(layout, wanted, seen, wanted_revision=revision, created_revision=CREATED)
+
+
 ALL = ReshardFacts(ready=True, caught_up=True, drained=True, purged=True)
 facts = st.builds(ReshardFacts, st.booleans(), st.booleans(), st.booleans(), st.booleans())
 
 
 def test_a_grow_runs_every_phase_once_and_ends_on_the_next_generation() -> None:
     layout: ZoneLayout | None = None
-    layout = _apply(next_step(layout, 8, 3, ALL), Step.INIT)
-    assert layout == ZoneLayout(1, 8)
-    assert next_step(layout, 8, 3, ALL) is None  # nothing wanted
+    layout = _apply(_step(layout, 8, ALL, 3), Step.INIT)
+    assert layout == ZoneLayout(CREATED, 8)
+    assert _step(layout, 8, ALL, 3) is None  # nothing wanted
     steps = []
-    while (t := next_step(layout, 16, 9, ALL)) is not None:
+    while (t := _step(layout, 16, ALL, 9)) is not None:
         steps.append((t.step, t.layout.reshard.phase if t.layout.reshard else None))
         layout = t.layout
     assert steps == [
@@ -123,7 +132,7 @@ def test_a_grow_runs_every_phase_once_and_ends_on_the_next_generation() -> None:
         (Step.FLIP, ReshardPhase.CLEANUP),
         (Step.FINISH, None),
     ]
-    assert layout == ZoneLayout(2, 16)
+    assert layout == ZoneLayout(CREATED + 1, 16)
 
 
 def test_each_phase_waits_for_its_own_fact() -> None:
@@ -135,33 +144,33 @@ def test_each_phase_waits_for_its_own_fact() -> None:
     ]:
         at = ZoneLayout(4, 8, Reshard(9, 8, 16, phase))
         others = ReshardFacts(**{f: f != fact for f in ("ready", "caught_up", "drained", "purged")})
-        assert next_step(at, 16, 9, others) is None, phase
-        assert next_step(at, 16, 9, ReshardFacts(**{fact: True})) is not None, phase
+        assert _step(at, 16, others, 9) is None, phase
+        assert _step(at, 16, ReshardFacts(**{fact: True}), 9) is not None, phase
     cleanup = ZoneLayout(5, 16, Reshard(9, 8, 16, ReshardPhase.CLEANUP))
-    assert next_step(cleanup, 16, 9, ReshardFacts(ready=True, caught_up=True, drained=True)) is None
+    assert _step(cleanup, 16, ReshardFacts(ready=True, caught_up=True, drained=True), 9) is None
     assert layout.existing() == range(16)
 
 
 @pytest.mark.parametrize("phase", sorted(BEFORE_FLIP))
 def test_wanting_the_old_count_before_the_flip_aborts_back_to_it(phase: ReshardPhase) -> None:
     layout = ZoneLayout(4, 16, Reshard(9, 16, 5, phase))
-    t = next_step(layout, 16, 12, ReshardFacts())
+    t = _step(layout, 16, ReshardFacts(), 12)
     assert t is not None
     assert t.step is Step.ABORT
     assert t.layout == ZoneLayout(4, 16, Reshard(9, 16, 5, ReshardPhase.ABORT))
     assert t.layout.existing() == range(16)  # a shrink's removed partitions stay until the end
-    done = next_step(t.layout, 16, 12, ReshardFacts(purged=True))
+    done = _step(t.layout, 16, ReshardFacts(purged=True), 12)
     assert done is not None
     assert done.layout == ZoneLayout(4, 16)
 
 
 def test_after_the_flip_the_old_count_is_a_new_reshard_once_clean_up_ends() -> None:
     flipped = ZoneLayout(5, 5, Reshard(9, 16, 5, ReshardPhase.CLEANUP))
-    assert next_step(flipped, 16, 14, ReshardFacts()) is None  # no abort after the flip
-    done = next_step(flipped, 16, 14, ReshardFacts(purged=True))
+    assert _step(flipped, 16, ReshardFacts(), 14) is None  # no abort after the flip
+    done = _step(flipped, 16, ReshardFacts(purged=True), 14)
     assert done is not None
     assert done.layout == ZoneLayout(5, 5)
-    again = next_step(done.layout, 16, 14, ReshardFacts())
+    again = _step(done.layout, 16, ReshardFacts(), 14)
     assert again is not None
     assert again.step is Step.BEGIN
     assert again.layout.reshard == Reshard(14, 5, 16, ReshardPhase.PREPARE)
@@ -182,13 +191,13 @@ def test_any_run_keeps_the_invariants_and_then_settles_on_what_is_wanted(
         if want != wanted:
             revision += 1
             wanted = want
-        t = next_step(layout, wanted, revision, seen)
+        t = _step(layout, wanted, seen, revision)
         if t is None:
             continue
         _check_transition(layout, t.step, t.layout, wanted, seen)
         layout = t.layout
     for _ in range(12):  # then every fact holds: at most two reshards (the running one, a new one)
-        t = next_step(layout, wanted, revision, ALL)
+        t = _step(layout, wanted, ALL, revision)
         if t is None:
             break
         _check_transition(layout, t.step, t.layout, wanted, ALL)
@@ -203,7 +212,7 @@ def _check_transition(
 ) -> None:
     if before is None:
         assert step is Step.INIT
-        assert after == ZoneLayout(1, wanted)
+        assert after == ZoneLayout(CREATED, wanted)
         return
     r, r2 = before.reshard, after.reshard
     if after.generation != before.generation:
