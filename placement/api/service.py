@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
+from placement.core.layout import check_alter
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
 from placement.core.zonespec import validate_zone_spec
@@ -32,6 +33,7 @@ from placement.errors import (
 from placement.metastore.codec import (
     Assignment,
     Corrupt,
+    LayoutValue,
     LeaderRecord,
     NodeRecord,
     PrimaryLease,
@@ -212,16 +214,22 @@ class PlacementAPI:
         return record
 
     async def alter_zone(self, name: str, change: Callable[[ZoneSpec], ZoneSpec]) -> ZoneRecord:
-        """Read-modify-write under a mod_revision CAS; ``change`` validates before any write."""
+        """Read-modify-write under a CAS of the config's and the layout's mod revisions;
+        ``change`` validates, and a partition count the running reshard cannot take raises
+        :class:`ReshardRunning` (design/resharding.md), before any write."""
         fence = await self._fence()
         for _ in range(8):
             record = await self.get_zone(name)
             if isinstance(record.spec, Corrupt):
                 raise InvalidInput("name", f"zone {name!r} has a corrupt config", "drop it")
             spec = change(record.spec)
-            result = await self.store.update_zone(spec, record.mod_revision, fence)
+            layout = record.layout.layout if isinstance(record.layout, LayoutValue) else None
+            check_alter(layout, name, record.spec.partitions, spec.partitions)
+            result = await self.store.update_zone(
+                spec, record.mod_revision, fence, record.layout_revision
+            )
             if result.applied:
-                return ZoneRecord(name, spec, result.revision, record.create_revision)
+                return replace(record, spec=spec, mod_revision=result.revision)
             if result.current is None:
                 raise ZoneNotFound(name)
         raise Conflict(f"zone {name!r} changed concurrently too often; retry")

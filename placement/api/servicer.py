@@ -22,6 +22,7 @@ from placement.api.service import (
     ZoneNotFound,
     make_spec,
 )
+from placement.core.layout import ReshardRunning, ZoneLayout
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
 from placement.core.zonespec import ALTERABLE
@@ -33,9 +34,7 @@ from placement.errors import (
     PlacementError,
     StoreUnavailable,
 )
-from placement.metastore.codec import (
-    Corrupt,
-)
+from placement.metastore.codec import Corrupt, LayoutValue
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.metastore.transitions import ZoneRecord
@@ -57,6 +56,7 @@ SERVICE_NAME: str = driver_pb2.DESCRIPTOR.services_by_name["PlacementService"].f
 
 STATUS_OF: StatusTable = (
     (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
+    (ReshardRunning, grpc.StatusCode.FAILED_PRECONDITION),
     (ZoneNotFound, grpc.StatusCode.NOT_FOUND),
     (ZoneExists, grpc.StatusCode.ALREADY_EXISTS),
     (Conflict, grpc.StatusCode.ABORTED),
@@ -80,7 +80,26 @@ def zone_pb(record: ZoneRecord) -> driver_pb2.Zone:
         scale_down_delay_seconds=spec.scale_down_delay,
         min_in_sync=spec.min_in_sync or 0,
     )
-    return driver_pb2.Zone(name=record.name, config=config, revision=record.mod_revision)
+    return driver_pb2.Zone(
+        name=record.name,
+        config=config,
+        revision=record.mod_revision,
+        layout=layout_pb(record.layout.layout) if isinstance(record.layout, LayoutValue) else None,
+    )
+
+
+def layout_pb(layout: ZoneLayout) -> driver_pb2.ZoneLayout:
+    r = layout.reshard
+    reshard = (
+        None
+        if r is None
+        else driver_pb2.Reshard(
+            attempt=r.attempt, source=r.source, target=r.target, phase=r.phase.value
+        )
+    )
+    return driver_pb2.ZoneLayout(
+        generation=layout.generation, partitions=layout.partitions, reshard=reshard
+    )
 
 
 def _fields_from_pb(config: driver_pb2.ZoneConfig) -> dict[str, Any]:

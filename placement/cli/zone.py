@@ -84,7 +84,34 @@ def zone_json(zone: driver_pb2.Zone) -> dict[str, Any]:
         "min_in_sync": c.min_in_sync or None,
         "effective_min_in_sync": _effective_min_in_sync(c),
         "revision": zone.revision,
+        "layout": _layout_json(zone),
     }
+
+
+def _layout_json(zone: driver_pb2.Zone) -> dict[str, Any] | None:
+    """The layout in force (design/resharding.md); None until the leader wrote the first."""
+    if not zone.HasField("layout"):
+        return None
+    layout = zone.layout
+    r = layout.reshard if layout.HasField("reshard") else None
+    return {
+        "generation": layout.generation,
+        "partitions": layout.partitions,
+        "reshard": None
+        if r is None
+        else {"attempt": r.attempt, "source": r.source, "target": r.target, "phase": r.phase},
+    }
+
+
+def _layout_text(zone: driver_pb2.Zone) -> str:
+    found = _layout_json(zone)
+    if found is None:
+        return "-"
+    text = f"{found['partitions']} (gen {found['generation']})"
+    r = found["reshard"]
+    if r is not None:
+        text += f", {r['source']} → {r['target']}: {r['phase']}"
+    return text
 
 
 def _effective_min_in_sync(c: driver_pb2.ZoneConfig) -> int:
@@ -222,12 +249,14 @@ def _zone_table(zones: Sequence[driver_pb2.Zone]) -> None:
     table = Table(
         "zone",
         "partitions",
+        "in force",
         "replicas",
         "selector",
         "domain",
         "delays",
         "min ISR",
         caption=(
+            "in force: the data layout keys are routed by (generation; a re-shard in progress); "
             "domain: failure domain; delays: scale-up / scale-down; min ISR: fewest in-sync "
             "replicas a primary accepts writes with (* = the default: 2, at most replicas)"
         ),
@@ -237,6 +266,7 @@ def _zone_table(zones: Sequence[driver_pb2.Zone]) -> None:
         table.add_row(
             z.name,
             str(c.partitions),
+            _layout_text(z),
             str(c.replicas),
             pairs_text(c.node_selector),
             c.failure_domain or "-",

@@ -1,14 +1,19 @@
 """The routing client of the data plane: put, get, delete and scan by key, sent to the primary.
 
 A client learns, per zone and from the placement drivers (``GetZone``, ``GetAssignments``,
-``ListNodes``), the partition count, each partition's primary and stable members and every node's
-address, and caches them (:class:`ZoneRoutes`). A key goes to ``partition_of(key, P)``'s primary.
+``ListNodes``), the zone's layout in force (generation and partition count), each partition's
+primary and stable members and every node's address, and caches them (:class:`ZoneRoutes`). A key
+goes to ``partition_of(key, P)``'s primary, P being the layout's count.
 
 Answers and what the client does (:func:`decide`, pure):
 
 * ``FAILED_PRECONDITION`` with trailing ``x-primary = NODE@HOST:PORT``: the agent is not the
   primary and names it: retry there at once (at most ``MAX_REDIRECTS`` hops in a row, then as
   below). Without a usable hint: the same as unavailable.
+* ``FAILED_PRECONDITION`` with trailing ``x-layout = GENERATION/PARTITIONS``: the request was
+  routed under another layout generation than the agent's (design/resharding.md): re-read the
+  zone's layout and route again at once (counted like a redirect). Every request carries the
+  generation its routes were read under.
 * ``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``ABORTED``, ``NOT_FOUND``, a connection error, or no
   primary known: re-read the routes from the drivers and retry with capped, jittered exponential
   backoff until ``deadline`` (default 15 s) has passed since the call began; then
@@ -58,6 +63,7 @@ SCAN_PAGE = 1000
 #: Partitions whose first scan page is fetched concurrently.
 SCAN_FANOUT = 16
 PRIMARY_HEADER = "x-primary"
+LAYOUT_HEADER = "x-layout"
 WRITES = frozenset({"put", "delete"})
 
 RETRY_CODES = frozenset(
@@ -133,6 +139,9 @@ class ZoneRoutes:
     routes: tuple[PartitionRoute, ...]
     addresses: Mapping[str, str]
     generation: int = 0
+    #: The zone's layout generation the table was read under (design/resharding.md); every
+    #: request carries it (0: the zone has no layout yet).
+    layout: int = 0
 
     def route(self, partition: int) -> PartitionRoute:
         if 0 <= partition < len(self.routes):
@@ -202,6 +211,14 @@ class Retry:
 
 
 @dataclass(frozen=True, slots=True)
+class Relayout:
+    """The agent is at another layout generation: re-read the zone's layout and route again
+    at once (design/resharding.md)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Fail:
     """Stop: the answer does not change by retrying."""
 
@@ -209,7 +226,7 @@ class Fail:
     detail: str
 
 
-Action = Redirect | Retry | Fail
+Action = Redirect | Relayout | Retry | Fail
 
 
 def decide(
@@ -220,10 +237,13 @@ def decide(
     target: str,
     redirects: int,
     max_redirects: int = MAX_REDIRECTS,
+    x_layout: str | None = None,
 ) -> Action:
     """What to do after the agent at ``target`` answered ``code`` (see the module docstring)."""
     reason = f"{target}: {code.name} {detail}".rstrip()
     if code == grpc.StatusCode.FAILED_PRECONDITION:
+        if x_layout and redirects < max_redirects:
+            return Relayout(reason)
         hint = parse_primary_hint(x_primary)
         if hint is not None and hint.address != target and redirects < max_redirects:
             return Redirect(hint)
@@ -252,6 +272,7 @@ def build_routes(
     assignments: Iterable[tuple[int, str, Sequence[str]]],
     nodes: Iterable[tuple[str, str]],
     generation: int = 0,
+    layout: int = 0,
 ) -> ZoneRoutes:
     """The routing table from ``(partition, primary, stable)`` rows and ``(node, address)`` pairs;
     partitions without a row get an empty route (they are not assigned yet)."""
@@ -260,7 +281,7 @@ def build_routes(
         if 0 <= p < partitions:
             routes[p] = PartitionRoute(primary, tuple(stable))
     addresses = {name: address for name, address in nodes if address}
-    return ZoneRoutes(zone, partitions, tuple(routes), addresses, generation)
+    return ZoneRoutes(zone, partitions, tuple(routes), addresses, generation, layout)
 
 
 class ScanProtocolError(PlacementError):
@@ -375,11 +396,13 @@ class DriverRoutes:
             self._assignments(zone),
             self._client.call(lambda s, t: s.ListNodes(driver_pb2.ListNodesRequest(), timeout=t)),
         )
+        layout = got_zone.layout if got_zone.HasField("layout") else None
         return build_routes(
             zone,
-            got_zone.config.partitions,
+            layout.partitions if layout is not None else got_zone.config.partitions,
             rows,
             ((n.name, n.address) for n in nodes.nodes),
+            layout=layout.generation if layout is not None else 0,
         )
 
     async def _assignments(self, zone: str) -> list[tuple[int, str, Sequence[str]]]:
@@ -399,8 +422,17 @@ class DriverRoutes:
         await self._client.close()
 
 
-def _rpc_failure(e: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str, str | None]:
-    return e.code(), e.details() or "", header_value(e.trailing_metadata(), PRIMARY_HEADER)
+def _rpc_failure(
+    e: grpc.aio.AioRpcError,
+) -> tuple[grpc.StatusCode, str, str | None, str | None]:
+    """``(code, detail, x-primary, x-layout)`` of a failed call."""
+    trailers = e.trailing_metadata()
+    return (
+        e.code(),
+        e.details() or "",
+        header_value(trailers, PRIMARY_HEADER),
+        header_value(trailers, LAYOUT_HEADER),
+    )
 
 
 #: The client's retry backoff: capped at 1 s, so a moved primary is found again quickly.
@@ -495,9 +527,10 @@ class DataClient(AsyncClosing):
         op: str,
         zone: str,
         locate: Callable[[ZoneRoutes], int],
-        invoke: Callable[[DataStub, int, float], Awaitable[T]],
+        invoke: Callable[[DataStub, common_pb2.PartitionRef, float], Awaitable[T]],
     ) -> T:
-        """Send ``invoke(stub, partition, timeout)`` to the partition's primary, following
+        """Send ``invoke(stub, partition reference, timeout)`` to the partition's primary (the
+        reference carries the layout generation the routes were read under), following
         redirects and retrying unavailability until the deadline (see the module docstring)."""
         start = self._clock()
         give_up = start + self.deadline
@@ -532,23 +565,28 @@ class DataClient(AsyncClosing):
                     try:
                         return await invoke(
                             self._connector.data(address),
-                            partition,
+                            _ref(zone, partition, routes.layout),
                             min(self.call_timeout, remaining),
                         )
                     except grpc.aio.AioRpcError as e:
-                        code, detail, x_primary = _rpc_failure(e)
+                        code, detail, x_primary, x_layout = _rpc_failure(e)
                     action = decide(
                         code,
                         detail,
                         x_primary,
                         target=address,
                         redirects=redirects,
+                        x_layout=x_layout,
                     )
                     where = f"{node}@{address}"
                     if isinstance(action, Redirect):
                         redirects += 1
                         redirect = action.hint
                         self._learn_primary(zone, partition, action.hint)
+                        continue
+                    if isinstance(action, Relayout):
+                        redirects += 1
+                        self._invalidate(zone, routes)
                         continue
                     if isinstance(action, Fail):
                         if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -576,8 +614,8 @@ class DataClient(AsyncClosing):
         validate_key(key)
         validate_value(value)
 
-        async def invoke(stub: DataStub, p: int, t: float) -> WriteResult:
-            request = data_pb2.PutRequest(partition=_ref(zone, p), key=key, value=value)
+        async def invoke(stub: DataStub, ref: common_pb2.PartitionRef, t: float) -> WriteResult:
+            request = data_pb2.PutRequest(partition=ref, key=key, value=value)
             reply = await stub.Put(request, timeout=t)
             return WriteResult(reply.index, reply.lease_epoch, reply.existed)
 
@@ -587,8 +625,8 @@ class DataClient(AsyncClosing):
         """Delete ``key``; the result carries the log position and whether the key existed."""
         validate_key(key)
 
-        async def invoke(stub: DataStub, p: int, t: float) -> WriteResult:
-            request = data_pb2.DeleteRequest(partition=_ref(zone, p), key=key)
+        async def invoke(stub: DataStub, ref: common_pb2.PartitionRef, t: float) -> WriteResult:
+            request = data_pb2.DeleteRequest(partition=ref, key=key)
             reply = await stub.Delete(request, timeout=t)
             return WriteResult(reply.index, reply.lease_epoch, reply.existed)
 
@@ -602,8 +640,8 @@ class DataClient(AsyncClosing):
         """The committed value of ``key``, or None when absent."""
         validate_key(key)
 
-        async def invoke(stub: DataStub, p: int, t: float) -> bytes | None:
-            reply = await stub.Get(data_pb2.GetRequest(partition=_ref(zone, p), key=key), timeout=t)
+        async def invoke(stub: DataStub, ref: common_pb2.PartitionRef, t: float) -> bytes | None:
+            reply = await stub.Get(data_pb2.GetRequest(partition=ref, key=key), timeout=t)
             return reply.value if reply.found else None
 
         return await self._call("get", zone, lambda r: partition_of(key, r.partitions), invoke)
@@ -614,10 +652,10 @@ class DataClient(AsyncClosing):
         """One page of ``partition``'s keys after ``after``: ``(items, more)``."""
 
         async def invoke(
-            stub: DataStub, p: int, t: float
+            stub: DataStub, ref: common_pb2.PartitionRef, t: float
         ) -> tuple[list[tuple[bytes, bytes]], bool]:
             request = data_pb2.ScanRequest(
-                partition=_ref(zone, p), prefix=prefix, start_after=after, limit=limit
+                partition=ref, prefix=prefix, start_after=after, limit=limit
             )
             reply = await stub.Scan(request, timeout=t)
             return [(kv.key, kv.value) for kv in reply.items], reply.more
@@ -684,5 +722,5 @@ class DataClient(AsyncClosing):
             after = reply.items[-1].key
 
 
-def _ref(zone: str, partition: int) -> common_pb2.PartitionRef:
-    return common_pb2.PartitionRef(zone=zone, partition=partition)
+def _ref(zone: str, partition: int, layout: int = 0) -> common_pb2.PartitionRef:
+    return common_pb2.PartitionRef(zone=zone, partition=partition, generation=layout)

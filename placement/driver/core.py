@@ -34,7 +34,10 @@ Per zone, in this order:
    only from the live members of stable in the partition's in-sync set (``{p}/isr/...``, read
    into :attr:`ZoneView.isrs`), each move compare-guarded on the ISR key's mod_revision.
 6. **Leftovers** of a dropped zone (no config, no assignment keys) — data nodes, primary leases,
-   ISR and replica-size keys -> :class:`DropLeftovers`.
+   ISR, replica-size, layout and reshard-report keys -> :class:`DropLeftovers`.
+7. **Layout** (design/resharding.md): a zone without one gets its first
+   (:func:`placement.core.layout.next_step`'s INIT) -> :class:`WriteLayout`. The re-sharding
+   phases after it wait for the data plane's copy (design/resharding.md, "Build order").
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from placement.algo.place import place
+from placement.core.layout import ReshardFacts, Step, ZoneLayout, next_step
 from placement.core.model import Node, PartitionScoped, Peers, ZoneSpec
 from placement.driver.datanodes import advance, holddown_remaining, matching_nodes
 from placement.driver.leases import LeaseConfig, corrupt_isrs, next_due_ms, plan_primaries
@@ -56,11 +60,13 @@ from placement.metastore.codec import (
     Corrupt,
     DataNodes,
     InSyncSet,
+    LayoutValue,
     MoveReport,
     NodeRecord,
     PrimaryLease,
     decode_datanodes,
     decode_isr,
+    decode_layout,
     decode_node,
     decode_primary,
     decode_report,
@@ -97,6 +103,11 @@ class ZoneView:
     )
     #: Some agent has a replica-size key (``{p}/sizes/{zone}/...``) of this zone.
     has_sizes: bool = False
+    #: The zone config's create revision (0 = no config).
+    zone_created: int = 0
+    #: The layout key's value (None = absent) and mod revision (design/resharding.md).
+    layout: LayoutValue | Corrupt | None = None
+    layout_mod: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +167,8 @@ def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
         return decode_node(kv.value)
     if parsed.kind is KeyKind.DATANODES:
         return decode_datanodes(kv.value)
+    if parsed.kind is KeyKind.LAYOUT:
+        return decode_layout(kv.value)
     if parsed.kind is KeyKind.PRIMARY:
         return Versioned(decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision)
     if parsed.kind is KeyKind.ISR:
@@ -181,7 +194,8 @@ def build_view(
     cache = cache if cache is not None else DecodeCache()
     if len(cache) > 2 * len(kvs) + 1024:
         cache.retain(kvs)
-    specs: dict[str, tuple[ZoneSpec | Corrupt, int]] = {}
+    specs: dict[str, tuple[ZoneSpec | Corrupt, int, int]] = {}
+    layouts: dict[str, tuple[LayoutValue | Corrupt, int]] = {}
     datanodes: dict[str, tuple[DataNodes | Corrupt, int]] = {}
     fields: dict[str, dict[int, dict[str, Versioned[object]]]] = {}
     primaries: dict[str, dict[int, Versioned[PrimaryLease]]] = {}
@@ -195,12 +209,14 @@ def build_view(
         if parsed is None:
             continue
         if parsed.kind is KeyKind.ZONE:
-            specs[parsed.name] = (value, kv.mod_revision)  # type: ignore[assignment]
+            specs[parsed.name] = (value, kv.mod_revision, kv.create_revision)  # type: ignore[assignment]
         elif parsed.kind is KeyKind.NODE:
             if isinstance(value, NodeRecord) and value.name == parsed.name:
                 nodes[parsed.name] = value
         elif parsed.kind is KeyKind.DATANODES:
             datanodes[parsed.name] = (value, kv.mod_revision)  # type: ignore[assignment]
+        elif parsed.kind is KeyKind.LAYOUT:
+            layouts[parsed.name] = (value, kv.mod_revision)  # type: ignore[assignment]
         elif parsed.kind is KeyKind.CONTROL:
             paused = True
         elif parsed.kind is KeyKind.PRIMARY:
@@ -223,11 +239,10 @@ def build_view(
                 parsed.field.value
             ] = value  # type: ignore[assignment]
     zones: dict[str, ZoneView] = {}
-    for name in sorted(
-        set(specs) | set(fields) | set(datanodes) | set(primaries) | set(isrs) | sizes
-    ):
-        spec, zone_mod = specs.get(name, (None, 0))
+    for name in sorted({*specs, *fields, *datanodes, *primaries, *isrs, *sizes, *layouts}):
+        spec, zone_mod, created = specs.get(name, (None, 0, 0))
         dn, dn_mod = datanodes.get(name, (None, 0))
+        layout, layout_mod = layouts.get(name, (None, 0))
         parts = {
             p: PartitionState(name, p, revision, **f)  # type: ignore[arg-type]
             for p, f in sorted(fields.get(name, {}).items())
@@ -242,6 +257,9 @@ def build_view(
             MappingProxyType(primaries.get(name, {})),
             MappingProxyType(isrs.get(name, {})),
             name in sizes,
+            created,
+            layout,
+            layout_mod,
         )
     return ClusterView(
         revision,
@@ -301,10 +319,22 @@ class WritePrimaries:
 
 @dataclass(frozen=True, slots=True)
 class DropLeftovers:
-    """A dropped zone (no config, no assignment keys): delete its datanodes, primary, ISR and
-    replica-size keys."""
+    """A dropped zone (no config, no assignment keys): delete its datanodes, primary, ISR,
+    replica-size, layout and reshard-report keys."""
 
     zone: str
+
+
+@dataclass(frozen=True, slots=True)
+class WriteLayout:
+    """A layout transition (design/resharding.md): ``step`` writes ``layout``, decided on the
+    layout and config at ``expected_layout_mod`` / ``expected_zone_mod`` (both compared)."""
+
+    zone: str
+    step: Step
+    layout: ZoneLayout
+    expected_layout_mod: int
+    expected_zone_mod: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +361,7 @@ class PassPlan:
     cancels: tuple[CancelMove, ...] = ()
     #: Per zone, partitions whose ISR key is corrupt: their leases stay where they are.
     corrupt_isrs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    layouts: tuple[WriteLayout, ...] = ()
     #: The earliest time (unix ms) after the pass's ``now_ms`` at which a pass on the same view
     #: could decide something new (a lease due or expiring, a held-down change due); ``None``:
     #: only a change of the view can. The leader sleeps until then unless etcd changes first.
@@ -345,6 +376,7 @@ class PassPlan:
             or self.primaries
             or self.drops
             or self.cancels
+            or self.layouts
         )
 
 
@@ -429,6 +461,24 @@ def drive_action(state: PartitionState) -> Drive | None:
     return None
 
 
+def layout_step(zone: ZoneView, spec: ZoneSpec) -> WriteLayout | None:
+    """The zone's due layout transition (design/resharding.md), if the driver takes it yet: a
+    zone without a layout gets its first. A corrupt layout is left alone (reported by status)."""
+    if isinstance(zone.layout, Corrupt):
+        return None
+    current = zone.layout.layout if zone.layout is not None else None
+    t = next_step(
+        current,
+        spec.partitions,
+        ReshardFacts(),
+        wanted_revision=zone.zone_mod,
+        created_revision=zone.zone_created,
+    )
+    if t is None or t.step is not Step.INIT:
+        return None
+    return WriteLayout(zone.name, t.step, t.layout, zone.layout_mod, zone.zone_mod)
+
+
 def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None) -> PassPlan:
     """Everything the leader should do now, decided on ``view`` alone."""
     datanode_writes: list[WriteDataNodes] = []
@@ -440,6 +490,7 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
     drops: list[DropLeftovers] = []
     cancels: list[CancelMove] = []
     unreadable: dict[str, tuple[int, ...]] = {}
+    layouts: list[WriteLayout] = []
     due: list[int] = []
     for name, zone in view.zones.items():
         spec = zone.spec
@@ -453,10 +504,13 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
             if (
                 spec is None
                 and not zone.partitions
-                and (zone.datanodes or zone.primaries or zone.isrs or zone.has_sizes)
+                and (zone.datanodes or zone.primaries or zone.isrs or zone.has_sizes or zone.layout)
             ):
                 drops.append(DropLeftovers(name))
             continue
+        step = layout_step(zone, spec)
+        if step is not None:
+            layouts.append(step)
         previous = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
         observed = matching_nodes(spec, view.nodes.values())
         record = advance(spec, previous, observed, now_ms)
@@ -502,6 +556,7 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
         tuple(drops),
         tuple(cancels),
         MappingProxyType(unreadable),
+        tuple(layouts),
         min(due, default=None),
     )
 

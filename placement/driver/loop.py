@@ -390,9 +390,26 @@ class Driver:
         for drop in plan.drops:
             await self.store.drop_zone_leftovers(drop.zone, fence)
             log.info(
-                "zone %s: dropped; its data nodes, primary leases, in-sync sets and replica "
-                "sizes deleted",
+                "zone %s: dropped; its data nodes, primary leases, in-sync sets, replica sizes,"
+                " layout and reshard reports deleted",
                 drop.zone,
+            )
+        for change in plan.layouts:
+            revision = await self.store.write_layout(
+                change.zone,
+                change.layout,
+                change.expected_layout_mod,
+                change.expected_zone_mod,
+                fence,
+                ts,
+            )
+            log.info(
+                "zone %s: layout %s: generation %d, %d partitions (%s)",
+                change.zone,
+                change.step.value,
+                change.layout.generation,
+                change.layout.partitions,
+                f"written at revision {revision}" if revision else "lost a race; next pass",
             )
 
     def _log_corrupt_isrs(self, found: Mapping[str, tuple[int, ...]]) -> None:

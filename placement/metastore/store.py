@@ -50,7 +50,6 @@ from placement.errors import Conflict, InvalidInput, NotLeader
 from placement.metastore.codec import (
     Assignment,
     ControlMark,
-    Corrupt,
     DataNodes,
     InSyncSet,
     LayoutValue,
@@ -131,23 +130,6 @@ class IsrWrite:
     isr: InSyncSet
     lease_key_mod: int
     isr_mod: int
-
-
-@dataclass(frozen=True, slots=True)
-class LayoutRead:
-    """A zone's config and layout read at one ``revision`` (design/resharding.md): what layout
-    decisions are made on, and what their writes compare."""
-
-    zone: ZoneRecord | None
-    layout: LayoutValue | Corrupt | None
-    #: ``mod_revision`` of the layout key; 0 = absent.
-    layout_revision: int
-    revision: int
-
-    @property
-    def zone_revision(self) -> int:
-        """``mod_revision`` of the zone config; 0 = absent."""
-        return self.zone.mod_revision if self.zone is not None else 0
 
 
 class Metastore:
@@ -538,10 +520,19 @@ class Metastore:
 
     # -- zone configs ----------------------------------------------------------------------------
 
-    def _zone_record(self, name: str, kv: KeyValue | None) -> ZoneRecord | None:
+    def _zone_record(
+        self, name: str, kv: KeyValue | None, layout: KeyValue | None = None
+    ) -> ZoneRecord | None:
         if kv is None:
             return None
-        return ZoneRecord(name, decode_zone_spec(kv.value), kv.mod_revision, kv.create_revision)
+        return ZoneRecord(
+            name,
+            decode_zone_spec(kv.value),
+            kv.mod_revision,
+            kv.create_revision,
+            None if layout is None else decode_layout(layout.value),
+            0 if layout is None else layout.mod_revision,
+        )
 
     async def _zone_cas(
         self, name: str, compares: Sequence[Compare], ops: Sequence[Op], fence: Fence
@@ -601,53 +592,62 @@ class Metastore:
 
     # -- layouts (design/resharding.md) ----------------------------------------------------------
 
-    async def read_layout(self, zone: str) -> LayoutRead:
-        """The zone's config and layout at one revision (one read-only txn)."""
-        result = await self.client.txn((), (Get(self.keys.zone(zone)), Get(self.keys.layout(zone))))
-        found_zone, found_layout = result.responses
-        assert isinstance(found_zone, Range)
-        assert isinstance(found_layout, Range)
-        kv = found_layout.first()
-        return LayoutRead(
-            self._zone_record(zone, found_zone.first()),
-            None if kv is None else decode_layout(kv.value),
-            0 if kv is None else kv.mod_revision,
-            result.revision,
-        )
-
     async def write_layout(
-        self, zone: str, layout: ZoneLayout, read: LayoutRead, fence: Fence, ts: int
+        self,
+        zone: str,
+        layout: ZoneLayout,
+        expected_layout_revision: int,
+        expected_zone_revision: int,
+        fence: Fence,
+        ts: int,
     ) -> int:
-        """Write ``layout`` (a transition decided on ``read``), stamped with the writer's epoch
-        and ``ts``, in one fenced txn comparing ``mod_revision(layout)`` and
-        ``mod_revision(zone)`` with ``read`` (0 = absent): its revision, or 0 when either changed
-        (decide again on a fresh read); NotLeader when the fence failed."""
+        """Write ``layout`` — a transition decided on the zone's config and layout read at
+        ``expected_zone_revision`` / ``expected_layout_revision`` (mod revisions, 0 = absent) —
+        stamped with the writer's epoch and ``ts``, in one fenced txn comparing both: its
+        revision, or 0 when either changed (decide again on a fresh read); NotLeader when the
+        fence failed."""
         value = encode_layout(LayoutValue(layout, fence.epoch, ts))
         key = self.keys.layout(zone)
         return await self._fenced_txn(
             fence,
             (
-                Compare.mod(key, "==", read.layout_revision),
-                Compare.mod(self.keys.zone(zone), "==", read.zone_revision),
+                Compare.mod(key, "==", expected_layout_revision),
+                Compare.mod(self.keys.zone(zone), "==", expected_zone_revision),
             ),
             (Put(key, value),),
         )
 
     async def get_zone(self, name: str) -> ZoneRecord | None:
-        found = await self.client.get(self.keys.zone(name))
-        return self._zone_record(name, found.first())
+        """The zone's config and layout, read at one revision."""
+        result = await self.client.txn((), (Get(self.keys.zone(name)), Get(self.keys.layout(name))))
+        found, layout = result.responses
+        assert isinstance(found, Range)
+        assert isinstance(layout, Range)
+        return self._zone_record(name, found.first(), layout.first())
 
     async def list_zones(self) -> tuple[int, tuple[ZoneRecord, ...]]:
-        """Every zone config at one revision: ``(revision, records in name order)``."""
-        found = await self.client.list_prefix(self.keys.zones_prefix())
+        """Every zone config with its layout, at one revision: ``(revision, records in name
+        order)``."""
+        zones, layouts = self.keys.zones_prefix(), self.keys.layout_prefix()
+        result = await self.client.txn(
+            (), (Get(zones, prefix_range_end(zones)), Get(layouts, prefix_range_end(layouts)))
+        )
+        found, found_layouts = result.responses
+        assert isinstance(found, Range)
+        assert isinstance(found_layouts, Range)
+        layout_of = {}
+        for kv in found_layouts.kvs:
+            parsed = self.keys.parse(kv.key)
+            if parsed is not None and parsed.kind is KeyKind.LAYOUT:
+                layout_of[parsed.name] = kv
         records = []
         for kv in found.kvs:
             parsed = self.keys.parse(kv.key)
             if parsed is not None and parsed.kind is KeyKind.ZONE:
-                record = self._zone_record(parsed.name, kv)
+                record = self._zone_record(parsed.name, kv, layout_of.get(parsed.name))
                 assert record is not None
                 records.append(record)
-        return found.revision, tuple(records)
+        return result.revision, tuple(records)
 
     # -- the driver's other records ---------------------------------------------------------------
 
@@ -720,6 +720,7 @@ class Metastore:
             (Compare.version(self.keys.zone(zone), "==", 0),),
             (
                 Delete(self.keys.datanodes(zone)),
+                Delete(self.keys.layout(zone)),
                 *(Delete(prefix, prefix_range_end(prefix)) for prefix in prefixes),
             ),
         )

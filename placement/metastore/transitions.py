@@ -21,6 +21,7 @@ from placement.metastore.codec import (
     Assignment,
     CancelIntent,
     Corrupt,
+    LayoutValue,
     NodeRecord,
     PrimaryLease,
     TriggerMark,
@@ -193,10 +194,15 @@ class BatchTriggerResult:
 
 @dataclass(frozen=True, slots=True)
 class ZoneRecord:
+    """A zone's config (and, when read with it, its layout: design/resharding.md)."""
+
     name: str
     spec: ZoneSpec | Corrupt
     mod_revision: int
     create_revision: int
+    #: The layout key's value (None = absent, or not read) and ``mod_revision`` (0 = absent).
+    layout: LayoutValue | Corrupt | None = None
+    layout_revision: int = 0
 
 
 @dataclass(frozen=True, slots=True)

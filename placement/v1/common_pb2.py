@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19placement/v1/common.proto\x12\x0cplacement.v1\"\x16\n\x05Peers\x12\r\n\x05names\x18\x01 \x03(\t\"/\n\x0cPartitionRef\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\rb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19placement/v1/common.proto\x12\x0cplacement.v1\"\x16\n\x05Peers\x12\r\n\x05names\x18\x01 \x03(\t\"C\n\x0cPartitionRef\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x12\n\ngeneration\x18\x03 \x01(\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,5 +34,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PEERS']._serialized_start=43
   _globals['_PEERS']._serialized_end=65
   _globals['_PARTITIONREF']._serialized_start=67
-  _globals['_PARTITIONREF']._serialized_end=114
+  _globals['_PARTITIONREF']._serialized_end=134
 # @@protoc_insertion_point(module_scope)

@@ -51,17 +51,25 @@ class PartitionRef(_message.Message):
 
     ZONE_FIELD_NUMBER: _builtins.int
     PARTITION_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     zone: _builtins.str
     partition: _builtins.int
+    generation: _builtins.int
+    """The zone layout generation the client routed with (design/resharding.md). Data requests
+    naming another generation than the agent's are refused with FAILED_PRECONDITION and trailing
+    metadata x-layout = "GENERATION/PARTITIONS"; 0 = not given (only the key's partition under
+    the layout in force is checked).
+    """
     def __init__(
         self,
         *,
         zone: _builtins.str = ...,
         partition: _builtins.int = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "partition", b"partition", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

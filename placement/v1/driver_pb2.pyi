@@ -107,24 +107,90 @@ class Zone(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     CONFIG_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     revision: _builtins.int
     @_builtins.property
     def config(self) -> Global___ZoneConfig: ...
+    @_builtins.property
+    def layout(self) -> Global___ZoneLayout:
+        """The data layout in force (design/resharding.md); absent until the leader first writes it."""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         config: Global___ZoneConfig | None = ...,
         revision: _builtins.int = ...,
+        layout: Global___ZoneLayout | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "layout", b"layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "name", b"name", "revision", b"revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "layout", b"layout", "name", b"name", "revision", b"revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Zone: _TypeAlias = Zone  # noqa: Y015
+
+@_typing.final
+class ZoneLayout(_message.Message):
+    """A zone's data layout: keys live in partition_of(key, partitions) under this generation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GENERATION_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    RESHARD_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
+    partitions: _builtins.int
+    @_builtins.property
+    def reshard(self) -> Global___Reshard:
+        """The reshard in progress, if any."""
+
+    def __init__(
+        self,
+        *,
+        generation: _builtins.int = ...,
+        partitions: _builtins.int = ...,
+        reshard: Global___Reshard | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["reshard", b"reshard"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "partitions", b"partitions", "reshard", b"reshard"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ZoneLayout: _TypeAlias = ZoneLayout  # noqa: Y015
+
+@_typing.final
+class Reshard(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    attempt: _builtins.int
+    """The zone config revision that asked for it."""
+    source: _builtins.int
+    target: _builtins.int
+    phase: _builtins.str
+    """prepare, copy, seal, cleanup or abort."""
+    def __init__(
+        self,
+        *,
+        attempt: _builtins.int = ...,
+        source: _builtins.int = ...,
+        target: _builtins.int = ...,
+        phase: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "phase", b"phase", "source", b"source", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Reshard: _TypeAlias = Reshard  # noqa: Y015
 
 @_typing.final
 class CreateZoneRequest(_message.Message):

@@ -35,6 +35,18 @@ class UnknownZone(PlacementError):
     """No zone of that name (as far as this agent's view of etcd goes)."""
 
 
+class WrongLayout(PlacementError):
+    """The request was routed under another layout generation than the one in force here
+    (design/resharding.md); ``layout`` is ``GENERATION/PARTITIONS`` of this agent's view."""
+
+    def __init__(self, zone: str, asked: int, generation: int, partitions: int) -> None:
+        self.layout = f"{generation}/{partitions}"
+        super().__init__(
+            f"zone {zone} is at layout generation {generation} ({partitions} partitions), not"
+            f" {asked}; re-read the zone's layout and route again"
+        )
+
+
 class WrongNode(PlacementError):
     """A ``Replicate`` meant for another node reached this agent (an address reused)."""
 

@@ -52,6 +52,7 @@ from replica.data.model import (
     ReplicaPage,
     Unavailable,
     UnknownZone,
+    WrongLayout,
     WrongNode,
 )
 from replica.data.peers import MAX_BATCH_APPENDS, LinkConfig, ReplicationPeers
@@ -161,6 +162,7 @@ class DataPlane:
     async def start(self) -> None:
         for prefix in (
             self.keys.zones_prefix(),
+            self.keys.layout_prefix(),
             self.keys.primary_prefix(),
             self.keys.isr_prefix(),
             self.keys.nodes_prefix(),
@@ -383,16 +385,24 @@ class DataPlane:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def _check(self, zone: str, partition: int, key: bytes | None) -> Key:
-        spec = self.view.zones.get(zone)
-        if spec is None:
+    def _check(self, zone: str, partition: int, key: bytes | None, generation: int = 0) -> Key:
+        """A client request's partition (and key) under the zone's layout in force
+        (design/resharding.md): another ``generation`` than that layout's (0 = not given) is
+        :class:`WrongLayout`; a key of another partition is InvalidInput."""
+        if zone not in self.view.zones:
             raise UnknownZone(f"zone {zone!r} does not exist")
-        if not 0 <= partition < spec.partitions:
-            raise InvalidInput("partition", f"{partition} is not in 0..{spec.partitions - 1}")
-        if key is not None and partition_of(key, spec.partitions) != partition:
+        layout = self.view.layouts.get(zone)
+        if layout is None:
+            raise Unavailable(f"zone {zone!r} has no data layout yet; retry shortly")
+        if generation and generation != layout.generation:
+            raise WrongLayout(zone, generation, layout.generation, layout.partitions)
+        count = layout.partitions
+        if not 0 <= partition < count:
+            raise InvalidInput("partition", f"{partition} is not in 0..{count - 1}")
+        if key is not None and partition_of(key, count) != partition:
             raise InvalidInput(
                 "partition",
-                f"key belongs to partition {partition_of(key, spec.partitions)}, not {partition}",
+                f"key belongs to partition {partition_of(key, count)}, not {partition}",
                 "compute it with placement.data.partitioning.partition_of",
             )
         return (zone, partition)
@@ -404,22 +414,28 @@ class DataPlane:
         return primary
 
     async def write(
-        self, zone: str, partition: int, key: bytes, value: bytes | None
+        self, zone: str, partition: int, key: bytes, value: bytes | None, generation: int = 0
     ) -> tuple[int, int, bool]:
         """Put (``value``) or delete (None); returns (index, lease_epoch, existed)."""
-        k = self._check(zone, partition, key)
+        k = self._check(zone, partition, key, generation)
         return await self._serving(k).submit(key, value)
 
-    async def get(self, zone: str, partition: int, key: bytes) -> bytes | None:
-        k = self._check(zone, partition, key)
+    async def get(self, zone: str, partition: int, key: bytes, generation: int = 0) -> bytes | None:
+        k = self._check(zone, partition, key, generation)
         primary = self._serving(k)
         async with primary.committed():
             return await self.db.call(self.data.get, zone, partition, key)
 
     async def scan(
-        self, zone: str, partition: int, prefix: bytes, start_after: bytes, limit: int
+        self,
+        zone: str,
+        partition: int,
+        prefix: bytes,
+        start_after: bytes,
+        limit: int,
+        generation: int = 0,
     ) -> tuple[list[tuple[bytes, bytes]], bool]:
-        k = self._check(zone, partition, None)
+        k = self._check(zone, partition, None, generation)
         primary = self._serving(k)
         async with primary.committed():
             return await self.db.call(self.data.scan, zone, partition, prefix, start_after, limit)

@@ -4,7 +4,9 @@ Protobuf in, domain calls on :class:`~replica.data.plane.DataPlane`, protobuf ou
 messages convert in :mod:`replica.data.peers`); every domain error becomes a status code in one
 place (``_call``, :data:`STATUS_OF`). A request that is not for this node's primary gets
 FAILED_PRECONDITION with trailing metadata ``x-primary`` = ``NODE@HOST:PORT`` (empty when
-unknown), so clients retry there.
+unknown), so clients retry there; one routed under another layout generation than the agent's
+gets FAILED_PRECONDITION with ``x-layout`` = ``GENERATION/PARTITIONS`` (design/resharding.md), so
+clients re-read the zone's layout.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
 from placement.rpc import StatusTable, abort
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
-from replica.data.model import NotPrimary, Unavailable, UnknownZone, WrongNode
+from replica.data.model import NotPrimary, Unavailable, UnknownZone, WrongLayout, WrongNode
 from replica.data.peers import (
     append_call_from_pb,
     append_reply_to_pb,
@@ -35,6 +37,8 @@ Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 DEFAULT_SCAN_LIMIT = 1000  # pages are also capped at 1 MiB of keys plus values
 MAX_SCAN_LIMIT = 10_000
 PRIMARY_METADATA = "x-primary"
+#: Trailing metadata of a request routed under another layout: ``GENERATION/PARTITIONS``.
+LAYOUT_METADATA = "x-layout"
 
 
 def _limit(limit: int) -> int:
@@ -44,6 +48,7 @@ def _limit(limit: int) -> int:
 #: The data plane's errors as status codes (any other :class:`PlacementError` is UNAVAILABLE).
 STATUS_OF: StatusTable = (
     (NotPrimary, grpc.StatusCode.FAILED_PRECONDITION),
+    (WrongLayout, grpc.StatusCode.FAILED_PRECONDITION),
     (WrongNode, grpc.StatusCode.FAILED_PRECONDITION),
     (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
     (UnknownZone, grpc.StatusCode.NOT_FOUND),
@@ -61,7 +66,11 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
             context,
             ref,
             lambda: self._plane.write(
-                ref.zone, ref.partition, validate_key(request.key), validate_value(request.value)
+                ref.zone,
+                ref.partition,
+                validate_key(request.key),
+                validate_value(request.value),
+                ref.generation,
             ),
         )
         return data_pb2.WriteResponse(index=index, lease_epoch=epoch)
@@ -73,7 +82,9 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
         index, epoch, existed = await _call(
             context,
             ref,
-            lambda: self._plane.write(ref.zone, ref.partition, validate_key(request.key), None),
+            lambda: self._plane.write(
+                ref.zone, ref.partition, validate_key(request.key), None, ref.generation
+            ),
         )
         return data_pb2.WriteResponse(index=index, lease_epoch=epoch, existed=existed)
 
@@ -82,7 +93,9 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
         value = await _call(
             context,
             ref,
-            lambda: self._plane.get(ref.zone, ref.partition, validate_key(request.key)),
+            lambda: self._plane.get(
+                ref.zone, ref.partition, validate_key(request.key), ref.generation
+            ),
         )
         return data_pb2.GetResponse(found=value is not None, value=value or b"")
 
@@ -92,7 +105,12 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
             context,
             ref,
             lambda: self._plane.scan(
-                ref.zone, ref.partition, request.prefix, request.start_after, _limit(request.limit)
+                ref.zone,
+                ref.partition,
+                request.prefix,
+                request.start_after,
+                _limit(request.limit),
+                ref.generation,
             ),
         )
         return data_pb2.ScanResponse(
@@ -175,6 +193,9 @@ async def _call(
         if not not_primary_aborts:
             raise
         context.set_trailing_metadata(((PRIMARY_METADATA, e.primary),))
+        await abort(context, e, STATUS_OF)
+    except WrongLayout as e:
+        context.set_trailing_metadata(((LAYOUT_METADATA, e.layout),))
         await abort(context, e, STATUS_OF)
     except PlacementError as e:
         await abort(context, e, STATUS_OF)

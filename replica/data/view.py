@@ -1,11 +1,11 @@
 """An agent's decoded view of etcd for its data plane, kept up to date key by key.
 
-The agent list-watches zones, primary leases, in-sync sets, node records and the assignment keys
-(design/data-plane.md, "Hibernation"). Each watch wake-up hands :meth:`View.apply` the prefix's
-previous and new snapshot; only keys whose mod revision changed are decoded again, and the result
-says which partitions and nodes changed, so the data plane wakes exactly the primaries concerned
-— at rest, a lease renewal of a thousand partitions costs a thousand integer compares, not a
-thousand decodes of every key the agent knows.
+The agent list-watches zones, their layouts, primary leases, in-sync sets, node records and the
+assignment keys (design/data-plane.md, "Hibernation"). Each watch wake-up hands
+:meth:`View.apply` the prefix's previous and new snapshot; only keys whose mod revision changed
+are decoded again, and the result says which partitions and nodes changed, so the data plane
+wakes exactly the primaries concerned — at rest, a lease renewal of a thousand partitions costs
+a thousand integer compares, not a thousand decodes of every key the agent knows.
 """
 
 from __future__ import annotations
@@ -13,14 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from placement.core.layout import ZoneLayout
 from placement.core.model import ZoneSpec
 from placement.metastore.codec import Assignment as AssignmentValue
 from placement.metastore.codec import (
     InSyncSet,
+    LayoutValue,
     NodeRecord,
     PrimaryLease,
     decode_assignment,
     decode_isr,
+    decode_layout,
     decode_node,
     decode_primary,
     decode_zone_spec,
@@ -57,6 +60,9 @@ class View:
 
     keys: KeySpace
     zones: dict[str, ZoneSpec] = field(default_factory=dict)
+    #: Each zone's layout in force (design/resharding.md); a zone without a readable one is
+    #: absent (its data requests are refused as unavailable).
+    layouts: dict[str, ZoneLayout] = field(default_factory=dict)
     leases: dict[Key, tuple[PrimaryLease, int]] = field(default_factory=dict)
     isrs: dict[Key, tuple[InSyncSet, int]] = field(default_factory=dict)
     nodes: dict[str, str] = field(default_factory=dict)
@@ -105,6 +111,13 @@ class View:
                 self.zones[name] = spec
             else:
                 self.zones.pop(name, None)
+            changes.zones.add(name)
+        elif kind is KeyKind.LAYOUT:
+            layout = decode_layout(value) if value is not None else None
+            if isinstance(layout, LayoutValue):
+                self.layouts[name] = layout.layout
+            else:
+                self.layouts.pop(name, None)
             changes.zones.add(name)
         elif kind is KeyKind.NODE:
             record = decode_node(value) if value is not None else None

@@ -25,6 +25,7 @@ from rich.console import Console
 
 from placement.data.checker import check_workload
 from placement.data.client import (
+    LAYOUT_HEADER,
     PRIMARY_HEADER,
     DataClient,
     DriverRoutes,
@@ -211,6 +212,52 @@ async def test_a_key_sent_to_a_non_primary_is_redirected(data_cluster: Cluster) 
         await client.put(ZONE, key, b"redirected")
         assert (await client.routes(ZONE)).route(p).primary == primary
         assert await client.get(ZONE, key) == b"redirected"
+
+
+async def test_a_request_under_another_layout_generation_is_refused_naming_the_layout(
+    data_cluster: Cluster,
+) -> None:
+    """design/resharding.md, "Routing": an agent serves only the generation in force; another
+    one gets FAILED_PRECONDITION with x-layout, and the routing client re-reads the layout."""
+    c = data_cluster
+    key = b"layout-check"
+    async with DataClient(c.driver_apis) as client:
+        routes = await client.routes(ZONE, refresh=True)
+        assert routes.layout > 0  # the leader wrote the zone's first layout
+        p = partition_of(key, routes.partitions)
+        primary = routes.route(p).primary
+        async with grpc.aio.insecure_channel(routes.addresses[primary]) as channel:
+            stub = data_pb2_grpc.DataServiceStub(channel)
+            for generation in (routes.layout + 1, routes.layout - 1):
+                ref = common_pb2.PartitionRef(zone=ZONE, partition=p, generation=generation)
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await stub.Put(data_pb2.PutRequest(partition=ref, key=key, value=b"x"))
+                assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert f"not {generation}" in (caught.value.details() or "")
+                trailer = header_value(caught.value.trailing_metadata(), LAYOUT_HEADER)
+                assert trailer == f"{routes.layout}/{routes.partitions}"
+            # the right generation, and none at all (0: only the key's partition is checked)
+            for generation in (routes.layout, 0):
+                ref = common_pb2.PartitionRef(zone=ZONE, partition=p, generation=generation)
+                await stub.Put(data_pb2.PutRequest(partition=ref, key=key, value=b"ok"))
+        # nothing was written under the wrong generations
+        assert await client.get(ZONE, key) == b"ok"
+
+    class StaleLayout(DriverRoutes):
+        """A table read under an older generation, the first time only."""
+
+        loads = 0
+
+        async def load(self, zone: str) -> ZoneRoutes:
+            loaded = await super().load(zone)
+            StaleLayout.loads += 1
+            return replace(loaded, layout=loaded.layout - 1) if StaleLayout.loads == 1 else loaded
+
+    async with DataClient(c.driver_apis, route_source=StaleLayout(c.driver_apis)) as client:
+        await client.put(ZONE, key, b"relayout")
+        assert StaleLayout.loads == 2  # refused once, re-read, sent again
+        assert (await client.routes(ZONE)).layout == routes.layout
+        assert await client.get(ZONE, key) == b"relayout"
 
 
 async def test_workload_in_process_then_checked(data_cluster: Cluster, tmp_path: Path) -> None:

@@ -54,8 +54,8 @@ from placement.errors import NotLeader
 from placement.metastore.codec import LayoutValue
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
-from placement.metastore.store import LayoutRead, Metastore
-from placement.metastore.transitions import Fence
+from placement.metastore.store import Metastore
+from placement.metastore.transitions import Fence, ZoneRecord
 
 pytestmark = pytest.mark.integration
 
@@ -103,7 +103,7 @@ class LayoutMachine(RuleBasedStateMachine):
         self.zone = f"z{next(ctx.zones)}"
         self.leader_key = ctx.keys.leader(f"m-{self.zone}")
         self.fences: list[Fence] = []
-        self.seen: list[LayoutRead] = []
+        self.seen: list[ZoneRecord] = []
         self.model: Model | None = None
         self.ts = 0
 
@@ -114,13 +114,14 @@ class LayoutMachine(RuleBasedStateMachine):
         hypothesis_event(what)
         self.ctx.stats[what] += 1
 
-    def read(self) -> LayoutRead:
-        found = self.run(self.store.read_layout(self.zone))
+    def read(self) -> ZoneRecord:
+        found = self.run(self.store.get_zone(self.zone))
+        assert found is not None
         self.seen.append(found)
         del self.seen[:-HISTORY]
         return found
 
-    def observed(self, choice: int) -> LayoutRead:
+    def observed(self, choice: int) -> ZoneRecord:
         if choice < 0 or not self.seen:
             return self.read()
         return self.seen[-1 - min(choice, len(self.seen) - 1)]
@@ -151,18 +152,17 @@ class LayoutMachine(RuleBasedStateMachine):
         m = self.model
         assert m is not None
         obs = self.observed(seen)
-        assert obs.zone is not None
-        assert isinstance(obs.zone.spec, ZoneSpec)
+        assert isinstance(obs.spec, ZoneSpec)
         layout = obs.layout.layout if isinstance(obs.layout, LayoutValue) else None
-        stale = (obs.zone_revision, obs.layout_revision) != (m.zone_mod, m.layout_mod)
+        stale = (obs.mod_revision, obs.layout_revision) != (m.zone_mod, m.layout_mod)
         try:
-            check_alter(layout, self.zone, obs.zone.spec.partitions, requested)
+            check_alter(layout, self.zone, obs.spec.partitions, requested)
         except ReshardRunning:
             self.event("alter: refused (a reshard runs)")
             return
         fence = self.fence(old)
-        spec = replace(obs.zone.spec, partitions=requested)
-        call = self.store.update_zone(spec, obs.zone_revision, fence, obs.layout_revision)
+        spec = replace(obs.spec, partitions=requested)
+        call = self.store.update_zone(spec, obs.mod_revision, fence, obs.layout_revision)
         if fence is not self.fences[-1]:
             with pytest.raises(NotLeader):
                 self.run(call)
@@ -180,22 +180,23 @@ class LayoutMachine(RuleBasedStateMachine):
         m = self.model
         assert m is not None
         obs = self.observed(seen)
-        assert obs.zone is not None
-        assert isinstance(obs.zone.spec, ZoneSpec)
+        assert isinstance(obs.spec, ZoneSpec)
         layout = obs.layout.layout if isinstance(obs.layout, LayoutValue) else None
         t = next_step(
             layout,
-            obs.zone.spec.partitions,
+            obs.spec.partitions,
             seen_facts,
-            wanted_revision=obs.zone_revision,
-            created_revision=obs.zone.create_revision,
+            wanted_revision=obs.mod_revision,
+            created_revision=obs.create_revision,
         )
         if t is None:
             return
-        stale = (obs.zone_revision, obs.layout_revision) != (m.zone_mod, m.layout_mod)
+        stale = (obs.mod_revision, obs.layout_revision) != (m.zone_mod, m.layout_mod)
         fence = self.fence(old)
         self.ts += 1
-        call = self.store.write_layout(self.zone, t.layout, obs, fence, self.ts)
+        call = self.store.write_layout(
+            self.zone, t.layout, obs.layout_revision, obs.mod_revision, fence, self.ts
+        )
         if fence is not self.fences[-1]:
             with pytest.raises(NotLeader):
                 self.run(call)
@@ -252,10 +253,10 @@ class LayoutMachine(RuleBasedStateMachine):
         m = self.model
         if m is None:
             return
-        now = self.run(self.store.read_layout(self.zone))
-        assert now.zone is not None
-        assert isinstance(now.zone.spec, ZoneSpec)
-        assert (now.zone.spec.partitions, now.zone_revision) == (m.partitions, m.zone_mod)
+        now = self.run(self.store.get_zone(self.zone))
+        assert now is not None
+        assert isinstance(now.spec, ZoneSpec)
+        assert (now.spec.partitions, now.mod_revision) == (m.partitions, m.zone_mod)
         layout = now.layout.layout if isinstance(now.layout, LayoutValue) else now.layout
         assert (layout, now.layout_revision) == (m.layout, m.layout_mod)
         r = m.layout.reshard if m.layout is not None else None

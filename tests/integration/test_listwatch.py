@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from placement.core.retry import Backoff, RetryPolicy
+from placement.errors import StoreUnavailable
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.listwatch import ListWatch, Snapshot, WatchState
 from placement.metastore.txn import Put
@@ -61,6 +62,18 @@ async def test_snapshots_follow_the_prefix_and_are_immutable(
         await updates.aclose()
 
 
+async def _put_once_up(writer: EtcdClient, key: bytes, value: bytes) -> int:
+    """Put, retrying while the writer's channel has not reconnected to the restarted etcd yet
+    (its first calls fail fast with "connection refused" until the reconnect backoff ends; a
+    re-put of the same value is harmless here)."""
+    async with asyncio.timeout(15):
+        while True:
+            try:
+                return await writer.put(key, value)
+            except StoreUnavailable:
+                await asyncio.sleep(0.1)
+
+
 async def test_resumes_after_etcd_is_killed_and_restarted(etcd_factory: Any) -> None:
     server = etcd_factory()
     async with (
@@ -75,7 +88,7 @@ async def test_resumes_after_etcd_is_killed_and_restarted(etcd_factory: Any) -> 
             await asyncio.to_thread(server.start)
             rev = 0
             for i in range(3, 8):
-                rev = await writer.put(b"/p/%d" % i, b"after")
+                rev = await _put_once_up(writer, b"/p/%d" % i, b"after")
             await writer.delete(b"/p/0")
             rev = await writer.current_revision()
             last = await _until(lw, first, lambda s: s.revision >= rev)

@@ -12,9 +12,16 @@ from placement.cli.inspect import decode_entry
 from placement.cli.main import cli, main
 from placement.cli.reads import assignment_json
 from placement.cli.zone import status_json, zone_config, zone_json
+from placement.core.layout import Reshard, ReshardPhase, ZoneLayout
 from placement.core.model import parse_pairs
 from placement.errors import InvalidInput
-from placement.metastore.codec import Assignment, NodeRecord, encode_assignment, encode_node
+from placement.metastore.codec import (
+    Assignment,
+    LayoutValue,
+    NodeRecord,
+    encode_assignment,
+    encode_node,
+)
 from placement.metastore.transitions import ZoneRecord
 from placement.v1 import common_pb2, driver_pb2
 from replica.registration import parse_attributes
@@ -132,6 +139,14 @@ def test_spec_round_trip_and_alter() -> None:
         "min_in_sync": None,
         "effective_min_in_sync": 2,
         "revision": 7,
+        "layout": None,
+    }
+    resharding = Reshard(9, 4, 8, ReshardPhase.COPY)
+    with_layout = ZoneRecord("z", spec, 9, 7, LayoutValue(ZoneLayout(7, 4, resharding)), 10)
+    assert zone_json(zone_pb(with_layout))["layout"] == {
+        "generation": 7,
+        "partitions": 4,
+        "reshard": {"attempt": 9, "source": 4, "target": 8, "phase": "copy"},
     }
     changed = altered(spec, driver_pb2.ZoneConfig(replicas=3, partitions=99), ["replicas"])
     assert (changed.partitions, changed.replicas, dict(changed.node_selector)) == (4, 3, {"t": "s"})

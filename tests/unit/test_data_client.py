@@ -21,6 +21,7 @@ from placement.data.client import (
     Fail,
     PrimaryHint,
     Redirect,
+    Relayout,
     Retry,
     ScanMerge,
     ScanProtocolError,
@@ -74,6 +75,20 @@ def test_decide() -> None:
     assert isinstance(retry, Retry)
     assert "h:1" in retry.reason
     assert "below minimum" in retry.reason
+
+
+def test_decide_re_routes_at_once_when_the_agent_is_at_another_layout_generation() -> None:
+    fp = Code.FAILED_PRECONDITION
+    got = decide(
+        fp, "zone z is at layout generation 7", None, target="h:1", redirects=0, x_layout="7/16"
+    )
+    assert got == Relayout("h:1: FAILED_PRECONDITION zone z is at layout generation 7")
+    # the layout wins over a primary hint; after too many hops: refresh and back off
+    assert isinstance(
+        decide(fp, "", "n2@h:2", target="h:1", redirects=0, x_layout="7/16"), Relayout
+    )
+    assert isinstance(decide(fp, "", None, target="h:1", redirects=3, x_layout="7/16"), Retry)
+    assert isinstance(decide(fp, "", "n2@h:2", target="h:1", redirects=0, x_layout=""), Redirect)
 
 
 def _routes() -> ZoneRoutes:

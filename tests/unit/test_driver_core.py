@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from placement.algo.place import place
+from placement.core.layout import Step, ZoneLayout
 from placement.core.model import Node, ZoneSpec
 from placement.driver.core import (
     ClusterView,
@@ -23,6 +24,7 @@ from placement.metastore.codec import (
     Corrupt,
     DataNodes,
     InSyncSet,
+    LayoutValue,
     MoveReport,
     NodeRecord,
     PrimaryLease,
@@ -33,6 +35,7 @@ from placement.metastore.codec import (
     encode_control,
     encode_datanodes,
     encode_isr,
+    encode_layout,
     encode_node,
     encode_primary,
     encode_report,
@@ -72,14 +75,39 @@ class Store:
         return build_view(KEYS, self.kvs, self.revision)
 
 
-def cluster(spec: ZoneSpec, *, datanodes: bool = True) -> Store:
+def cluster(spec: ZoneSpec, *, datanodes: bool = True, layout: bool = True) -> Store:
     store = Store()
     for n in NODES:
         store.put(KEYS.node(n), encode_node(NodeRecord(n, f"127.0.0.1:{n[1:]}")))
-    store.put(KEYS.zone(spec.name), encode_zone_spec(spec))
+    created = store.put(KEYS.zone(spec.name), encode_zone_spec(spec))
+    if layout:
+        value = LayoutValue(ZoneLayout(created, spec.partitions), 1, 0)
+        store.put(KEYS.layout(spec.name), encode_layout(value))
     if datanodes:
         store.put(KEYS.datanodes(spec.name), encode_datanodes(DataNodes(NODES, NODES, None, None)))
     return store
+
+
+def test_a_zone_without_a_layout_gets_its_first_generation_from_its_create_revision() -> None:
+    store = cluster(ZoneSpec("z", 4, 2), layout=False)
+    view = store.view()
+    created = view.zones["z"].zone_created
+    (write,) = plan_pass(view, now_ms=0).layouts
+    assert write.step is Step.INIT
+    assert write.layout == ZoneLayout(created, 4)
+    assert (write.expected_layout_mod, write.expected_zone_mod) == (0, view.zones["z"].zone_mod)
+    store.put(KEYS.layout("z"), encode_layout(LayoutValue(write.layout, 1, 0)))
+    assert not plan_pass(store.view(), now_ms=0).layouts
+    store.put(KEYS.layout("z"), b"garbage")  # corrupt: left alone, not overwritten
+    assert not plan_pass(store.view(), now_ms=0).layouts
+
+
+def test_a_dropped_zone_with_only_a_layout_left_is_cleaned_up() -> None:
+    store = Store()
+    store.put(KEYS.layout("gone"), encode_layout(LayoutValue(ZoneLayout(3, 4), 1, 0)))
+    plan = plan_pass(store.view(), now_ms=0)
+    assert [d.zone for d in plan.drops] == ["gone"]
+    assert not plan.layouts
 
 
 def test_a_new_zone_first_gets_its_data_nodes_written_and_nothing_else() -> None:
