@@ -22,6 +22,9 @@ from placement.errors import InvalidInput
 #: Largest key and value the data API accepts (bytes).
 MAX_KEY_BYTES = 4096
 MAX_VALUE_BYTES = 1 << 20
+#: Keys starting with this are the agents' own (design/resharding.md, "Control keys"): clients
+#: may not write or read them, and scans never show them.
+CONTROL_PREFIX = b"\xff\xffplacement-control/"
 
 _MASK = (1 << 64) - 1
 
@@ -59,12 +62,32 @@ def key_moves(key: bytes, old: int, new: int) -> tuple[int, int] | None:
 
 
 def validate_key(key: bytes, field: str = "key") -> bytes:
-    """``key`` if it is 1..MAX_KEY_BYTES bytes, else :class:`InvalidInput` naming ``field``."""
+    """``key`` if it is 1..MAX_KEY_BYTES bytes and not a control key, else
+    :class:`InvalidInput` naming ``field``."""
     if not isinstance(key, bytes):
         raise InvalidInput(field, f"{key!r} is not bytes", "pass bytes (UTF-8 encode text)")
     if not 1 <= len(key) <= MAX_KEY_BYTES:
         raise InvalidInput(field, f"is {len(key)} bytes long", f"use 1..{MAX_KEY_BYTES} bytes")
+    if key.startswith(CONTROL_PREFIX):
+        raise InvalidInput(
+            field, f"starts with the reserved prefix {CONTROL_PREFIX!r}", "use another key"
+        )
     return key
+
+
+def control_key(purpose: str, *parts: int | str) -> bytes:
+    """The control key of ``purpose`` (e.g. ``"seal"``) and ``parts`` (design/resharding.md,
+    "Control keys"): written by an agent through a partition's log like data, never by a
+    client (:func:`validate_key` refuses the prefix)."""
+    return CONTROL_PREFIX + "/".join([purpose, *map(str, parts)]).encode()
+
+
+def routes_to(key: bytes, partition: int, partitions: int) -> bool:
+    """Whether a stored ``key`` is ``partition``'s under a layout of ``partitions``: a control
+    key is nobody's (reads never show it)."""
+    if key.startswith(CONTROL_PREFIX):
+        return False
+    return jump_hash(key_hash(key), partitions) == partition
 
 
 def validate_value(value: bytes, field: str = "value") -> bytes:

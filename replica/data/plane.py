@@ -437,8 +437,11 @@ class DataPlane:
     ) -> tuple[list[tuple[bytes, bytes]], bool]:
         k = self._check(zone, partition, None, generation)
         primary = self._serving(k)
+        routed = self.view.layouts[zone].partitions  # only this partition's keys, no control key
         async with primary.committed():
-            return await self.db.call(self.data.scan, zone, partition, prefix, start_after, limit)
+            return await self.db.call(
+                self.data.scan, zone, partition, prefix, start_after, limit, 1 << 20, routed
+            )
 
     def check_replicate(self, from_node: str, to_node: str, appends: int) -> None:
         """A ``Replicate`` must come from a named node, be meant for this one and be bounded;

@@ -26,6 +26,8 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from placement.data.partitioning import CONTROL_PREFIX, routes_to
+
 DATA_SCHEMA = """
 CREATE TABLE IF NOT EXISTS dstate (
     zone TEXT NOT NULL,
@@ -138,30 +140,39 @@ class DataStore:
         start_after: bytes,
         limit: int,
         max_bytes: int = 1 << 20,
+        routed: int = 0,
     ) -> tuple[list[tuple[bytes, bytes]], bool]:
         """Up to ``limit`` items with ``prefix`` after ``start_after``, in key order, and no more
         than about ``max_bytes`` of keys plus values (at least one item, so a page always moves
-        on); and whether more follow."""
-        low = max(prefix, start_after)
-        sql = "SELECT key, value FROM kv WHERE zone = ? AND partition = ? AND key >= ?"
-        params: list[object] = [zone, partition, low]
-        if start_after and start_after >= prefix:
-            sql = "SELECT key, value FROM kv WHERE zone = ? AND partition = ? AND key > ?"
-        end = _prefix_end(prefix)
-        if end is not None:
-            sql += " AND key < ?"
-            params.append(end)
-        sql += " ORDER BY key LIMIT ?"
-        params.append(limit + 1)
-        rows = self._conn.execute(sql, params).fetchall()
+        on); and whether more follow. ``routed``: only keys that route to the partition under a
+        layout of that many partitions (0 = every client key); control keys never."""
         items: list[tuple[bytes, bytes]] = []
         size = 0
-        for k, v in rows[:limit]:
-            if items and size + len(k) + len(v) > max_bytes:
-                return items, True
-            items.append((bytes(k), bytes(v)))
-            size += len(k) + len(v)
-        return items, len(rows) > limit
+        after, inclusive = max(prefix, start_after), not (start_after and start_after >= prefix)
+        end = _prefix_end(prefix)
+        while True:
+            sql = "SELECT key, value FROM kv WHERE zone = ? AND partition = ? AND key "
+            sql += ">= ?" if inclusive else "> ?"
+            params: list[object] = [zone, partition, after]
+            if end is not None:
+                sql += " AND key < ?"
+                params.append(end)
+            sql += " ORDER BY key LIMIT ?"
+            params.append(limit + 1)
+            rows = self._conn.execute(sql, params).fetchall()
+            for k, v in rows:
+                key, value = bytes(k), bytes(v)
+                after, inclusive = key, False
+                if key.startswith(CONTROL_PREFIX) or (
+                    routed and not routes_to(key, partition, routed)
+                ):
+                    continue
+                if len(items) == limit or (items and size + len(key) + len(value) > max_bytes):
+                    return items, True
+                items.append((key, value))
+                size += len(key) + len(value)
+            if len(rows) <= limit:
+                return items, False
 
     def snapshot_page(
         self, zone: str, partition: int, after: bytes, max_bytes: int

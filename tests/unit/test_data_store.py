@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from placement.data.partitioning import CONTROL_PREFIX, control_key, partition_of
 from replica.data.storage import AppendResult, DataStore, Entry
 
 Z, P = "z", 0
@@ -186,3 +187,41 @@ def test_sizes_agree_with_size_per_replica(
     found = s.sizes()
     assert set(found) == {(z, p) for z, p, _ in writes}
     assert found == {key: s.size(*key) for key in found}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sets(st.binary(min_size=1, max_size=3), max_size=40),
+    st.sets(st.sampled_from([b"seal/1", b"cursor/1/0", b"cursor/1/3"]), max_size=3),
+    st.integers(1, 6),
+    st.integers(0, 4),
+    st.integers(1, 7),
+)
+def test_scan_shows_only_routed_client_keys_and_pages_through_all_of_them(
+    keys: set[bytes], controls: set[bytes], routed: int, partition: int, limit: int
+) -> None:
+    """design/resharding.md, "Control keys": a scan never shows a control key, and with
+    ``routed`` only the keys that route to the partition — however the rows fall into pages."""
+    s = fresh()
+    stored = sorted(keys | {control_key(*c.decode().split("/")) for c in controls})
+    s.append(Z, partition, as_entries([(k, b"v" + k) for k in stored]), len(stored))
+    wanted = [
+        (k, b"v" + k)
+        for k in sorted(keys)
+        if not k.startswith(CONTROL_PREFIX) and partition_of(k, routed) == partition % routed
+    ]
+    if partition >= routed:  # a partition beyond the layout owns nothing
+        wanted = []
+    got: list[tuple[bytes, bytes]] = []
+    after = b""
+    for _ in range(len(stored) + 2):
+        items, more = s.scan(Z, partition, b"", after, limit, routed=routed)
+        assert len(items) <= limit
+        got += items
+        if not more:
+            break
+        assert items, "a page with more to come moved on"
+        after = items[-1][0]
+    assert got == wanted
+    everything, _ = s.scan(Z, partition, b"", b"", 10_000)
+    assert [k for k, _ in everything] == [k for k in stored if not k.startswith(CONTROL_PREFIX)]
