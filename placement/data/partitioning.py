@@ -82,6 +82,17 @@ def control_key(purpose: str, *parts: int | str) -> bytes:
     return CONTROL_PREFIX + "/".join([purpose, *map(str, parts)]).encode()
 
 
+#: The control key of a source partition's seal (design/resharding.md, "SEAL").
+SEAL_KEY = CONTROL_PREFIX + b"seal"
+
+
+def selected(key: bytes, select: tuple[int, int]) -> bool:
+    """Whether re-sharding's copy to partition ``select[1]`` of a layout of ``select[0]``
+    partitions takes ``key``: the keys that route there, and the source's seal."""
+    partitions, partition = select
+    return key == SEAL_KEY or routes_to(key, partition, partitions)
+
+
 def routes_to(key: bytes, partition: int, partitions: int) -> bool:
     """Whether a stored ``key`` is ``partition``'s under a layout of ``partitions``: a control
     key is nobody's (reads never show it)."""

@@ -440,6 +440,8 @@ class FetchRequest(_message.Message):
     SNAPSHOT_AFTER_FIELD_NUMBER: _builtins.int
     AFTER_INDEX_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
+    SELECT_PARTITIONS_FIELD_NUMBER: _builtins.int
+    SELECT_PARTITION_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """The learner's node name."""
     snapshot: _builtins.bool
@@ -449,6 +451,12 @@ class FetchRequest(_message.Message):
     """snapshot = false: committed log entries from after_index + 1 on."""
     max_bytes: _builtins.int
     """Bound of the reply (keys plus values), bytes."""
+    select_partitions: _builtins.int
+    """Re-sharding's copy (design/resharding.md): with select_partitions > 0, only the keys that
+    route to select_partition under a layout of select_partitions partitions (and the
+    partition's seal) are returned, and the fetch never makes the caller an in-sync member.
+    """
+    select_partition: _builtins.int
     @_builtins.property
     def partition(self) -> _common_pb2.PartitionRef: ...
     def __init__(
@@ -460,10 +468,12 @@ class FetchRequest(_message.Message):
         snapshot_after: _builtins.bytes = ...,
         after_index: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
+        select_partitions: _builtins.int = ...,
+        select_partition: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_index", b"after_index", "max_bytes", b"max_bytes", "node", b"node", "partition", b"partition", "snapshot", b"snapshot", "snapshot_after", b"snapshot_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_index", b"after_index", "max_bytes", b"max_bytes", "node", b"node", "partition", b"partition", "select_partition", b"select_partition", "select_partitions", b"select_partitions", "snapshot", b"snapshot", "snapshot_after", b"snapshot_after"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -481,6 +491,8 @@ class FetchResponse(_message.Message):
     ENTRIES_FIELD_NUMBER: _builtins.int
     COMMIT_INDEX_FIELD_NUMBER: _builtins.int
     LEASE_EPOCH_FIELD_NUMBER: _builtins.int
+    SCANNED_AFTER_FIELD_NUMBER: _builtins.int
+    SCANNED_TO_FIELD_NUMBER: _builtins.int
     outcome: Global___FetchOutcome.ValueType
     snapshot_done: _builtins.bool
     """Snapshot page: no key after the last item."""
@@ -489,6 +501,11 @@ class FetchResponse(_message.Message):
     snapshot_epoch: _builtins.int
     commit_index: _builtins.int
     lease_epoch: _builtins.int
+    scanned_after: _builtins.bytes
+    """A selected fetch: the snapshot page covered every key up to scanned_after (resume after
+    it), the entries every index up to scanned_to.
+    """
+    scanned_to: _builtins.int
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyValue]: ...
     @_builtins.property
@@ -504,10 +521,12 @@ class FetchResponse(_message.Message):
         entries: _abc.Iterable[Global___LogEntry] | None = ...,
         commit_index: _builtins.int = ...,
         lease_epoch: _builtins.int = ...,
+        scanned_after: _builtins.bytes = ...,
+        scanned_to: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_index", b"commit_index", "entries", b"entries", "items", b"items", "lease_epoch", b"lease_epoch", "outcome", b"outcome", "snapshot_done", b"snapshot_done", "snapshot_epoch", b"snapshot_epoch", "snapshot_index", b"snapshot_index"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_index", b"commit_index", "entries", b"entries", "items", b"items", "lease_epoch", b"lease_epoch", "outcome", b"outcome", "scanned_after", b"scanned_after", "scanned_to", b"scanned_to", "snapshot_done", b"snapshot_done", "snapshot_epoch", b"snapshot_epoch", "snapshot_index", b"snapshot_index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

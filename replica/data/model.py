@@ -107,6 +107,9 @@ class FetchCall:
     snapshot_after: bytes = b""
     after_index: int = 0
     max_bytes: int = 0
+    #: Re-sharding's copy: ``(partitions, partition)`` — only the keys routing there (and the
+    #: seal); the caller never joins the in-sync set (design/resharding.md). None = all.
+    select: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,10 @@ class FetchReply:
     snapshot_epoch: int = 0
     commit_index: int = 0
     lease_epoch: int = 0
+    #: A selected fetch: the last key the snapshot page examined, the last index the entries
+    #: covered (filtered-out rows still move the cursor on).
+    scanned_after: bytes = b""
+    scanned_to: int = 0
 
     @property
     def size(self) -> int:

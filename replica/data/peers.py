@@ -333,6 +333,7 @@ def append_reply_from_pb(reply: data_pb2.AppendResponse) -> AppendReply:
 
 def fetch_call_to_pb(call: FetchCall) -> data_pb2.FetchRequest:
     ref = common_pb2.PartitionRef(zone=call.zone, partition=call.partition)
+    partitions, partition = call.select or (0, 0)
     if call.snapshot:
         return data_pb2.FetchRequest(
             partition=ref,
@@ -340,9 +341,16 @@ def fetch_call_to_pb(call: FetchCall) -> data_pb2.FetchRequest:
             snapshot=True,
             snapshot_after=call.snapshot_after,
             max_bytes=call.max_bytes,
+            select_partitions=partitions,
+            select_partition=partition,
         )
     return data_pb2.FetchRequest(
-        partition=ref, node=call.node, after_index=call.after_index, max_bytes=call.max_bytes
+        partition=ref,
+        node=call.node,
+        after_index=call.after_index,
+        max_bytes=call.max_bytes,
+        select_partitions=partitions,
+        select_partition=partition,
     )
 
 
@@ -355,6 +363,11 @@ def fetch_call_from_pb(request: data_pb2.FetchRequest) -> FetchCall:
         snapshot_after=request.snapshot_after,
         after_index=request.after_index,
         max_bytes=request.max_bytes,
+        select=(
+            (request.select_partitions, request.select_partition)
+            if request.select_partitions
+            else None
+        ),
     )
 
 
@@ -370,6 +383,8 @@ def fetch_reply_to_pb(reply: FetchReply) -> data_pb2.FetchResponse:
         snapshot_epoch=reply.snapshot_epoch,
         commit_index=reply.commit_index,
         lease_epoch=reply.lease_epoch,
+        scanned_after=reply.scanned_after,
+        scanned_to=reply.scanned_to,
     )
 
 
@@ -384,4 +399,6 @@ def fetch_reply_from_pb(reply: data_pb2.FetchResponse) -> FetchReply:
         reply.snapshot_epoch,
         reply.commit_index,
         reply.lease_epoch,
+        reply.scanned_after,
+        reply.scanned_to,
     )

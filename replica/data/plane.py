@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from placement.aio import wait_event
+from placement.core.layout import check_partitions
 from placement.core.model import effective_min_in_sync
 from placement.core.names import validate_name
 from placement.core.retry import Clock
@@ -461,7 +462,17 @@ class DataPlane:
         return await answer_appends(self.db, calls, self.maybe_trim)
 
     async def fetch(self, call: FetchCall) -> FetchReply:
-        """A learner's ``Fetch`` from this node (the primary's work)."""
+        """A learner's ``Fetch`` from this node (the primary's work), or re-sharding's copy
+        (``call.select``: checked here, InvalidInput naming the field)."""
+        if call.select is not None:
+            partitions, partition = call.select
+            check_partitions(partitions, "select_partitions")
+            if not 0 <= partition < partitions:
+                raise InvalidInput(
+                    "select_partition",
+                    f"{partition} is not in 0..{partitions - 1}",
+                    "name a partition of the selected layout",
+                )
         key = (call.zone, call.partition)
         primary = self._serving(key)
         if not primary.ready.is_set():

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from placement.aio import wait_event
+from placement.data.partitioning import selected
 from placement.metastore.codec import InSyncSet, PrimaryLease
 from replica.data.model import (
     AppendCall,
@@ -463,11 +464,12 @@ class Primary:
 
     async def fetch(self, call: FetchCall) -> FetchReply:
         """Serve a learner: a snapshot page, or committed entries; a learner that reached the
-        last entry joins the ISR."""
+        last entry joins the ISR. A selected fetch (re-sharding's copy, design/resharding.md)
+        gets only the selected keys and never joins."""
         max_bytes = call.max_bytes or self._deps.fetch_bytes
         async with self.committed():
             if call.snapshot:
-                return await self._snapshot_page(call.snapshot_after, max_bytes)
+                return await self._snapshot_page(call.snapshot_after, max_bytes, call.select)
             if call.after_index < self.state.base_index:
                 return FetchReply(FetchOutcome.SNAPSHOT_NEEDED)
             entries = await self._db.call(
@@ -479,6 +481,14 @@ class Primary:
                 max_bytes,
             )
             reached = entries[-1].index if entries else call.after_index
+            if call.select is not None:
+                return FetchReply(
+                    FetchOutcome.OK,
+                    entries=tuple(e for e in entries if selected(e.key, call.select)),
+                    commit_index=self.state.commit_index,
+                    lease_epoch=self.lease_epoch,
+                    scanned_to=reached,
+                )
             if (
                 reached == self.state.last_index
                 and call.node not in self.members
@@ -494,9 +504,11 @@ class Primary:
                 lease_epoch=self.lease_epoch,
             )
 
-    async def _snapshot_page(self, after: bytes, max_bytes: int) -> FetchReply:
-        items, done = await self._db.call(
-            self._data.snapshot_page, self.zone, self.partition, after, max_bytes
+    async def _snapshot_page(
+        self, after: bytes, max_bytes: int, select: tuple[int, int] | None = None
+    ) -> FetchReply:
+        items, done, scanned = await self._db.call(
+            self._data.snapshot_page, self.zone, self.partition, after, max_bytes, select
         )
         epoch = await self._db.call(
             self._data.epoch_at, self.zone, self.partition, self.state.commit_index, self.state
@@ -509,6 +521,7 @@ class Primary:
             snapshot_epoch=epoch or 0,
             commit_index=self.state.commit_index,
             lease_epoch=self.lease_epoch,
+            scanned_after=scanned,
         )
 
 

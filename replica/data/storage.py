@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from placement.data.partitioning import CONTROL_PREFIX, routes_to
+from placement.data.partitioning import CONTROL_PREFIX, routes_to, selected
 
 DATA_SCHEMA = """
 CREATE TABLE IF NOT EXISTS dstate (
@@ -175,10 +175,16 @@ class DataStore:
                 return items, False
 
     def snapshot_page(
-        self, zone: str, partition: int, after: bytes, max_bytes: int
-    ) -> tuple[list[tuple[bytes, bytes]], bool]:
-        """Keys strictly after ``after`` (b"" = from the start) up to about ``max_bytes``; and
-        whether the page reached the last key."""
+        self,
+        zone: str,
+        partition: int,
+        after: bytes,
+        max_bytes: int,
+        select: tuple[int, int] | None = None,
+    ) -> tuple[list[tuple[bytes, bytes]], bool, bytes]:
+        """Keys strictly after ``after`` (b"" = from the start) up to about ``max_bytes``; whether
+        the page reached the last key; and the last key it examined (resume after it). With
+        ``select`` only the keys :func:`~placement.data.partitioning.selected` takes."""
         rows = self._conn.execute(
             "SELECT key, value FROM kv WHERE zone = ? AND partition = ? AND key > ?"
             " ORDER BY key LIMIT 10000",
@@ -186,12 +192,17 @@ class DataStore:
         ).fetchall()
         items: list[tuple[bytes, bytes]] = []
         size = 0
+        examined, last = 0, after
         for k, v in rows:
-            items.append((bytes(k), bytes(v)))
+            examined += 1
+            last = bytes(k)
+            if select is not None and not selected(last, select):
+                continue
+            items.append((last, bytes(v)))
             size += len(k) + len(v)
             if size >= max_bytes:
                 break
-        return items, len(items) == len(rows) and len(rows) < 10000
+        return items, examined == len(rows) and len(rows) < 10000, last
 
     def entries(
         self, zone: str, partition: int, after: int, upto: int, max_bytes: int

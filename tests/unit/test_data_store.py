@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.data.partitioning import CONTROL_PREFIX, control_key, partition_of
+from placement.data.partitioning import CONTROL_PREFIX, SEAL_KEY, control_key, partition_of
 from replica.data.storage import AppendResult, DataStore, Entry
 
 Z, P = "z", 0
@@ -117,7 +117,7 @@ def test_snapshot_pages_load_and_then_the_log_continues(store: DataStore) -> Non
     assert state.loading_snapshot
     after = b""
     while True:
-        items, done = source.snapshot_page(Z, P, after, 50)
+        items, done, _ = source.snapshot_page(Z, P, after, 50)
         state = store.load_page(Z, P, items, done)
         if done:
             break
@@ -225,3 +225,35 @@ def test_scan_shows_only_routed_client_keys_and_pages_through_all_of_them(
     assert got == wanted
     everything, _ = s.scan(Z, partition, b"", b"", 10_000)
     assert [k for k, _ in everything] == [k for k in stored if not k.startswith(CONTROL_PREFIX)]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.sets(st.binary(min_size=1, max_size=3), max_size=50),
+    st.booleans(),
+    st.integers(1, 5),
+    st.integers(0, 4),
+    st.integers(1, 40),
+)
+def test_a_selected_snapshot_pages_through_exactly_the_selected_keys(
+    keys: set[bytes], sealed: bool, partitions: int, partition: int, max_bytes: int
+) -> None:
+    """Re-sharding's copy (design/resharding.md): pages of a selected snapshot carry exactly
+    the keys routing to the destination (and the seal), resuming after the last key examined
+    even when a page carries none."""
+    partition %= partitions
+    s = fresh()
+    rows = sorted(keys | ({SEAL_KEY} if sealed else set()))
+    s.append(Z, P, as_entries([(k, b"v") for k in rows]), len(rows))
+    got: list[bytes] = []
+    after = b""
+    for _ in range(len(rows) + 2):
+        items, done, scanned = s.snapshot_page(Z, P, after, max_bytes, (partitions, partition))
+        got += [k for k, _ in items]
+        assert scanned >= after
+        if done:
+            break
+        assert scanned > after, "a page always moves on"
+        after = scanned
+    want = [k for k in rows if k == SEAL_KEY or partition_of(k, partitions) == partition]
+    assert got == want
