@@ -31,6 +31,10 @@ class ReshardPhase(StrEnum):
     ABORT = "abort"
 
 
+#: A destination is caught up (COPY may end in SEAL) when no source has more entries than this
+#: not copied yet: the seal's write pause is then about the time to copy this many.
+SEAL_LAG = 1000
+
 #: Phases before the flip: the old layout is in force and the reshard may still be aborted.
 BEFORE_FLIP = frozenset({ReshardPhase.PREPARE, ReshardPhase.COPY, ReshardPhase.SEAL})
 

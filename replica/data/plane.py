@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from placement.aio import wait_event
-from placement.core.layout import check_partitions
+from placement.core.layout import Reshard, check_partitions
 from placement.core.model import effective_min_in_sync
 from placement.core.names import validate_name
 from placement.core.retry import Clock
@@ -58,6 +58,7 @@ from replica.data.model import (
 )
 from replica.data.peers import MAX_BATCH_APPENDS, LinkConfig, ReplicationPeers
 from replica.data.primary import Primary, PrimaryDeps
+from replica.data.resharding import ReshardDeps, Resharding
 from replica.data.view import Changes, View
 from replica.protocol import StartCatchUp
 from replica.records import StoreThread
@@ -148,12 +149,28 @@ class DataPlane:
             member_gone=self.member_gone,
             holders=lambda key: self.view.holders(key),
         )
+        #: The catch-up throttle, shared by learners and re-sharding's copies.
+        self._catch_up_bucket = TokenBucket(self.config.catch_up_bytes_per_s)
+        self._resharding = Resharding(
+            ReshardDeps(
+                node=node,
+                db=db,
+                fetch_bytes=self.config.fetch_bytes,
+                send_fetch=self.peers.fetch,
+                bucket=self._catch_up_bucket,
+                leader_of=self._primary_of,
+                put_owned=put_owned,
+                report_key=keys.reshard_report,
+                now_ms=self.now_ms,
+                notify=self._changed.set,
+            )
+        )
         self._learner_deps = LearnerDeps(
             node=node,
             db=db,
             fetch_bytes=self.config.fetch_bytes,
             send_fetch=self.peers.fetch,
-            bucket=TokenBucket(self.config.catch_up_bytes_per_s),
+            bucket=self._catch_up_bucket,
             primary_of=self._primary_of,
             done=lambda key: self._closed or self.in_sync(key),
         )
@@ -187,6 +204,7 @@ class DataPlane:
             await primary.stop("the agent is shutting down")
         for task in self._learners.values():
             task.cancel()
+        await self._resharding.close()
         await asyncio.gather(*self._tasks, *self._learners.values(), return_exceptions=True)
         for watch in self._watches:
             await watch.close()
@@ -237,6 +255,13 @@ class DataPlane:
         entry = self.view.isrs.get(key)
         return entry is not None and self.node in entry[0].members
 
+    def _reshards(self) -> dict[str, tuple[Reshard | None, int, int]]:
+        """Per zone: its reshard (None = none), its layout's count and revision (the view)."""
+        return {
+            zone: (layout.reshard, layout.partitions, self.view.layout_revisions.get(zone, 0))
+            for zone, layout in self.view.layouts.items()
+        }
+
     def _primary_of(self, key: Key) -> tuple[str, str] | None:
         entry = self.view.leases.get(key)
         if entry is None:
@@ -268,6 +293,8 @@ class DataPlane:
                     await self._roles(touched & self._held, full=False)
                 self._poke(changes)
                 await self._keep_links()
+                self._resharding.sync(self._primaries, self._reshards())
+                await self._resharding.send_reports(time.monotonic())
             except PlacementError as e:
                 log.warning("data plane: %s", e)
             await wait_event(self._changed, max(0.0, full_due - time.monotonic()))

@@ -22,12 +22,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from placement.aio import wait_event
-from placement.data.partitioning import selected
+from placement.data.partitioning import SEAL_KEY, key_moves, selected
 from placement.metastore.codec import InSyncSet, PrimaryLease
+from replica.data.control import Seal
 from replica.data.model import (
     AppendCall,
     AppendOutcome,
@@ -113,6 +114,10 @@ class Primary:
         self._told_commit = 0
         self._lock = asyncio.Lock()
         self._recent: list[Entry] = []
+        #: This partition's seal for a re-sharding cut-over (design/resharding.md): once set,
+        #: client writes to the keys it moves are refused. Loaded from the replica at start;
+        #: set when the seal is queued, so every write queued after it is refused.
+        self.seal: Seal | None = None
         self._task = asyncio.create_task(self._run(), name=f"primary {key}@{lease_epoch}")
 
     def _not_primary(self) -> NotPrimary:
@@ -141,12 +146,47 @@ class Primary:
         self._wake.set()
 
     async def submit(self, key: bytes, value: bytes | None) -> tuple[int, int, bool]:
+        """A client's write; refused (Unavailable) when this partition is sealed and the key
+        is one its re-sharding moves."""
+        seal = self.seal
+        if seal is not None and key_moves(key, seal.source, seal.target) is not None:
+            raise Unavailable(
+                f"{self.zone}/{self.partition} is sealed for a re-sharding cut-over"
+                f" ({seal.source} → {seal.target} partitions); retry shortly"
+            )
+        (result,) = await self.write_many([(key, value)])
+        return result
+
+    async def write_many(
+        self, writes: Sequence[tuple[bytes, bytes | None]]
+    ) -> list[tuple[int, int, bool]]:
+        """Queue ``writes`` (put, or delete for None) in order, unchecked — the agent's own
+        (re-sharding's copies, cursors, seal and purge); returns once all are acknowledged."""
         if self.finished:
             raise self._not_primary()
-        future: asyncio.Future[tuple[int, int, bool]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Write(key, value, future))
+        loop = asyncio.get_running_loop()
+        futures = []
+        for key, value in writes:
+            future: asyncio.Future[tuple[int, int, bool]] = loop.create_future()
+            self._queue.append(_Write(key, value, future))
+            futures.append(future)
         self._wake.set()
-        return await future
+        return list(await asyncio.gather(*futures))
+
+    async def seal_for(self, seal: Seal) -> None:
+        """Write ``seal`` through the log (once per attempt); client writes to the keys it
+        moves are refused from now on."""
+        if self.seal == seal:
+            return
+        self.seal = seal
+        await self.write_many([(SEAL_KEY, seal.encode())])
+
+    async def unseal(self) -> None:
+        """Drop a seal whose attempt ended (aborted, or finished and purged elsewhere)."""
+        if self.seal is None:
+            return
+        self.seal = None
+        await self.write_many([(SEAL_KEY, None)])
 
     @contextlib.asynccontextmanager
     async def committed(self) -> AsyncIterator[None]:
@@ -207,6 +247,8 @@ class Primary:
         self.state = await self._db.group(
             self._data.raise_fence, self.zone, self.partition, self.lease_epoch
         )
+        sealed = await self._db.call(self._data.get, self.zone, self.partition, SEAL_KEY)
+        self.seal = Seal.decode(sealed) if sealed is not None else None
         lease, _rev, isr, isr_rev = await self._deps.read_lease_and_isr(self.key)
         if lease is None or lease.node != node or lease.lease_epoch != self.lease_epoch:
             raise Deposed("the lease is not this node's")

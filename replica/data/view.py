@@ -63,6 +63,8 @@ class View:
     #: Each zone's layout in force (design/resharding.md); a zone without a readable one is
     #: absent (its data requests are refused as unavailable).
     layouts: dict[str, ZoneLayout] = field(default_factory=dict)
+    #: Each readable layout key's mod revision.
+    layout_revisions: dict[str, int] = field(default_factory=dict)
     leases: dict[Key, tuple[PrimaryLease, int]] = field(default_factory=dict)
     isrs: dict[Key, tuple[InSyncSet, int]] = field(default_factory=dict)
     nodes: dict[str, str] = field(default_factory=dict)
@@ -116,8 +118,10 @@ class View:
             layout = decode_layout(value) if value is not None else None
             if isinstance(layout, LayoutValue):
                 self.layouts[name] = layout.layout
+                self.layout_revisions[name] = revision
             else:
                 self.layouts.pop(name, None)
+                self.layout_revisions.pop(name, None)
             changes.zones.add(name)
         elif kind is KeyKind.NODE:
             record = decode_node(value) if value is not None else None

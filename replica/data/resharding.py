@@ -1,0 +1,406 @@
+"""An agent's part in re-sharding (design/resharding.md): the copy, the seal, the purge, reports.
+
+For every zone whose layout (the agent's view) carries a reshard, and every partition this agent
+leads (:class:`~replica.data.primary.Primary`), :class:`Resharding` runs what the phase asks:
+
+* COPY and SEAL, on a destination: a :class:`Puller` copies from every source's primary the
+  keys that route to the destination under the target count — a selected snapshot, then the
+  selected log tail — writing them, with a :class:`~replica.data.control.Cursor` per source,
+  through the destination's own log (so its in-sync set holds them, and a new primary resumes);
+* SEAL, on a source: the seal, written through the source's log (``Primary.seal_for``);
+* CLEANUP and ABORT, everywhere: the purge — every stored key that does not route to the
+  partition under the layout in force is deleted through the partition's log (a source's moved
+  keys and seal, a destination's cursors, an aborted shrink's copies);
+* a :class:`~placement.metastore.codec.ReshardReport` per partition it leads, under the agent's
+  registration lease, which the leader reads to advance the phases.
+
+The source's seal makes "drained" a fact: a destination whose cursor passed a source's seal holds
+every write that source will ever take for its keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from placement.core.layout import SEAL_LAG, Reshard, ReshardPhase
+from placement.core.retry import Backoff, RetryPolicy
+from placement.data.partitioning import SEAL_KEY, routes_to
+from placement.errors import PlacementError
+from placement.metastore.codec import ReshardReport, encode_reshard_report
+from replica.data.control import Cursor, Seal, cursor_key
+from replica.data.follower import IDLE_POLL, TokenBucket
+from replica.data.model import FetchCall, FetchOutcome, FetchReply, Key, PeerUnreachable, SendFetch
+from replica.data.primary import Primary
+from replica.records import StoreThread
+
+log = logging.getLogger(__name__)
+
+#: Writes one copy or purge step queues at most (one batch of the destination's primary).
+STEP_WRITES = 512
+#: Seconds between two puts of a report whose facts did not change (progress only).
+PROGRESS_EVERY = 2.0
+#: Waits while a source has no primary or does not answer.
+PULL_RETRY = RetryPolicy(initial=0.1, cap=1.0, floor=0.5)
+
+
+@dataclass(frozen=True, slots=True)
+class ReshardDeps:
+    """What re-sharding uses from its agent (built once by the data plane)."""
+
+    node: str
+    db: StoreThread
+    fetch_bytes: int
+    send_fetch: SendFetch
+    #: The agent's catch-up throttle, shared with its learners.
+    bucket: TokenBucket
+    #: A partition's lease holder and its address (this node included), None = no lease.
+    leader_of: Callable[[Key], tuple[str, str] | None]
+    #: Puts this agent's reports (key -> value) under its registration lease.
+    put_owned: Callable[[dict[bytes, bytes]], Awaitable[None]] | None
+    report_key: Callable[[str, int], bytes]
+    now_ms: Callable[[], int]
+    #: Wakes the agent's roles loop: a fact a report carries changed (send it now).
+    notify: Callable[[], None] = lambda: None
+    retry: RetryPolicy = field(default_factory=lambda: PULL_RETRY)
+
+
+@dataclass
+class _SourceProgress:
+    cursor: Cursor
+    lag: int = 1 << 62  # unknown until the first answer
+    keys: int = 0
+    bytes: int = 0
+
+
+class Puller:
+    """Copies, into destination ``primary``'s partition, its keys from every source of
+    ``reshard`` (design/resharding.md, COPY)."""
+
+    def __init__(self, deps: ReshardDeps, primary: Primary, reshard: Reshard) -> None:
+        self._deps = deps
+        self._primary = primary
+        self.reshard = reshard
+        self.zone, self.partition = primary.key
+        self.progress: dict[int, _SourceProgress] = {}
+
+    @property
+    def drained(self) -> bool:
+        sources = self.reshard.moves.sources
+        return all((p := self.progress.get(s)) is not None and p.cursor.drained for s in sources)
+
+    @property
+    def lag(self) -> int:
+        """The most source entries not copied yet (huge while a source is unknown or still in
+        its snapshot)."""
+        worst = 0
+        for s in self.reshard.moves.sources:
+            p = self.progress.get(s)
+            if p is None or p.cursor.snapshot:
+                return 1 << 62
+            worst = max(worst, p.lag)
+        return worst
+
+    def report(self) -> ReshardReport:
+        return ReshardReport(
+            self.reshard.attempt,
+            self._primary.lease_epoch,
+            sum(p.keys for p in self.progress.values()),
+            sum(p.bytes for p in self.progress.values()),
+            min(self.lag, 2**62),
+            self.drained,
+            False,
+            self._deps.now_ms(),
+        )
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self._pull(s) for s in self.reshard.moves.sources))
+
+    async def _load(self, source: int) -> Cursor:
+        raw = await self._deps.db.call(
+            self._deps.db.store.data.get, self.zone, self.partition, cursor_key(source)
+        )
+        cursor = Cursor.decode(raw) if raw is not None else None
+        if cursor is None or cursor.attempt != self.reshard.attempt:
+            return Cursor(self.reshard.attempt)
+        return cursor
+
+    async def _pull(self, source: int) -> None:
+        deps = self._deps
+        progress = self.progress[source] = _SourceProgress(await self._load(source))
+        select = (self.reshard.target, self.partition)
+        backoff = Backoff(deps.retry)
+        while not self._primary.finished:
+            cursor = progress.cursor
+            leader = deps.leader_of((self.zone, source))
+            if leader is None or not leader[1]:
+                await asyncio.sleep(backoff.next())
+                continue
+            call = FetchCall(
+                self.zone,
+                source,
+                deps.node,
+                snapshot=cursor.snapshot,
+                snapshot_after=bytes.fromhex(cursor.after),
+                after_index=cursor.index,
+                max_bytes=deps.fetch_bytes,
+                select=select,
+            )
+            try:
+                reply = await deps.send_fetch(leader[1], call, 10)
+            except PeerUnreachable as e:
+                log.debug("reshard copy %s/%s <- %s: %s", self.zone, self.partition, source, e)
+                await asyncio.sleep(backoff.next())
+                continue
+            if reply.outcome is FetchOutcome.NOT_PRIMARY:
+                await asyncio.sleep(backoff.next())
+                continue
+            backoff.reset()
+            if reply.outcome is FetchOutcome.SNAPSHOT_NEEDED:
+                await self._forget(source)
+                progress.cursor = Cursor(self.reshard.attempt)
+                continue
+            moved = await self._apply(source, progress, reply)
+            await deps.bucket.take(reply.size)
+            if not moved:
+                await asyncio.sleep(IDLE_POLL)
+
+    async def _apply(self, source: int, progress: _SourceProgress, reply: FetchReply) -> bool:
+        """Write one reply's keys and the new cursor through the destination's log; whether
+        the cursor moved."""
+        cursor = progress.cursor
+        writes: list[tuple[bytes, bytes | None]] = []
+        seal_bound = cursor.seal_bound
+        if cursor.snapshot:
+            base = cursor.base or reply.snapshot_index
+            for key, value in reply.items:
+                if key == SEAL_KEY:  # sealed at or before this page's snapshot index
+                    seal_bound = seal_bound or reply.snapshot_index
+                else:
+                    writes.append((key, value))
+            done = reply.snapshot_done
+            new = Cursor(
+                cursor.attempt,
+                snapshot=not done,
+                after=reply.scanned_after.hex(),
+                base=base,
+                index=base if done else 0,
+                seal_bound=seal_bound,
+            )
+        else:
+            for entry in reply.entries:
+                if entry.key == SEAL_KEY:
+                    if not entry.delete:
+                        seal_bound = seal_bound or entry.index
+                else:
+                    writes.append((entry.key, None if entry.delete else entry.value))
+            new = Cursor(
+                cursor.attempt,
+                snapshot=False,
+                base=cursor.base,
+                index=max(cursor.index, reply.scanned_to),
+                seal_bound=seal_bound,
+            )
+            lag = max(0, reply.commit_index - new.index)
+            if (progress.lag <= SEAL_LAG) != (lag <= SEAL_LAG):
+                progress.lag = lag
+                self._deps.notify()
+            progress.lag = lag
+        if new == cursor:
+            return False
+        was = (self.drained, self.lag <= SEAL_LAG)
+        for i in range(0, len(writes), STEP_WRITES):
+            await self._primary.write_many(writes[i : i + STEP_WRITES])
+        await self._primary.write_many([(cursor_key(source), new.encode())])
+        progress.cursor = new
+        progress.keys += len(writes)
+        progress.bytes += sum(len(k) + len(v or b"") for k, v in writes)
+        if (self.drained, self.lag <= SEAL_LAG) != was:
+            self._deps.notify()
+        return True
+
+    async def _forget(self, source: int) -> None:
+        """The source's log no longer has what the cursor needs: delete, through the log,
+        every key copied from it (they route to it under the source count), to start over."""
+        db, store = self._deps.db, self._deps.db.store.data
+        after = b""
+        while True:
+            items, done, after = await db.call(
+                store.snapshot_page, self.zone, self.partition, after, 1 << 20
+            )
+            doomed: list[tuple[bytes, bytes | None]] = [
+                (k, None)
+                for k, _ in items
+                if routes_to(k, source, self.reshard.source) or k == cursor_key(source)
+            ]
+            for i in range(0, len(doomed), STEP_WRITES):
+                await self._primary.write_many(doomed[i : i + STEP_WRITES])
+            if done:
+                return
+
+
+async def purge(db: StoreThread, primary: Primary, partitions: int) -> int:
+    """Delete through ``primary``'s log every stored key that does not route to its partition
+    under a layout of ``partitions`` (control keys included: the seal, the cursors); returns how
+    many. Idempotent: a repeat after a crash finds fewer or none."""
+    zone, partition = primary.key
+    store = db.store.data
+    deleted = 0
+    after = b""
+    while True:
+        items, done, after = await db.call(store.snapshot_page, zone, partition, after, 1 << 20)
+        doomed: list[tuple[bytes, bytes | None]] = [
+            (k, None) for k, _ in items if not routes_to(k, partition, partitions)
+        ]
+        for i in range(0, len(doomed), STEP_WRITES):
+            await primary.write_many(doomed[i : i + STEP_WRITES])
+        deleted += len(doomed)
+        if done:
+            break
+    primary.seal = None
+    return deleted
+
+
+class Resharding:
+    """This agent's re-sharding tasks, started and stopped by :meth:`sync`."""
+
+    def __init__(self, deps: ReshardDeps) -> None:
+        self._deps = deps
+        self._pullers: dict[Key, tuple[Puller, asyncio.Task[None]]] = {}
+        self._tasks: dict[tuple[Key, str, int, int], asyncio.Task[object]] = {}
+        #: Per partition led: the latest report to put (sent by :meth:`send_reports`).
+        self._reports: dict[Key, ReshardReport] = {}
+        self._sent: dict[Key, ReshardReport] = {}
+        self._progress_sent = 0.0
+
+    def sync(
+        self, primaries: dict[Key, Primary], reshards: dict[str, tuple[Reshard | None, int, int]]
+    ) -> None:
+        """``reshards``: zone -> (its reshard or None, the layout's partition count, the layout
+        key's mod revision), from the agent's view."""
+        wanted_pullers: set[Key] = set()
+        for key, primary in primaries.items():
+            if primary.finished or not primary.ready.is_set():
+                continue
+            zone, partition = key
+            found = reshards.get(zone)
+            if found is None:
+                continue
+            reshard, count, revision = found
+            if reshard is None:
+                seal = primary.seal
+                if seal is not None and revision > seal.attempt:  # the attempt ended
+                    self._start(primary, "unseal", seal.attempt, primary.unseal)
+                continue
+            moves = reshard.moves
+            phase = reshard.phase
+            if phase in (ReshardPhase.COPY, ReshardPhase.SEAL) and partition in moves.destinations:
+                wanted_pullers.add(key)
+                running = self._pullers.get(key)
+                if running is None or running[1].done() or running[0]._primary is not primary:
+                    if running is not None:
+                        running[1].cancel()
+                    puller = Puller(self._deps, primary, reshard)
+                    task = asyncio.create_task(puller.run(), name=f"reshard copy {key}")
+                    task.add_done_callback(_log_end)
+                    self._pullers[key] = (puller, task)
+            if phase is ReshardPhase.SEAL and partition in moves.sources:
+                seal = Seal(reshard.attempt, reshard.source, reshard.target)
+                self._start(primary, "seal", reshard.attempt, partial(primary.seal_for, seal))
+            if phase in (ReshardPhase.CLEANUP, ReshardPhase.ABORT) and partition < count:
+                work = partial(self._purge, primary, reshard, count)
+                self._start(primary, "purge", reshard.attempt, work)
+        for key in list(self._pullers):
+            if key not in wanted_pullers:
+                self._pullers.pop(key)[1].cancel()
+        for key, (puller, _) in self._pullers.items():
+            self._reports[key] = puller.report()
+        self._forget_ended(primaries)
+
+    def _start(
+        self, primary: Primary, what: str, attempt: int, work: Callable[[], Awaitable[object]]
+    ) -> None:
+        """Run ``work()`` once per (primary, what, attempt): again only if it failed."""
+        slot = (primary.key, what, attempt, id(primary))
+        running = self._tasks.get(slot)
+        if running is not None and (
+            not running.done() or (not running.cancelled() and running.exception() is None)
+        ):
+            return
+        task = asyncio.ensure_future(work())
+        task.add_done_callback(_log_end)
+        self._tasks[slot] = task
+
+    def _forget_ended(self, primaries: dict[Key, Primary]) -> None:
+        alive = {id(p) for p in primaries.values() if not p.finished}
+        for slot in [s for s, t in self._tasks.items() if t.done() and s[3] not in alive]:
+            del self._tasks[slot]
+
+    async def _purge(self, primary: Primary, reshard: Reshard, count: int) -> None:
+        deleted = await purge(self._deps.db, primary, count)
+        log.info(
+            "%s/%s: purged %d key(s) of reshard %d (%s)",
+            *primary.key,
+            deleted,
+            reshard.attempt,
+            reshard.phase,
+        )
+        self._reports[primary.key] = ReshardReport(
+            reshard.attempt,
+            primary.lease_epoch,
+            purged=True,
+            ts=self._deps.now_ms(),
+        )
+        self._deps.notify()
+
+    async def send_reports(self, now: float) -> None:
+        """Put the reports whose facts changed (caught up, drained, purged, a new attempt or
+        primary), and the others' progress at most every ``PROGRESS_EVERY`` seconds."""
+        put = self._deps.put_owned
+        if put is None:
+            return
+        progress_due = now - self._progress_sent >= PROGRESS_EVERY
+        changed = {
+            key: report
+            for key, report in self._reports.items()
+            if _facts(self._sent.get(key)) != _facts(report)
+            or (progress_due and self._sent.get(key) != report)
+        }
+        if not changed:
+            return
+        if progress_due:
+            self._progress_sent = now
+        await put(
+            {
+                self._deps.report_key(*key): encode_reshard_report(report)
+                for key, report in changed.items()
+            }
+        )
+        self._sent.update(changed)
+
+    async def close(self) -> None:
+        tasks = [t for _, t in self._pullers.values()] + list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _facts(report: ReshardReport | None) -> tuple[object, ...] | None:
+    """What the leader decides on (design/resharding.md): not the progress figures."""
+    if report is None:
+        return None
+    caught_up = report.lag <= SEAL_LAG
+    return (report.attempt, report.lease_epoch, caught_up, report.drained, report.purged)
+
+
+def _log_end(task: asyncio.Task[object]) -> None:
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None and not isinstance(error, PlacementError):
+        log.error("reshard task %s failed", task.get_name(), exc_info=error)
+    elif error is not None:
+        log.info("reshard task %s: %s", task.get_name(), error)
