@@ -397,9 +397,8 @@ def validate_retire(request: RetireRequest) -> None:
         )
     if request.epoch <= 0:
         raise InvalidInput("epoch", f"must be > 0, got {request.epoch}", "send the leader's epoch")
-    if not request.stable_peers:
-        raise InvalidInput("stable_peers", "must not be empty", "send the stable peers in etcd")
-    validate_peers("stable_peers", request.stable_peers)
+    if request.stable_peers:  # empty: the partition was removed by re-sharding
+        validate_peers("stable_peers", request.stable_peers)
 
 
 def on_retire(

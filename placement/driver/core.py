@@ -35,9 +35,11 @@ Per zone, in this order:
    into :attr:`ZoneView.isrs`), each move compare-guarded on the ISR key's mod_revision.
 6. **Leftovers** of a dropped zone (no config, no assignment keys) — data nodes, primary leases,
    ISR, replica-size, layout and reshard-report keys -> :class:`DropLeftovers`.
-7. **Layout** (design/resharding.md): a zone without one gets its first
-   (:func:`placement.core.layout.next_step`'s INIT) -> :class:`WriteLayout`. The re-sharding
-   phases after it wait for the data plane's copy (design/resharding.md, "Build order").
+7. **Layout** (design/resharding.md): :func:`placement.core.layout.next_step` on the layout, the
+   config and the facts gathered from the partitions' state and the agents' reshard reports
+   (:func:`reshard_facts`) -> :class:`WriteLayout` (the first layout, begin, advance, flip,
+   abort, finish). Partitions beyond the ones the layout keeps (:func:`kept_partitions`: a
+   shrink's removed ones after the flip, an aborted grow's new ones) -> :class:`RetirePartitions`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,15 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from placement.algo.place import place
-from placement.core.layout import ReshardFacts, Step, ZoneLayout, next_step
+from placement.core.layout import (
+    SEAL_LAG,
+    Reshard,
+    ReshardFacts,
+    ReshardPhase,
+    Step,
+    ZoneLayout,
+    next_step,
+)
 from placement.core.model import Node, PartitionScoped, Peers, ZoneSpec
 from placement.driver.datanodes import advance, holddown_remaining, matching_nodes
 from placement.driver.leases import LeaseConfig, corrupt_isrs, next_due_ms, plan_primaries
@@ -64,12 +74,14 @@ from placement.metastore.codec import (
     MoveReport,
     NodeRecord,
     PrimaryLease,
+    ReshardReport,
     decode_datanodes,
     decode_isr,
     decode_layout,
     decode_node,
     decode_primary,
     decode_report,
+    decode_reshard_report,
     decode_zone_spec,
 )
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey
@@ -108,6 +120,10 @@ class ZoneView:
     #: The layout key's value (None = absent) and mod revision (design/resharding.md).
     layout: LayoutValue | Corrupt | None = None
     layout_mod: int = 0
+    #: The agents' reshard reports (``{p}/reshard/{zone}/{partition}``; corrupt ones left out).
+    reshard_reports: Mapping[int, ReshardReport] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +185,8 @@ def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
         return decode_datanodes(kv.value)
     if parsed.kind is KeyKind.LAYOUT:
         return decode_layout(kv.value)
+    if parsed.kind is KeyKind.RESHARD:
+        return decode_reshard_report(kv.value)
     if parsed.kind is KeyKind.PRIMARY:
         return Versioned(decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision)
     if parsed.kind is KeyKind.ISR:
@@ -196,6 +214,7 @@ def build_view(
         cache.retain(kvs)
     specs: dict[str, tuple[ZoneSpec | Corrupt, int, int]] = {}
     layouts: dict[str, tuple[LayoutValue | Corrupt, int]] = {}
+    reshard_reports: dict[str, dict[int, ReshardReport]] = {}
     datanodes: dict[str, tuple[DataNodes | Corrupt, int]] = {}
     fields: dict[str, dict[int, dict[str, Versioned[object]]]] = {}
     primaries: dict[str, dict[int, Versioned[PrimaryLease]]] = {}
@@ -217,6 +236,10 @@ def build_view(
             datanodes[parsed.name] = (value, kv.mod_revision)  # type: ignore[assignment]
         elif parsed.kind is KeyKind.LAYOUT:
             layouts[parsed.name] = (value, kv.mod_revision)  # type: ignore[assignment]
+        elif parsed.kind is KeyKind.RESHARD:
+            assert parsed.partition is not None
+            if isinstance(value, ReshardReport):
+                reshard_reports.setdefault(parsed.name, {})[parsed.partition] = value
         elif parsed.kind is KeyKind.CONTROL:
             paused = True
         elif parsed.kind is KeyKind.PRIMARY:
@@ -260,6 +283,7 @@ def build_view(
             created,
             layout,
             layout_mod,
+            MappingProxyType(reshard_reports.get(name, {})),
         )
     return ClusterView(
         revision,
@@ -326,6 +350,17 @@ class DropLeftovers:
 
 
 @dataclass(frozen=True, slots=True)
+class RetirePartitions:
+    """Partitions the layout no longer keeps (design/resharding.md): delete their assignment,
+    primary, ISR, size and report keys (comparing the layout's mod revision), then Retire
+    their replicas on the nodes that ``holders`` names."""
+
+    zone: str
+    holders: Mapping[int, tuple[str, ...]]
+    expected_layout_mod: int
+
+
+@dataclass(frozen=True, slots=True)
 class WriteLayout:
     """A layout transition (design/resharding.md): ``step`` writes ``layout``, decided on the
     layout and config at ``expected_layout_mod`` / ``expected_zone_mod`` (both compared)."""
@@ -362,6 +397,7 @@ class PassPlan:
     #: Per zone, partitions whose ISR key is corrupt: their leases stay where they are.
     corrupt_isrs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     layouts: tuple[WriteLayout, ...] = ()
+    retires: tuple[RetirePartitions, ...] = ()
     #: The earliest time (unix ms) after the pass's ``now_ms`` at which a pass on the same view
     #: could decide something new (a lease due or expiring, a held-down change due); ``None``:
     #: only a change of the view can. The leader sleeps until then unless etcd changes first.
@@ -377,6 +413,7 @@ class PassPlan:
             or self.drops
             or self.cancels
             or self.layouts
+            or self.retires
         )
 
 
@@ -461,22 +498,99 @@ def drive_action(state: PartitionState) -> Drive | None:
     return None
 
 
-def layout_step(zone: ZoneView, spec: ZoneSpec) -> WriteLayout | None:
-    """The zone's due layout transition (design/resharding.md), if the driver takes it yet: a
-    zone without a layout gets its first. A corrupt layout is left alone (reported by status)."""
+def layout_step(
+    zone: ZoneView, spec: ZoneSpec, registered: set[str], now_ms: int
+) -> WriteLayout | None:
+    """The zone's due layout transition (design/resharding.md). A corrupt layout is left
+    alone (reported by status)."""
     if isinstance(zone.layout, Corrupt):
         return None
     current = zone.layout.layout if zone.layout is not None else None
+    reshard = current.reshard if current is not None else None
+    facts = reshard_facts(zone, reshard, registered, now_ms) if reshard else ReshardFacts()
     t = next_step(
         current,
         spec.partitions,
-        ReshardFacts(),
+        facts,
         wanted_revision=zone.zone_mod,
         created_revision=zone.zone_created,
     )
-    if t is None or t.step is not Step.INIT:
+    if t is None:
         return None
     return WriteLayout(zone.name, t.step, t.layout, zone.layout_mod, zone.zone_mod)
+
+
+def kept_partitions(layout: LayoutValue | Corrupt | None, spec: ZoneSpec) -> int:
+    """How many partitions (``0..n-1``) the zone keeps: both counts while a reshard runs up to
+    its flip, the target's from then on, the source's while aborting; with no reshard the
+    layout's and the config's (a change the next pass begins). Unknown layout: the config's
+    and every partition that has keys stays (nothing is retired)."""
+    if not isinstance(layout, LayoutValue):
+        return spec.partitions
+    current = layout.layout
+    r = current.reshard
+    if r is None:
+        return max(current.partitions, spec.partitions)
+    if r.phase is ReshardPhase.CLEANUP:
+        return r.target
+    if r.phase is ReshardPhase.ABORT:
+        return r.source
+    return max(r.source, r.target)
+
+
+def reshard_facts(
+    zone: ZoneView, reshard: Reshard, registered: set[str], now_ms: int
+) -> ReshardFacts:
+    """What the leader observes of ``reshard`` (design/resharding.md): destinations ready
+    (stable, a live primary lease, an ISR), caught up and drained (their reports), and every
+    partition the layout keeps purged with nothing left beyond it."""
+    moves = reshard.moves
+    reports = {p: r for p, r in zone.reshard_reports.items() if r.attempt == reshard.attempt}
+
+    def ready(q: int) -> bool:
+        state = zone.partitions.get(q)
+        lease = zone.primaries.get(q)
+        isr = zone.isrs.get(q)
+        return (
+            state is not None
+            and state.stable is not None
+            and lease is not None
+            and isinstance(lease.value, PrimaryLease)
+            and lease.value.node in registered
+            and lease.value.expiry > now_ms
+            and isr is not None
+            and isinstance(isr.value, InSyncSet)
+        )
+
+    destinations = moves.destinations
+    count = reshard.target if reshard.phase is ReshardPhase.CLEANUP else reshard.source
+    beyond = any(p >= count for p in zone.partitions)
+    return ReshardFacts(
+        ready=all(ready(q) for q in destinations),
+        caught_up=all(q in reports and reports[q].lag <= SEAL_LAG for q in destinations),
+        drained=all(q in reports and reports[q].drained for q in destinations),
+        purged=not beyond and all(p in reports and reports[p].purged for p in range(count)),
+    )
+
+
+def retire_step(zone: ZoneView, spec: ZoneSpec) -> RetirePartitions | None:
+    """Partitions with keys beyond :func:`kept_partitions` (a shrink's removed ones after the
+    flip, an aborted grow's new ones): retired, with the nodes that hold their replicas."""
+    if not isinstance(zone.layout, LayoutValue):
+        return None
+    kept = kept_partitions(zone.layout, spec)
+    gone = sorted(p for p in {*zone.partitions, *zone.primaries, *zone.isrs} if p >= kept)
+    if not gone:
+        return None
+    holders: dict[int, tuple[str, ...]] = {}
+    for p in gone:
+        state = zone.partitions.get(p)
+        nodes: set[str] = set()
+        if state is not None:
+            for f in (AssignField.STABLE, AssignField.PENDING, AssignField.PLANNED):
+                nodes.update(state.peers(f) or ())
+        holders[p] = tuple(sorted(nodes))
+    return RetirePartitions(zone.name, MappingProxyType(holders), zone.layout_mod)
 
 
 def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None) -> PassPlan:
@@ -491,6 +605,7 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
     cancels: list[CancelMove] = []
     unreadable: dict[str, tuple[int, ...]] = {}
     layouts: list[WriteLayout] = []
+    retires: list[RetirePartitions] = []
     due: list[int] = []
     for name, zone in view.zones.items():
         spec = zone.spec
@@ -508,9 +623,13 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
             ):
                 drops.append(DropLeftovers(name))
             continue
-        step = layout_step(zone, spec)
+        step = layout_step(zone, spec, set(view.nodes), now_ms)
         if step is not None:
             layouts.append(step)
+        retire = retire_step(zone, spec)
+        if retire is not None:
+            retires.append(retire)
+        kept = kept_partitions(zone.layout, spec)
         previous = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
         observed = matching_nodes(spec, view.nodes.values())
         record = advance(spec, previous, observed, now_ms)
@@ -535,7 +654,7 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
             stables = {
                 p: peers
                 for p, s in zone.partitions.items()
-                if p < spec.partitions and (peers := s.peers(AssignField.STABLE)) is not None
+                if p < kept and (peers := s.peers(AssignField.STABLE)) is not None
             }
             isrs = {p: isr for p, isr in zone.isrs.items() if p in stables}
             grants = plan_primaries(stables, zone.primaries, set(view.nodes), now_ms, leases, isrs)
@@ -557,6 +676,7 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
         tuple(cancels),
         MappingProxyType(unreadable),
         tuple(layouts),
+        tuple(retires),
         min(due, default=None),
     )
 

@@ -394,6 +394,20 @@ class Driver:
                 " layout and reshard reports deleted",
                 drop.zone,
             )
+        for retire in plan.retires:
+            revision = await self.store.retire_partitions(
+                retire.zone, sorted(retire.holders), retire.expected_layout_mod, fence
+            )
+            log.info(
+                "zone %s: partition(s) %s retired by its layout (%s)",
+                retire.zone,
+                sorted(retire.holders),
+                f"revision {revision}" if revision else "lost a race; next pass",
+            )
+            if revision:
+                for partition, nodes in retire.holders.items():
+                    for node in nodes:
+                        self._spawn_retire(retire.zone, partition, node, (), revision, fence)
         for change in plan.layouts:
             revision = await self.store.write_layout(
                 change.zone,

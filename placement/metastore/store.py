@@ -705,6 +705,34 @@ class Metastore:
         prefix = self.keys.partition_progress_prefix(zone, partition)
         await self.client.txn((fence.compare(),), (Delete(prefix, prefix_range_end(prefix)),), ())
 
+    async def retire_partitions(
+        self, zone: str, partitions: Sequence[int], expected_layout_mod: int, fence: Fence
+    ) -> int:
+        """Delete partitions the zone's layout no longer keeps (design/resharding.md): their
+        assignment, primary lease, ISR, replica-size and reshard-report keys, in fenced txns
+        comparing ``mod_revision(layout) == expected_layout_mod``; the last txn's revision, or 0
+        when the compare lost (nothing of that txn deleted)."""
+        layout = Compare.mod(self.keys.layout(zone), "==", expected_layout_mod)
+        sizes = self.keys.sizes_prefix() + validate_name(zone).encode() + b"/"
+        ops: list[Op] = []
+        for p in partitions:
+            assign = self.keys.partition_prefix(zone, p)
+            size = sizes + f"{validate_partition(p):05d}/".encode()
+            ops += [
+                Delete(assign, prefix_range_end(assign)),
+                Delete(self.keys.primary(zone, p)),
+                Delete(self.keys.isr(zone, p)),
+                Delete(size, prefix_range_end(size)),
+                Delete(self.keys.reshard_report(zone, p)),
+            ]
+        revision = 0
+        per_txn = MAX_TXN_OPS - 5
+        for i in range(0, len(ops), per_txn):
+            revision = await self._fenced_txn(fence, (layout,), ops[i : i + per_txn])
+            if not revision:
+                return 0
+        return revision
+
     async def drop_zone_leftovers(self, zone: str, fence: Fence) -> bool:
         """A dropped zone's data nodes, primary leases, in-sync sets, replica sizes and reshard
         reports, deleted

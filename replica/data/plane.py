@@ -159,7 +159,7 @@ class DataPlane:
                 send_fetch=self.peers.fetch,
                 bucket=self._catch_up_bucket,
                 leader_of=self._primary_of,
-                put_owned=put_owned,
+                put_owned=self._put_owned_now,
                 report_key=keys.reshard_report,
                 now_ms=self.now_ms,
                 notify=self._changed.set,
@@ -254,6 +254,11 @@ class DataPlane:
     def in_sync(self, key: Key) -> bool:
         entry = self.view.isrs.get(key)
         return entry is not None and self.node in entry[0].members
+
+    async def _put_owned_now(self, items: dict[bytes, bytes]) -> None:
+        """``put_owned`` as set now (the agent sets it once registered)."""
+        if self.put_owned is not None:
+            await self.put_owned(items)
 
     def _reshards(self) -> dict[str, tuple[Reshard | None, int, int]]:
         """Per zone: its reshard (None = none), its layout's count and revision (the view)."""

@@ -252,7 +252,6 @@ def test_retire_of_an_unknown_partition_records_that_nothing_is_hosted() -> None
     [
         (retire(0), "revision"),
         (retire(3, epoch=0), "epoch"),
-        (retire(3, ()), "stable_peers"),
         (retire(3, ("n2", "n2")), "stable_peers"),
         (retire(3, ("bad name",)), "stable_peers[0]"),
         (RetireRequest("", 0, ("n2",), 3, 1), "zone"),
@@ -263,6 +262,15 @@ def test_invalid_retire_names_the_field(request_: RetireRequest, field: str) -> 
     with pytest.raises(InvalidInput) as err:
         on_retire(None, request_, ME)
     assert err.value.field == field
+
+
+def test_a_retire_with_no_stable_peers_discards_a_removed_partition() -> None:
+    """design/resharding.md: a partition the layout no longer keeps is retired with empty
+    stable peers — every replica goes, unless a move still running names this node."""
+    d = on_retire(joined(5), retire(9, ()), ME)
+    assert d.outcome is RetireOutcome.RETIRED
+    assert not d.record.hosted
+    assert on_retire(None, retire(9, ()), ME).outcome is RetireOutcome.RETIRED
 
 
 def test_restart_resumes_only_moves_in_progress() -> None:
