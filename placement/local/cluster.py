@@ -91,6 +91,8 @@ class UpOptions:
     live: bool = True
     prefix: str = "/placement"
     lease_ttl: int = 3
+    #: Extra ``agent run`` options for every agent (tests: e.g. a catch-up throttle).
+    agent_args: tuple[str, ...] = ()
 
 
 @dataclass
@@ -331,6 +333,7 @@ def launch(
                 f"rack=r{i % 3 + 1}",
                 "--lease-ttl",
                 str(opts.lease_ttl),
+                *opts.agent_args,
             ],
             logs / f"{node}.log",
         )

@@ -33,7 +33,15 @@ from placement.errors import PlacementError
 from placement.metastore.codec import ReshardReport, encode_reshard_report
 from replica.data.control import Cursor, Seal, cursor_key
 from replica.data.follower import IDLE_POLL, TokenBucket
-from replica.data.model import FetchCall, FetchOutcome, FetchReply, Key, PeerUnreachable, SendFetch
+from replica.data.model import (
+    FetchCall,
+    FetchOutcome,
+    FetchReply,
+    Key,
+    PeerUnreachable,
+    SendFetch,
+    Unavailable,
+)
 from replica.data.primary import Primary
 from replica.records import StoreThread
 
@@ -163,8 +171,16 @@ class Puller:
                 await self._forget(source)
                 progress.cursor = Cursor(self.reshard.attempt)
                 continue
-            moved = await self._apply(source, progress, reply)
-            await deps.bucket.take(reply.size)
+            try:
+                moved = await self._apply(source, progress, reply)
+            except Unavailable as e:  # the destination's in-sync set is short: wait, retry
+                log.debug("reshard copy %s/%s <- %s: %s", self.zone, self.partition, source, e)
+                await asyncio.sleep(backoff.next())
+                continue
+            if self.reshard.phase is not ReshardPhase.SEAL:
+                # Throttled like a catch-up; not once sealed, so the write pause the seal
+                # causes is bounded by the copy of what is left (design/resharding.md, SEAL).
+                await deps.bucket.take(reply.size)
             if not moved:
                 await asyncio.sleep(IDLE_POLL)
 
@@ -300,7 +316,12 @@ class Resharding:
             if phase in (ReshardPhase.COPY, ReshardPhase.SEAL) and partition in moves.destinations:
                 wanted_pullers.add(key)
                 running = self._pullers.get(key)
-                if running is None or running[1].done() or running[0]._primary is not primary:
+                if (
+                    running is None
+                    or running[1].done()
+                    or running[0]._primary is not primary
+                    or running[0].reshard != reshard  # e.g. sealed: restart it unthrottled
+                ):
                     if running is not None:
                         running[1].cancel()
                     puller = Puller(self._deps, primary, reshard)

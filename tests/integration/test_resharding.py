@@ -6,6 +6,7 @@ identical."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,9 +19,17 @@ from rich.console import Console
 from placement.api.client import PlacementClient
 from placement.data.checker import check_workload
 from placement.data.client import DataClient
-from placement.data.partitioning import partition_of
+from placement.data.partitioning import CONTROL_PREFIX, partition_of
 from placement.data.workload import run_writers
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
+from placement.metastore.codec import (
+    PrimaryLease,
+    ReshardReport,
+    decode_primary,
+    decode_reshard_report,
+)
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import KeySpace
 from placement.v1 import driver_pb2
 
 pytestmark = pytest.mark.integration
@@ -29,19 +38,65 @@ ZONE = "kv"
 EVENTUALLY = 120.0
 
 
-@pytest.fixture
-def cluster(etcd: Any, tmp_path: Path) -> Iterator[Cluster]:
+def _cluster(etcd: Any, base: Path, *agent_args: str) -> Iterator[Cluster]:
     prefix = f"/t{uuid.uuid4().hex[:12]}/placement"
-    opts = UpOptions(nodes=3, drivers=1, etcd=etcd.endpoint, api_port=0, prefix=prefix)
-    c = start_cluster(opts, tmp_path / "cluster", Console(quiet=True))
+    opts = UpOptions(
+        nodes=3, drivers=1, etcd=etcd.endpoint, api_port=0, prefix=prefix, agent_args=agent_args
+    )
+    c = start_cluster(opts, base / "cluster", Console(quiet=True))
     try:
         asyncio.run(wait_ready(c, opts, demo_zone=False))
         yield c
-        for log in (tmp_path / "cluster" / "logs").glob("*.log"):
+        for log in (base / "cluster" / "logs").glob("*.log"):
             text = log.read_text(errors="replace")
             assert "Traceback" not in text, f"unexpected traceback in {log}:\n{text[-4000:]}"
     finally:
         c.stop()
+
+
+@pytest.fixture
+def cluster(etcd: Any, tmp_path: Path) -> Iterator[Cluster]:
+    yield from _cluster(etcd, tmp_path)
+
+
+@pytest.fixture
+def slow_cluster(etcd: Any, tmp_path: Path) -> Iterator[Cluster]:
+    """Agents whose copies crawl (0.05 MB/s each): after a first page, each copy stream
+    waits ~20 s, so a reshard of a few MB stays in COPY that long."""
+    yield from _cluster(etcd, tmp_path, "--catch-up-mbps", "0.05")
+
+
+async def _phase(api: PlacementClient) -> str:
+    layout = (await _zone(api)).layout
+    return layout.reshard.phase if layout.HasField("reshard") else ""
+
+
+async def _copying(etcd: EtcdClient, keys: KeySpace, api: PlacementClient) -> dict[int, int]:
+    """Wait until the reshard is in COPY and a destination reports keys copied: the keys
+    copied per destination partition."""
+    deadline = time.monotonic() + EVENTUALLY
+    while True:
+        if await _phase(api) == "copy":
+            found = await etcd.list_prefix(keys.zone_reshard_prefix(ZONE))
+            copied = {}
+            for kv in found.kvs:
+                parsed = keys.parse(kv.key)
+                report = decode_reshard_report(kv.value)
+                if parsed is not None and isinstance(report, ReshardReport) and report.keys:
+                    assert parsed.partition is not None
+                    copied[parsed.partition] = report.keys
+            if copied:
+                return copied
+        if time.monotonic() > deadline:
+            pytest.fail(f"never saw a copy in progress (phase {await _phase(api)!r})")
+        await asyncio.sleep(0.1)
+
+
+async def _preload(client: DataClient, count: int, size: int) -> dict[bytes, bytes]:
+    values = {f"bulk-{i:04d}".encode(): bytes([97 + i % 26]) * size for i in range(count)}
+    for key, value in values.items():
+        await client.put(ZONE, key, value)
+    return values
 
 
 async def _zone(api: PlacementClient) -> driver_pb2.Zone:
@@ -129,3 +184,111 @@ async def test_grow_then_shrink_under_writers_loses_no_acknowledged_write(
             await _serving(client, 4)
         await _reshard_under_writers(cluster, api, 4, 8, tmp_path / "grow.jsonl")
         await _reshard_under_writers(cluster, api, 8, 3, tmp_path / "shrink.jsonl")
+
+
+async def test_an_abort_before_the_flip_leaves_the_old_layout_and_no_copied_key(
+    slow_cluster: Cluster, etcd: Any, tmp_path: Path
+) -> None:
+    """Altering the count back while the copy runs aborts: the layout keeps its generation and
+    count, the grow's new partitions are retired, and no replica of the old partitions keeps a
+    copied, cursor or seal key — while writers never stop."""
+    c = slow_cluster
+    keys = KeySpace(c.prefix)
+    async with (
+        PlacementClient(c.driver_apis, deadline=30.0) as api,
+        DataClient(c.driver_apis, deadline=30.0) as client,
+        EtcdClient([etcd.endpoint]) as etcd_client,
+    ):
+        await _create(api, 4)
+        before = await _settled_layout(api, 4)
+        await _serving(client, 4)
+        bulk = await _preload(client, 48, 64 << 10)  # 3 MB: half of it moves to 4..7
+        record = tmp_path / "abort.jsonl"
+        stop = asyncio.Event()
+        writers = asyncio.create_task(run_writers(client, ZONE, 4, 30, 600.0, record, stop))
+        await _alter(api, 8)
+        copied = await _copying(etcd_client, keys, api)
+        assert set(copied) <= {4, 5, 6, 7}
+        await _alter(api, 4)  # back before the flip: abort
+        after = await _settled_layout(api, 4)
+        stop.set()
+        await writers
+        assert after.generation == before.generation
+        for p in range(4, 8):  # the grow's partitions are gone from etcd
+            assert not (await etcd_client.list_prefix(keys.partition_prefix(ZONE, p))).kvs
+        routes = await client.routes(ZONE, refresh=True)
+        for p in range(4):
+            for node in routes.route(p).stable:
+                copy = await client.read_replica(ZONE, p, node, routes.addresses[node])
+                assert copy.hosted
+                strays = [k for k in copy.items if partition_of_or_none(k, 4) != p]
+                assert not strays, f"{node} keeps keys of another partition in {p}: {strays[:3]}"
+        for key, value in bulk.items():
+            assert await client.get(ZONE, key) == value
+        result = await check_workload(client, ZONE, record, settle=20.0)
+    assert result.ok, result.as_json()
+
+
+async def test_sigkilled_primaries_of_a_destination_then_of_a_source_mid_copy_lose_nothing(
+    slow_cluster: Cluster, etcd: Any, tmp_path: Path
+) -> None:
+    """During the copy, SIGKILL the agent leading a destination, wait for another primary to
+    take the destination over (it resumes from the committed cursors), bring the agent back;
+    then the same for a source's primary. The reshard completes, and every acknowledged write
+    is readable, with every replica identical."""
+    c = slow_cluster
+    keys = KeySpace(c.prefix)
+    async with (
+        PlacementClient(c.driver_apis, deadline=30.0) as api,
+        DataClient(c.driver_apis, deadline=60.0) as client,
+        EtcdClient([etcd.endpoint]) as etcd_client,
+    ):
+        await _create(api, 4)
+        await _settled_layout(api, 4)
+        await _serving(client, 4)
+        bulk = await _preload(client, 32, 64 << 10)
+        record = tmp_path / "kill.jsonl"
+        stop = asyncio.Event()
+        writers = asyncio.create_task(run_writers(client, ZONE, 4, 30, 600.0, record, stop))
+        await _alter(api, 8)
+        await _copying(etcd_client, keys, api)
+        for partition in (4, 0):  # a destination, then a source
+            assert await _phase(api) == "copy", "the copy ended before the kill"
+            victim = (await _leaders(etcd_client, keys))[partition]
+            child = next(ch for ch in c.children if ch.name == victim)
+            assert child.proc is not None
+            child.proc.send_signal(signal.SIGKILL)
+            child.proc.wait(10)
+            await _lease_moves(etcd_client, keys, partition, victim)
+            child.start()
+        await _settled_layout(api, 8)
+        stop.set()
+        await writers
+        for key, value in bulk.items():
+            assert await client.get(ZONE, key) == value
+        result = await check_workload(client, ZONE, record, settle=60.0)
+    assert result.ok, result.as_json()
+
+
+async def _lease_moves(etcd: EtcdClient, keys: KeySpace, partition: int, away_from: str) -> None:
+    deadline = time.monotonic() + EVENTUALLY
+    while (await _leaders(etcd, keys)).get(partition) in (away_from, None):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the primary lease of {partition} never left {away_from}")
+        await asyncio.sleep(0.2)
+
+
+async def _leaders(etcd: EtcdClient, keys: KeySpace) -> dict[int, str]:
+    found = await etcd.list_prefix(keys.zone_primary_prefix(ZONE))
+    leaders = {}
+    for kv in found.kvs:
+        parsed = keys.parse(kv.key)
+        lease = decode_primary(kv.value)
+        if parsed is not None and parsed.partition is not None and isinstance(lease, PrimaryLease):
+            leaders[parsed.partition] = lease.node
+    return leaders
+
+
+def partition_of_or_none(key: bytes, partitions: int) -> int | None:
+    """A stored key's partition; None for a control key (no client key has one)."""
+    return None if key.startswith(CONTROL_PREFIX) else partition_of(key, partitions)
