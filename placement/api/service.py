@@ -24,7 +24,7 @@ from placement.core.layout import check_alter
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
 from placement.core.zonespec import validate_zone_spec
-from placement.driver.status import zone_status
+from placement.driver.status import ReshardProgress, reshard_progress, zone_status
 from placement.errors import (
     Conflict,
     InvalidInput,
@@ -37,10 +37,14 @@ from placement.metastore.codec import (
     LeaderRecord,
     NodeRecord,
     PrimaryLease,
+    ReplicaSize,
+    ReshardReport,
     decode_assignment,
     decode_datanodes,
     decode_leader,
     decode_primary,
+    decode_reshard_report,
+    decode_size,
 )
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
@@ -103,7 +107,7 @@ class PartitionView:
 
 @dataclass(frozen=True, slots=True)
 class ZoneStatusView:
-    """``state`` is READY, HOLDDOWN or REBALANCING."""
+    """``state`` is READY, HOLDDOWN, REBALANCING or RESHARDING (then ``reshard`` is set)."""
 
     name: str
     state: str
@@ -111,6 +115,7 @@ class ZoneStatusView:
     partitions_done: int
     holddown_remaining_s: float
     revision: int
+    reshard: ReshardProgress | None = None
 
 
 def make_spec(
@@ -250,6 +255,33 @@ class PlacementAPI:
 
     # -- status, nodes, assignments ----------------------------------------------------------------
 
+    async def _reshard_progress(
+        self, name: str, layout: LayoutValue, now_ms: int
+    ) -> ReshardProgress | None:
+        """The agents' reshard reports and replica sizes of zone ``name`` (one read each)."""
+        reports: dict[int, ReshardReport] = {}
+        for kv in (await self.client.list_prefix(self.keys.zone_reshard_prefix(name))).kvs:
+            parsed = self.keys.parse(kv.key)
+            report = decode_reshard_report(kv.value)
+            if (
+                parsed is not None
+                and parsed.partition is not None
+                and isinstance(report, ReshardReport)
+            ):
+                reports[parsed.partition] = report
+        sizes: dict[int, int] = {}
+        sizes_prefix = self.keys.sizes_prefix() + name.encode() + b"/"
+        for kv in (await self.client.list_prefix(sizes_prefix)).kvs:
+            parsed = self.keys.parse(kv.key)
+            size = decode_size(kv.value)
+            if (
+                parsed is not None
+                and parsed.partition is not None
+                and isinstance(size, ReplicaSize)
+            ):
+                sizes[parsed.partition] = max(sizes.get(parsed.partition, 0), size.bytes)
+        return reshard_progress(layout, reports, sizes, now_ms)
+
     async def zone_status(self, name: str) -> ZoneStatusView:
         """`driver.status.zone_status` over the zone's keys (any instance answers)."""
         record = await self.get_zone(name)
@@ -259,7 +291,11 @@ class PlacementAPI:
         found = await self.client.get(self.keys.datanodes(name), revision=zone.revision)
         kv = found.first()
         datanodes = decode_datanodes(kv.value) if kv is not None else None
-        status = zone_status(record.spec, zone.partitions, datanodes, self._clock_ms() / 1000)
+        now_ms = self._clock_ms()
+        progress = None
+        if isinstance(record.layout, LayoutValue) and record.layout.layout.reshard is not None:
+            progress = await self._reshard_progress(name, record.layout, now_ms)
+        status = zone_status(record.spec, zone.partitions, datanodes, now_ms / 1000, progress)
         return ZoneStatusView(
             name,
             status.state.value,
@@ -267,6 +303,7 @@ class PlacementAPI:
             status.partitions_done,
             status.holddown_remaining_s,
             zone.revision,
+            status.reshard,
         )
 
     async def list_nodes(self) -> tuple[int, tuple[NodeRecord, ...]]:

@@ -22,7 +22,7 @@ from placement.api.service import (
     ZoneNotFound,
     make_spec,
 )
-from placement.core.layout import ReshardRunning, ZoneLayout
+from placement.core.layout import Reshard, ReshardRunning, ZoneLayout
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
 from placement.core.zonespec import ALTERABLE
@@ -88,17 +88,18 @@ def zone_pb(record: ZoneRecord) -> driver_pb2.Zone:
     )
 
 
+def reshard_pb(r: Reshard) -> driver_pb2.Reshard:
+    return driver_pb2.Reshard(
+        attempt=r.attempt, source=r.source, target=r.target, phase=r.phase.value
+    )
+
+
 def layout_pb(layout: ZoneLayout) -> driver_pb2.ZoneLayout:
     r = layout.reshard
-    reshard = (
-        None
-        if r is None
-        else driver_pb2.Reshard(
-            attempt=r.attempt, source=r.source, target=r.target, phase=r.phase.value
-        )
-    )
     return driver_pb2.ZoneLayout(
-        generation=layout.generation, partitions=layout.partitions, reshard=reshard
+        generation=layout.generation,
+        partitions=layout.partitions,
+        reshard=None if r is None else reshard_pb(r),
     )
 
 
@@ -264,7 +265,7 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
     ) -> driver_pb2.ZoneStatus:
         async def work() -> driver_pb2.ZoneStatus:
             s = await self.api.zone_status(request.name)
-            return driver_pb2.ZoneStatus(
+            status = driver_pb2.ZoneStatus(
                 name=s.name,
                 state=driver_pb2.ZoneState.Value(s.state),
                 partitions_total=s.partitions_total,
@@ -272,6 +273,14 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
                 holddown_remaining_seconds=s.holddown_remaining_s,
                 revision=s.revision,
             )
+            if s.reshard is not None:
+                r = s.reshard
+                status.reshard.CopyFrom(reshard_pb(r.reshard))
+                status.keys_copied = r.keys_copied
+                status.bytes_copied = r.bytes_copied
+                status.bytes_to_copy = r.bytes_to_copy
+                status.eta_seconds = r.eta_s
+            return status
 
         return await self._run(context, work)
 

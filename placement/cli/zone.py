@@ -131,8 +131,9 @@ def status_json(status: driver_pb2.ZoneStatus) -> dict[str, Any]:
         driver_pb2.READY: "READY",
         driver_pb2.HOLDDOWN: "HOLDDOWN",
         driver_pb2.REBALANCING: "REBALANCING",
+        driver_pb2.RESHARDING: "RESHARDING",
     }
-    return {
+    found = {
         "name": status.name,
         "state": names.get(status.state, "UNKNOWN"),
         "partitions_total": status.partitions_total,
@@ -140,6 +141,19 @@ def status_json(status: driver_pb2.ZoneStatus) -> dict[str, Any]:
         "holddown_remaining_seconds": status.holddown_remaining_seconds,
         "revision": status.revision,
     }
+    if status.HasField("reshard"):
+        r = status.reshard
+        found["reshard"] = {
+            "attempt": r.attempt,
+            "source": r.source,
+            "target": r.target,
+            "phase": r.phase,
+            "keys_copied": status.keys_copied,
+            "bytes_copied": status.bytes_copied,
+            "bytes_to_copy": status.bytes_to_copy,
+            "eta_seconds": status.eta_seconds,
+        }
+    return found
 
 
 @click.group()
@@ -298,7 +312,7 @@ def zone_list(ctx: click.Context, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def zone_status(ctx: click.Context, name: str, watch: bool, interval: float, as_json: bool) -> None:
-    """Show zone NAME's status: READY, HOLDDOWN or REBALANCING, with progress."""
+    """Show zone NAME's status: READY, HOLDDOWN, REBALANCING or RESHARDING, with progress."""
     from placement.v1 import driver_pb2
 
     if interval <= 0:
@@ -324,6 +338,15 @@ def _status_line(s: Mapping[str, Any]) -> str:
     )
     if s["state"] == "HOLDDOWN":
         line += f", membership change applies in {s['holddown_remaining_seconds']:.1f}s"
+    r = s.get("reshard")
+    if r is not None:
+        line += (
+            f", re-sharding {r['source']} → {r['target']} partitions, phase {r['phase']}:"
+            f" {r['keys_copied']} keys, {r['bytes_copied'] / 1e6:.1f} of"
+            f" ~{r['bytes_to_copy'] / 1e6:.1f} MB copied"
+        )
+        if r["eta_seconds"]:
+            line += f", about {r['eta_seconds']:.0f}s left"
     return line
 
 

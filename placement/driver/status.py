@@ -2,6 +2,8 @@
 
 States (``ZoneStatusState``), checked in this order::
 
+    RESHARDING   the zone's layout carries a reshard (design/resharding.md): its phase, the keys
+                 and bytes copied, the bytes expected to move and an ETA (``reshard_progress``)
     REBALANCING  some partition 0..P-1 has a pending key (a rebalance is in progress), or the
                  driver has not yet turned a change into pending keys: a partition without stable
                  (being created), a stable whose size is not min(replicas, data nodes), a stable
@@ -24,9 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from placement.core.layout import Reshard, ReshardPhase
 from placement.core.model import ZoneSpec
 from placement.driver.datanodes import holddown_remaining
-from placement.metastore.codec import Corrupt, DataNodes
+from placement.metastore.codec import Corrupt, DataNodes, LayoutValue, ReshardReport
 from placement.metastore.keys import AssignField
 from placement.metastore.transitions import PartitionState
 
@@ -35,6 +38,20 @@ class ZoneStatusState(StrEnum):
     READY = "READY"
     HOLDDOWN = "HOLDDOWN"
     REBALANCING = "REBALANCING"
+    RESHARDING = "RESHARDING"
+
+
+@dataclass(frozen=True, slots=True)
+class ReshardProgress:
+    """A running reshard as status shows it (design/resharding.md)."""
+
+    reshard: Reshard
+    keys_copied: int
+    bytes_copied: int
+    #: The sources' reported sizes times the share of keys that move.
+    bytes_to_copy: int
+    #: Seconds left at the copy's rate since the layout's last phase change; 0 = unknown.
+    eta_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +60,33 @@ class ZoneStatus:
     partitions_total: int
     partitions_done: int
     holddown_remaining_s: float = 0.0
+    reshard: ReshardProgress | None = None
+
+
+def reshard_progress(
+    layout: LayoutValue,
+    reports: Mapping[int, ReshardReport],
+    sizes: Mapping[int, int],
+    now_ms: int,
+) -> ReshardProgress | None:
+    """``layout``'s reshard with its progress: ``reports`` (partition -> its reshard report),
+    ``sizes`` (partition -> bytes its replicas report, the largest); None without a reshard."""
+    r = layout.layout.reshard
+    if r is None:
+        return None
+    mine = [rep for rep in reports.values() if rep.attempt == r.attempt]
+    keys = sum(rep.keys for rep in mine)
+    copied = sum(rep.bytes for rep in mine)
+    moves = r.moves
+    if r.target > r.source:  # a grow: every source gives (P'-P)/P' of its keys
+        to_copy = int(sum(sizes.get(p, 0) for p in moves.sources) * moves.moving_fraction)
+    else:  # a shrink: the removed partitions give all of theirs
+        to_copy = sum(sizes.get(p, 0) for p in moves.sources)
+    elapsed_s = max(0.0, (now_ms - layout.ts) / 1000)
+    eta = 0.0
+    if copied and elapsed_s > 0 and to_copy > copied and r.phase is ReshardPhase.COPY:
+        eta = (to_copy - copied) / (copied / elapsed_s)
+    return ReshardProgress(r, keys, copied, to_copy, eta)
 
 
 def zone_status(
@@ -50,6 +94,7 @@ def zone_status(
     partitions: Mapping[int, PartitionState],
     datanodes: DataNodes | Corrupt | None,
     now_s: float,
+    reshard: ReshardProgress | None = None,
 ) -> ZoneStatus:
     """The status of ``spec``'s zone.
 
@@ -71,6 +116,8 @@ def zone_status(
             done += 1
         stables.append(state.peers(AssignField.STABLE) or ())
     applied = datanodes.applied if isinstance(datanodes, DataNodes) else None
+    if reshard is not None:
+        return ZoneStatus(ZoneStatusState.RESHARDING, total, done, reshard=reshard)
     if rebalancing or not triggered(spec, stables, applied):
         return ZoneStatus(ZoneStatusState.REBALANCING, total, done)
     if isinstance(datanodes, DataNodes):

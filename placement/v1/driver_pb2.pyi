@@ -30,6 +30,8 @@ class _ZoneStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ZoneState.V
     READY: _ZoneState.ValueType  # 1
     HOLDDOWN: _ZoneState.ValueType  # 2
     REBALANCING: _ZoneState.ValueType  # 3
+    RESHARDING: _ZoneState.ValueType  # 4
+    """The zone's partition count is being changed and its data moved (design/resharding.md)."""
 
 class ZoneState(_ZoneState, metaclass=_ZoneStateEnumTypeWrapper): ...
 
@@ -37,6 +39,8 @@ ZONE_STATE_UNSPECIFIED: ZoneState.ValueType  # 0
 READY: ZoneState.ValueType  # 1
 HOLDDOWN: ZoneState.ValueType  # 2
 REBALANCING: ZoneState.ValueType  # 3
+RESHARDING: ZoneState.ValueType  # 4
+"""The zone's partition count is being changed and its data moved (design/resharding.md)."""
 Global___ZoneState: _TypeAlias = ZoneState  # noqa: Y015
 
 @_typing.final
@@ -342,6 +346,11 @@ class ZoneStatus(_message.Message):
     PARTITIONS_DONE_FIELD_NUMBER: _builtins.int
     HOLDDOWN_REMAINING_SECONDS_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
+    RESHARD_FIELD_NUMBER: _builtins.int
+    KEYS_COPIED_FIELD_NUMBER: _builtins.int
+    BYTES_COPIED_FIELD_NUMBER: _builtins.int
+    BYTES_TO_COPY_FIELD_NUMBER: _builtins.int
+    ETA_SECONDS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     state: Global___ZoneState.ValueType
     partitions_total: _builtins.int
@@ -349,6 +358,17 @@ class ZoneStatus(_message.Message):
     holddown_remaining_seconds: _builtins.float
     """Seconds until a held-down membership change is applied (HOLDDOWN only)."""
     revision: _builtins.int
+    keys_copied: _builtins.int
+    bytes_copied: _builtins.int
+    bytes_to_copy: _builtins.int
+    eta_seconds: _builtins.float
+    @_builtins.property
+    def reshard(self) -> Global___Reshard:
+        """RESHARDING only: the reshard, what its copy moved so far and what it is expected to move
+        (the sources' reported sizes times the share of keys that move), and an estimate of the
+        seconds left at the copy's rate so far (0 = unknown).
+        """
+
     def __init__(
         self,
         *,
@@ -358,10 +378,15 @@ class ZoneStatus(_message.Message):
         partitions_done: _builtins.int = ...,
         holddown_remaining_seconds: _builtins.float = ...,
         revision: _builtins.int = ...,
+        reshard: Global___Reshard | None = ...,
+        keys_copied: _builtins.int = ...,
+        bytes_copied: _builtins.int = ...,
+        bytes_to_copy: _builtins.int = ...,
+        eta_seconds: _builtins.float = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["reshard", b"reshard"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["holddown_remaining_seconds", b"holddown_remaining_seconds", "name", b"name", "partitions_done", b"partitions_done", "partitions_total", b"partitions_total", "revision", b"revision", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_copied", b"bytes_copied", "bytes_to_copy", b"bytes_to_copy", "eta_seconds", b"eta_seconds", "holddown_remaining_seconds", b"holddown_remaining_seconds", "keys_copied", b"keys_copied", "name", b"name", "partitions_done", b"partitions_done", "partitions_total", b"partitions_total", "reshard", b"reshard", "revision", b"revision", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -302,6 +302,8 @@ class DataPlane:
                 await self._resharding.send_reports(time.monotonic())
             except PlacementError as e:
                 log.warning("data plane: %s", e)
+            except Exception:  # a bug: logged with its traceback; the roles loop must go on
+                log.exception("data plane: roles pass failed")
             await wait_event(self._changed, max(0.0, full_due - time.monotonic()))
 
     def _poke(self, changes: Changes) -> None:

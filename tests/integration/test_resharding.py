@@ -209,6 +209,13 @@ async def test_an_abort_before_the_flip_leaves_the_old_layout_and_no_copied_key(
         await _alter(api, 8)
         copied = await _copying(etcd_client, keys, api)
         assert set(copied) <= {4, 5, 6, 7}
+        status = await api.call(
+            lambda s, t: s.GetZoneStatus(driver_pb2.GetZoneRequest(name=ZONE), timeout=t)
+        )
+        assert status.state == driver_pb2.RESHARDING
+        assert (status.reshard.source, status.reshard.target) == (4, 8)
+        assert status.reshard.phase in ("copy", "seal")
+        assert status.keys_copied >= min(copied.values())
         await _alter(api, 4)  # back before the flip: abort
         after = await _settled_layout(api, 4)
         stop.set()

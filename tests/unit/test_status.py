@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from placement.core.layout import Reshard, ReshardPhase, ZoneLayout
 from placement.core.model import Peers, ZoneSpec
-from placement.driver.status import ZoneStatusState, zone_status
-from placement.metastore.codec import Assignment, DataNodes
+from placement.driver.status import ZoneStatusState, reshard_progress, zone_status
+from placement.metastore.codec import Assignment, DataNodes, LayoutValue, ReshardReport
 from placement.metastore.transitions import PartitionState, Versioned
 
 
@@ -63,3 +64,26 @@ def test_a_change_inside_its_delay_is_holddown() -> None:
     status = zone_status(spec, partitions, held, 1.0)
     assert status.state is ZoneStatusState.HOLDDOWN
     assert 0 < status.holddown_remaining_s <= 60
+
+
+def test_a_reshard_is_resharding_with_what_it_copied_and_is_expected_to_copy() -> None:
+    grow = LayoutValue(ZoneLayout(7, 4, Reshard(9, 4, 8, ReshardPhase.COPY)), 1, ts=10_000)
+    reports = {
+        4: ReshardReport(9, 1, keys=30, bytes=3_000),
+        5: ReshardReport(9, 1, keys=10, bytes=1_000),
+        6: ReshardReport(8, 1, keys=99, bytes=99_000),  # an older attempt: not counted
+    }
+    sizes = {0: 8_000, 1: 8_000, 2: 8_000, 3: 8_000, 4: 4_000}  # 4: a destination's own size
+    progress = reshard_progress(grow, reports, sizes, now_ms=12_000)
+    assert progress is not None
+    assert (progress.keys_copied, progress.bytes_copied) == (40, 4_000)
+    assert progress.bytes_to_copy == 16_000  # half of every source moves in 4 -> 8
+    assert progress.eta_s == 6.0  # 12,000 bytes left at 2,000 bytes/s
+    status = zone_status(ZoneSpec("z", 8, 2), {}, None, 12.0, progress)
+    assert status.state is ZoneStatusState.RESHARDING
+    assert status.reshard == progress
+    shrink = LayoutValue(ZoneLayout(7, 8, Reshard(9, 8, 5, ReshardPhase.SEAL)), 1, ts=10_000)
+    moved = reshard_progress(shrink, {}, {p: 1_000 for p in range(8)}, now_ms=12_000)
+    assert moved is not None
+    assert (moved.bytes_to_copy, moved.eta_s) == (3_000, 0.0)  # the removed 5, 6, 7 move whole
+    assert reshard_progress(LayoutValue(ZoneLayout(7, 8)), {}, {}, 0) is None
