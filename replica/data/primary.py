@@ -480,7 +480,9 @@ class Primary:
             if reply.outcome is AppendOutcome.NOT_HOSTED:
                 return "it does not host the partition"
             if reply.outcome is AppendOutcome.OK:
-                self.members[member] = reply.last_index
+                # A member's log may run past ours (an older primary's uncommitted suffix): it
+                # matches ours up to what we sent, and the rest is undone by our next append.
+                self.members[member] = min(reply.last_index, self.state.last_index)
                 if reply.last_index >= upto:
                     return ""
                 continue
