@@ -260,27 +260,23 @@ class PlacementAPI:
     ) -> ReshardProgress | None:
         """The agents' reshard reports and replica sizes of zone ``name`` (one read each)."""
         reports: dict[int, ReshardReport] = {}
-        for kv in (await self.client.list_prefix(self.keys.zone_reshard_prefix(name))).kvs:
-            parsed = self.keys.parse(kv.key)
-            report = decode_reshard_report(kv.value)
-            if (
-                parsed is not None
-                and parsed.partition is not None
-                and isinstance(report, ReshardReport)
-            ):
-                reports[parsed.partition] = report
+        for p, raw in await self._per_partition(self.keys.zone_reshard_prefix(name)):
+            if isinstance(report := decode_reshard_report(raw), ReshardReport):
+                reports[p] = report
         sizes: dict[int, int] = {}
-        sizes_prefix = self.keys.sizes_prefix() + name.encode() + b"/"
-        for kv in (await self.client.list_prefix(sizes_prefix)).kvs:
-            parsed = self.keys.parse(kv.key)
-            size = decode_size(kv.value)
-            if (
-                parsed is not None
-                and parsed.partition is not None
-                and isinstance(size, ReplicaSize)
-            ):
-                sizes[parsed.partition] = max(sizes.get(parsed.partition, 0), size.bytes)
+        for p, raw in await self._per_partition(self.keys.sizes_prefix() + name.encode() + b"/"):
+            if isinstance(size := decode_size(raw), ReplicaSize):
+                sizes[p] = max(sizes.get(p, 0), size.bytes)
         return reshard_progress(layout, reports, sizes, now_ms)
+
+    async def _per_partition(self, prefix: bytes) -> list[tuple[int, bytes]]:
+        """``(partition, value)`` of every per-partition key under ``prefix``."""
+        found = await self.client.list_prefix(prefix)
+        return [
+            (parsed.partition, kv.value)
+            for kv in found.kvs
+            if (parsed := self.keys.parse(kv.key)) is not None and parsed.partition is not None
+        ]
 
     async def zone_status(self, name: str) -> ZoneStatusView:
         """`driver.status.zone_status` over the zone's keys (any instance answers)."""

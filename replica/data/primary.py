@@ -118,6 +118,9 @@ class Primary:
         #: client writes to the keys it moves are refused. Loaded from the replica at start;
         #: set when the seal is queued, so every write queued after it is refused.
         self.seal: Seal | None = None
+        #: The seal as last written through the log (and committed): what ``seal_for`` and
+        #: ``unseal`` compare with, so a write that failed is written again.
+        self._seal_written: Seal | None = None
         self._task = asyncio.create_task(self._run(), name=f"primary {key}@{lease_epoch}")
 
     def _not_primary(self) -> NotPrimary:
@@ -174,19 +177,38 @@ class Primary:
         return list(await asyncio.gather(*futures))
 
     async def seal_for(self, seal: Seal) -> None:
-        """Write ``seal`` through the log (once per attempt); client writes to the keys it
-        moves are refused from now on."""
-        if self.seal == seal:
+        """Write ``seal`` through the log (once per attempt; again if that write failed);
+        client writes to the keys it moves are refused from now on."""
+        if self._seal_written == seal:
             return
         self.seal = seal
         await self.write_many([(SEAL_KEY, seal.encode())])
+        self._seal_written = seal
+        log.info(
+            "%s/%s@%d: sealed for reshard %d (%d -> %d partitions)",
+            self.zone,
+            self.partition,
+            self.lease_epoch,
+            seal.attempt,
+            seal.source,
+            seal.target,
+        )
+
+    @property
+    def seal_written(self) -> Seal | None:
+        return self._seal_written
+
+    def forget_seal(self) -> None:
+        """The seal key was deleted through the log (a purge): nothing is sealed any more."""
+        self.seal = self._seal_written = None
 
     async def unseal(self) -> None:
         """Drop a seal whose attempt ended (aborted, or finished and purged elsewhere)."""
-        if self.seal is None:
-            return
         self.seal = None
+        if self._seal_written is None:
+            return
         await self.write_many([(SEAL_KEY, None)])
+        self._seal_written = None
 
     @contextlib.asynccontextmanager
     async def committed(self) -> AsyncIterator[None]:
@@ -248,7 +270,7 @@ class Primary:
             self._data.raise_fence, self.zone, self.partition, self.lease_epoch
         )
         sealed = await self._db.call(self._data.get, self.zone, self.partition, SEAL_KEY)
-        self.seal = Seal.decode(sealed) if sealed is not None else None
+        self.seal = self._seal_written = Seal.decode(sealed) if sealed is not None else None
         lease, _rev, isr, isr_rev = await self._deps.read_lease_and_isr(self.key)
         if lease is None or lease.node != node or lease.lease_epoch != self.lease_epoch:
             raise Deposed("the lease is not this node's")

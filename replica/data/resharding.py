@@ -276,7 +276,7 @@ async def purge(db: StoreThread, primary: Primary, partitions: int) -> int:
         deleted += len(doomed)
         if done:
             break
-    primary.seal = None
+    primary.forget_seal()
     return deleted
 
 
@@ -307,7 +307,7 @@ class Resharding:
                 continue
             reshard, count, revision = found
             if reshard is None:
-                seal = primary.seal
+                seal = primary.seal or primary.seal_written
                 if seal is not None and revision > seal.attempt:  # the attempt ended
                     self._start(primary, "unseal", seal.attempt, primary.unseal)
                 continue
@@ -339,6 +339,15 @@ class Resharding:
                 self._pullers.pop(key)[1].cancel()
         for key, (puller, _) in self._pullers.items():
             self._reports[key] = puller.report()
+            if puller.reshard.phase is ReshardPhase.SEAL and not puller.drained:
+                log.debug(
+                    "%s/%s: not drained yet: %s",
+                    *key,
+                    {
+                        s: (p.cursor.snapshot, p.cursor.index, p.cursor.seal_bound, p.lag)
+                        for s, p in puller.progress.items()
+                    },
+                )
         self._forget_ended(primaries)
 
     def _start(
@@ -394,6 +403,17 @@ class Resharding:
             return
         if progress_due:
             self._progress_sent = now
+        for key, report in changed.items():
+            if _facts(self._sent.get(key)) != _facts(report):
+                log.info(
+                    "%s/%s: reshard %d report: lag %d, drained %s, purged %s (lease epoch %d)",
+                    *key,
+                    report.attempt,
+                    report.lag,
+                    report.drained,
+                    report.purged,
+                    report.lease_epoch,
+                )
         await put(
             {
                 self._deps.report_key(*key): encode_reshard_report(report)
