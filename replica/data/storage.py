@@ -324,10 +324,7 @@ class DataStore:
         one transaction (design/data-plane.md):
 
         * ``epoch`` below the fence → STALE_EPOCH, nothing changes;
-        * ``epoch`` above it → raise the fence (nothing is undone eagerly: the log is matched
-          at the new primary's ``prev``, and a suffix that differs from what it sends is undone
-          then — undoing down to a commit index that lags on disk would drop committed entries
-          a new primary whose log starts at a snapshot cannot send again);
+        * ``epoch`` above it → raise the fence and undo the log down to the commit index;
         * the log must hold ``(prev_index, prev_epoch)``, else MISMATCH with where to resume
           (``last_index``, or the commit index when the suffix above it may be foreign);
         * entries the log already holds with the same epoch are skipped; from the first that
@@ -341,6 +338,7 @@ class DataStore:
             if epoch < state.seen_epoch:
                 return AppendResult.STALE_EPOCH, state
             if epoch > state.seen_epoch:
+                state = self._undo_to(zone, partition, state, state.commit_index)
                 state = replace(state, seen_epoch=epoch)
                 self._put_state(zone, partition, state)
             if prev_index > state.last_index:

@@ -85,12 +85,11 @@ def test_follower_rejects_a_stale_epoch_and_undoes_on_a_new_one(store: DataStore
     result, state = store.follow(Z, P, 1, 2, 2, as_entries([(b"c", b"x")], 3, epoch=1), 3)
     assert result is AppendResult.STALE_EPOCH
     assert contents(store) == {b"a": b"1", b"b": b"2"}
-    # A new primary (epoch 3) whose log ends at 1: nothing is undone eagerly (the fence rises);
-    # its append after (1, 2) with a different entry 2 undoes the follower's entry 2 then.
-    result, state = store.follow(Z, P, 3, 1, 2, [], 1)
-    assert result is AppendResult.OK
-    assert (state.seen_epoch, state.last_index) == (3, 2)
-    assert contents(store) == {b"a": b"1", b"b": b"2"}
+    # A new primary (epoch 3): the uncommitted entry 2 is undone, the follower asks from 1.
+    result, state = store.follow(Z, P, 3, 2, 2, [], 2)
+    assert result is AppendResult.MISMATCH
+    assert state.last_index == 1
+    assert contents(store) == {b"a": b"1"}
     result, state = store.follow(Z, P, 3, 1, 2, as_entries([(b"b", b"3")], 2, epoch=3), 2)
     assert result is AppendResult.OK
     assert state.last_index == 2
