@@ -23,8 +23,10 @@ from placement.data.partitioning import CONTROL_PREFIX, partition_of
 from placement.data.workload import run_writers
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
 from placement.metastore.codec import (
+    InSyncSet,
     PrimaryLease,
     ReshardReport,
+    decode_isr,
     decode_primary,
     decode_reshard_report,
 )
@@ -93,7 +95,7 @@ async def _copying(etcd: EtcdClient, keys: KeySpace, api: PlacementClient) -> di
 
 
 async def _grow_under_writers(
-    api: PlacementClient, client: DataClient, tmp_path: Path
+    api: PlacementClient, client: DataClient, etcd: EtcdClient, keys: KeySpace, tmp_path: Path
 ) -> tuple[driver_pb2.ZoneLayout, dict[bytes, bytes], Path, asyncio.Event, asyncio.Task[Any]]:
     """Zone kv of 4 partitions with 2 MB in it (half of which a grow to 8 moves), four writers
     running, and the grow to 8 asked: (the layout before, the bulk keys, the writers' record,
@@ -101,6 +103,7 @@ async def _grow_under_writers(
     await _create(api, 4)
     before = await _settled_layout(api, 4)
     await _serving(client, 4)
+    await _in_sync(etcd, keys, 4)  # before the data: a late member would crawl through it
     bulk = await _preload(client, 32, 64 << 10)
     record = tmp_path / "writers.jsonl"
     stop = asyncio.Event()
@@ -216,7 +219,9 @@ async def test_an_abort_before_the_flip_leaves_the_old_layout_and_no_copied_key(
         DataClient(c.driver_apis, deadline=30.0) as client,
         EtcdClient([etcd.endpoint]) as etcd_client,
     ):
-        before, bulk, record, stop, writers = await _grow_under_writers(api, client, tmp_path)
+        before, bulk, record, stop, writers = await _grow_under_writers(
+            api, client, etcd_client, keys, tmp_path
+        )
         copied = await _copying(etcd_client, keys, api)
         assert set(copied) <= {4, 5, 6, 7}
         status = await api.call(
@@ -236,8 +241,7 @@ async def test_an_abort_before_the_flip_leaves_the_old_layout_and_no_copied_key(
         routes = await client.routes(ZONE, refresh=True)
         for p in range(4):
             for node in routes.route(p).stable:
-                copy = await client.read_replica(ZONE, p, node, routes.addresses[node])
-                assert copy.hosted
+                copy = await _hosted_copy(client, p, node, routes.addresses[node])
                 strays = [k for k in copy.items if partition_of_or_none(k, 4) != p]
                 assert not strays, f"{node} keeps keys of another partition in {p}: {strays[:3]}"
         for key, value in bulk.items():
@@ -266,7 +270,9 @@ async def test_sigkilled_primaries_of_a_destination_then_of_a_source_mid_copy_lo
         DataClient(c.driver_apis, deadline=60.0) as client,
         EtcdClient([etcd.endpoint]) as etcd_client,
     ):
-        _, bulk, record, stop, writers = await _grow_under_writers(api, client, tmp_path)
+        _, bulk, record, stop, writers = await _grow_under_writers(
+            api, client, etcd_client, keys, tmp_path
+        )
         await _copying(etcd_client, keys, api)
         for partition in (4, 0):  # a destination, then a source
             assert await _phase(api) == "copy", "the copy ended before the kill"
@@ -291,6 +297,36 @@ async def _lease_moves(etcd: EtcdClient, keys: KeySpace, partition: int, away_fr
     while (await _leaders(etcd, keys)).get(partition) in (away_from, None):
         if time.monotonic() > deadline:
             pytest.fail(f"the primary lease of {partition} never left {away_from}")
+        await asyncio.sleep(0.2)
+
+
+async def _in_sync(etcd: EtcdClient, keys: KeySpace, partitions: int) -> None:
+    """Every partition's in-sync set holds all three agents."""
+    deadline = time.monotonic() + EVENTUALLY
+    while True:
+        found = await etcd.list_prefix(keys.zone_isr_prefix(ZONE))
+        full = 0
+        for kv in found.kvs:
+            isr = decode_isr(kv.value)
+            if isinstance(isr, InSyncSet) and len(isr.members) == 3:
+                full += 1
+        if full >= partitions:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"only {full} of {partitions} in-sync sets are full")
+        await asyncio.sleep(0.2)
+
+
+async def _hosted_copy(client: DataClient, partition: int, node: str, address: str) -> Any:
+    """``node``'s complete copy of ``partition``: a member of a zone created seconds ago may
+    still be taking its replica (the leader adopts every first member of a new zone)."""
+    deadline = time.monotonic() + EVENTUALLY
+    while True:
+        copy = await client.read_replica(ZONE, partition, node, address)
+        if copy.hosted:
+            return copy
+        if time.monotonic() > deadline:
+            pytest.fail(f"{node} never held its replica of {partition}")
         await asyncio.sleep(0.2)
 
 
