@@ -90,7 +90,7 @@ class Puller:
 
     def __init__(self, deps: ReshardDeps, primary: Primary, reshard: Reshard) -> None:
         self._deps = deps
-        self._primary = primary
+        self.primary = primary
         self.reshard = reshard
         self.zone, self.partition = primary.key
         self.progress: dict[int, _SourceProgress] = {}
@@ -115,7 +115,7 @@ class Puller:
     def report(self) -> ReshardReport:
         return ReshardReport(
             self.reshard.attempt,
-            self._primary.lease_epoch,
+            self.primary.lease_epoch,
             sum(p.keys for p in self.progress.values()),
             sum(p.bytes for p in self.progress.values()),
             min(self.lag, 2**62),
@@ -141,7 +141,7 @@ class Puller:
         progress = self.progress[source] = _SourceProgress(await self._load(source))
         select = (self.reshard.target, self.partition)
         backoff = Backoff(deps.retry)
-        while not self._primary.finished:
+        while not self.primary.finished:
             cursor = progress.cursor
             leader = deps.leader_of((self.zone, source))
             if leader is None or not leader[1]:
@@ -229,8 +229,8 @@ class Puller:
             return False
         was = (self.drained, self.lag <= SEAL_LAG)
         for i in range(0, len(writes), STEP_WRITES):
-            await self._primary.write_many(writes[i : i + STEP_WRITES])
-        await self._primary.write_many([(cursor_key(source), new.encode())])
+            await self.primary.write_many(writes[i : i + STEP_WRITES])
+        await self.primary.write_many([(cursor_key(source), new.encode())])
         progress.cursor = new
         progress.keys += len(writes)
         progress.bytes += sum(len(k) + len(v or b"") for k, v in writes)
@@ -241,41 +241,36 @@ class Puller:
     async def _forget(self, source: int) -> None:
         """The source's log no longer has what the cursor needs: delete, through the log,
         every key copied from it (they route to it under the source count), to start over."""
-        db, store = self._deps.db, self._deps.db.store.data
-        after = b""
-        while True:
-            items, done, after = await db.call(
-                store.snapshot_page, self.zone, self.partition, after, 1 << 20
-            )
-            doomed: list[tuple[bytes, bytes | None]] = [
-                (k, None)
-                for k, _ in items
-                if routes_to(k, source, self.reshard.source) or k == cursor_key(source)
-            ]
-            for i in range(0, len(doomed), STEP_WRITES):
-                await self._primary.write_many(doomed[i : i + STEP_WRITES])
-            if done:
-                return
+        await delete_where(
+            self._deps.db,
+            self.primary,
+            lambda k: routes_to(k, source, self.reshard.source) or k == cursor_key(source),
+        )
 
 
-async def purge(db: StoreThread, primary: Primary, partitions: int) -> int:
-    """Delete through ``primary``'s log every stored key that does not route to its partition
-    under a layout of ``partitions`` (control keys included: the seal, the cursors); returns how
-    many. Idempotent: a repeat after a crash finds fewer or none."""
+async def delete_where(db: StoreThread, primary: Primary, doomed: Callable[[bytes], bool]) -> int:
+    """Delete through ``primary``'s log every stored key of its partition that ``doomed``
+    picks, page by page; returns how many. Idempotent: a repeat finds fewer or none."""
     zone, partition = primary.key
     store = db.store.data
     deleted = 0
     after = b""
     while True:
         items, done, after = await db.call(store.snapshot_page, zone, partition, after, 1 << 20)
-        doomed: list[tuple[bytes, bytes | None]] = [
-            (k, None) for k, _ in items if not routes_to(k, partition, partitions)
-        ]
-        for i in range(0, len(doomed), STEP_WRITES):
-            await primary.write_many(doomed[i : i + STEP_WRITES])
-        deleted += len(doomed)
+        writes: list[tuple[bytes, bytes | None]] = [(k, None) for k, _ in items if doomed(k)]
+        for i in range(0, len(writes), STEP_WRITES):
+            await primary.write_many(writes[i : i + STEP_WRITES])
+        deleted += len(writes)
         if done:
-            break
+            return deleted
+
+
+async def purge(db: StoreThread, primary: Primary, partitions: int) -> int:
+    """Delete through ``primary``'s log every stored key that does not route to its partition
+    under a layout of ``partitions`` (control keys included: the seal, the cursors); returns how
+    many."""
+    partition = primary.key[1]
+    deleted = await delete_where(db, primary, lambda k: not routes_to(k, partition, partitions))
     primary.forget_seal()
     return deleted
 
@@ -319,7 +314,7 @@ class Resharding:
                 if (
                     running is None
                     or running[1].done()
-                    or running[0]._primary is not primary
+                    or running[0].primary is not primary
                     or running[0].reshard != reshard  # e.g. sealed: restart it unthrottled
                 ):
                     if running is not None:
