@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from placement.core.layout import check_alter
+from placement.core.layout import cancel_reshard, check_alter
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
 from placement.core.zonespec import validate_zone_spec
@@ -238,6 +238,18 @@ class PlacementAPI:
             if result.current is None:
                 raise ZoneNotFound(name)
         raise Conflict(f"zone {name!r} changed concurrently too often; retry")
+
+    async def cancel_reshard(self, name: str) -> tuple[bool, str]:
+        """Abort zone ``name``'s re-sharding before its flip by altering its partition count back
+        to the reshard's source (:func:`~placement.core.layout.cancel_reshard`), through
+        :meth:`alter_zone`: the same guarded write and checks as an operator's alter back."""
+        record = await self.get_zone(name)
+        layout = record.layout.layout if isinstance(record.layout, LayoutValue) else None
+        decision = cancel_reshard(layout, name)
+        count = decision.count
+        if count is not None:
+            await self.alter_zone(name, lambda spec: replace(spec, partitions=count))
+        return decision.accepted, decision.detail
 
     async def drop_zone(self, name: str) -> None:
         fence = await self._fence()

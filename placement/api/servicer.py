@@ -350,6 +350,16 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
 
         return await self._run(context, work, request, "CancelRebalance")
 
+    async def CancelReshard(
+        self, request: driver_pb2.CancelReshardRequest, context: Any
+    ) -> driver_pb2.CancelRebalanceReply:
+        async def work() -> driver_pb2.CancelRebalanceReply:
+            validate_name(request.zone, "zone")
+            accepted, detail = await self.api.cancel_reshard(request.zone)
+            return driver_pb2.CancelRebalanceReply(accepted=accepted, detail=detail)
+
+        return await self._run(context, work, request, "CancelReshard")
+
     async def PauseRebalancing(
         self, request: driver_pb2.PauseRequest, context: Any
     ) -> driver_pb2.PauseReply:

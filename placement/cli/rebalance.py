@@ -1,4 +1,5 @@
-"""``placectl rebalance``: cancel one partition's rebalance, pause and resume all driving."""
+"""``placectl rebalance``: cancel one partition's rebalance or a zone's re-sharding, pause and
+resume all driving."""
 
 from __future__ import annotations
 
@@ -16,14 +17,18 @@ def rebalance() -> None:
 
 @rebalance.command("cancel")
 @click.argument("zone_name", metavar="ZONE")
-@click.argument("partition", type=click.IntRange(min=0))
+@click.argument("partition", type=click.IntRange(min=0), required=False)
 @click.pass_context
-def rebalance_cancel(ctx: click.Context, zone_name: str, partition: int) -> None:
-    """Cancel the rebalance in progress of PARTITION of ZONE (its replicas return to stable)."""
-    from placement.v1 import common_pb2
+def rebalance_cancel(ctx: click.Context, zone_name: str, partition: int | None) -> None:
+    """Cancel the rebalance in progress of PARTITION of ZONE (its replicas return to stable);
+    without PARTITION, abort ZONE's re-sharding (it keeps its old partition count)."""
+    from placement.v1 import common_pb2, driver_pb2
 
-    request = common_pb2.PartitionRef(zone=zone_name, partition=partition)
-    reply = api_call(ctx, "CancelRebalance", request)
+    if partition is None:
+        reply = api_call(ctx, "CancelReshard", driver_pb2.CancelReshardRequest(zone=zone_name))
+    else:
+        request = common_pb2.PartitionRef(zone=zone_name, partition=partition)
+        reply = api_call(ctx, "CancelRebalance", request)
     click.echo(f"{'cancelled' if reply.accepted else 'not cancelled'}: {reply.detail}")
     if not reply.accepted:
         sys.exit(1)

@@ -15,8 +15,10 @@ Pure code: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from fractions import Fraction
 
 from placement.core.limits import MAX_PARTITIONS
 from placement.core.zonespec import check_count
@@ -75,9 +77,26 @@ class Moves:
         return range(self.new) if self.new < self.old else range(0)
 
     @property
+    def moving_share(self) -> Fraction:
+        """The expected share of the zone's keys that move, exactly: ``|P'-P| / max(P, P')``.
+        A grow moves this share of **every** source's keys; a shrink all of the removed
+        partitions' keys, which hold this share of the zone's in expectation."""
+        return Fraction(abs(self.new - self.old), max(self.new, self.old))
+
+    @property
     def moving_fraction(self) -> float:
-        """The expected share of the zone's keys that move."""
-        return abs(self.new - self.old) / max(self.new, self.old)
+        """:attr:`moving_share` as a float."""
+        return float(self.moving_share)
+
+    def moved(self, amounts: Mapping[int, int]) -> int:
+        """How much of ``amounts`` (partition under ``old`` -> its keys, or its bytes; a
+        partition absent counts 0) moves: for a grow the sources' total times
+        :attr:`moving_share` (the expected value, rounded down), for a shrink exactly the
+        removed partitions' total. Re-sharding's "keys or bytes to copy"."""
+        total = sum(amounts.get(p, 0) for p in self.sources)
+        if self.new > self.old:
+            return int(total * self.moving_share)
+        return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,3 +260,33 @@ def check_alter(layout: ZoneLayout | None, zone: str, current: int, requested: i
     else:
         fix = "wait for its clean-up to finish, then change the count again"
     raise ReshardRunning(f"{what}: {fix}")
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReshard:
+    """What cancelling a zone's reshard (``placectl rebalance cancel ZONE``) does: alter the
+    config back to ``count`` (None: write nothing), whether the cancel holds, and what to tell
+    the operator."""
+
+    count: int | None
+    accepted: bool
+    detail: str
+
+
+def cancel_reshard(layout: ZoneLayout | None, zone: str) -> CancelReshard:
+    """Cancelling is aborting: altering the count back to the reshard's source, allowed exactly
+    when :func:`check_alter` allows that abort (before the flip); again while it aborts holds."""
+    r = layout.reshard if layout is not None else None
+    if r is None:
+        why = f"zone {zone} is not re-sharding (name a partition to cancel its rebalance)"
+        return CancelReshard(None, False, why)
+    moving = f"re-sharding {r.source} → {r.target}"
+    if r.phase is ReshardPhase.ABORT:
+        return CancelReshard(None, True, f"{moving} is already being aborted")
+    if r.phase not in BEFORE_FLIP:
+        why = (
+            f"{moving} has flipped to {r.target} partitions (phase {r.phase}): it can no longer"
+            " be cancelled; wait for its clean-up to finish"
+        )
+        return CancelReshard(None, False, why)
+    return CancelReshard(r.source, True, f"{moving} aborted: the zone keeps {r.source} partitions")

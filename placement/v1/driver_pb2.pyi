@@ -622,6 +622,25 @@ class AssignmentEvent(_message.Message):
 Global___AssignmentEvent: _TypeAlias = AssignmentEvent  # noqa: Y015
 
 @_typing.final
+class CancelReshardRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ZONE_FIELD_NUMBER: _builtins.int
+    zone: _builtins.str
+    def __init__(
+        self,
+        *,
+        zone: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["zone", b"zone"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelReshardRequest: _TypeAlias = CancelReshardRequest  # noqa: Y015
+
+@_typing.final
 class CancelRebalanceReply(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

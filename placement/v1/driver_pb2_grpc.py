@@ -85,6 +85,11 @@ class PlacementServiceStub:
                 request_serializer=placement_dot_v1_dot_common__pb2.PartitionRef.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_driver__pb2.CancelRebalanceReply.FromString,
                 _registered_method=True)
+        self.CancelReshard = channel.unary_unary(
+                '/placement.v1.PlacementService/CancelReshard',
+                request_serializer=placement_dot_v1_dot_driver__pb2.CancelReshardRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_driver__pb2.CancelRebalanceReply.FromString,
+                _registered_method=True)
         self.PauseRebalancing = channel.unary_unary(
                 '/placement.v1.PlacementService/PauseRebalancing',
                 request_serializer=placement_dot_v1_dot_driver__pb2.PauseRequest.SerializeToString,
@@ -162,6 +167,14 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelReshard(self, request, context):
+        """Aborts the zone's re-sharding before its flip: the zone keeps its old partition count
+        (the same as AlterZone back to it; design/resharding.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PauseRebalancing(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -225,6 +238,11 @@ def add_PlacementServiceServicer_to_server(servicer, server):
             'CancelRebalance': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelRebalance,
                     request_deserializer=placement_dot_v1_dot_common__pb2.PartitionRef.FromString,
+                    response_serializer=placement_dot_v1_dot_driver__pb2.CancelRebalanceReply.SerializeToString,
+            ),
+            'CancelReshard': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelReshard,
+                    request_deserializer=placement_dot_v1_dot_driver__pb2.CancelReshardRequest.FromString,
                     response_serializer=placement_dot_v1_dot_driver__pb2.CancelRebalanceReply.SerializeToString,
             ),
             'PauseRebalancing': grpc.unary_unary_rpc_method_handler(
@@ -507,6 +525,33 @@ class PlacementService:
             target,
             '/placement.v1.PlacementService/CancelRebalance',
             placement_dot_v1_dot_common__pb2.PartitionRef.SerializeToString,
+            placement_dot_v1_dot_driver__pb2.CancelRebalanceReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelReshard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/CancelReshard',
+            placement_dot_v1_dot_driver__pb2.CancelReshardRequest.SerializeToString,
             placement_dot_v1_dot_driver__pb2.CancelRebalanceReply.FromString,
             options,
             channel_credentials,

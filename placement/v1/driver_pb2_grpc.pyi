@@ -44,6 +44,10 @@ class PlacementServiceStub:
     WatchAssignments: _grpc.UnaryStreamMultiCallable[_driver_pb2.WatchAssignmentsRequest, _driver_pb2.AssignmentEvent]
     """Streams every change of a zone's assignment keys after from_revision."""
     CancelRebalance: _grpc.UnaryUnaryMultiCallable[_common_pb2.PartitionRef, _driver_pb2.CancelRebalanceReply]
+    CancelReshard: _grpc.UnaryUnaryMultiCallable[_driver_pb2.CancelReshardRequest, _driver_pb2.CancelRebalanceReply]
+    """Aborts the zone's re-sharding before its flip: the zone keeps its old partition count
+    (the same as AlterZone back to it; design/resharding.md).
+    """
     PauseRebalancing: _grpc.UnaryUnaryMultiCallable[_driver_pb2.PauseRequest, _driver_pb2.PauseReply]
     ResumeRebalancing: _grpc.UnaryUnaryMultiCallable[_driver_pb2.PauseRequest, _driver_pb2.PauseReply]
 
@@ -62,6 +66,10 @@ class PlacementServiceAsyncStub(PlacementServiceStub):
     WatchAssignments: _aio.UnaryStreamMultiCallable[_driver_pb2.WatchAssignmentsRequest, _driver_pb2.AssignmentEvent]  # type: ignore[assignment]
     """Streams every change of a zone's assignment keys after from_revision."""
     CancelRebalance: _aio.UnaryUnaryMultiCallable[_common_pb2.PartitionRef, _driver_pb2.CancelRebalanceReply]  # type: ignore[assignment]
+    CancelReshard: _aio.UnaryUnaryMultiCallable[_driver_pb2.CancelReshardRequest, _driver_pb2.CancelRebalanceReply]  # type: ignore[assignment]
+    """Aborts the zone's re-sharding before its flip: the zone keeps its old partition count
+    (the same as AlterZone back to it; design/resharding.md).
+    """
     PauseRebalancing: _aio.UnaryUnaryMultiCallable[_driver_pb2.PauseRequest, _driver_pb2.PauseReply]  # type: ignore[assignment]
     ResumeRebalancing: _aio.UnaryUnaryMultiCallable[_driver_pb2.PauseRequest, _driver_pb2.PauseReply]  # type: ignore[assignment]
 
@@ -137,6 +145,16 @@ class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _common_pb2.PartitionRef,
         context: _ServicerContext,
     ) -> _typing.Union[_driver_pb2.CancelRebalanceReply, _abc.Awaitable[_driver_pb2.CancelRebalanceReply]]: ...
+
+    @_abc_1.abstractmethod
+    def CancelReshard(
+        self,
+        request: _driver_pb2.CancelReshardRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_driver_pb2.CancelRebalanceReply, _abc.Awaitable[_driver_pb2.CancelRebalanceReply]]:
+        """Aborts the zone's re-sharding before its flip: the zone keeps its old partition count
+        (the same as AlterZone back to it; design/resharding.md).
+        """
 
     @_abc_1.abstractmethod
     def PauseRebalancing(

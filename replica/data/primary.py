@@ -529,9 +529,13 @@ class Primary:
     # -- learners ------------------------------------------------------------------------------
 
     async def fetch(self, call: FetchCall) -> FetchReply:
-        """Serve a learner: a snapshot page, or committed entries; a learner that reached the
-        last entry joins the ISR. A selected fetch (re-sharding's copy, design/resharding.md)
-        gets only the selected keys and never joins."""
+        """Serve a learner: a snapshot page, or committed entries. A learner joins the ISR when
+        it asks for what follows the last entry — its log already holds every entry — never on
+        the answer that carries them: the learner has not written those yet, and may never
+        (its task ends when it sees itself in the ISR), and an ISR member missing committed
+        entries is a lost write waiting for the other members to fail. A selected fetch
+        (re-sharding's copy, design/resharding.md) gets only the selected keys and never
+        joins."""
         max_bytes = call.max_bytes or self._deps.fetch_bytes
         async with self.committed():
             if call.snapshot:
@@ -556,13 +560,13 @@ class Primary:
                     scanned_to=reached,
                 )
             if (
-                reached == self.state.last_index
+                call.after_index == self.state.last_index
                 and call.node not in self.members
                 and call.node != self._deps.node
                 and not self._deps.member_gone(self.key, call.node)  # e.g. a leaving replica
             ):
                 members = frozenset(self.members) | {self._deps.node, call.node}
-                await self._set_isr(members, {call.node: reached})
+                await self._set_isr(members, {call.node: call.after_index})
             return FetchReply(
                 FetchOutcome.OK,
                 entries=tuple(entries),

@@ -185,6 +185,7 @@ def test_bad_input_one_line_exit_2_nothing_written(ops_cluster: Cluster) -> None
         (("zone", "alter", "nope", "--replicas", "2"), "nope"),
         (("zone", "alter", "nope"), "no setting"),
         (("rebalance", "cancel", "nope", "0"), "nope"),
+        (("rebalance", "cancel", "nope"), "nope"),
     ]
     for args, word in cases:
         one_line_error(placectl(c, *args), 2, word)
@@ -202,6 +203,9 @@ def test_bad_input_one_line_exit_2_nothing_written(ops_cluster: Cluster) -> None
     nothing = placectl(c, "rebalance", "cancel", "dup", "1")
     assert nothing.returncode == 1
     assert "no rebalance" in nothing.stdout
+    not_resharding = placectl(c, "rebalance", "cancel", "dup")
+    assert not_resharding.returncode == 1
+    assert "not re-sharding" in not_resharding.stdout
     assert placectl(c, "zone", "drop", "dup").returncode == 0
 
 

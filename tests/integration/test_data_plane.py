@@ -26,6 +26,7 @@ from placement.data.partitioning import partition_of
 from placement.driver.leases import LeaseConfig
 from placement.metastore.codec import (
     InSyncSet,
+    NodeRecord,
     PrimaryLease,
     ReplicaSize,
     decode_isr,
@@ -431,3 +432,66 @@ async def test_an_agent_reports_every_replicas_size_in_few_transactions(
             assert len(transactions) <= math.ceil(partitions / MAX_TXN_OPS)
     finally:
         await agents.close()
+
+
+async def test_a_learner_joins_the_in_sync_set_only_once_it_holds_the_last_entry(
+    etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
+) -> None:
+    """A Fetch answer carrying the last entries does not make the learner an ISR member (it has
+    not written them, and may never); a Fetch for what follows the last entry does. Node n9 is
+    registered by the test with no agent behind it, so the test can fetch in its name."""
+    for n in ("n1", "n2", "n3"):
+        await agents.start(n)
+    registration = await client.grant_lease(5)
+    store = Metastore(client, keys)
+    await store.register_node(NodeRecord("n9", "127.0.0.1:1", {}), registration)
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    try:
+        async with running_driver(endpoint, keys, leases=LEASES) as driver:
+            spec = ZoneSpec("kv", partitions=2, replicas=4, min_in_sync=2)
+            assert (await store.create_zone(spec, await leader_fence(driver))).applied
+
+            async def leader_on_an_agent_and_n9_dropped() -> bool:
+                for p in range(2):
+                    lease = await primary_of(client, keys, "kv", p)
+                    isr = await isr_of(client, keys, "kv", p)
+                    if (
+                        lease is not None
+                        and lease.node in agents.addresses
+                        and isr is not None
+                        and "n9" not in isr.members
+                    ):
+                        found.append(p)
+                        return True
+                return False
+
+            found: list[int] = []
+            await eventually(leader_on_an_agent_and_n9_dropped, "n9 out of an agent's ISR")
+            p = found[-1]
+            key_of_p = [
+                k for k in (f"key{i}".encode() for i in range(100)) if partition_of(k, 2) == p
+            ]
+            last = 0
+            for key in key_of_p[:5]:
+                last = (await put(agents, client, keys, "kv", 2, key, b"v" * 100)).index
+            lease = await primary_of(client, keys, "kv", p)
+            assert lease is not None
+            primary = agents.replication(lease.node)
+            ref = common_pb2.PartitionRef(zone="kv", partition=p)
+            carrying = await primary.Fetch(
+                data_pb2.FetchRequest(partition=ref, node="n9", after_index=0), timeout=5
+            )
+            assert carrying.entries
+            assert carrying.entries[-1].index == last
+            isr = await isr_of(client, keys, "kv", p)
+            assert isr is not None
+            assert "n9" not in isr.members, "n9 joined on the answer carrying the entries"
+            holding = await primary.Fetch(
+                data_pb2.FetchRequest(partition=ref, node="n9", after_index=last), timeout=5
+            )
+            assert not holding.entries
+            isr = await isr_of(client, keys, "kv", p)
+            assert isr is not None
+            assert "n9" in isr.members, "n9 holds the last entry but did not join"
+    finally:
+        await registration.revoke()

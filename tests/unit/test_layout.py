@@ -20,6 +20,7 @@ from placement.core.layout import (
     Step,
     Transition,
     ZoneLayout,
+    cancel_reshard,
     check_alter,
     next_step,
 )
@@ -273,3 +274,26 @@ def test_after_the_flip_no_change_is_accepted_until_clean_up_ends() -> None:
     for requested in (8, 32):
         with pytest.raises(ReshardRunning, match="wait for its clean-up to finish"):
             check_alter(layout, "kv", 16, requested)
+
+
+@pytest.mark.parametrize("phase", sorted(BEFORE_FLIP))
+def test_cancelling_before_the_flip_alters_the_count_back_to_the_source(
+    phase: ReshardPhase,
+) -> None:
+    layout = ZoneLayout(2, 8, Reshard(9, 8, 16, phase))
+    decision = cancel_reshard(layout, "kv")
+    assert (decision.count, decision.accepted) == (8, True)
+    assert decision.detail == "re-sharding 8 → 16 aborted: the zone keeps 8 partitions"
+    check_alter(layout, "kv", 16, 8)  # the write it asks for is one check_alter allows
+
+
+def test_cancelling_writes_nothing_without_a_reshard_while_aborting_or_after_the_flip() -> None:
+    none = cancel_reshard(ZoneLayout(2, 8), "kv")
+    assert (none.count, none.accepted) == (None, False)
+    assert "kv is not re-sharding" in none.detail
+    assert cancel_reshard(None, "kv").accepted is False
+    aborting = cancel_reshard(ZoneLayout(2, 8, Reshard(9, 8, 16, ReshardPhase.ABORT)), "kv")
+    assert (aborting.count, aborting.accepted) == (None, True)
+    flipped = cancel_reshard(ZoneLayout(3, 16, Reshard(9, 8, 16, ReshardPhase.CLEANUP)), "kv")
+    assert (flipped.count, flipped.accepted) == (None, False)
+    assert "can no longer be cancelled" in flipped.detail
