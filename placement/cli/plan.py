@@ -103,6 +103,8 @@ def run_plan(
 def plan(input_path: Path, output_path: Path, engine: str, **options: Any) -> None:
     """Compute the target assignment of every zone in a snapshot, with moves and balance."""
     # the other options are run_plan's keyword arguments (Spark and what-if), named alike
+    from placement.pipeline.planning import reshard_line
+
     with pipeline_extra(f"placectl plan --engine {engine}"):
         summary = run_plan(input_path, output_path, engine=engine, **options)
     click.echo(
@@ -110,3 +112,6 @@ def plan(input_path: Path, output_path: Path, engine: str, **options: Any) -> No
         f"{summary['bytes_to_move']} byte(s) to move, node load spread "
         f"{summary['spread_before']} -> {summary['spread']} -> {output_path}"
     )
+    line = reshard_line(summary)
+    if line:
+        click.echo(line)

@@ -2,18 +2,20 @@
 
 :func:`zone_rows` is the unit of work: the Spark engine runs it inside ``applyInPandas`` (one
 call per zone), the local engine in a loop. Its rows carry the zone's JSON fragment and its
-contribution to the fleet totals, or the error that stops the plan.
+contribution to the fleet totals, or the error that stops the plan; :func:`totals_from_sums`
+turns the rows summed per kind (and key) back into the fleet totals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from placement.core.model import Node
 from placement.errors import InvalidInput
 from placement.pipeline.inputs import PlanInput, PlannedZone, local_zone_inputs
 from placement.pipeline.planning import (
+    COUNTER_KINDS,
     FleetTotals,
     ZoneInput,
     plan_zone_input,
@@ -22,6 +24,15 @@ from placement.pipeline.planning import (
 
 #: Row kinds besides the counter kinds: the zone itself (value = moves), its bytes, an error.
 ZONE, BYTES, ERROR = "zone", "bytes", "error"
+#: A re-sharded zone (value 1), one without sizes (value 1), its keys and bytes to move.
+RESHARD, RESHARD_UNSIZED, RESHARD_KEYS, RESHARD_BYTES = (
+    "reshard",
+    "reshard_unsized",
+    "reshard_keys",
+    "reshard_bytes",
+)
+#: Kinds summed over the whole fleet (their key does not count); the counter kinds sum per key.
+FLEET_KINDS = (ZONE, BYTES, RESHARD, RESHARD_UNSIZED, RESHARD_KEYS, RESHARD_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +61,38 @@ def zone_rows(
     ]
     for kind, values in result.counters().items():
         rows.extend(ResultRow(i, kind, key, value) for key, value in values.items())
+    r = result.reshard
+    if r is not None:
+        rows.append(ResultRow(i, RESHARD, zone.spec.name, 1))
+        if r.keys is None or r.bytes is None:
+            rows.append(ResultRow(i, RESHARD_UNSIZED, zone.spec.name, 1))
+        else:
+            rows.append(ResultRow(i, RESHARD_KEYS, zone.spec.name, r.keys))
+            rows.append(ResultRow(i, RESHARD_BYTES, zone.spec.name, r.bytes))
     return rows
+
+
+def totals_from_sums(sums: Iterable[tuple[str, str, int, int]]) -> FleetTotals:
+    """The fleet totals from rows summed by ``(kind, key)`` — the key blank for
+    :data:`FLEET_KINDS` —, given as ``(kind, key, sum of values, number of rows)``: what the
+    Spark engine's group-by returns. Other kinds (errors) are ignored."""
+    totals = FleetTotals()
+    for kind, key, value, n in sums:
+        if kind == ZONE:
+            totals.zones, totals.moves = n, value
+        elif kind == BYTES:
+            totals.bytes_to_move = value
+        elif kind == RESHARD:
+            totals.reshard_zones = value
+        elif kind == RESHARD_UNSIZED:
+            totals.reshard_unsized = value
+        elif kind == RESHARD_KEYS:
+            totals.reshard_keys = value
+        elif kind == RESHARD_BYTES:
+            totals.reshard_bytes = value
+        elif kind in COUNTER_KINDS:
+            totals.counters[kind].update({key: value})
+    return totals
 
 
 def plan_local(plan_input: PlanInput, totals: FleetTotals) -> Iterator[str]:

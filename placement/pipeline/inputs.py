@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from placement.core.model import Node, ZoneSpec
 from placement.errors import InvalidInput
-from placement.pipeline.planning import ZoneInput, partition_size
+from placement.pipeline.planning import PartitionSize, ZoneInput, partition_size
 from placement.pipeline.rows import REQUIRED_FOR_PLAN, skeleton, stable_from_rows
 from placement.pipeline.snapshot import ClusterSnapshot, load_snapshot
 from placement.pipeline.whatif import WhatIf, apply_to_nodes, apply_to_spec, check_zones
@@ -119,33 +119,36 @@ def read_stable_rows(directory: Path) -> dict[str, list[tuple[int, Sequence[str]
     return out
 
 
-def read_partition_sizes(directory: Path) -> dict[str, dict[int, int]]:
-    """zone -> partition -> size (largest replica size reported); empty without sizes.parquet."""
+def read_partition_sizes(directory: Path) -> dict[str, dict[int, PartitionSize]]:
+    """zone -> partition -> size: the largest bytes and the largest key count its replicas
+    report (:func:`~placement.pipeline.planning.partition_size`); empty without sizes.parquet."""
     if not (directory / "sizes.parquet").exists():
         return {}
-    table = read_table(directory, "sizes", ["zone", "partition", "bytes"])
-    replicas: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for zone, partition, size in _column_rows(table):
-        replicas[(zone, partition)].append(size or 0)
-    out: dict[str, dict[int, int]] = defaultdict(dict)
-    for (zone, partition), sizes in replicas.items():
-        out[zone][partition] = partition_size(sizes)
+    table = read_table(directory, "sizes", ["zone", "partition", "bytes", "keys"])
+    replicas: dict[tuple[str, int], list[tuple[int | None, int | None]]] = defaultdict(list)
+    for zone, partition, size, keys in _column_rows(table):
+        replicas[(zone, partition)].append((size, keys))
+    out: dict[str, dict[int, PartitionSize]] = defaultdict(dict)
+    for (zone, partition), reports in replicas.items():
+        out[zone][partition] = partition_size(reports)
     return out
 
 
 def zone_input(
-    zone: PlannedZone, rows: Sequence[tuple[int, Sequence[str] | None]], sizes: Mapping[int, int]
+    zone: PlannedZone,
+    rows: Sequence[tuple[int, Sequence[str] | None]],
+    sizes: Mapping[int, PartitionSize],
 ) -> ZoneInput:
     """The planner's input for one zone from its stable rows (validated) and partition sizes."""
     stable = stable_from_rows(zone.spec.name, zone.partitions_now, rows)
-    return ZoneInput(zone.spec, stable, dict(sizes))
+    return ZoneInput(zone.spec, stable, dict(sizes), zone.partitions_now)
 
 
 def local_zone_inputs(plan_input: PlanInput) -> Iterator[tuple[PlannedZone, ZoneInput]]:
     """Every zone's input, in output order, for the local engine."""
     if plan_input.parquet_dir is None:
         for zone, snap in zip(plan_input.zones, plan_input.snapshot.zones, strict=True):
-            yield zone, ZoneInput(zone.spec, snap.stable, {})
+            yield zone, ZoneInput(zone.spec, snap.stable, {}, zone.partitions_now)
         return
     stable = read_stable_rows(plan_input.parquet_dir)
     sizes = read_partition_sizes(plan_input.parquet_dir)

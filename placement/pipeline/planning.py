@@ -2,7 +2,9 @@
 
 Per zone, :func:`plan_zone_input` runs :func:`placement.pipeline.fleet.plan_zone` (hence
 :func:`placement.algo.place.place`, the driver's function) and adds what the plan costs: bytes to
-move and the load before. :func:`zone_fragment` renders one zone's JSON text, and
+move, the load before, and — when the what-if changes the zone's partition count — the keys and
+bytes the reshard would move (:func:`reshard_estimate`). :func:`zone_fragment` renders one zone's
+JSON text, and
 :meth:`FleetTotals.summary` the fleet totals from summed counters, so both engines write
 byte-identical files however the work was split (design/formats.md, "Plan").
 """
@@ -15,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from placement.core.layout import Moves
 from placement.core.model import Node, Peers, ZoneSpec
 from placement.pipeline.fleet import ZonePlan, plan_zone, spread, zone_plan_json
 from placement.pipeline.snapshot import ZoneSnapshot
@@ -25,13 +28,67 @@ COUNTER_KINDS = (LOAD, LOAD_BEFORE, DOMAIN, DOMAIN_BEFORE)
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionSize:
+    """A partition's size as its replicas report it (design/pipeline.md)."""
+
+    bytes: int
+    keys: int
+
+
+def partition_size(reports: Iterable[tuple[int | None, int | None]]) -> PartitionSize:
+    """A partition's size from its replicas' ``(bytes, keys)`` reports: the largest bytes and
+    the largest key count any replica reports (each 0 when none does; a null counts 0)."""
+    largest_bytes = largest_keys = 0
+    for size, keys in reports:
+        largest_bytes, largest_keys = max(largest_bytes, size or 0), max(largest_keys, keys or 0)
+    return PartitionSize(largest_bytes, largest_keys)
+
+
+@dataclass(frozen=True, slots=True)
 class ZoneInput:
-    """One zone as the planner needs it: its (what-if) spec, the current stable assignment and
-    the partitions' sizes in bytes (absent = unknown = 0)."""
+    """One zone as the planner needs it: its (what-if) spec, the current stable assignment, the
+    partitions' sizes (absent = unknown: 0 bytes to move) and the zone's partition count now
+    (``None``: the spec's, i.e. the what-if does not re-shard it)."""
 
     spec: ZoneSpec
     stable: Mapping[int, Peers]
-    sizes: Mapping[int, int] = field(default_factory=dict)
+    sizes: Mapping[int, PartitionSize] = field(default_factory=dict)
+    partitions_now: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReshardEstimate:
+    """What re-sharding a zone from ``source`` to ``target`` partitions would move between its
+    partitions; ``keys`` / ``bytes`` are None when unknown (no source partition has a size)."""
+
+    source: int
+    target: int
+    keys: int | None
+    bytes: int | None
+
+    def json(self) -> dict[str, Any]:
+        """The zone summary's ``reshard`` value (design/formats.md)."""
+        return {"from": self.source, "to": self.target, "keys": self.keys, "bytes": self.bytes}
+
+
+def reshard_estimate(
+    source: int, target: int, sizes: Mapping[int, PartitionSize]
+) -> ReshardEstimate | None:
+    """The keys and bytes a reshard ``source -> target`` would move, from the partitions' sizes
+    under ``source`` (:meth:`placement.core.layout.Moves.moved`: a grow moves the share
+    ``(P'-P)/P'`` of every source partition — the expected value —, a shrink exactly the
+    removed partitions' keys and bytes); None when the count does not change."""
+    if source == target:
+        return None
+    moves = Moves(source, target)
+    if not any(p in sizes for p in moves.sources):
+        return ReshardEstimate(source, target, None, None)
+    return ReshardEstimate(
+        source,
+        target,
+        keys=moves.moved({p: s.keys for p, s in sizes.items()}),
+        bytes=moves.moved({p: s.bytes for p, s in sizes.items()}),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +100,8 @@ class ZoneResult:
     load_before: Mapping[str, int]
     domain_load_before: Mapping[str, int]
     failure_domain: str | None
+    #: Set when the what-if changes the zone's partition count.
+    reshard: ReshardEstimate | None = None
 
     def counters(self) -> dict[str, dict[str, int]]:
         """This zone's contribution to the fleet counters; domain keys are ``attribute=value``."""
@@ -53,11 +112,6 @@ class ZoneResult:
             DOMAIN: {prefix + k: v for k, v in self.plan.domain_load.items()},
             DOMAIN_BEFORE: {prefix + k: v for k, v in self.domain_load_before.items()},
         }
-
-
-def partition_size(replica_sizes: Iterable[int]) -> int:
-    """A partition's size: the largest size any of its replicas reports (0 when none does)."""
-    return max(replica_sizes, default=0)
 
 
 def bytes_to_move(
@@ -101,12 +155,15 @@ def plan_zone_input(zone: ZoneInput, nodes: Sequence[Node]) -> ZoneResult:
     """Plans one zone with the driver's placement function and prices the plan."""
     plan = plan_zone(ZoneSnapshot(zone.spec, zone.stable), nodes)
     before = load_before(zone.stable, nodes, zone.spec)
+    sizes = {p: s.bytes for p, s in zone.sizes.items()}
+    now = zone.spec.partitions if zone.partitions_now is None else zone.partitions_now
     return ZoneResult(
         plan=plan,
-        bytes_to_move=bytes_to_move(zone.stable, plan.assignments, zone.sizes),
+        bytes_to_move=bytes_to_move(zone.stable, plan.assignments, sizes),
         load_before=before,
         domain_load_before=domain_load(before, nodes, zone.spec.failure_domain),
         failure_domain=zone.spec.failure_domain,
+        reshard=reshard_estimate(now, zone.spec.partitions, zone.sizes),
     )
 
 
@@ -121,6 +178,8 @@ def zone_json(result: ZoneResult) -> dict[str, Any]:
             "domain_load_before": dict(result.domain_load_before),
         }
     )
+    if result.reshard is not None:
+        out["summary"]["reshard"] = result.reshard.json()
     return out
 
 
@@ -143,6 +202,11 @@ class FleetTotals:
     counters: dict[str, Counter[str]] = field(
         default_factory=lambda: {kind: Counter() for kind in COUNTER_KINDS}
     )
+    #: Zones the what-if re-shards; those without sizes; the others' keys and bytes to move.
+    reshard_zones: int = 0
+    reshard_unsized: int = 0
+    reshard_keys: int = 0
+    reshard_bytes: int = 0
 
     def add(self, result: ZoneResult) -> None:
         self.zones += 1
@@ -150,6 +214,14 @@ class FleetTotals:
         self.bytes_to_move += result.bytes_to_move
         for kind, values in result.counters().items():
             self.counters[kind].update(values)
+        r = result.reshard
+        if r is not None:
+            self.reshard_zones += 1
+            if r.keys is None or r.bytes is None:
+                self.reshard_unsized += 1
+            else:
+                self.reshard_keys += r.keys
+                self.reshard_bytes += r.bytes
 
     def summary(self) -> dict[str, Any]:
         """The plan file's fleet ``summary``: totals, per-node and per-domain load before/after."""
@@ -165,7 +237,42 @@ class FleetTotals:
             "spread_before": spread(before),
             "domain_load": dict(sorted(self.counters[DOMAIN].items())),
             "domain_load_before": dict(sorted(self.counters[DOMAIN_BEFORE].items())),
+            **self._reshard(),
         }
+
+    def _reshard(self) -> dict[str, Any]:
+        """``{"reshard": ...}`` when a zone is re-sharded; keys and bytes are the sized zones'
+        sums, null when no zone has sizes (unknown is not 0)."""
+        if not self.reshard_zones:
+            return {}
+        sized = self.reshard_zones > self.reshard_unsized
+        return {
+            "reshard": {
+                "zones": self.reshard_zones,
+                "keys": self.reshard_keys if sized else None,
+                "bytes": self.reshard_bytes if sized else None,
+                "unsized_zones": self.reshard_unsized,
+            }
+        }
+
+
+def reshard_line(summary: Mapping[str, Any]) -> str | None:
+    """The CLI's line about the fleet summary's ``reshard`` (None without one)."""
+    r = summary.get("reshard")
+    if not r:
+        return None
+    head = f"reshard of {r['zones']} zone(s): "
+    if r["keys"] is None:
+        return (
+            head + "keys and bytes to move unknown: no partition sizes reported "
+            "(plan an export of a cluster whose agents report sizes)"
+        )
+    unsized = r["unsized_zones"]
+    return (
+        head + f"{r['keys']} key(s), {r['bytes']} byte(s) to move between partitions "
+        "(estimated from the reported sizes"
+        + (f"; {unsized} zone(s) without sizes are not counted)" if unsized else ")")
+    )
 
 
 def plan_text_parts(

@@ -248,7 +248,7 @@ def build_report(directory: Path, out: Path) -> dict[str, Any]:
         )
     events, current = read_history(directory)
     sizes_by_zone = read_partition_sizes(directory)
-    sizes = {(z, p): s for z, parts in sizes_by_zone.items() for p, s in parts.items()}
+    sizes = {(z, p): s.bytes for z, parts in sizes_by_zone.items() for p, s in parts.items()}
     start = stable_at_start(events, current)
     items = rebalances(events, start)
     stats = zone_stats(items, sizes)

@@ -3,7 +3,8 @@
 Shape of the job (design/pipeline.md has the why):
 
 1. the stable rows (Parquet read by the executors, or the JSON snapshot's rows) are joined to the
-   list of zones to plan and co-grouped by zone with the partition sizes (max over replicas);
+   list of zones to plan and co-grouped by zone with the partition sizes (bytes and keys, each
+   the max over replicas);
 2. ``applyInPandas`` runs :func:`placement.pipeline.engines.zone_rows` once per zone — the same
    pure code the local engine runs, hence the same placement function as the driver;
 3. the result (one fragment row per zone, plus per-node / per-domain counter rows) is persisted;
@@ -29,7 +30,13 @@ from pyspark.sql import functions as F
 
 from placement.core.model import Node
 from placement.errors import InvalidInput
-from placement.pipeline.engines import BYTES, ERROR, ZONE, zone_rows
+from placement.pipeline.engines import (
+    ERROR,
+    FLEET_KINDS,
+    ZONE,
+    totals_from_sums,
+    zone_rows,
+)
 from placement.pipeline.inputs import PlanInput, PlannedZone, zone_input
 from placement.pipeline.planning import COUNTER_KINDS, FleetTotals, partition_size
 from placement.pipeline.rows import snapshot_rows
@@ -101,11 +108,14 @@ def _stable_frame(spark: SparkSession, plan_input: PlanInput) -> DataFrame:
 def _sizes_frame(spark: SparkSession, plan_input: PlanInput) -> DataFrame:
     directory = plan_input.parquet_dir
     if directory is None or not (directory / "sizes.parquet").exists():
-        return spark.createDataFrame([], "zone string, partition int, bytes long")
+        return spark.createDataFrame([], "zone string, partition int, bytes long, keys long")
     return (
         spark.read.parquet(str(directory / "sizes.parquet"))
         .groupBy("zone", F.col("partition").cast("int").alias("partition"))
-        .agg(F.max(F.coalesce(F.col("bytes"), F.lit(0))).alias("bytes"))
+        .agg(
+            F.max(F.coalesce(F.col("bytes"), F.lit(0))).alias("bytes"),
+            F.max(F.coalesce(F.col("keys"), F.lit(0))).alias("keys"),
+        )
     )
 
 
@@ -121,9 +131,9 @@ def _planner(zones: Mapping[str, PlannedZone], nodes: Sequence[Node]) -> Any:
             (int(p), None if peers is None else [str(x) for x in peers])
             for p, peers in zip(present["partition"], present["peers"], strict=True)
         ]
-        by_partition: dict[int, list[int]] = {}
-        for p, size in zip(sizes["partition"], sizes["bytes"], strict=True):
-            by_partition.setdefault(int(p), []).append(int(size))
+        by_partition: dict[int, list[tuple[int, int]]] = {}
+        for p, size, keys in zip(sizes["partition"], sizes["bytes"], sizes["keys"], strict=True):
+            by_partition.setdefault(int(p), []).append((int(size), int(keys)))
         part_sizes = {p: partition_size(v) for p, v in by_partition.items()}
         out = zone_rows(zone, lambda: zone_input(zone, rows, part_sizes), nodes)
         return pd.DataFrame(
@@ -176,22 +186,15 @@ def plan_spark(
 
 def _totals(result: DataFrame) -> FleetTotals:
     """Fleet totals by a group-by in Spark: only the aggregates reach the driver."""
-    kinds = [ZONE, BYTES, *COUNTER_KINDS]
     summed = (
-        result.where(F.col("kind").isin(kinds))
+        result.where(F.col("kind").isin(*FLEET_KINDS, *COUNTER_KINDS))
         .groupBy(
-            "kind", F.when(F.col("kind").isin(ZONE, BYTES), "").otherwise(F.col("key")).alias("key")
+            "kind",
+            F.when(F.col("kind").isin(*FLEET_KINDS), "").otherwise(F.col("key")).alias("key"),
         )
         .agg(F.sum("value").alias("value"), F.count("*").alias("n"))
         .collect()
     )
-    totals = FleetTotals()
-    for row in summed:
-        kind, key, value = str(row["kind"]), str(row["key"]), int(row["value"])
-        if kind == ZONE:
-            totals.zones, totals.moves = int(row["n"]), value
-        elif kind == BYTES:
-            totals.bytes_to_move = value
-        else:
-            totals.counters[kind].update({key: value})
-    return totals
+    return totals_from_sums(
+        (str(row["kind"]), str(row["key"]), int(row["value"]), int(row["n"])) for row in summed
+    )

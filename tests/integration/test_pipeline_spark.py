@@ -65,10 +65,20 @@ def test_engines_agree_on_json_input_with_what_ifs(spark: SparkSession, tmp_path
     assert "node-a2" not in plan["summary"]["load"]
     assert "node-a2" in plan["summary"]["load_before"]
     assert plan["summary"]["load"]["node-d1"] > 0
+    # a JSON snapshot has no sizes: the reshard's keys and bytes are unknown, not 0
+    assert orders["summary"]["reshard"] == {"from": 12, "to": 20, "keys": None, "bytes": None}
+    assert "reshard" not in sessions["summary"]
+    assert plan["summary"]["reshard"] == {
+        "zones": 1,
+        "keys": None,
+        "bytes": None,
+        "unsized_zones": 1,
+    }
 
 
 def _fleet_dir(path: Path, zones: int = 6, partitions: int = 16) -> Path:
-    """An export-format directory: balanced stable from place(), sizes for some partitions."""
+    """An export-format directory: balanced stable from place(), sizes of every replica
+    (partition p's largest: 1000p+2 bytes, 10p+2 keys)."""
     nodes = [Node(f"n{i:02d}", {"rack": f"r{i % 4}"}) for i in range(10)]
     tables: dict[str, list[dict[str, Any]]] = {
         "nodes": [
@@ -93,15 +103,16 @@ def _fleet_dir(path: Path, zones: int = 6, partitions: int = 16) -> Path:
             )
             for k, node in enumerate(peers):
                 tables["sizes"].append(
-                    {"zone": spec.name, "partition": p, "node": node, "bytes": 1000 * p + k}
-                )
+                    {"zone": spec.name, "partition": p, "node": node, "bytes": 1000 * p + k,
+                     "keys": 10 * p + 2 - k}
+                )  # fmt: skip
     write_tables(path, tables, {})
     return path
 
 
 def test_engines_agree_on_parquet_input_with_sizes(spark: SparkSession, tmp_path: Path) -> None:
     fleet = _fleet_dir(tmp_path / "fleet")
-    _, plan = _both(fleet, tmp_path, remove_nodes=["n03"])
+    _, plan = _both(fleet, tmp_path, remove_nodes=["n03"], set_partitions=["z1=24", "z3=10"])
     for zone in plan["zones"]:
         summary = zone["summary"]
         assert "n03" not in summary["load"]
@@ -112,6 +123,27 @@ def test_engines_agree_on_parquet_input_with_sizes(spark: SparkSession, tmp_path
     assert plan["summary"]["bytes_to_move"] == sum(
         z["summary"]["bytes_to_move"] for z in plan["zones"]
     )
+    # the reshard figures (Spark's equal the local engine's: the files are identical): a grow
+    # 16 -> 24 moves a third of every partition's keys and bytes, a shrink 16 -> 10 all of
+    # partitions 10..15's
+    reshards = {z["name"]: z["summary"].get("reshard") for z in plan["zones"]}
+    grow_keys, grow_bytes = sum(10 * p + 2 for p in range(16)), sum(1000 * p + 2 for p in range(16))
+    shrink_keys = sum(10 * p + 2 for p in range(10, 16))
+    shrink_bytes = sum(1000 * p + 2 for p in range(10, 16))
+    assert reshards == {
+        "z0": None,
+        "z1": {"from": 16, "to": 24, "keys": grow_keys // 3, "bytes": grow_bytes // 3},
+        "z2": None,
+        "z3": {"from": 16, "to": 10, "keys": shrink_keys, "bytes": shrink_bytes},
+        "z4": None,
+        "z5": None,
+    }
+    assert plan["summary"]["reshard"] == {
+        "zones": 2,
+        "keys": grow_keys // 3 + shrink_keys,
+        "bytes": grow_bytes // 3 + shrink_bytes,
+        "unsized_zones": 0,
+    }
 
 
 def test_bad_row_found_by_either_engine(spark: SparkSession, tmp_path: Path) -> None:

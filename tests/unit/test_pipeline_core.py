@@ -19,7 +19,7 @@ from placement.errors import InvalidInput
 from placement.metastore.codec import Assignment, ReplicaSize, encode_assignment, encode_size
 from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import EventKind, KeyValue, WatchEvent
-from placement.pipeline.engines import BYTES, ZONE, ResultRow, zone_rows
+from placement.pipeline.engines import FLEET_KINDS, ResultRow, totals_from_sums, zone_rows
 from placement.pipeline.export import history_rows, snapshot_tables
 from placement.pipeline.fleet import ZonePlan, plan_zone, zone_plan_json
 from placement.pipeline.fleet import spread as _spread
@@ -27,6 +27,7 @@ from placement.pipeline.inputs import PlannedZone
 from placement.pipeline.planning import (
     COUNTER_KINDS,
     FleetTotals,
+    PartitionSize,
     ZoneInput,
     bytes_to_move,
     load_before,
@@ -81,17 +82,15 @@ def fleet_plan_json(plan: FleetPlan) -> dict[str, Any]:
 
 
 def totals_from_rows(rows: Sequence[ResultRow]) -> FleetTotals:
-    """The fleet totals of a set of rows (what the Spark engine computes with a group-by)."""
-    totals = FleetTotals()
+    """The fleet totals of a set of rows as the Spark engine computes them: a group-by on
+    (kind, key — blank for the fleet kinds) summing the values and counting the rows."""
+    sums: dict[tuple[str, str], list[int]] = {}
     for row in rows:
-        if row.kind == ZONE:
-            totals.zones += 1
-            totals.moves += row.value
-        elif row.kind == BYTES:
-            totals.bytes_to_move += row.value
-        elif row.kind in COUNTER_KINDS:
-            totals.counters[row.kind].update({row.key: row.value})
-    return totals
+        if row.kind in (*FLEET_KINDS, *COUNTER_KINDS):
+            group = sums.setdefault((row.kind, "" if row.kind in FLEET_KINDS else row.key), [0, 0])
+            group[0] += row.value
+            group[1] += 1
+    return totals_from_sums((kind, key, v, n) for (kind, key), (v, n) in sums.items())
 
 
 def test_whatif_parses_and_applies() -> None:
@@ -164,13 +163,19 @@ def test_bytes_and_load_before() -> None:
 def test_zone_rows_sum_to_the_local_totals() -> None:
     """What Spark aggregates (rows) equals what the local engine adds up (zone results)."""
     snapshot = load_snapshot(EXAMPLE)
+    sizes = {0: PartitionSize(5, 2), 3: PartitionSize(11, 4)}
+    # every zone as it is, then re-sharded with sizes (grow and shrink), then without sizes
+    inputs = [ZoneInput(z.spec, z.stable, sizes) for z in snapshot.zones]
+    for z in snapshot.zones:
+        for partitions, known in ((z.spec.partitions * 2, sizes), (3, sizes), (5, {})):
+            spec = apply_to_spec(z.spec, WhatIf(set_partitions={z.spec.name: partitions}))
+            inputs.append(ZoneInput(spec, z.stable, known, z.spec.partitions))
     totals, rows = FleetTotals(), []
-    for i, z in enumerate(snapshot.zones):
-        zin = ZoneInput(z.spec, z.stable, {0: 5, 3: 11})
+    for i, zin in enumerate(inputs):
         totals.add(plan_zone_input(zin, snapshot.nodes))
-        rows += zone_rows(
-            PlannedZone(i, z.spec.partitions, z.spec), lambda z=zin: z, snapshot.nodes
-        )
+        planned = PlannedZone(i, zin.partitions_now or zin.spec.partitions, zin.spec)
+        rows += zone_rows(planned, lambda z=zin: z, snapshot.nodes)
+    assert totals.summary()["reshard"]["unsized_zones"] == len(snapshot.zones)
     assert totals_from_rows(rows).summary() == totals.summary()
     bad = ZoneInput(ZoneSpec("z", 2, 2, node_selector={"no": "match"}), {})
     (row,) = zone_rows(PlannedZone(7, 2, bad.spec), lambda: bad, NODES)
