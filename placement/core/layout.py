@@ -83,11 +83,6 @@ class Moves:
         partitions' keys, which hold this share of the zone's in expectation."""
         return Fraction(abs(self.new - self.old), max(self.new, self.old))
 
-    @property
-    def moving_fraction(self) -> float:
-        """:attr:`moving_share` as a float."""
-        return float(self.moving_share)
-
     def moved(self, amounts: Mapping[int, int]) -> int:
         """How much of ``amounts`` (partition under ``old`` -> its keys, or its bytes; a
         partition absent counts 0) moves: for a grow the sources' total times

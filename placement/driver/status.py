@@ -77,11 +77,7 @@ def reshard_progress(
     mine = [rep for rep in reports.values() if rep.attempt == r.attempt]
     keys = sum(rep.keys for rep in mine)
     copied = sum(rep.bytes for rep in mine)
-    moves = r.moves
-    if r.target > r.source:  # a grow: every source gives (P'-P)/P' of its keys
-        to_copy = int(sum(sizes.get(p, 0) for p in moves.sources) * moves.moving_fraction)
-    else:  # a shrink: the removed partitions give all of theirs
-        to_copy = sum(sizes.get(p, 0) for p in moves.sources)
+    to_copy = r.moves.moved(sizes)  # grow: (P'-P)/P' of every source; shrink: the removed
     elapsed_s = max(0.0, (now_ms - layout.ts) / 1000)
     eta = 0.0
     if copied and elapsed_s > 0 and to_copy > copied and r.phase is ReshardPhase.COPY:

@@ -63,7 +63,7 @@ def test_sources_and_destinations_are_disjoint_and_within_both_layouts(old: int,
     assert set(m.sources) <= set(range(old))
     assert set(m.destinations) <= set(range(new))
     if old == new:
-        assert m.moving_fraction == 0
+        assert m.moving_share == 0
         assert not m.destinations
 
 
@@ -79,7 +79,7 @@ def test_the_moved_fraction_matches_the_theory(old: int, new: int) -> None:
         if a != b:
             moved += 1
             assert b in m.destinations
-    n, f = len(SAMPLE), m.moving_fraction
+    n, f = len(SAMPLE), m.moving_share
     assert abs(moved - n * f) <= 5 * math.sqrt(n * f * (1 - f)) + 1, (moved, n * f)
 
 

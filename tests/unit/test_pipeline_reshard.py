@@ -56,7 +56,6 @@ def test_moved_takes_the_share_of_every_source_for_a_grow_and_the_removed_for_a_
     assert Moves(4, 3).moved(amounts) == 7
     assert Moves(4, 1).moved(amounts) == 60 + 40 + 7
     assert Moves(4, 4).moved(amounts) == 0
-    assert Moves(4, 8).moving_fraction == 0.5  # the float the driver's status uses
 
 
 def test_partition_size_is_the_largest_replica_report_of_each() -> None:
