@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -426,9 +426,18 @@ def current_peers(state: PartitionState) -> Peers | None:
 
 
 def plan_zone_targets(
-    zone: ZoneView, spec: ZoneSpec, nodes: Mapping[str, NodeRecord], applied: tuple[str, ...]
+    zone: ZoneView,
+    spec: ZoneSpec,
+    nodes: Mapping[str, NodeRecord],
+    applied: tuple[str, ...],
+    kept: int = 0,
 ) -> tuple[dict[int, Peers], dict[int, Peers], int] | str:
-    """``(creates, triggers, R)`` for one zone, or a reason string when it cannot be placed."""
+    """``(creates, triggers, R)`` for one zone, or a reason string when it cannot be placed.
+
+    Partitions ``spec.partitions..kept-1`` are a shrink's removed ones (:func:`kept_partitions`):
+    they hold keys until its clean-up, so one whose members include a node that is no longer a
+    data node is re-placed — by the placement of all ``kept`` partitions, which replaces only
+    the lost members — and the others stay where they are (design/resharding.md, PREPARE)."""
     eligible = [
         Node(n, dict(nodes[n].attributes), nodes[n].weight) if n in nodes else Node(n)
         for n in applied
@@ -444,11 +453,24 @@ def plan_zone_targets(
         result = place(spec, eligible, current)
     except InvalidInput as e:
         return f"placement refused: {e}"
+    targets = dict(enumerate(result.assignments))
+    removed = {
+        p: peers
+        for p in range(spec.partitions, kept)
+        if (found := zone.partitions.get(p)) is not None
+        and (peers := current_peers(found)) is not None
+    }
+    lost = [p for p, peers in removed.items() if not set(peers) <= set(applied)]
+    if lost:
+        try:
+            wide = place(replace(spec, partitions=kept), eligible, current | removed)
+        except InvalidInput as e:
+            return f"placement refused: {e}"
+        targets.update((p, wide.assignments[p]) for p in lost)
     revision = max(zone.zone_mod, zone.datanodes_mod)
     creates: dict[int, Peers] = {}
     triggers: dict[int, Peers] = {}
-    for p in range(spec.partitions):
-        target = result.assignments[p]
+    for p, target in targets.items():
         found = zone.partitions.get(p)
         if found is None:
             creates[p] = target
@@ -641,7 +663,7 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
             due.append(now_ms + max(1, math.ceil(held * 1000)))
         if not view.paused:
             cancels.extend(abandoned_moves(zone, previous.applied))
-        decided = plan_zone_targets(zone, spec, view.nodes, previous.applied)
+        decided = plan_zone_targets(zone, spec, view.nodes, previous.applied, kept)
         if isinstance(decided, str):
             skipped[name] = decided
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from placement.algo.place import place
-from placement.core.layout import Step, ZoneLayout
+from placement.core.layout import Reshard, ReshardPhase, Step, ZoneLayout
 from placement.core.model import Node, ZoneSpec
 from placement.driver.core import (
     ClusterView,
@@ -476,3 +476,33 @@ def test_the_plan_says_when_a_pass_is_next_needed_without_a_change() -> None:
     assert plan.primaries
     assert not plan.datanodes
     assert plan.next_due_ms == 31_000
+
+
+def test_a_shrinks_removed_partitions_that_lost_a_member_are_re_placed_the_others_stay() -> None:
+    """A shrink 6 → 2 in COPY: partitions 2..5 are removed but hold keys until the clean-up.
+    n3 is no longer a data node: the removed partitions it held get a replacement for n3 only,
+    the removed ones without n3 are left alone, and with no reshard running nothing beyond the
+    zone's count is touched."""
+    old = ZoneSpec("z", 6, 2)
+    store = cluster(ZoneSpec("z", 2, 2), datanodes=False, layout=False)
+    created = store.view().zones["z"].zone_created
+    shrink = ZoneLayout(created, 6, Reshard(created, 6, 2, ReshardPhase.COPY))
+    store.put(KEYS.layout("z"), encode_layout(LayoutValue(shrink, 1, 0)))
+    live = tuple(n for n in NODES if n != "n3")
+    store.put(KEYS.datanodes("z"), encode_datanodes(DataNodes(live, live, None, None)))
+    del store.kvs[KEYS.node("n3")]
+    stables = place(old, [Node(n) for n in NODES]).assignments
+    for p, peers in enumerate(stables):
+        store.put(KEYS.assign("z", p, AssignField.STABLE), _value(peers))
+    plan = plan_pass(store.view(), now_ms=0)
+    targets = {p: t for trigger in plan.triggers for p, t in trigger.targets.items()}
+    lost = {p for p in range(2, 6) if "n3" in stables[p]}
+    assert lost, "the example needs a removed partition on n3"
+    assert {p for p in targets if p >= 2} == lost
+    for p in lost:
+        assert "n3" not in targets[p]
+        assert set(stables[p]) - {"n3"} <= set(targets[p])
+        assert len(targets[p]) == 2
+    store.put(KEYS.layout("z"), encode_layout(LayoutValue(ZoneLayout(created, 2), 1, 0)))
+    done = plan_pass(store.view(), now_ms=0)
+    assert not [p for trigger in done.triggers for p in trigger.targets if p >= 2]
