@@ -14,6 +14,9 @@ Answers and what the client does (:func:`decide`, pure):
   routed under another layout generation than the agent's (design/resharding.md): re-read the
   zone's layout and route again at once (counted like a redirect). Every request carries the
   generation its routes were read under.
+* ``UNAVAILABLE`` with trailing ``x-retry-after-ms = N`` (a write refused while its partition
+  is sealed for a re-sharding cut-over, which lasts a fraction of a second): retry at the same
+  target after N ms (at most ``MAX_RETRY_AFTER``), routes kept, no backoff.
 * ``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``ABORTED``, ``NOT_FOUND``, a connection error, or no
   primary known: re-read the routes from the drivers and retry with capped, jittered exponential
   backoff until ``deadline`` (default 15 s) has passed since the call began; then
@@ -64,6 +67,9 @@ SCAN_PAGE = 1000
 SCAN_FANOUT = 16
 PRIMARY_HEADER = "x-primary"
 LAYOUT_HEADER = "x-layout"
+RETRY_AFTER_HEADER = "x-retry-after-ms"
+#: The longest ``x-retry-after-ms`` honoured (a larger or malformed one means: back off).
+MAX_RETRY_AFTER = 1.0
 WRITES = frozenset({"put", "delete"})
 
 RETRY_CODES = frozenset(
@@ -91,6 +97,15 @@ class DataUnavailable(PlacementError):
         where = f"{zone}/{partition}" if partition is not None else zone
         unknown = "; the write may or may not have happened" if op in WRITES else ""
         super().__init__(f"{op} {where}: gave up after {waited:.1f}s (last: {last}){unknown}")
+
+
+class LayoutMoved(PlacementError):
+    """A call pinned to a layout generation found the zone at another one (a re-sharding
+    flipped; design/resharding.md): the caller starts over under the new layout."""
+
+    def __init__(self, zone: str, pinned: int, now: int) -> None:
+        self.zone = zone
+        super().__init__(f"zone {zone} moved from layout generation {pinned} to {now}")
 
 
 class DataRequestFailed(PlacementError):
@@ -219,6 +234,14 @@ class Relayout:
 
 
 @dataclass(frozen=True, slots=True)
+class Wait:
+    """Retry at the same target after ``delay`` seconds, routes kept (``x-retry-after-ms``)."""
+
+    reason: str
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
 class Fail:
     """Stop: the answer does not change by retrying."""
 
@@ -226,7 +249,7 @@ class Fail:
     detail: str
 
 
-Action = Redirect | Relayout | Retry | Fail
+Action = Redirect | Relayout | Wait | Retry | Fail
 
 
 def decide(
@@ -238,9 +261,14 @@ def decide(
     redirects: int,
     max_redirects: int = MAX_REDIRECTS,
     x_layout: str | None = None,
+    x_retry_after: str | None = None,
 ) -> Action:
     """What to do after the agent at ``target`` answered ``code`` (see the module docstring)."""
     reason = f"{target}: {code.name} {detail}".rstrip()
+    if code == grpc.StatusCode.UNAVAILABLE and x_retry_after is not None:
+        delay = _retry_after(x_retry_after)
+        if delay is not None:
+            return Wait(reason, delay)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         if x_layout and redirects < max_redirects:
             return Relayout(reason)
@@ -251,6 +279,15 @@ def decide(
     if code in RETRY_CODES:
         return Retry(reason)
     return Fail(code, detail)
+
+
+def _retry_after(text: str) -> float | None:
+    """``x-retry-after-ms`` in seconds, or None when malformed or above ``MAX_RETRY_AFTER``."""
+    try:
+        ms = int(text)
+    except ValueError:
+        return None
+    return ms / 1000 if 0 <= ms <= MAX_RETRY_AFTER * 1000 else None
 
 
 def pick_target(routes: ZoneRoutes, partition: int, attempt: int) -> tuple[str, str] | None:
@@ -298,7 +335,7 @@ class ScanMerge:
     smaller key can arrive later.
     """
 
-    def __init__(self, partitions: Iterable[int]) -> None:
+    def __init__(self, partitions: Iterable[int], start_after: bytes = b"") -> None:
         self._buffers: dict[int, deque[tuple[bytes, bytes]]] = {}
         self._more: dict[int, bool] = {}
         self.after: dict[int, bytes] = {}
@@ -306,7 +343,7 @@ class ScanMerge:
         for p in partitions:
             self._buffers[p] = deque()
             self._more[p] = True
-            self.after[p] = b""
+            self.after[p] = start_after
 
     def needs(self) -> list[int]:
         return [p for p, buf in self._buffers.items() if not buf and self._more[p]]
@@ -424,14 +461,15 @@ class DriverRoutes:
 
 def _rpc_failure(
     e: grpc.aio.AioRpcError,
-) -> tuple[grpc.StatusCode, str, str | None, str | None]:
-    """``(code, detail, x-primary, x-layout)`` of a failed call."""
+) -> tuple[grpc.StatusCode, str, str | None, str | None, str | None]:
+    """``(code, detail, x-primary, x-layout, x-retry-after-ms)`` of a failed call."""
     trailers = e.trailing_metadata()
     return (
         e.code(),
         e.details() or "",
         header_value(trailers, PRIMARY_HEADER),
         header_value(trailers, LAYOUT_HEADER),
+        header_value(trailers, RETRY_AFTER_HEADER),
     )
 
 
@@ -528,10 +566,14 @@ class DataClient(AsyncClosing):
         zone: str,
         locate: Callable[[ZoneRoutes], int],
         invoke: Callable[[DataStub, common_pb2.PartitionRef, float], Awaitable[T]],
+        *,
+        layout: int = 0,
     ) -> T:
         """Send ``invoke(stub, partition reference, timeout)`` to the partition's primary (the
         reference carries the layout generation the routes were read under), following
-        redirects and retrying unavailability until the deadline (see the module docstring)."""
+        redirects and retrying unavailability until the deadline (see the module docstring).
+        With ``layout`` (a generation) the call is pinned to it: routes of another generation
+        raise :class:`LayoutMoved` instead of being followed."""
         start = self._clock()
         give_up = start + self.deadline
         attempt = 0
@@ -548,6 +590,8 @@ class DataClient(AsyncClosing):
                     raise
                 routes, last = None, f"placement drivers: {e.detail or e.code.name}"
             if routes is not None:
+                if layout and routes.layout != layout:
+                    raise LayoutMoved(zone, layout, routes.layout)
                 partition = locate(routes)
                 target = (
                     (redirect.node, redirect.address)
@@ -569,7 +613,7 @@ class DataClient(AsyncClosing):
                             min(self.call_timeout, remaining),
                         )
                     except grpc.aio.AioRpcError as e:
-                        code, detail, x_primary, x_layout = _rpc_failure(e)
+                        code, detail, x_primary, x_layout, x_retry = _rpc_failure(e)
                     action = decide(
                         code,
                         detail,
@@ -577,8 +621,16 @@ class DataClient(AsyncClosing):
                         target=address,
                         redirects=redirects,
                         x_layout=x_layout,
+                        x_retry_after=x_retry,
                     )
                     where = f"{node}@{address}"
+                    if isinstance(action, Wait):
+                        last = f"{where}: {code.name}" + (f" {detail}" if detail else "")
+                        if self._clock() + action.delay >= give_up:
+                            raise DataUnavailable(op, zone, partition, last, self._clock() - start)
+                        redirect = PrimaryHint(node, address)
+                        await self._sleep(action.delay)
+                        continue
                     if isinstance(action, Redirect):
                         redirects += 1
                         redirect = action.hint
@@ -647,9 +699,17 @@ class DataClient(AsyncClosing):
         return await self._call("get", zone, lambda r: partition_of(key, r.partitions), invoke)
 
     async def scan_partition(
-        self, zone: str, partition: int, *, prefix: bytes = b"", after: bytes = b"", limit: int = 0
+        self,
+        zone: str,
+        partition: int,
+        *,
+        prefix: bytes = b"",
+        after: bytes = b"",
+        limit: int = 0,
+        layout: int = 0,
     ) -> tuple[list[tuple[bytes, bytes]], bool]:
-        """One page of ``partition``'s keys after ``after``: ``(items, more)``."""
+        """One page of ``partition``'s keys after ``after``: ``(items, more)``; with ``layout``
+        (a generation), :class:`LayoutMoved` once the zone is at another one."""
 
         async def invoke(
             stub: DataStub, ref: common_pb2.PartitionRef, t: float
@@ -660,26 +720,47 @@ class DataClient(AsyncClosing):
             reply = await stub.Scan(request, timeout=t)
             return [(kv.key, kv.value) for kv in reply.items], reply.more
 
-        return await self._call("scan", zone, lambda r: partition, invoke)
+        return await self._call("scan", zone, lambda r: partition, invoke, layout=layout)
 
     async def scan(
         self, zone: str, prefix: bytes = b"", *, page_size: int = SCAN_PAGE
     ) -> AsyncIterator[tuple[bytes, bytes]]:
         """Every ``(key, value)`` of ``zone`` whose key starts with ``prefix``, in key order.
 
-        Pages through every partition (each page a separate committed read: not a point-in-time
-        snapshot of the zone) and merges them; at most one page per partition is buffered.
+        Pages through every partition of one layout (each page a separate committed read: not a
+        point-in-time snapshot of the zone) and merges them; at most one page per partition is
+        buffered. When the zone's layout changes meanwhile (a re-sharding's flip), the scan goes
+        on under the new layout after the last key it gave: partitions of two layouts are never
+        mixed (design/resharding.md, "Routing").
         """
         if not isinstance(prefix, bytes):
             raise InvalidInput("prefix", f"{prefix!r} is not bytes", "UTF-8 encode text")
-        routes = await self.routes(zone)
-        merge = ScanMerge(range(routes.partitions))
+        last = b""
+        while True:
+            routes = await self.routes(zone)
+            merge = ScanMerge(range(routes.partitions), start_after=last)
+            try:
+                async for key, value in self._scan_layout(zone, prefix, page_size, routes, merge):
+                    last = key
+                    yield key, value
+                return
+            except LayoutMoved:
+                continue  # the routes are fresh: go on under the new layout
+
+    async def _scan_layout(
+        self, zone: str, prefix: bytes, page_size: int, routes: ZoneRoutes, merge: ScanMerge
+    ) -> AsyncIterator[tuple[bytes, bytes]]:
         semaphore = asyncio.Semaphore(SCAN_FANOUT)
 
         async def fetch(p: int) -> tuple[int, list[tuple[bytes, bytes]], bool]:
             async with semaphore:
                 items, more = await self.scan_partition(
-                    zone, p, prefix=prefix, after=merge.after[p], limit=page_size
+                    zone,
+                    p,
+                    prefix=prefix,
+                    after=merge.after[p],
+                    limit=page_size,
+                    layout=routes.layout,
                 )
             return p, items, more
 

@@ -31,6 +31,16 @@ class Unavailable(PlacementError):
     """The partition cannot take the request now (in-sync set below minimum, reconciling)."""
 
 
+class Sealed(Unavailable):
+    """A write to a key the partition's re-sharding moves, refused while the partition is
+    sealed for the cut-over (design/resharding.md): the flip is a moment away, so the client is
+    told to retry after ``retry_after_ms`` rather than back off."""
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        self.retry_after_ms = retry_after_ms
+        super().__init__(message)
+
+
 class UnknownZone(PlacementError):
     """No zone of that name (as far as this agent's view of etcd goes)."""
 

@@ -39,11 +39,16 @@ from replica.data.model import (
     Key,
     NotPrimary,
     PeerUnreachable,
+    Sealed,
     SendAppend,
     Unavailable,
 )
 from replica.data.storage import DataState, Entry
 from replica.records import StoreThread
+
+#: How soon a client refused by a seal should retry: the seal's pause is the time for the
+#: destinations to copy what is left and the leader to flip (design/resharding.md, SEAL).
+SEALED_RETRY_MS = 20
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +158,10 @@ class Primary:
         is one its re-sharding moves."""
         seal = self.seal
         if seal is not None and key_moves(key, seal.source, seal.target) is not None:
-            raise Unavailable(
+            raise Sealed(
                 f"{self.zone}/{self.partition} is sealed for a re-sharding cut-over"
-                f" ({seal.source} → {seal.target} partitions); retry shortly"
+                f" ({seal.source} → {seal.target} partitions); retry shortly",
+                SEALED_RETRY_MS,
             )
         (result,) = await self.write_many([(key, value)])
         return result

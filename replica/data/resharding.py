@@ -175,7 +175,7 @@ class Puller:
                 moved = await self._apply(source, progress, reply)
             except Unavailable as e:  # the destination's in-sync set is short: wait, retry
                 log.debug("reshard copy %s/%s <- %s: %s", self.zone, self.partition, source, e)
-                await asyncio.sleep(backoff.next())
+                await self._until_writable(source, progress.cursor, backoff)
                 continue
             if self.reshard.phase is not ReshardPhase.SEAL:
                 # Throttled like a catch-up; not once sealed, so the write pause the seal
@@ -183,6 +183,20 @@ class Puller:
                 await deps.bucket.take(reply.size)
             if not moved:
                 await asyncio.sleep(IDLE_POLL)
+
+    async def _until_writable(self, source: int, cursor: Cursor, backoff: Backoff) -> None:
+        """Wait until the destination takes writes again, probing with the source's current
+        cursor (a small write that changes nothing) rather than the page again: a refused write
+        stays in the primary's log, uncommitted, and commits once the in-sync set is back, so
+        re-sending a page on every try filled the log with copies of it (a learner replays
+        them all)."""
+        while not self.primary.finished:
+            await asyncio.sleep(backoff.next())
+            try:
+                await self.primary.write_many([(cursor_key(source), cursor.encode())])
+                return
+            except Unavailable:
+                continue
 
     async def _apply(self, source: int, progress: _SourceProgress, reply: FetchReply) -> bool:
         """Write one reply's keys and the new cursor through the destination's log; whether

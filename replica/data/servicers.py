@@ -6,7 +6,8 @@ place (``_call``, :data:`STATUS_OF`). A request that is not for this node's prim
 FAILED_PRECONDITION with trailing metadata ``x-primary`` = ``NODE@HOST:PORT`` (empty when
 unknown), so clients retry there; one routed under another layout generation than the agent's
 gets FAILED_PRECONDITION with ``x-layout`` = ``GENERATION/PARTITIONS`` (design/resharding.md), so
-clients re-read the zone's layout.
+clients re-read the zone's layout; a write refused by a re-sharding seal gets UNAVAILABLE with
+``x-retry-after-ms``, so clients retry that soon instead of backing off.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
 from placement.rpc import StatusTable, abort
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
-from replica.data.model import NotPrimary, Unavailable, UnknownZone, WrongLayout, WrongNode
+from replica.data.model import (
+    NotPrimary,
+    Sealed,
+    Unavailable,
+    UnknownZone,
+    WrongLayout,
+    WrongNode,
+)
 from replica.data.peers import (
     append_call_from_pb,
     append_reply_to_pb,
@@ -39,6 +47,8 @@ MAX_SCAN_LIMIT = 10_000
 PRIMARY_METADATA = "x-primary"
 #: Trailing metadata of a request routed under another layout: ``GENERATION/PARTITIONS``.
 LAYOUT_METADATA = "x-layout"
+#: Trailing metadata of an UNAVAILABLE answer that will change soon: retry after this many ms.
+RETRY_AFTER_METADATA = "x-retry-after-ms"
 
 
 def _limit(limit: int) -> int:
@@ -196,6 +206,9 @@ async def _call(
         await abort(context, e, STATUS_OF)
     except WrongLayout as e:
         context.set_trailing_metadata(((LAYOUT_METADATA, e.layout),))
+        await abort(context, e, STATUS_OF)
+    except Sealed as e:
+        context.set_trailing_metadata(((RETRY_AFTER_METADATA, str(e.retry_after_ms)),))
         await abort(context, e, STATUS_OF)
     except PlacementError as e:
         await abort(context, e, STATUS_OF)

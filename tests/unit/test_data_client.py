@@ -25,6 +25,7 @@ from placement.data.client import (
     Retry,
     ScanMerge,
     ScanProtocolError,
+    Wait,
     ZoneRoutes,
     build_routes,
     decide,
@@ -89,6 +90,16 @@ def test_decide_re_routes_at_once_when_the_agent_is_at_another_layout_generation
     )
     assert isinstance(decide(fp, "", None, target="h:1", redirects=3, x_layout="7/16"), Retry)
     assert isinstance(decide(fp, "", "n2@h:2", target="h:1", redirects=0, x_layout=""), Redirect)
+
+
+def test_decide_waits_as_told_for_a_sealed_partition_and_backs_off_for_nonsense() -> None:
+    un = Code.UNAVAILABLE
+    sealed = decide(un, "z/3 is sealed", None, target="h:1", redirects=0, x_retry_after="20")
+    assert sealed == Wait("h:1: UNAVAILABLE z/3 is sealed", 0.02)
+    for bad in ("", "x", "-5", "1001", "1e3"):
+        assert isinstance(decide(un, "", None, target="h:1", redirects=0, x_retry_after=bad), Retry)
+    fp = Code.FAILED_PRECONDITION  # only an UNAVAILABLE answer is waited out
+    assert isinstance(decide(fp, "", None, target="h:1", redirects=0, x_retry_after="20"), Retry)
 
 
 def _routes() -> ZoneRoutes:
@@ -207,8 +218,13 @@ class FakeSource:
         pass
 
 
-def rpc_error(code: grpc.StatusCode, detail: str = "", primary: str | None = None) -> Exception:
-    trailing = grpc.aio.Metadata(("x-primary", primary)) if primary is not None else None
+def rpc_error(
+    code: grpc.StatusCode, detail: str = "", primary: str | None = None, **trailers: str
+) -> Exception:
+    """An agent's error answer; ``trailers`` by name with ``_`` for ``-`` (``x_layout=...``)."""
+    pairs = [("x-primary", primary)] if primary is not None else []
+    pairs += [(name.replace("_", "-"), value) for name, value in trailers.items()]
+    trailing = grpc.aio.Metadata(*pairs) if pairs else None
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, detail)
 
 
@@ -412,3 +428,87 @@ async def test_scan_merges_every_partition_in_key_order_with_paging() -> None:
     assert got == sorted((k, v) for k, v in data.items() if k.startswith(b"key-"))
     assert agent.calls.count("Scan") > PARTITIONS
     assert [kv async for kv in client.scan("z", b"nothing")] == []
+
+
+async def test_a_sealed_partition_is_retried_after_the_time_it_names_without_a_refresh() -> None:
+    sealed = rpc_error(Code.UNAVAILABLE, "z/0 is sealed", x_retry_after_ms="20")
+    agent = FakeAgent("h:1", {}, [sealed, sealed, sealed])
+    client, source, connector, clock = make_client(agents=[agent])
+    await client.put("z", b"k", b"v")
+    assert agent.kv == {b"k": b"v"}
+    assert clock.sleeps == [0.02, 0.02, 0.02]  # not the growing backoff
+    assert source.loads == 1  # the routes were right all along
+    assert connector.dialed == ["h:1"] * 4
+    agent.script = [sealed] * 1000  # 20 s of seal: past the 15 s deadline
+    client_deadline = clock.now + client.deadline
+    with pytest.raises(DataUnavailable, match="sealed"):
+        await client.put("z", b"k", b"w")
+    assert clock.now <= client_deadline
+
+
+@dataclass
+class LayoutAgent(FakeAgent):
+    """An agent whose zone is at layout ``generation`` of ``partitions``; it refuses a request
+    of another generation with ``x-layout``, and ``flip_after`` scans it moves to the next
+    layout (as a re-sharding's flip does), telling ``source``."""
+
+    generation: int = 5
+    partitions: int = 4
+    flip_after: int = 3
+    flip_to: int = 8
+    source: FakeSource | None = None
+
+    async def Scan(self, r: data_pb2.ScanRequest, **_: float) -> data_pb2.ScanResponse:
+        self.calls.append("Scan")
+        if self.calls.count("Scan") == self.flip_after:
+            self.generation, self.partitions = self.generation + 1, self.flip_to
+            assert self.source is not None
+            self.source.routes = _layout_routes(self.generation, self.partitions)
+        if r.partition.generation != self.generation:
+            raise rpc_error(
+                Code.FAILED_PRECONDITION,
+                f"zone z is at layout generation {self.generation}",
+                x_layout=f"{self.generation}/{self.partitions}",
+            )
+        keys = sorted(
+            k
+            for k in self.kv
+            if k.startswith(r.prefix)
+            and k > r.start_after
+            and partition_of(k, self.partitions) == r.partition.partition
+        )
+        page = keys[: r.limit or 1000]
+        return data_pb2.ScanResponse(
+            items=[data_pb2.KeyValue(key=k, value=self.kv[k]) for k in page],
+            more=len(keys) > len(page),
+        )
+
+
+def _layout_routes(generation: int, partitions: int) -> ZoneRoutes:
+    return build_routes(
+        "z",
+        partitions,
+        [(p, "n1", ["n1"]) for p in range(partitions)],
+        [("n1", "h:1")],
+        layout=generation,
+    )
+
+
+@pytest.mark.parametrize("flip_to", [8, 3])
+async def test_a_scan_across_a_flip_goes_on_under_the_new_layout_never_mixing_two(
+    flip_to: int,
+) -> None:
+    """The zone grows 4 → 8 (or shrinks 4 → 3) in the middle of a paged scan: every key comes
+    exactly once, in order — partitions of the old layout are not read under the new one."""
+    data = {f"key-{i:03d}".encode(): f"v{i}".encode() for i in range(60)}
+    source = FakeSource(_layout_routes(5, 4))
+    agent = LayoutAgent("h:1", dict(data), flip_to=flip_to, source=source)
+    client = DataClient(
+        "127.0.0.1:7400",
+        route_source=source,
+        connector=FakeConnector({"h:1": agent}),
+        sleep=FakeClock().sleep,
+    )
+    got = [kv async for kv in client.scan("z", b"key-", page_size=4)]
+    assert got == sorted(data.items())
+    assert agent.generation == 6
