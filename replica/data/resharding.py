@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from placement.core.layout import SEAL_LAG, Reshard, ReshardPhase
@@ -202,39 +202,8 @@ class Puller:
         """Write one reply's keys and the new cursor through the destination's log; whether
         the cursor moved."""
         cursor = progress.cursor
-        writes: list[tuple[bytes, bytes | None]] = []
-        seal_bound = cursor.seal_bound
-        if cursor.snapshot:
-            base = cursor.base or reply.snapshot_index
-            for key, value in reply.items:
-                if key == SEAL_KEY:  # sealed at or before this page's snapshot index
-                    seal_bound = seal_bound or reply.snapshot_index
-                else:
-                    writes.append((key, value))
-            done = reply.snapshot_done
-            new = Cursor(
-                cursor.attempt,
-                snapshot=not done,
-                after=reply.scanned_after.hex(),
-                base=base,
-                index=base if done else 0,
-                seal_bound=seal_bound,
-            )
-        else:
-            for entry in reply.entries:
-                if entry.key == SEAL_KEY:
-                    if not entry.delete:
-                        seal_bound = seal_bound or entry.index
-                else:
-                    writes.append((entry.key, None if entry.delete else entry.value))
-            new = Cursor(
-                cursor.attempt,
-                snapshot=False,
-                base=cursor.base,
-                index=max(cursor.index, reply.scanned_to),
-                seal_bound=seal_bound,
-            )
-            lag = max(0, reply.commit_index - new.index)
+        writes, new, lag = plan_copy(cursor, reply)
+        if lag is not None:
             if (progress.lag <= SEAL_LAG) != (lag <= SEAL_LAG):
                 progress.lag = lag
                 self._deps.notify()
@@ -260,6 +229,60 @@ class Puller:
             self.primary,
             lambda k: routes_to(k, source, self.reshard.source) or k == cursor_key(source),
         )
+
+
+def plan_copy(
+    cursor: Cursor, reply: FetchReply
+) -> tuple[list[tuple[bytes, bytes | None]], Cursor, int | None]:
+    """What one ``Fetch`` answer from a source does to a destination (pure): the writes to make,
+    in order, the cursor after them, and the lag (source entries not copied yet; None for a
+    snapshot page).
+
+    **Nothing past the source's seal is copied**, and the cursor never passes it: before the
+    seal the source took every client write to a moving key; after it, none (the seal refuses
+    them), so what follows in its log for those keys is its own clean-up — the purge's deletes
+    once the zone flipped — which a puller still running must never apply to the destination
+    (a chaos run lost keys exactly so). Once drained the lag is 0."""
+    writes: list[tuple[bytes, bytes | None]] = []
+    seal_bound = cursor.seal_bound
+    if cursor.snapshot:
+        base = cursor.base or reply.snapshot_index
+        for key, value in reply.items:
+            if key == SEAL_KEY:  # sealed at or before this page's snapshot index
+                seal_bound = seal_bound or reply.snapshot_index
+            else:
+                writes.append((key, value))
+        done = reply.snapshot_done
+        new = Cursor(
+            cursor.attempt,
+            snapshot=not done,
+            after="" if done else reply.scanned_after.hex(),
+            base=base,
+            index=base if done else 0,
+            seal_bound=seal_bound,
+        )
+        return writes, new, None
+    reached = reply.scanned_to
+    for entry in reply.entries:
+        if seal_bound and entry.index > seal_bound:
+            reached = seal_bound
+            break
+        if entry.key == SEAL_KEY:
+            if not entry.delete:
+                seal_bound = seal_bound or entry.index
+        else:
+            writes.append((entry.key, None if entry.delete else entry.value))
+    if seal_bound:
+        reached = min(reached, seal_bound)
+    new = Cursor(
+        cursor.attempt,
+        snapshot=False,
+        base=cursor.base,
+        index=max(cursor.index, reached),
+        seal_bound=seal_bound,
+    )
+    lag = 0 if new.drained else max(0, reply.commit_index - new.index)
+    return writes, new, lag
 
 
 async def delete_where(db: StoreThread, primary: Primary, doomed: Callable[[bytes], bool]) -> int:
@@ -387,9 +410,13 @@ class Resharding:
             reshard.attempt,
             reshard.phase,
         )
-        self._reports[primary.key] = ReshardReport(
-            reshard.attempt,
-            primary.lease_epoch,
+        copied = self._reports.get(primary.key)  # a destination keeps its copy's figures
+        if copied is None or copied.attempt != reshard.attempt:
+            copied = ReshardReport(reshard.attempt, primary.lease_epoch)
+        self._reports[primary.key] = replace(
+            copied,
+            lease_epoch=primary.lease_epoch,
+            lag=0,
             purged=True,
             ts=self._deps.now_ms(),
         )
