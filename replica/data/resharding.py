@@ -51,6 +51,12 @@ log = logging.getLogger(__name__)
 STEP_WRITES = 512
 #: Seconds between two puts of a report whose facts did not change (progress only).
 PROGRESS_EVERY = 2.0
+#: A copy that is caught up polls its source this often during COPY (it only has to stay
+#: within ``SEAL_LAG``); during SEAL every ``IDLE_POLL`` until drained, then not at all.
+COPY_POLL = 1.0
+#: A cursor that moved over source entries none of which were copied (other destinations'
+#: keys) is written at most every this many entries: resuming from an older one re-scans them.
+CURSOR_EVERY = 1000
 #: Waits while a source has no primary or does not answer.
 PULL_RETRY = RetryPolicy(initial=0.1, cap=1.0, floor=0.5)
 
@@ -79,6 +85,8 @@ class ReshardDeps:
 @dataclass
 class _SourceProgress:
     cursor: Cursor
+    #: The cursor as last written through the destination's log (resumes start there).
+    written: Cursor
     lag: int = 1 << 62  # unknown until the first answer
     keys: int = 0
     bytes: int = 0
@@ -138,7 +146,8 @@ class Puller:
 
     async def _pull(self, source: int) -> None:
         deps = self._deps
-        progress = self.progress[source] = _SourceProgress(await self._load(source))
+        loaded = await self._load(source)
+        progress = self.progress[source] = _SourceProgress(loaded, loaded)
         select = (self.reshard.target, self.partition)
         backoff = Backoff(deps.retry)
         while not self.primary.finished:
@@ -182,7 +191,10 @@ class Puller:
                 # causes is bounded by the copy of what is left (design/resharding.md, SEAL).
                 await deps.bucket.take(reply.size)
             if not moved:
-                await asyncio.sleep(IDLE_POLL)
+                if progress.cursor.drained:
+                    return  # nothing past the seal is ever copied: this source is done
+                sealed = self.reshard.phase is ReshardPhase.SEAL
+                await asyncio.sleep(IDLE_POLL if sealed else COPY_POLL)
 
     async def _until_writable(self, source: int, cursor: Cursor, backoff: Backoff) -> None:
         """Wait until the destination takes writes again, probing with the source's current
@@ -213,7 +225,9 @@ class Puller:
         was = (self.drained, self.lag <= SEAL_LAG)
         for i in range(0, len(writes), STEP_WRITES):
             await self.primary.write_many(writes[i : i + STEP_WRITES])
-        await self.primary.write_many([(cursor_key(source), new.encode())])
+        if writes or _worth_writing(progress.written, new):
+            await self.primary.write_many([(cursor_key(source), new.encode())])
+            progress.written = new
         progress.cursor = new
         progress.keys += len(writes)
         progress.bytes += sum(len(k) + len(v or b"") for k, v in writes)
@@ -229,6 +243,20 @@ class Puller:
             self.primary,
             lambda k: routes_to(k, source, self.reshard.source) or k == cursor_key(source),
         )
+
+
+def _worth_writing(written: Cursor, new: Cursor) -> bool:
+    """Write a cursor that moved over nothing copied only when it changed phase (snapshot
+    done, seal seen, drained) or went ``CURSOR_EVERY`` entries past the written one: every
+    cursor write is a replicated write, and a caught-up copy polling a busy source would
+    otherwise write one per poll for nothing."""
+    return (
+        new.snapshot != written.snapshot
+        or new.after != written.after
+        or new.seal_bound != written.seal_bound
+        or new.drained != written.drained
+        or new.index - written.index >= CURSOR_EVERY
+    )
 
 
 def plan_copy(
@@ -350,7 +378,7 @@ class Resharding:
                 running = self._pullers.get(key)
                 if (
                     running is None
-                    or running[1].done()
+                    or (running[1].done() and not running[0].drained)  # drained: it is done
                     or running[0].primary is not primary
                     or running[0].reshard != reshard  # e.g. sealed: restart it unthrottled
                 ):
