@@ -119,6 +119,11 @@ class TokenBucket:
         if self._tokens < 0:
             await asyncio.sleep(-self._tokens / self.rate)
 
+    def refund(self, amount: int) -> None:
+        """Give back ``amount`` taken ahead and not used (a reserved page came back smaller)."""
+        if self.rate > 0 and amount > 0:
+            self._tokens = min(self.rate, self._tokens + amount)
+
 
 @dataclass(frozen=True, slots=True)
 class LearnerDeps:

@@ -220,6 +220,10 @@ class DataPlane:
             if not changes:
                 continue
             self._note(changes)
+            if changes.zones and not self._closed:
+                # A layout moved on (a seal to write, a copy to finish unthrottled): at once,
+                # not after the roles pass, which waits for the store behind the writes.
+                self._resharding.sync(self._primaries, self._reshards())
             for key in changes.partitions & self._joining.keys():
                 if self.in_sync(key):
                     self._joining[key].set()

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
+from placement.aio import wait_event
 from placement.core.layout import SEAL_LAG, Reshard, ReshardPhase
 from placement.core.retry import Backoff, RetryPolicy
 from placement.data.partitioning import SEAL_KEY, routes_to
@@ -57,6 +58,8 @@ COPY_POLL = 1.0
 #: A cursor that moved over source entries none of which were copied (other destinations'
 #: keys) is written at most every this many entries: resuming from an older one re-scans them.
 CURSOR_EVERY = 1000
+#: The smallest snapshot page a throttled copy asks for (a page holds at least one key).
+SNAPSHOT_PAGE_MIN = 64 << 10
 #: Waits while a source has no primary or does not answer.
 PULL_RETRY = RetryPolicy(initial=0.1, cap=1.0, floor=0.5)
 
@@ -102,6 +105,14 @@ class Puller:
         self.reshard = reshard
         self.zone, self.partition = primary.key
         self.progress: dict[int, _SourceProgress] = {}
+        #: Set to cut a caught-up copy's wait short (the reshard moved on to SEAL).
+        self._wake = asyncio.Event()
+
+    def seal(self, reshard: Reshard) -> None:
+        """The reshard moved on to SEAL: copy what is left now and unthrottled — no restart,
+        so no cursor is re-read and no copy loop waits out its COPY poll."""
+        self.reshard = reshard
+        self._wake.set()
 
     @property
     def drained(self) -> bool:
@@ -156,6 +167,17 @@ class Puller:
             if leader is None or not leader[1]:
                 await asyncio.sleep(backoff.next())
                 continue
+            max_bytes = deps.fetch_bytes
+            reserved = (
+                cursor.snapshot
+                and self.reshard.phase is not ReshardPhase.SEAL
+                and deps.bucket.rate > 0
+            )
+            if reserved:
+                # The bulk of a copy: reserve a page the throttle allows before asking for
+                # it, or every copy's first page (of every source) would come at once.
+                max_bytes = min(max_bytes, max(SNAPSHOT_PAGE_MIN, int(deps.bucket.rate)))
+                await deps.bucket.take(max_bytes)
             call = FetchCall(
                 self.zone,
                 source,
@@ -163,7 +185,7 @@ class Puller:
                 snapshot=cursor.snapshot,
                 snapshot_after=bytes.fromhex(cursor.after),
                 after_index=cursor.index,
-                max_bytes=deps.fetch_bytes,
+                max_bytes=max_bytes,
                 select=select,
             )
             try:
@@ -186,15 +208,19 @@ class Puller:
                 log.debug("reshard copy %s/%s <- %s: %s", self.zone, self.partition, source, e)
                 await self._until_writable(source, progress.cursor, backoff)
                 continue
-            if self.reshard.phase is not ReshardPhase.SEAL:
+            if reserved:
+                deps.bucket.refund(max_bytes - reply.size)
+            elif self.reshard.phase is not ReshardPhase.SEAL:
                 # Throttled like a catch-up; not once sealed, so the write pause the seal
                 # causes is bounded by the copy of what is left (design/resharding.md, SEAL).
                 await deps.bucket.take(reply.size)
             if not moved:
                 if progress.cursor.drained:
                     return  # nothing past the seal is ever copied: this source is done
-                sealed = self.reshard.phase is ReshardPhase.SEAL
-                await asyncio.sleep(IDLE_POLL if sealed else COPY_POLL)
+                if self.reshard.phase is ReshardPhase.SEAL:
+                    await asyncio.sleep(IDLE_POLL)
+                else:
+                    await wait_event(self._wake, COPY_POLL)
 
     async def _until_writable(self, source: int, cursor: Cursor, backoff: Backoff) -> None:
         """Wait until the destination takes writes again, probing with the source's current
@@ -377,10 +403,17 @@ class Resharding:
                 wanted_pullers.add(key)
                 running = self._pullers.get(key)
                 if (
+                    running is not None
+                    and running[0].primary is primary
+                    and running[0].reshard != reshard
+                    and replace(running[0].reshard, phase=reshard.phase) == reshard
+                ):
+                    running[0].seal(reshard)  # COPY -> SEAL of the same attempt
+                elif (
                     running is None
                     or (running[1].done() and not running[0].drained)  # drained: it is done
                     or running[0].primary is not primary
-                    or running[0].reshard != reshard  # e.g. sealed: restart it unthrottled
+                    or running[0].reshard != reshard
                 ):
                     if running is not None:
                         running[1].cancel()

@@ -5,11 +5,14 @@ design/resharding.md)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from placement.data.partitioning import SEAL_KEY
+from replica.data import follower
 from replica.data.control import Cursor, Seal
+from replica.data.follower import TokenBucket
 from replica.data.model import FetchOutcome, FetchReply
 from replica.data.resharding import plan_copy
 from replica.data.storage import Entry
@@ -104,3 +107,28 @@ def test_a_snapshot_page_with_the_seal_bounds_the_log_replay_after_it() -> None:
     )
     changes, after, lag = plan_copy(cursor, tail)
     assert (changes, after, lag) == ([], cursor, 0)
+
+
+async def test_the_throttle_gives_back_what_a_reserved_page_did_not_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [0.0]
+    bucket = TokenBucket(1000, clock=lambda: now[0])
+    slept: list[float] = []
+
+    async def record(delay: float) -> None:
+        slept.append(delay)
+
+    monkeypatch.setattr(follower.asyncio, "sleep", record)
+    await bucket.take(1000)  # the one-second burst, reserved for a page
+    bucket.refund(900)  # the page came back with 100 bytes
+    await bucket.take(900)  # within what was given back: no wait
+    await bucket.take(500)  # 500 over: half a second
+    assert slept == [0.5]
+    bucket.refund(-5)  # nothing to give back: unchanged
+    await bucket.take(0)
+    assert slept == [0.5, 0.5]
+    unlimited = TokenBucket(0)
+    unlimited.refund(10)
+    await unlimited.take(10**9)
+    assert slept == [0.5, 0.5]
