@@ -110,14 +110,20 @@ class TokenBucket:
         self._last = clock()
 
     async def take(self, amount: int) -> None:
+        delay = self.charge(amount)
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def charge(self, amount: int) -> float:
+        """Take ``amount`` now; returns how long the caller should wait before using it (a
+        caller that may be told to hurry waits for that itself, interruptibly)."""
         if self.rate <= 0:
-            return
+            return 0.0
         now = self._clock()
         self._tokens = min(self.rate, self._tokens + (now - self._last) * self.rate)
         self._last = now
         self._tokens -= amount
-        if self._tokens < 0:
-            await asyncio.sleep(-self._tokens / self.rate)
+        return -self._tokens / self.rate if self._tokens < 0 else 0.0
 
     def refund(self, amount: int) -> None:
         """Give back ``amount`` taken ahead and not used (a reserved page came back smaller)."""

@@ -58,6 +58,8 @@ COPY_POLL = 1.0
 #: A cursor that moved over source entries none of which were copied (other destinations'
 #: keys) is written at most every this many entries: resuming from an older one re-scans them.
 CURSOR_EVERY = 1000
+#: Keys a purge examines per store read (keys only: their values are never read).
+PURGE_PAGE = 4096
 #: The smallest snapshot page a throttled copy asks for (a page holds at least one key).
 SNAPSHOT_PAGE_MIN = 64 << 10
 #: Waits while a source has no primary or does not answer.
@@ -177,7 +179,7 @@ class Puller:
                 # The bulk of a copy: reserve a page the throttle allows before asking for
                 # it, or every copy's first page (of every source) would come at once.
                 max_bytes = min(max_bytes, max(SNAPSHOT_PAGE_MIN, int(deps.bucket.rate)))
-                await deps.bucket.take(max_bytes)
+                await self._throttle(max_bytes)
             call = FetchCall(
                 self.zone,
                 source,
@@ -213,7 +215,7 @@ class Puller:
             elif self.reshard.phase is not ReshardPhase.SEAL:
                 # Throttled like a catch-up; not once sealed, so the write pause the seal
                 # causes is bounded by the copy of what is left (design/resharding.md, SEAL).
-                await deps.bucket.take(reply.size)
+                await self._throttle(reply.size)
             if not moved:
                 if progress.cursor.drained:
                     return  # nothing past the seal is ever copied: this source is done
@@ -221,6 +223,14 @@ class Puller:
                     await asyncio.sleep(IDLE_POLL)
                 else:
                     await wait_event(self._wake, COPY_POLL)
+
+    async def _throttle(self, amount: int) -> None:
+        """Wait what the agent's catch-up throttle asks for ``amount`` bytes — cut short when
+        the reshard moves on to SEAL: a sealed copy is not throttled, and a loop still waiting
+        out the shared throttle's debt would hold the cut-over for seconds."""
+        delay = self._deps.bucket.charge(amount)
+        if delay > 0 and self.reshard.phase is not ReshardPhase.SEAL:
+            await wait_event(self._wake, delay)
 
     async def _until_writable(self, source: int, cursor: Cursor, backoff: Backoff) -> None:
         """Wait until the destination takes writes again, probing with the source's current
@@ -347,8 +357,10 @@ async def delete_where(db: StoreThread, primary: Primary, doomed: Callable[[byte
     deleted = 0
     after = b""
     while True:
-        items, done, after = await db.call(store.snapshot_page, zone, partition, after, 1 << 20)
-        writes: list[tuple[bytes, bytes | None]] = [(k, None) for k, _ in items if doomed(k)]
+        keys, done = await db.call(store.key_page, zone, partition, after, PURGE_PAGE)
+        if keys:
+            after = keys[-1]
+        writes: list[tuple[bytes, bytes | None]] = [(k, None) for k in keys if doomed(k)]
         for i in range(0, len(writes), STEP_WRITES):
             await primary.write_many(writes[i : i + STEP_WRITES])
         deleted += len(writes)

@@ -28,6 +28,9 @@ from typing import Any
 
 from placement.data.partitioning import CONTROL_PREFIX, routes_to, selected
 
+#: Rows a snapshot page examines at most (a selected page may skip most of them).
+SNAPSHOT_SCAN = 10_000
+
 DATA_SCHEMA = """
 CREATE TABLE IF NOT EXISTS dstate (
     zone TEXT NOT NULL,
@@ -184,25 +187,51 @@ class DataStore:
     ) -> tuple[list[tuple[bytes, bytes]], bool, bytes]:
         """Keys strictly after ``after`` (b"" = from the start) up to about ``max_bytes``; whether
         the page reached the last key; and the last key it examined (resume after it). With
-        ``select`` only the keys :func:`~placement.data.partitioning.selected` takes."""
-        rows = self._conn.execute(
-            "SELECT key, value FROM kv WHERE zone = ? AND partition = ? AND key > ?"
-            " ORDER BY key LIMIT 10000",
-            (zone, partition, after),
-        ).fetchall()
+        ``select`` only the keys :func:`~placement.data.partitioning.selected` takes.
+
+        Rows are read lazily and the page stops at ``max_bytes``: values past the page (and,
+        with ``select``, the values of keys not selected) are never read — a re-sharding copy
+        pages through every source for each destination, and reading the whole rest of the
+        partition per page made that quadratic."""
+        where = "zone = ? AND partition = ? AND key > ? ORDER BY key LIMIT ?"
+        args = (zone, partition, after, SNAPSHOT_SCAN)
         items: list[tuple[bytes, bytes]] = []
-        size = 0
-        examined, last = 0, after
-        for k, v in rows:
+        size = examined = 0
+        last = after
+        if select is None:
+            for k, v in self._conn.execute(f"SELECT key, value FROM kv WHERE {where}", args):
+                examined += 1
+                last = bytes(k)
+                items.append((last, bytes(v)))
+                size += len(k) + len(v)
+                if size >= max_bytes:
+                    return items, False, last
+            return items, examined < SNAPSHOT_SCAN, last
+        for (k,) in self._conn.execute(f"SELECT key FROM kv WHERE {where}", args).fetchall():
             examined += 1
             last = bytes(k)
-            if select is not None and not selected(last, select):
+            if not selected(last, select):
                 continue
+            (v,) = self._conn.execute(
+                "SELECT value FROM kv WHERE zone = ? AND partition = ? AND key = ?",
+                (zone, partition, last),
+            ).fetchone()
             items.append((last, bytes(v)))
             size += len(k) + len(v)
             if size >= max_bytes:
-                break
-        return items, examined == len(rows) and len(rows) < 10000, last
+                return items, False, last
+        return items, examined < SNAPSHOT_SCAN, last
+
+    def key_page(
+        self, zone: str, partition: int, after: bytes, limit: int
+    ) -> tuple[list[bytes], bool]:
+        """Up to ``limit`` keys strictly after ``after``, in order, without their values; whether
+        that reached the last key."""
+        rows = self._conn.execute(
+            "SELECT key FROM kv WHERE zone = ? AND partition = ? AND key > ? ORDER BY key LIMIT ?",
+            (zone, partition, after, limit),
+        ).fetchall()
+        return [bytes(k) for (k,) in rows], len(rows) < limit
 
     def entries(
         self, zone: str, partition: int, after: int, upto: int, max_bytes: int

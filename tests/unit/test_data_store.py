@@ -257,3 +257,17 @@ def test_a_selected_snapshot_pages_through_exactly_the_selected_keys(
         after = scanned
     want = [k for k in rows if k == SEAL_KEY or partition_of(k, partitions) == partition]
     assert got == want
+
+
+def test_key_pages_give_every_key_once_in_order_without_values(store: DataStore) -> None:
+    store.append(Z, P, as_entries([(bytes([65 + i]), b"v" * 1000) for i in range(10)]), 10)
+    keys: list[bytes] = []
+    after = b""
+    while True:
+        page, done = store.key_page(Z, P, after, 3)
+        keys += page
+        if done:
+            break
+        after = page[-1]
+    assert keys == [bytes([65 + i]) for i in range(10)]
+    assert store.key_page(Z, P, b"J", 3) == ([], True)
