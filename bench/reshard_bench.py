@@ -36,11 +36,9 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,8 +53,11 @@ import psutil
 from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for extra in (str(ROOT), str(ROOT / "bench")):
+    if extra not in sys.path:
+        sys.path.insert(0, extra)
+
+from data_plane_bench import load, machine  # noqa: E402
 
 from placement.api.client import PlacementClient  # noqa: E402
 from placement.core.layout import Moves  # noqa: E402
@@ -810,27 +811,6 @@ def tracebacks(work_dir: Path) -> list[str]:
 
 
 # -- report ------------------------------------------------------------------------------------
-
-
-def machine() -> list[str]:
-    model = "?"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    mem_kb = 0
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            mem_kb = int(line.split()[1])
-    return [
-        f"- machine: {os.cpu_count()} CPUs (`nproc` {os.cpu_count()}), {model}, "
-        f"{mem_kb / (1 << 20):.1f} GiB RAM",
-        f"- Python {platform.python_version()}, {platform.system()} {platform.release()}",
-    ]
-
-
-def load() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 def fmt(seconds: float | None, unit: str = "s") -> str:

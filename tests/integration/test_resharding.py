@@ -35,7 +35,7 @@ from placement.metastore.codec import (
 )
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
-from placement.metastore.keys import KeySpace
+from placement.metastore.keys import AssignField, KeySpace
 from placement.v1 import driver_pb2
 
 pytestmark = pytest.mark.integration
@@ -412,7 +412,18 @@ async def _lease_moves(etcd: EtcdClient, keys: KeySpace, partition: int, away_fr
     deadline = time.monotonic() + EVENTUALLY
     while (await _leaders(etcd, keys)).get(partition) in (away_from, None):
         if time.monotonic() > deadline:
-            pytest.fail(f"the primary lease of {partition} never left {away_from}")
+            found = {}
+            for key in (
+                keys.primary(ZONE, partition),
+                keys.isr(ZONE, partition),
+                keys.assign(ZONE, partition, AssignField.STABLE),
+                keys.assign(ZONE, partition, AssignField.PENDING),
+            ):
+                kv = (await etcd.get(key)).first()
+                found[key.decode()] = kv.value.decode() if kv is not None else None
+            nodes = await etcd.list_prefix(keys.nodes_prefix())
+            found["registered"] = ", ".join(kv.key.decode() for kv in nodes.kvs)
+            pytest.fail(f"the primary lease of {partition} never left {away_from}: {found}")
         await asyncio.sleep(0.2)
 
 
