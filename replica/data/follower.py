@@ -125,11 +125,6 @@ class TokenBucket:
         self._tokens -= amount
         return -self._tokens / self.rate if self._tokens < 0 else 0.0
 
-    def refund(self, amount: int) -> None:
-        """Give back ``amount`` taken ahead and not used (a reserved page came back smaller)."""
-        if self.rate > 0 and amount > 0:
-            self._tokens = min(self.rate, self._tokens + amount)
-
 
 @dataclass(frozen=True, slots=True)
 class LearnerDeps:

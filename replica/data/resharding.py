@@ -60,8 +60,6 @@ COPY_POLL = 1.0
 CURSOR_EVERY = 1000
 #: Keys a purge examines per store read (keys only: their values are never read).
 PURGE_PAGE = 4096
-#: The smallest snapshot page a throttled copy asks for (a page holds at least one key).
-SNAPSHOT_PAGE_MIN = 64 << 10
 #: Waits while a source has no primary or does not answer.
 PULL_RETRY = RetryPolicy(initial=0.1, cap=1.0, floor=0.5)
 
@@ -169,17 +167,6 @@ class Puller:
             if leader is None or not leader[1]:
                 await asyncio.sleep(backoff.next())
                 continue
-            max_bytes = deps.fetch_bytes
-            reserved = (
-                cursor.snapshot
-                and self.reshard.phase is not ReshardPhase.SEAL
-                and deps.bucket.rate > 0
-            )
-            if reserved:
-                # The bulk of a copy: reserve a page the throttle allows before asking for
-                # it, or every copy's first page (of every source) would come at once.
-                max_bytes = min(max_bytes, max(SNAPSHOT_PAGE_MIN, int(deps.bucket.rate)))
-                await self._throttle(max_bytes)
             call = FetchCall(
                 self.zone,
                 source,
@@ -187,7 +174,7 @@ class Puller:
                 snapshot=cursor.snapshot,
                 snapshot_after=bytes.fromhex(cursor.after),
                 after_index=cursor.index,
-                max_bytes=max_bytes,
+                max_bytes=deps.fetch_bytes,
                 select=select,
             )
             try:
@@ -210,9 +197,7 @@ class Puller:
                 log.debug("reshard copy %s/%s <- %s: %s", self.zone, self.partition, source, e)
                 await self._until_writable(source, progress.cursor, backoff)
                 continue
-            if reserved:
-                deps.bucket.refund(max_bytes - reply.size)
-            elif self.reshard.phase is not ReshardPhase.SEAL:
+            if self.reshard.phase is not ReshardPhase.SEAL:
                 # Throttled like a catch-up; not once sealed, so the write pause the seal
                 # causes is bounded by the copy of what is left (design/resharding.md, SEAL).
                 await self._throttle(reply.size)

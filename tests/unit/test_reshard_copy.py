@@ -109,26 +109,23 @@ def test_a_snapshot_page_with_the_seal_bounds_the_log_replay_after_it() -> None:
     assert (changes, after, lag) == ([], cursor, 0)
 
 
-async def test_the_throttle_gives_back_what_a_reserved_page_did_not_use(
+async def test_the_throttle_charges_now_and_says_how_long_to_wait(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """``charge`` takes the bytes at once and returns the wait (a copy waits it out itself,
+    cut short by SEAL); ``take`` sleeps it."""
     now = [0.0]
     bucket = TokenBucket(1000, clock=lambda: now[0])
+    assert bucket.charge(1000) == 0.0  # the one-second burst
+    assert bucket.charge(500) == 0.5  # 500 over: half a second
+    now[0] = 0.5
+    assert bucket.charge(0) == 0.0  # paid back by the time passed
     slept: list[float] = []
 
     async def record(delay: float) -> None:
         slept.append(delay)
 
     monkeypatch.setattr(follower.asyncio, "sleep", record)
-    await bucket.take(1000)  # the one-second burst, reserved for a page
-    bucket.refund(900)  # the page came back with 100 bytes
-    await bucket.take(900)  # within what was given back: no wait
-    await bucket.take(500)  # 500 over: half a second
-    assert slept == [0.5]
-    bucket.refund(-5)  # nothing to give back: unchanged
-    await bucket.take(0)
-    assert slept == [0.5, 0.5]
-    unlimited = TokenBucket(0)
-    unlimited.refund(10)
-    await unlimited.take(10**9)
-    assert slept == [0.5, 0.5]
+    await bucket.take(250)
+    assert slept == [0.25]
+    assert TokenBucket(0).charge(10**9) == 0.0  # unlimited
