@@ -60,6 +60,12 @@ COPY_POLL = 1.0
 CURSOR_EVERY = 1000
 #: Keys a purge examines per store read (keys only: their values are never read).
 PURGE_PAGE = 4096
+#: A clean-up's purge starts this long after the flip, deletes this many keys per write and
+#: pauses this long between two: deleting the moved keys (big values, on every replica) at once
+#: starved the new partitions' first writes for most of a second (design/resharding.md).
+PURGE_DELAY = 1.0
+PURGE_BATCH = 64
+PURGE_PAUSE = 0.02
 #: Waits while a source has no primary or does not answer.
 PULL_RETRY = RetryPolicy(initial=0.1, cap=1.0, floor=0.5)
 
@@ -334,9 +340,17 @@ def plan_copy(
     return writes, new, lag
 
 
-async def delete_where(db: StoreThread, primary: Primary, doomed: Callable[[bytes], bool]) -> int:
+async def delete_where(
+    db: StoreThread,
+    primary: Primary,
+    doomed: Callable[[bytes], bool],
+    *,
+    batch: int = STEP_WRITES,
+    pause: float = 0.0,
+) -> int:
     """Delete through ``primary``'s log every stored key of its partition that ``doomed``
-    picks, page by page; returns how many. Idempotent: a repeat finds fewer or none."""
+    picks, page by page, ``batch`` deletes per write and ``pause`` seconds between two;
+    returns how many. Idempotent: a repeat finds fewer or none."""
     zone, partition = primary.key
     store = db.store.data
     deleted = 0
@@ -346,8 +360,10 @@ async def delete_where(db: StoreThread, primary: Primary, doomed: Callable[[byte
         if keys:
             after = keys[-1]
         writes: list[tuple[bytes, bytes | None]] = [(k, None) for k in keys if doomed(k)]
-        for i in range(0, len(writes), STEP_WRITES):
-            await primary.write_many(writes[i : i + STEP_WRITES])
+        for i in range(0, len(writes), batch):
+            if i and pause:
+                await asyncio.sleep(pause)
+            await primary.write_many(writes[i : i + batch])
         deleted += len(writes)
         if done:
             return deleted
@@ -358,7 +374,13 @@ async def purge(db: StoreThread, primary: Primary, partitions: int) -> int:
     under a layout of ``partitions`` (control keys included: the seal, the cursors); returns how
     many."""
     partition = primary.key[1]
-    deleted = await delete_where(db, primary, lambda k: not routes_to(k, partition, partitions))
+    deleted = await delete_where(
+        db,
+        primary,
+        lambda k: not routes_to(k, partition, partitions),
+        batch=PURGE_BATCH,
+        pause=PURGE_PAUSE,
+    )
     primary.forget_seal()
     return deleted
 
@@ -460,6 +482,10 @@ class Resharding:
             del self._tasks[slot]
 
     async def _purge(self, primary: Primary, reshard: Reshard, count: int) -> None:
+        if reshard.phase is ReshardPhase.CLEANUP:
+            # Moved keys are invisible already (reads route by the layout in force): let the
+            # new partitions take their first writes before the sources' deletes compete.
+            await asyncio.sleep(PURGE_DELAY)
         deleted = await purge(self._deps.db, primary, count)
         log.info(
             "%s/%s: purged %d key(s) of reshard %d (%s)",
