@@ -330,7 +330,7 @@ async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Clu
     async with DataClient(data_cluster.driver_apis) as client:
         routes = await client.routes(ZONE, refresh=True)
     node, address = sorted(routes.addresses.items())[0]
-    before = await _replica_state(address)
+    before = await _settled_replica_state(address)
     good = data_pb2.AppendRequest(
         partition=common_pb2.PartitionRef(zone=ZONE, partition=0), lease_epoch=1 << 40
     )
@@ -378,6 +378,18 @@ async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Clu
     async with DataClient(data_cluster.driver_apis, deadline=20.0) as client:
         await client.put(ZONE, key, b"still written")
         assert await client.get(ZONE, key) == b"still written"
+
+
+async def _settled_replica_state(address: str) -> tuple[int, int]:
+    """``_replica_state`` once the replica's commit index has caught up with its log: a
+    follower learns the last commits from the primary's commit notice a moment after the
+    writes of the tests before, which would otherwise look like a change made by this one."""
+    deadline = time.monotonic() + 30
+    while True:
+        state = await _replica_state(address)
+        if state[0] == state[1] or time.monotonic() > deadline:
+            return state
+        await asyncio.sleep(0.1)
 
 
 async def _replica_state(address: str) -> tuple[int, int]:
