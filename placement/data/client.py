@@ -624,8 +624,9 @@ class DataClient(AsyncClosing):
                         x_retry_after=x_retry,
                     )
                     where = f"{node}@{address}"
+                    failure = f"{where}: {code.name}" + (f" {detail}" if detail else "")
                     if isinstance(action, Wait):
-                        last = f"{where}: {code.name}" + (f" {detail}" if detail else "")
+                        last = failure
                         if self._clock() + action.delay >= give_up:
                             raise DataUnavailable(op, zone, partition, last, self._clock() - start)
                         redirect = PrimaryHint(node, address)
@@ -649,7 +650,7 @@ class DataClient(AsyncClosing):
                                     continue
                             raise InvalidInput(f"{op} {zone}/{partition}", detail or "rejected")
                         raise DataRequestFailed(op, zone, code, detail, where)
-                    last = f"{where}: {code.name}" + (f" {detail}" if detail else "")
+                    last = failure
             redirects = 0
             if routes is not None:
                 self._invalidate(zone, routes)

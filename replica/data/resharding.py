@@ -225,7 +225,8 @@ class Puller:
 
     async def _until_writable(self, source: int, cursor: Cursor, backoff: Backoff) -> None:
         """Wait until the destination takes writes again, probing with the source's current
-        cursor (a small write that changes nothing) rather than the page again: a refused write
+        cursor (a small write, safe to persist: every copy it covers is committed) rather than
+        the page again: a refused write
         stays in the primary's log, uncommitted, and commits once the in-sync set is back, so
         re-sending a page on every try filled the log with copies of it (a learner replays
         them all)."""
@@ -423,6 +424,7 @@ class Resharding:
                 running = self._pullers.get(key)
                 if (
                     running is not None
+                    and not running[1].done()
                     and running[0].primary is primary
                     and running[0].reshard != reshard
                     and replace(running[0].reshard, phase=reshard.phase) == reshard
@@ -451,7 +453,8 @@ class Resharding:
                 self._pullers.pop(key)[1].cancel()
         for key, (puller, _) in self._pullers.items():
             self._reports[key] = puller.report()
-            if puller.reshard.phase is ReshardPhase.SEAL and not puller.drained:
+            sealed = puller.reshard.phase is ReshardPhase.SEAL
+            if sealed and not puller.drained and log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "%s/%s: not drained yet: %s",
                     *key,
