@@ -100,6 +100,10 @@ class DataDirInUse(AgentStoreError):
     """Another agent process holds this data directory."""
 
 
+class NotHosted(PlacementError):
+    """The replica was retired or discarded (or never created) here."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaRow:
     zone: str
@@ -226,6 +230,14 @@ class AgentStore:
     def replica(self, zone: str, partition: int) -> ReplicaRow | None:
         with self._errors():
             return self._replica(zone, partition)
+
+    def hosted(self, fn: Callable[..., T], zone: str, partition: int, *args: object) -> T:
+        """``fn(zone, partition, *args)`` only while the replica record exists (NotHosted
+        otherwise): no follower, learner or primary writes into (or recreates the data state
+        of) a replica retired or discarded under it. A part of the caller's transaction."""
+        if self.replica(zone, partition) is None:
+            raise NotHosted(f"{zone}/{partition} is no longer hosted here")
+        return fn(zone, partition, *args)
 
     def replicas(self) -> list[ReplicaRow]:
         """Every replica record (complete or partial), in (zone, partition) order."""

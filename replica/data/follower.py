@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
 from placement.errors import PlacementError
@@ -30,10 +29,9 @@ from replica.data.model import (
     SendFetch,
 )
 from replica.data.storage import AppendResult, DataState
-from replica.records import AgentStore, StoreThread
+from replica.records import NotHosted, StoreThread
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 #: A learner's waits for a primary that is absent, unreachable or not (yet) primary.
 LEARNER_RETRY = RetryPolicy(initial=0.2, cap=0.5, floor=0.5)
@@ -49,19 +47,6 @@ _APPEND_OUTCOMES = {
 }
 
 
-class NotHosted(PlacementError):
-    """The replica was retired or discarded (or never created) here."""
-
-
-def _hosted(store: AgentStore, fn: Callable[..., T], zone: str, partition: int, *args: object) -> T:
-    """On the store thread: ``fn(zone, partition, *args)`` only while the replica record exists
-    — neither a follower's append nor a learner writes into (or recreates the state of) a replica
-    retired under it."""
-    if store.replica(zone, partition) is None:
-        raise NotHosted(f"{zone}/{partition} is no longer hosted here")
-    return fn(zone, partition, *args)
-
-
 async def answer_appends(
     db: StoreThread, calls: Sequence[AppendCall], trim: Trim
 ) -> list[AppendReply]:
@@ -73,9 +58,9 @@ async def answer_appends(
         return []
     store = db.store
     outcomes = await db.group_each(
-        _hosted,
+        store.hosted,
         [
-            (store, store.data.follow, c.zone, c.partition, c.lease_epoch, c.prev_index,
+            (store.data.follow, c.zone, c.partition, c.lease_epoch, c.prev_index,
              c.prev_epoch, list(c.entries), c.commit_index)
             for c in calls
         ],
@@ -168,7 +153,7 @@ class Learner:
     async def _write(self, fn: Callable[..., DataState], *args: object) -> DataState:
         """One of this learner's writes to its replica (a part of a group commit), refused once
         the replica is no longer hosted (``NotHosted``)."""
-        state: DataState = await self._db.group(_hosted, self._db.store, fn, *self.key, *args)
+        state: DataState = await self._db.group(self._db.store.hosted, fn, *self.key, *args)
         return state
 
     async def _start(self) -> DataState:

@@ -61,7 +61,7 @@ from replica.data.primary import Primary, PrimaryDeps
 from replica.data.resharding import ReshardDeps, Resharding
 from replica.data.view import Changes, View
 from replica.protocol import StartCatchUp
-from replica.records import StoreThread
+from replica.records import NotHosted, StoreThread
 
 log = logging.getLogger(__name__)
 
@@ -572,4 +572,7 @@ class DataPlane:
             self._appended[key] = count
             return
         self._appended[key] = 0
-        await self.db.call(self.data.trim, key[0], key[1], self.config.log_keep)
+        try:  # never through a discarded replica (the trim would recreate its state)
+            await self.db.call(self.db.store.hosted, self.data.trim, *key, self.config.log_keep)
+        except NotHosted:
+            self._appended.pop(key, None)

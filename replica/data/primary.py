@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from placement.aio import wait_event
 from placement.data.partitioning import SEAL_KEY, key_moves, selected
@@ -44,13 +45,15 @@ from replica.data.model import (
     Unavailable,
 )
 from replica.data.storage import DataState, Entry
-from replica.records import StoreThread
+from replica.records import NotHosted, StoreThread
 
 #: How soon a client refused by a seal should retry: the seal's pause is the time for the
 #: destinations to copy what is left and the leader to flip (design/resharding.md, SEAL).
 SEALED_RETRY_MS = 20
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Fresh from etcd at one revision: (lease, its mod revision, ISR, its mod revision); 0 = absent.
 LeaseAndIsr = tuple[PrimaryLease | None, int, InSyncSet | None, int]
@@ -259,6 +262,8 @@ class Primary:
                     self._inflight = []
         except Deposed as e:
             log.info("primary %s/%s@%d deposed: %s", self.zone, self.partition, self.lease_epoch, e)
+        except NotHosted as e:  # discarded under it (a retire, an aborted re-sharding)
+            log.info("primary %s/%s@%d stops: %s", self.zone, self.partition, self.lease_epoch, e)
         except Unavailable as e:  # expected (members away, below the minimum): retried next tick
             log.warning("primary %s/%s@%d: %s", self.zone, self.partition, self.lease_epoch, e)
         except asyncio.CancelledError:
@@ -269,12 +274,19 @@ class Primary:
             self.finished = True
             self._fail_queue(self._not_primary())
 
+    async def _write(self, fn: Callable[..., T], *args: object) -> T:
+        """One of this primary's writes to its replica (a part of a group commit), refused
+        (NotHosted) once the replica's record is gone: a discard never races a write that
+        would recreate its state."""
+        result: T = await self._db.group(
+            self._db.store.hosted, fn, self.zone, self.partition, *args
+        )
+        return result
+
     async def _reconcile(self) -> None:
         """Fence, make sure an ISR exists and holds this node, bring every member to this log."""
         node = self._deps.node
-        self.state = await self._db.group(
-            self._data.raise_fence, self.zone, self.partition, self.lease_epoch
-        )
+        self.state = await self._write(self._data.raise_fence, self.lease_epoch)
         sealed = await self._db.call(self._data.get, self.zone, self.partition, SEAL_KEY)
         self.seal = self._seal_written = Seal.decode(sealed) if sealed is not None else None
         lease, _rev, isr, isr_rev = await self._deps.read_lease_and_isr(self.key)
@@ -341,12 +353,8 @@ class Primary:
                 Entry(index + i, epoch, w.key, w.value or b"", w.value is None)
                 for i, w in enumerate(batch, 1)
             ]
-            self.state, existed = await self._db.group(
-                self._data.append_writes,
-                self.zone,
-                self.partition,
-                entries,
-                self.state.commit_index,
+            self.state, existed = await self._write(
+                self._data.append_writes, entries, self.state.commit_index
             )
             self._remember(entries)
             try:
@@ -375,9 +383,7 @@ class Primary:
             except Unavailable as e:
                 log.debug("commit notice of %s/%s: %s", self.zone, self.partition, e)
                 self._told_commit = self.state.commit_index  # the next write carries it
-            self.state = await self._db.group(
-                self._data.set_commit, self.zone, self.partition, self.state.commit_index
-            )
+            self.state = await self._write(self._data.set_commit, self.state.commit_index)
 
     async def _probe(self) -> None:
         """Poked: members that are gone (see ``PrimaryDeps.member_gone``) leave the ISR, unless
