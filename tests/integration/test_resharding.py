@@ -110,13 +110,18 @@ async def _copying(etcd: EtcdClient, keys: KeySpace, api: PlacementClient) -> di
 
 
 async def _grow_under_writers(
-    api: PlacementClient, client: DataClient, etcd: EtcdClient, keys: KeySpace, tmp_path: Path
+    c: Cluster,
+    api: PlacementClient,
+    client: DataClient,
+    etcd: EtcdClient,
+    keys: KeySpace,
+    tmp_path: Path,
 ) -> tuple[driver_pb2.ZoneLayout, dict[bytes, bytes], Path, asyncio.Event, asyncio.Task[Any]]:
     """Zone kv of 4 partitions with 2 MB in it (half of which a grow to 8 moves), four writers
     running, and the grow to 8 asked: (the layout before, the bulk keys, the writers' record,
     their stop event, their task)."""
     await _create(api, 4)
-    before = await _settled_layout(api, 4)
+    before = await _settled_layout(api, 4, c)
     await _serving(client, 4)
     await _in_sync(etcd, keys, 4)  # before the data: a late member would crawl through it
     bulk = await _preload(client, 32, 64 << 10)
@@ -154,8 +159,11 @@ async def _alter(api: PlacementClient, partitions: int) -> None:
     await api.call(lambda s, t: s.AlterZone(request, timeout=t))
 
 
-async def _settled_layout(api: PlacementClient, partitions: int) -> driver_pb2.ZoneLayout:
-    """Wait until the layout in force has ``partitions`` and no reshard runs."""
+async def _settled_layout(
+    api: PlacementClient, partitions: int, c: Cluster
+) -> driver_pb2.ZoneLayout:
+    """Wait until the layout in force has ``partitions`` and no reshard runs; if it never
+    does, fail with the layout and what every process logged last about re-sharding."""
     deadline = time.monotonic() + EVENTUALLY
     while True:
         zone = await _zone(api)
@@ -163,8 +171,20 @@ async def _settled_layout(api: PlacementClient, partitions: int) -> driver_pb2.Z
         if layout.partitions == partitions and not layout.HasField("reshard"):
             return layout
         if time.monotonic() > deadline:
-            pytest.fail(f"the layout never settled on {partitions}: {layout}")
+            pytest.fail(f"the layout never settled on {partitions}: {layout}\n{_log_tails(c)}")
         await asyncio.sleep(0.2)
+
+
+def _log_tails(c: Cluster, lines: int = 25) -> str:
+    """The last ``lines`` lines of each process's log that speak of re-sharding or warn."""
+    out = []
+    for child in c.children:
+        if not child.log.exists():
+            continue
+        text = child.log.read_text(errors="replace").splitlines()
+        picked = [t for t in text if "reshard" in t or " WARNING " in t or " ERROR " in t]
+        out.append(f"--- {child.name} ({len(text)} lines)\n" + "\n".join(picked[-lines:]))
+    return "\n".join(out)
 
 
 async def _serving(client: DataClient, partitions: int) -> None:
@@ -191,14 +211,14 @@ async def _reshard_under_writers(
     c: Cluster, api: PlacementClient, before: int, after: int, record: Path
 ) -> None:
     async with DataClient(c.driver_apis, deadline=30.0) as client:
-        old = await _settled_layout(api, before)
+        old = await _settled_layout(api, before, c)
         stop = asyncio.Event()
         writers = asyncio.create_task(
             run_writers(client, ZONE, 6, 40, 600.0, record, stop, seed=after)
         )
         await asyncio.sleep(1.5)
         await _alter(api, after)
-        new = await _settled_layout(api, after)
+        new = await _settled_layout(api, after, c)
         assert new.generation == old.generation + 1
         await asyncio.sleep(1.0)  # writes under the new layout too
         stop.set()
@@ -215,7 +235,7 @@ async def test_grow_then_shrink_under_writers_loses_no_acknowledged_write(
     async with PlacementClient(cluster.driver_apis, deadline=30.0) as api:
         await _create(api, 8)
         async with DataClient(cluster.driver_apis, deadline=30.0) as client:
-            await _settled_layout(api, 8)
+            await _settled_layout(api, 8, cluster)
             await _serving(client, 8)
         await _reshard_under_writers(cluster, api, 8, 16, tmp_path / "grow.jsonl")
         await _reshard_under_writers(cluster, api, 16, 5, tmp_path / "shrink.jsonl")
@@ -260,7 +280,7 @@ async def test_the_driver_leader_sigkilled_in_the_copy_the_cut_over_and_the_clea
         watcher = asyncio.create_task(watch_layout())
         try:
             before, bulk, record, stop, writers = await _grow_under_writers(
-                api, client, etcd_client, keys, tmp_path
+                c, api, client, etcd_client, keys, tmp_path
             )
             await _copying(etcd_client, keys, api)
             killed = await _kill_leader(etcd_client, keys, drivers, "copy")
@@ -273,7 +293,7 @@ async def test_the_driver_leader_sigkilled_in_the_copy_the_cut_over_and_the_clea
             await _until_phase(phases, "cleanup")
             killed = await _kill_leader(etcd_client, keys, drivers, "cleanup")
             killed.start()
-            after = await _settled_layout(api, 8)
+            after = await _settled_layout(api, 8, c)
         finally:
             watcher.cancel()
             for d in drivers:
@@ -330,7 +350,7 @@ async def test_an_abort_before_the_flip_leaves_the_old_layout_and_no_copied_key(
         EtcdClient([etcd.endpoint]) as etcd_client,
     ):
         before, bulk, record, stop, writers = await _grow_under_writers(
-            api, client, etcd_client, keys, tmp_path
+            c, api, client, etcd_client, keys, tmp_path
         )
         copied = await _copying(etcd_client, keys, api)
         assert set(copied) <= {4, 5, 6, 7}
@@ -349,7 +369,7 @@ async def test_an_abort_before_the_flip_leaves_the_old_layout_and_no_copied_key(
             assert "4 → 8 aborted" in reply.detail
         else:
             await _alter(api, 4)  # back before the flip: abort
-        after = await _settled_layout(api, 4)
+        after = await _settled_layout(api, 4, c)
         assert (await _zone(api)).config.partitions == 4
         stop.set()
         await writers
@@ -386,7 +406,7 @@ async def test_sigkilled_primaries_of_a_destination_then_of_a_source_mid_copy_lo
         EtcdClient([etcd.endpoint]) as etcd_client,
     ):
         _, bulk, record, stop, writers = await _grow_under_writers(
-            api, client, etcd_client, keys, tmp_path
+            c, api, client, etcd_client, keys, tmp_path
         )
         await _copying(etcd_client, keys, api)
         for partition in (4, 0):  # a destination, then a source
@@ -398,7 +418,7 @@ async def test_sigkilled_primaries_of_a_destination_then_of_a_source_mid_copy_lo
             child.proc.wait(10)
             await _lease_moves(etcd_client, keys, partition, victim)
             child.start()
-        await _settled_layout(api, 8)
+        await _settled_layout(api, 8, c)
         stop.set()
         await writers
         for key, value in bulk.items():
