@@ -397,24 +397,34 @@ class Pause:
     failed: bool
 
 
-def probe_pause(probe: Probe, attempts: Sequence[Attempt], seal_at: float | None) -> Pause:
+def probe_pause(
+    probe: Probe, attempts: Sequence[Attempt], seal_at: float | None, flip_at: float | None
+) -> Pause:
+    """'bound': the longest the probe's key went without an acknowledged write from SEAL
+    written until PROBE_FAST_AFTER_FLIP after the flip (the probe writes back to back then) —
+    whether its writes were refused and retried or held at the agent until the flip.
+    'refused': first RPC refused as sealed → acknowledgement of the write it belonged to."""
     sealed = sorted(a.began for a in attempts if a.key == probe.key and a.outcome == "sealed")
-    if not sealed:
-        return Pause(probe.source, None, None, 0, False)
-    first = sealed[0]
-    ops = sorted(probe.ops, key=lambda o: o.began)
-    blocked = next((o for o in ops if o.began <= first <= o.ended), None)
-    if blocked is None:
+    ops = sorted(probe.ops, key=lambda o: o.ended)
+    if seal_at is None:
         return Pause(probe.source, None, None, len(sealed), False)
-    before = max((o.ended for o in ops if o.ok and o.ended <= blocked.began), default=blocked.began)
-    start = max(before, seal_at) if seal_at is not None else before
-    return Pause(
-        probe.source,
-        blocked.ended - first,
-        blocked.ended - start,
-        len(sealed),
-        not blocked.ok,
-    )
+    end = (flip_at if flip_at is not None else float("inf")) + PROBE_FAST_AFTER_FLIP
+    bound: float | None = None
+    failed = False
+    t = seal_at
+    for o in ops:
+        if o.ended <= seal_at or o.began > end:
+            continue
+        failed = failed or not o.ok
+        if o.ok:
+            bound = max(bound or 0.0, o.ended - t)
+            t = o.ended
+    refused = None
+    if sealed:
+        blocked = next((o for o in ops if o.began <= sealed[0] <= o.ended), None)
+        if blocked is not None:
+            refused = blocked.ended - sealed[0]
+    return Pause(probe.source, refused, bound, len(sealed), failed)
 
 
 # -- windows -----------------------------------------------------------------------------------
@@ -712,7 +722,7 @@ async def run(cluster: Cluster, opts: UpOptions, args: argparse.Namespace, resul
                 (o.latency for o in moving if o.ok and o.began < flip_at and o.ended > seal_at),
                 default=0.0,
             )
-        result.pauses = [probe_pause(p, probe_conn.rows, seal_at) for p in probes]
+        result.pauses = [probe_pause(p, probe_conn.rows, seal_at, flip_at) for p in probes]
         dump_timeline(result.work_dir / "timeline.jsonl", t1, phases, probe_conn.rows)
         probe_ops = [o for p in probes for o in p.ops if o.ok and t0 <= o.ended < t1]
         result.probe_writes = sum(len(p.ops) for p in probes)
@@ -968,14 +978,14 @@ def report(result: Result) -> str:
         "",
         f"One probe per source partition writes one key that moves out of it: every "
         f"{PROBE_GAP * 1000:.0f} ms, and back to back (retry every 10 ms) from the moment the",
-        "SEAL layout write is seen until 0.5 s after the flip is seen. 'bound' = the blocked "
-        "write's "
-        "acknowledgement − max(the probe's previous acknowledgement, SEAL written): no write to "
-        "that key got through for this long — the pause, measured as a client sees it (it "
-        "includes the client's re-route after the flip). 'refused' = first refused RPC → that "
-        "acknowledgement (a lower bound). 'server' = the flip (CLEANUP written) − the source "
-        "primary's log line 'sealed for reshard' (logged once the seal's write committed: "
-        "refusals begin just before).",
+        "SEAL layout write is seen until 0.5 s after the flip is seen. 'bound' = the longest "
+        "the key went without an acknowledged write from SEAL written until 0.5 s after the "
+        "flip: the pause, measured as a client sees it (a write refused by the seal waits at "
+        "the agent for the flip, up to 1 s, then is re-routed; the bound includes that "
+        "re-route). 'refused' = first RPC answered 'sealed' → that write's acknowledgement "
+        "(empty when none was: the write waited at the agent). 'server' = the flip (CLEANUP "
+        "written) − the source primary's log line 'sealed for reshard' (logged once the "
+        "seal's write committed: refusals begin just before).",
         f"Probe writes outside the cut-over, before: p50 {result.probe_ms[0]:.1f} ms, p99 "
         f"{result.probe_ms[1]:.1f} ms ({result.probe_writes} probe writes in all).",
         "",

@@ -184,7 +184,12 @@ class Puller:
                 select=select,
             )
             try:
-                reply = await deps.send_fetch(leader[1], call, 10)
+                # Throttled like a catch-up; not once sealed, so the write pause the seal
+                # causes is bounded by the copy of what is left (design/resharding.md, SEAL).
+                async with deps.bucket.turn(self._pause, self._sealed):
+                    reply = await deps.send_fetch(leader[1], call, 10)
+                    if not self._sealed():
+                        deps.bucket.charge(reply.size)
             except PeerUnreachable as e:
                 log.debug("reshard copy %s/%s <- %s: %s", self.zone, self.partition, source, e)
                 await asyncio.sleep(backoff.next())
@@ -203,25 +208,22 @@ class Puller:
                 log.debug("reshard copy %s/%s <- %s: %s", self.zone, self.partition, source, e)
                 await self._until_writable(source, progress.cursor, backoff)
                 continue
-            if self.reshard.phase is not ReshardPhase.SEAL:
-                # Throttled like a catch-up; not once sealed, so the write pause the seal
-                # causes is bounded by the copy of what is left (design/resharding.md, SEAL).
-                await self._throttle(reply.size)
+            if progress.cursor.drained:
+                return  # nothing past the seal is ever copied: this source is done
             if not moved:
-                if progress.cursor.drained:
-                    return  # nothing past the seal is ever copied: this source is done
                 if self.reshard.phase is ReshardPhase.SEAL:
                     await asyncio.sleep(IDLE_POLL)
                 else:
                     await wait_event(self._wake, COPY_POLL)
 
-    async def _throttle(self, amount: int) -> None:
-        """Wait what the agent's catch-up throttle asks for ``amount`` bytes — cut short when
-        the reshard moves on to SEAL: a sealed copy is not throttled, and a loop still waiting
-        out the shared throttle's debt would hold the cut-over for seconds."""
-        delay = self._deps.bucket.charge(amount)
-        if delay > 0 and self.reshard.phase is not ReshardPhase.SEAL:
-            await wait_event(self._wake, delay)
+    def _sealed(self) -> bool:
+        return self.reshard.phase is ReshardPhase.SEAL
+
+    async def _pause(self, delay: float) -> None:
+        """A wait for the throttle, cut short when the reshard moves on (to SEAL: a sealed copy
+        is not throttled, and a stream still waiting out the shared debt would hold the
+        cut-over for seconds)."""
+        await wait_event(self._wake, delay)
 
     async def _until_writable(self, source: int, cursor: Cursor, backoff: Backoff) -> None:
         """Wait until the destination takes writes again, probing with the source's current
@@ -251,10 +253,15 @@ class Puller:
         if new == cursor:
             return False
         was = (self.drained, self.lag <= SEAL_LAG)
-        for i in range(0, len(writes), STEP_WRITES):
-            await self.primary.write_many(writes[i : i + STEP_WRITES])
+        # The cursor goes in the batch of the last copied keys (one replicated commit, not
+        # two: the cut-over's drain waits for it): the log commits in order, so a committed
+        # cursor implies every copy before it is committed.
+        steps = [writes[i : i + STEP_WRITES] for i in range(0, len(writes), STEP_WRITES)]
         if writes or _worth_writing(progress.written, new):
-            await self.primary.write_many([(cursor_key(source), new.encode())])
+            steps[-1:] = [(steps[-1] if steps else []) + [(cursor_key(source), new.encode())]]
+        for step in steps:
+            await self.primary.write_many(step)
+        if steps:
             progress.written = new
         progress.cursor = new
         progress.keys += len(writes)

@@ -6,8 +6,9 @@ place (``_call``, :data:`STATUS_OF`). A request that is not for this node's prim
 FAILED_PRECONDITION with trailing metadata ``x-primary`` = ``NODE@HOST:PORT`` (empty when
 unknown), so clients retry there; one routed under another layout generation than the agent's
 gets FAILED_PRECONDITION with ``x-layout`` = ``GENERATION/PARTITIONS`` (design/resharding.md), so
-clients re-read the zone's layout; a write refused by a re-sharding seal gets UNAVAILABLE with
-``x-retry-after-ms``, so clients retry that soon instead of backing off.
+clients re-read the zone's layout; a write refused by a re-sharding seal waits (up to half its
+deadline) for the cut-over, then gets UNAVAILABLE with ``x-retry-after-ms`` if the seal still
+holds, so clients retry that soon instead of backing off.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from replica.data.peers import (
     fetch_call_from_pb,
     fetch_reply_to_pb,
 )
-from replica.data.plane import DataPlane
+from replica.data.plane import SEAL_PARK, DataPlane
 from replica.protocol import validate_partition_key
 
 T = TypeVar("T")
@@ -66,6 +67,13 @@ STATUS_OF: StatusTable = (
 )
 
 
+def _park(context: Context) -> float:
+    """How long a sealed write may wait at the agent for the cut-over: half the call's
+    remaining deadline (so its answer is never late), at most the plane's own bound."""
+    remaining = context.time_remaining()
+    return SEAL_PARK if remaining is None else min(SEAL_PARK, remaining / 2)
+
+
 class DataServicer(data_pb2_grpc.DataServiceServicer):
     def __init__(self, plane: DataPlane) -> None:
         self._plane = plane
@@ -81,6 +89,7 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
                 validate_key(request.key),
                 validate_value(request.value),
                 ref.generation,
+                _park(context),
             ),
         )
         return data_pb2.WriteResponse(index=index, lease_epoch=epoch)
@@ -93,7 +102,12 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
             context,
             ref,
             lambda: self._plane.write(
-                ref.zone, ref.partition, validate_key(request.key), None, ref.generation
+                ref.zone,
+                ref.partition,
+                validate_key(request.key),
+                None,
+                ref.generation,
+                _park(context),
             ),
         )
         return data_pb2.WriteResponse(index=index, lease_epoch=epoch, existed=existed)

@@ -5,12 +5,12 @@ design/resharding.md)."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from placement.data.partitioning import SEAL_KEY
-from replica.data import follower
 from replica.data.control import Cursor, Seal
 from replica.data.follower import TokenBucket
 from replica.data.model import FetchOutcome, FetchReply
@@ -109,23 +109,59 @@ def test_a_snapshot_page_with_the_seal_bounds_the_log_replay_after_it() -> None:
     assert (changes, after, lag) == ([], cursor, 0)
 
 
-async def test_the_throttle_charges_now_and_says_how_long_to_wait(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``charge`` takes the bytes at once and returns the wait (a copy waits it out itself,
-    cut short by SEAL); ``take`` sleeps it."""
+def test_the_throttle_charges_now_and_says_how_long_it_is_in_debt() -> None:
     now = [0.0]
     bucket = TokenBucket(1000, clock=lambda: now[0])
     assert bucket.charge(1000) == 0.0  # the one-second burst
     assert bucket.charge(500) == 0.5  # 500 over: half a second
+    now[0] = 0.25
+    assert bucket.debt() == 0.25
     now[0] = 0.5
     assert bucket.charge(0) == 0.0  # paid back by the time passed
-    slept: list[float] = []
-
-    async def record(delay: float) -> None:
-        slept.append(delay)
-
-    monkeypatch.setattr(follower.asyncio, "sleep", record)
-    await bucket.take(250)
-    assert slept == [0.25]
     assert TokenBucket(0).charge(10**9) == 0.0  # unlimited
+
+
+async def test_pullers_take_turns_so_the_burst_is_a_few_pages_however_many_pull() -> None:
+    """20 pullers of 300-byte pages on a 1000 B/s bucket with 2 turns: never more than 2
+    fetches in flight, none starts while the bucket is in debt, so the bytes moved by any
+    time t stay within rate * t + the one-second burst + 2 pages — charging after the fetch
+    alone let all 20 take their first page at once (6000 bytes at t = 0)."""
+    now = [0.0]
+    bucket = TokenBucket(1000, clock=lambda: now[0], turns=2)
+    moved: list[tuple[float, int]] = []
+    in_flight = [0, 0]  # now, most
+
+    async def pause(delay: float) -> None:
+        now[0] += delay
+        await asyncio.sleep(0)
+
+    async def puller() -> None:
+        for _ in range(3):
+            async with bucket.turn(pause):
+                in_flight[0] += 1
+                in_flight[1] = max(in_flight[1], in_flight[0])
+                assert bucket.debt() == 0.0, "a turn started while the bucket was in debt"
+                await asyncio.sleep(0)  # the fetch
+                moved.append((now[0], 300))
+                bucket.charge(300)
+                in_flight[0] -= 1
+
+    await asyncio.gather(*(puller() for _ in range(20)))
+    assert in_flight[1] == 2
+    total = 0
+    for t, size in sorted(moved):
+        total += size
+        assert total <= 1000 * t + 1000 + 2 * 300 + 1, (t, total)  # + 1: float rounding
+    assert total == 20 * 3 * 300
+
+
+async def test_a_hurried_puller_skips_the_turn_and_the_debt() -> None:
+    bucket = TokenBucket(1000, clock=lambda: 0.0, turns=1)
+    bucket.charge(10_000)  # ten seconds in debt
+
+    async def never(delay: float) -> None:
+        raise AssertionError("a hurried puller waited")
+
+    # Two at once with one turn: a hurried puller takes no turn either.
+    async with bucket.turn(never, hurry=lambda: True), bucket.turn(never, hurry=lambda: True):
+        pass
