@@ -563,6 +563,8 @@ class Primary:
             # answer then carries the seal and the destination is drained in one round trip,
             # instead of polling every 50 ms (16 destinations x 16 sources) until it is.
             await wait_event(sealing, SEAL_FETCH_WAIT)
+        if call.select is not None and not call.snapshot:
+            return await self._selected_entries(call.after_index, call.select, max_bytes)
         async with self.committed():
             if call.snapshot:
                 return await self._snapshot_page(call.snapshot_after, max_bytes, call.select)
@@ -576,15 +578,6 @@ class Primary:
                 self.state.commit_index,
                 max_bytes,
             )
-            reached = entries[-1].index if entries else call.after_index
-            if call.select is not None:
-                return FetchReply(
-                    FetchOutcome.OK,
-                    entries=tuple(e for e in entries if selected(e.key, call.select)),
-                    commit_index=self.state.commit_index,
-                    lease_epoch=self.lease_epoch,
-                    scanned_to=reached,
-                )
             if (
                 call.after_index == self.state.last_index
                 and call.node not in self.members
@@ -599,6 +592,36 @@ class Primary:
                 commit_index=self.state.commit_index,
                 lease_epoch=self.lease_epoch,
             )
+
+    async def _selected_entries(
+        self, after: int, select: tuple[int, int], max_bytes: int
+    ) -> FetchReply:
+        """A re-sharding copy's entries after ``after`` whose keys ``select`` takes: committed
+        ones only, read without the replication lock — nothing joins the in-sync set, committed
+        entries never change, and the base check and the read are one store call, so a trim
+        between them cannot leave a gap. Under the lock, 16 destinations' fetches queued
+        behind each other and every batch of client writes: the cut-over's drain waited on
+        that queue."""
+        if self.finished:
+            raise self._not_primary()
+        commit = self.state.commit_index
+        found = await self._db.call(
+            self._data.committed_entries,
+            self.zone,
+            self.partition,
+            after,
+            commit,
+            max_bytes,
+        )
+        if found is None:
+            return FetchReply(FetchOutcome.SNAPSHOT_NEEDED)
+        return FetchReply(
+            FetchOutcome.OK,
+            entries=tuple(e for e in found if selected(e.key, select)),
+            commit_index=commit,
+            lease_epoch=self.lease_epoch,
+            scanned_to=found[-1].index if found else after,
+        )
 
     async def _snapshot_page(
         self, after: bytes, max_bytes: int, select: tuple[int, int] | None = None

@@ -253,6 +253,16 @@ class DataStore:
                 break
         return out
 
+    def committed_entries(
+        self, zone: str, partition: int, after: int, upto: int, max_bytes: int
+    ) -> list[Entry] | None:
+        """:meth:`entries` with the base check in the same read: None when ``after`` is below
+        the log's base (a snapshot is needed; a trim may have run since the caller looked)."""
+        state = self.state(zone, partition)
+        if state is None or after < state.base_index:
+            return None
+        return self.entries(zone, partition, after, upto, max_bytes)
+
     def epoch_at(self, zone: str, partition: int, index: int, state: DataState) -> int | None:
         """The epoch of the entry at ``index`` (``base_epoch`` at the base); None if unknown."""
         if index == state.base_index:
