@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from rich.console import Console
 
 from placement.api.client import PlacementClient
 from placement.data.checker import check_workload
-from placement.data.client import DataClient
-from placement.data.partitioning import CONTROL_PREFIX, partition_of
+from placement.data.client import LAYOUT_HEADER, RETRY_AFTER_HEADER, DataClient, header_value
+from placement.data.partitioning import CONTROL_PREFIX, key_moves, partition_of
 from placement.data.workload import run_writers
 from placement.local.cluster import Child, Cluster, UpOptions, start_cluster, wait_ready
 from placement.metastore.codec import (
@@ -36,7 +37,8 @@ from placement.metastore.codec import (
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
-from placement.v1 import driver_pb2
+from placement.v1 import common_pb2, data_pb2, data_pb2_grpc, driver_pb2
+from replica.data.plane import SEAL_PARK
 
 pytestmark = pytest.mark.integration
 
@@ -491,3 +493,94 @@ async def _leaders(etcd: EtcdClient, keys: KeySpace) -> dict[int, str]:
 def partition_of_or_none(key: bytes, partitions: int) -> int | None:
     """A stored key's partition; None for a control key (no client key has one)."""
     return None if key.startswith(CONTROL_PREFIX) else partition_of(key, partitions)
+
+
+async def test_a_sealed_write_waits_at_the_agent_for_the_cut_over_then_is_re_routed(
+    cluster: Cluster, etcd: Any
+) -> None:
+    """design/resharding.md, SEAL: with the leader frozen in SEAL (SIGSTOP on the layout's
+    watch event, so nothing flips), a write to a key the reshard moves is held at its source
+    primary for SEAL_PARK and then answered UNAVAILABLE with x-retry-after-ms — not refused at
+    once for the client to retry every 20 ms — while a key of the same partition that stays
+    is written at once. A write held when the leader goes on is answered with the new layout
+    (FAILED_PRECONDITION, x-layout), and the routing client then writes the key under it."""
+    c = cluster
+    keys = KeySpace(c.prefix)
+    driver = next(ch for ch in c.children if ch.name.startswith("driver-"))
+    async with (
+        PlacementClient(c.driver_apis, deadline=30.0) as api,
+        DataClient(c.driver_apis, deadline=30.0) as client,
+        EtcdClient([etcd.endpoint]) as etcd_client,
+    ):
+        await _create(api, 4)
+        await _settled_layout(api, 4, c)
+        await _serving(client, 4)
+        routes = await client.routes(ZONE, refresh=True)
+        moving = next(k for i in range(1000) if key_moves(k := b"park-%d" % i, 4, 8) is not None)
+        source = partition_of(moving, 4)
+        staying = next(
+            k
+            for i in range(1000)
+            if partition_of(k := b"stay-%d" % i, 4) == source and key_moves(k, 4, 8) is None
+        )
+        start = await etcd_client.current_revision()
+        sealed = asyncio.Event()
+
+        async def freeze_at_seal() -> None:
+            async with etcd_client.watch(keys.layout(ZONE), start_revision=start + 1) as w:
+                async for batch in w:
+                    for event in batch.events:
+                        r = decode_layout(event.kv.value).layout.reshard if event.kv.value else None
+                        if r is not None and r.phase.value == "seal":
+                            driver.signal_group(signal.SIGSTOP)
+                            sealed.set()
+                            return
+
+        watcher = asyncio.create_task(freeze_at_seal())
+        try:
+            await _alter(api, 8)
+            async with asyncio.timeout(EVENTUALLY):
+                await sealed.wait()
+            primary = routes.route(source).primary
+            async with grpc.aio.insecure_channel(routes.addresses[primary]) as channel:
+                stub = data_pb2_grpc.DataServiceStub(channel)
+                ref = common_pb2.PartitionRef(zone=ZONE, partition=source, generation=routes.layout)
+
+                async def put(key: bytes) -> tuple[float, grpc.aio.AioRpcError | None]:
+                    began = time.monotonic()
+                    try:
+                        await stub.Put(
+                            data_pb2.PutRequest(partition=ref, key=key, value=b"v"), timeout=10
+                        )
+                    except grpc.aio.AioRpcError as e:
+                        return time.monotonic() - began, e
+                    return time.monotonic() - began, None
+
+                deadline = time.monotonic() + EVENTUALLY
+                while (answer := await put(moving))[1] is None:  # until the source is sealed
+                    assert time.monotonic() < deadline, "the source never sealed"
+                    await asyncio.sleep(0.05)
+                held, error = answer
+                assert error is not None
+                assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+                assert header_value(error.trailing_metadata(), RETRY_AFTER_HEADER)
+                assert held >= 0.9 * SEAL_PARK, f"answered after {held:.3f} s: not held"
+                assert (await put(staying))[1] is None  # the seal is per key, not per partition
+
+                parked = asyncio.create_task(put(moving))
+                await asyncio.sleep(0.2)
+                driver.signal_group(signal.SIGCONT)
+                _, error = await parked
+                new = await _settled_layout(api, 8, c)
+                if error is not None and error.code() == grpc.StatusCode.UNAVAILABLE:
+                    _, error = await put(moving)  # held past SEAL_PARK before the flip: again
+                assert error is not None, "a write under the old layout was applied after it"
+                assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+                trailer = header_value(error.trailing_metadata(), LAYOUT_HEADER)
+                assert trailer == f"{new.generation}/8"
+        finally:
+            watcher.cancel()
+            driver.signal_group(signal.SIGCONT)
+        await client.put(ZONE, moving, b"after")
+        assert await client.get(ZONE, moving) == b"after"
+        assert await client.get(ZONE, staying) == b"v"
