@@ -96,10 +96,13 @@ class TokenBucket:
 
     A puller takes a :meth:`turn` around each fetch and, inside it, has the bytes it got
     charged (:meth:`charge`). A turn starts only once the bucket is out of debt, and at most
-    ``turns`` are held at once, so however many pullers there are, the agent moves at most
-    ``turns`` pages beyond the rate. Charging after the fetch alone let every puller fetch
-    its first page at once: a reshard's 80 copy streams per agent pulled the whole 50 MB in
-    the first 4 s (writes fell to a few per second), then sat out the debt for 15 s."""
+    ``turns`` snapshot pages are fetched at once, so however many pullers there are, the agent
+    moves at most ``turns`` pages beyond the rate. Charging after the fetch alone let every
+    puller fetch its first page at once: a reshard's 80 copy streams per agent pulled the
+    whole 50 MB in the first 4 s (writes fell to a few per second), then sat out the debt for
+    15 s. A log tail (``page=False``: the entries written since, small once caught up) only
+    waits out the debt: queued behind 80 polls for 4 turns, a copy's tail fetch took 1–2 s,
+    and the cut-over waited for it."""
 
     def __init__(
         self, rate: float, clock: Clock = time.monotonic, turns: int = FETCH_TURNS
@@ -131,14 +134,17 @@ class TokenBucket:
         self,
         pause: Callable[[float], Awaitable[object]] = asyncio.sleep,
         hurry: Callable[[], bool] = lambda: False,
+        *,
+        page: bool = True,
     ) -> AsyncIterator[None]:
-        """One fetch's turn (see the class docstring): waits for a free turn, then out the
-        debt with ``pause``. ``hurry()`` true = unthrottled: no turn, no wait (a sealed copy;
-        ``pause`` may return early so a waiting turn notices)."""
+        """One fetch's turn (see the class docstring): a snapshot ``page`` waits for a free
+        turn; then any fetch waits out the debt with ``pause``. ``hurry()`` true = unthrottled:
+        no turn, no wait (a sealed copy; ``pause`` may return early so a waiting turn
+        notices)."""
         if self.rate <= 0 or hurry():
             yield
             return
-        async with self._turns:
+        async with self._turns if page else contextlib.nullcontext():
             while not hurry() and (delay := self.debt()) > 0:
                 await pause(delay)
             yield
@@ -223,7 +229,7 @@ class Learner:
                 max_bytes=deps.fetch_bytes,
             )
             try:
-                async with deps.bucket.turn(deps.sleep):
+                async with deps.bucket.turn(deps.sleep, page=snapshot):
                     reply = await deps.send_fetch(address, call, 10)
                     deps.bucket.charge(reply.size)
             except PeerUnreachable as e:

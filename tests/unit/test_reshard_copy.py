@@ -165,3 +165,33 @@ async def test_a_hurried_puller_skips_the_turn_and_the_debt() -> None:
     # Two at once with one turn: a hurried puller takes no turn either.
     async with bucket.turn(never, hurry=lambda: True), bucket.turn(never, hurry=lambda: True):
         pass
+
+
+async def test_a_log_tail_fetch_takes_no_turn_but_waits_out_the_debt() -> None:
+    """With every turn held by a snapshot page, a log tail (``page=False``) still starts —
+    after the bucket's debt, not after the pages (a copy's tail poll queued behind 80 polls
+    held the cut-over for 1-2 s)."""
+    now = [0.0]
+    bucket = TokenBucket(1000, clock=lambda: now[0], turns=1)
+    waited: list[float] = []
+
+    async def pause(delay: float) -> None:
+        waited.append(delay)
+        now[0] += delay
+
+    held = asyncio.Event()
+    release = asyncio.Event()
+
+    async def page() -> None:
+        async with bucket.turn(pause):
+            held.set()
+            await release.wait()
+
+    holder = asyncio.create_task(page())
+    await held.wait()
+    bucket.charge(1500)  # half a second in debt
+    async with bucket.turn(pause, page=False):
+        assert waited == [0.5]
+        assert not holder.done()  # the page still holds the only turn
+    release.set()
+    await holder
