@@ -10,6 +10,9 @@ health service and reflection are set in one place (and credentials, once the pr
 * **Servers** come from :func:`bind_server` (bind first, so a taken address fails before any state
   is touched; ``SO_REUSEPORT`` off, so a second process cannot share the port silently) and
   :func:`start_server` (health, reflection, every service SERVING).
+* **TLS**: given a :class:`~placement.security.tls.TlsMaterial`, a channel is mutual TLS (it
+  presents its certificate, trusts only the CA) and a server requires a client certificate
+  signed by the CA; without one, both are plaintext (design/deployment.md).
 * **Enums** of the domain map to protobuf enums by member name (:func:`pb_enum_values`).
 * **Errors** of a servicer's domain become status codes through a :data:`StatusTable` and
   :func:`answer` / :func:`abort` (the message is the error's text).
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar
 import grpc
 
 from placement.errors import InvalidInput, PlacementError
+from placement.security.tls import TlsMaterial
 
 if TYPE_CHECKING:
     from grpc_health.v1.health import HealthServicer
@@ -77,22 +81,30 @@ AGENT_PROFILE = ChannelProfile(keepalive_ms=5_000, ping_timeout_ms=3_000)
 DATA_PROFILE = ChannelProfile(keepalive_ms=10_000, ping_timeout_ms=3_000)
 
 
-def channel(address: str, profile: ChannelProfile) -> grpc.aio.Channel:
-    """One new channel to ``address`` with ``profile``'s options."""
-    return grpc.aio.insecure_channel(address, options=profile.options())
+def channel(
+    address: str, profile: ChannelProfile, tls: TlsMaterial | None = None
+) -> grpc.aio.Channel:
+    """One new channel to ``address`` with ``profile``'s options; mutual TLS with ``tls``."""
+    if tls is None:
+        return grpc.aio.insecure_channel(address, options=profile.options())
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls.ca, private_key=tls.key, certificate_chain=tls.cert
+    )
+    return grpc.aio.secure_channel(address, credentials, options=profile.options())
 
 
 class ChannelPool:
     """One channel per address, created on first use and closed together."""
 
-    def __init__(self, profile: ChannelProfile) -> None:
+    def __init__(self, profile: ChannelProfile, tls: TlsMaterial | None = None) -> None:
         self.profile = profile
+        self.tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def get(self, address: str) -> grpc.aio.Channel:
         found = self._channels.get(address)
         if found is None:
-            found = self._channels[address] = channel(address, self.profile)
+            found = self._channels[address] = channel(address, self.profile, self.tls)
         return found
 
     async def close(self) -> None:
@@ -109,8 +121,12 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def bind_server(listen: str, option: str = "--listen") -> tuple[grpc.aio.Server, str]:
-    """A new server bound to ``listen``; returns it and the bound ``host:port``."""
+def bind_server(
+    listen: str, option: str = "--listen", tls: TlsMaterial | None = None
+) -> tuple[grpc.aio.Server, str]:
+    """A new server bound to ``listen``; returns it and the bound ``host:port``. With ``tls``
+    it serves TLS with its certificate and requires every client to present one the CA
+    signed."""
     host, port = split_listen(listen, option)
     server = grpc.aio.server(
         options=[
@@ -120,7 +136,13 @@ def bind_server(listen: str, option: str = "--listen") -> tuple[grpc.aio.Server,
         ]
     )
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if tls is None:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        else:
+            credentials = grpc.ssl_server_credentials(
+                [(tls.key, tls.cert)], root_certificates=tls.ca, require_client_auth=True
+            )
+            bound = server.add_secure_port(f"{host}:{port}", credentials)
     except RuntimeError as e:
         raise InvalidInput(option, f"cannot bind {listen}: {e}", "pick a free port") from e
     return server, f"{host}:{bound}"
