@@ -12,7 +12,8 @@ health service and reflection are set in one place (and credentials, once the pr
   :func:`start_server` (health, reflection, every service SERVING).
 * **TLS**: given a :class:`~placement.security.tls.TlsMaterial`, a channel is mutual TLS (it
   presents its certificate, trusts only the CA) and a server requires a client certificate
-  signed by the CA; without one, both are plaintext (design/deployment.md).
+  signed by the CA; without one, both are plaintext (design/deployment.md). A TLS server checks
+  every call against the role table (:class:`RoleGuard`, ``placement.security.roles``).
 * **Enums** of the domain map to protobuf enums by member name (:func:`pb_enum_values`).
 * **Errors** of a servicer's domain become status codes through a :data:`StatusTable` and
   :func:`answer` / :func:`abort` (the message is the error's text).
@@ -20,7 +21,8 @@ health service and reflection are set in one place (and credentials, once the pr
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar
@@ -28,6 +30,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar
 import grpc
 
 from placement.errors import InvalidInput, PlacementError
+from placement.security.pki import Role, identity_of
+from placement.security.roles import denial, is_open
 from placement.security.tls import TlsMaterial
 
 if TYPE_CHECKING:
@@ -129,11 +133,12 @@ def bind_server(
     signed."""
     host, port = split_listen(listen, option)
     server = grpc.aio.server(
+        interceptors=[RoleGuard()] if tls is not None else None,
         options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ]
+        ],
     )
     try:
         if tls is None:
@@ -146,6 +151,74 @@ def bind_server(
     except RuntimeError as e:
         raise InvalidInput(option, f"cannot bind {listen}: {e}", "pick a free port") from e
     return server, f"{host}:{bound}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _role_of(pem: bytes) -> Role | None:
+    try:
+        return identity_of(pem).role
+    except InvalidInput:
+        return None
+
+
+def caller_role(context: grpc.aio.ServicerContext[Any, Any]) -> Role | None:
+    """The role the caller's certificate carries (None: no certificate, or none named)."""
+    pems = list(context.auth_context().get("x509_pem_cert") or [])
+    return _role_of(bytes(pems[0])) if pems else None
+
+
+class RoleGuard(grpc.aio.ServerInterceptor):
+    """Checks every call against the role table before its handler runs: a caller whose role
+    may not call the method gets PERMISSION_DENIED naming the roles it needs, and the handler
+    never runs (nothing changes). Health and reflection are open (design/deployment.md)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(details)
+        method: str = details.method
+        if handler is None or is_open(method):
+            return handler
+
+        async def check(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            why = denial(method, caller_role(context))
+            if why:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+
+        def unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                await check(context)
+                return await behavior(request, context)
+
+            return guarded
+
+        def streaming(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
+            async def guarded(
+                request: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
+                await check(context)
+                async for item in behavior(request, context):
+                    yield item
+
+            return guarded
+
+        kinds: dict[tuple[bool, bool], tuple[Callable[..., Any], Any, Callable[..., Any]]] = {
+            (False, False): (grpc.unary_unary_rpc_method_handler, handler.unary_unary, unary),
+            (False, True): (grpc.unary_stream_rpc_method_handler, handler.unary_stream, streaming),
+            (True, False): (grpc.stream_unary_rpc_method_handler, handler.stream_unary, unary),
+            (True, True): (grpc.stream_stream_rpc_method_handler, handler.stream_stream, streaming),
+        }
+        make, behavior, wrap = kinds[(handler.request_streaming, handler.response_streaming)]
+        guarded: grpc.RpcMethodHandler[Any, Any] = make(
+            wrap(behavior),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+        return guarded
 
 
 async def add_health(server: grpc.aio.Server, services: Sequence[str]) -> HealthServicer:
