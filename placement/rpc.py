@@ -125,6 +125,37 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+_WILDCARDS = frozenset({"0.0.0.0", "::", "*", ""})
+
+
+def advertised_address(
+    listen: str, advertise: str | None, bound: str | None = None, option: str = "--advertise"
+) -> str:
+    """The address peers dial: ``advertise`` (its port 0 = the bound port), else the bound
+    ``listen`` address. Refused (InvalidInput naming ``option``): advertising a wildcard host,
+    and a wildcard ``listen`` without ``advertise`` — peers would dial themselves. Call it
+    once before binding (``bound`` None: checks only) and once after."""
+    if advertise is None:
+        host, _ = split_listen(listen)
+        if host in _WILDCARDS:
+            raise InvalidInput(
+                option,
+                f"--listen {listen} binds every interface, which peers cannot dial",
+                "add --advertise HOST:PORT, the address other processes reach this one at",
+            )
+        return bound or listen
+    host, port = split_listen(advertise, option)
+    if host in _WILDCARDS:
+        raise InvalidInput(
+            option,
+            f"{advertise!r} is a wildcard address, which peers cannot dial",
+            "give the host name or IP address other processes reach this one at",
+        )
+    if port == 0 and bound is not None:
+        port = split_listen(bound)[1]
+    return f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+
+
 def bind_server(
     listen: str, option: str = "--listen", tls: TlsMaterial | None = None
 ) -> tuple[grpc.aio.Server, str]:

@@ -1,9 +1,10 @@
 """The one agent command: ``run`` (``python -m replica`` runs it alone; ``placectl agent run`` is
 the same command in ``placectl``).
 
-``run --node NAME --listen HOST:PORT --data-dir DIR [--etcd ENDPOINTS [--prefix P]
-[--attribute K=V ...]]`` runs one replica agent until SIGTERM/SIGINT; with ``--etcd`` it registers
-its node record and runs the data plane (design/control-plane.md, design/data-plane.md).
+``run --node NAME --listen HOST:PORT [--advertise HOST:PORT] --data-dir DIR [--etcd ENDPOINTS
+[--prefix P] [--attribute K=V ...]]`` runs one replica agent until SIGTERM/SIGINT; with
+``--etcd`` it registers its node record (with the ``--advertise`` address, default the
+``--listen`` one) and runs the data plane (design/control-plane.md, design/data-plane.md).
 
 Exit status: 0 after SIGTERM/SIGINT, 1 after a fatal store error or when etcd does not answer,
 2 for bad input (one line on stderr naming the option).
@@ -33,6 +34,12 @@ PROG = "python -m replica"
 @click.option("--node", required=True, help="This node's name (1-64 of [A-Za-z0-9_.-]).")
 @click.option("--listen", required=True, help="HOST:PORT to serve on (port 0 = any free).")
 @click.option(
+    "--advertise",
+    default=None,
+    help="HOST:PORT other processes dial (port 0 = the bound one); needed when --listen binds "
+    "every interface (default: the --listen address).",
+)
+@click.option(
     "--data-dir",
     required=True,
     type=click.Path(path_type=Path, file_okay=False),
@@ -60,6 +67,7 @@ PROG = "python -m replica"
 def run(
     node: str,
     listen: str,
+    advertise: str | None,
     data_dir: Path,
     grace: float,
     etcd: str | None,
@@ -87,6 +95,7 @@ def run(
                 prefix=prefix,
                 attributes=attributes,
                 lease_ttl=lease_ttl,
+                advertise=advertise,
                 data_config=DataConfig(
                     isr_timeout=isr_timeout, catch_up_bytes_per_s=catch_up_mbps * 1e6
                 ),

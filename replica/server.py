@@ -21,7 +21,7 @@ from placement.core.names import validate_name
 from placement.metastore.codec import NodeRecord, encode_node
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
-from placement.rpc import bind_server, start_server
+from placement.rpc import advertised_address, bind_server, start_server
 from placement.v1 import data_pb2, data_pb2_grpc, replica_pb2, replica_pb2_grpc
 from replica.data.plane import DataConfig, DataPlane
 from replica.data.servicers import DataServicer, ReplicationServicer
@@ -76,6 +76,7 @@ async def start_agent(
     etcd_client: EtcdClient | None = None,
     keys: KeySpace | None = None,
     data_config: DataConfig | None = None,
+    advertise: str | None = None,
 ) -> RunningAgent:
     """Bind ``listen``, open the data dir, start serving; raises ``PlacementError`` on bad input.
 
@@ -84,7 +85,9 @@ async def start_agent(
     a rebalance's catch-up copies data (unless ``catch_up`` is given).
     """
     validate_name(node, "--node")
-    server, address = bind_server(listen)
+    advertised_address(listen, advertise)  # bad input fails before anything binds
+    server, bound = bind_server(listen)
+    address = advertised_address(listen, advertise, bound)
     try:
         store = await asyncio.to_thread(AgentStore.open, data_dir, node)
     except BaseException:
@@ -130,6 +133,7 @@ async def serve(
     attributes: Mapping[str, str] | None = None,
     lease_ttl: int = 5,
     data_config: DataConfig | None = None,
+    advertise: str | None = None,
 ) -> int:
     """Run an agent until SIGTERM/SIGINT (exit status 0) or a fatal store error (1).
 
@@ -161,6 +165,7 @@ async def serve(
             etcd_client=client,
             keys=keys,
             data_config=data_config,
+            advertise=advertise,
         )
     except BaseException:
         if client is not None:

@@ -39,6 +39,7 @@ async def serve_driver(
     listen: str,
     member_id: str,
     *,
+    advertise: str | None = None,
     prefix: str = DEFAULT_PREFIX,
     lease_ttl: int = 5,
     max_moves_global: int = 64,
@@ -55,11 +56,13 @@ async def serve_driver(
     from placement.driver.leases import LeaseConfig
     from placement.driver.loop import Driver, DriverConfig
     from placement.metastore.etcd import EtcdClient
-    from placement.rpc import bind_server, start_server
+    from placement.rpc import advertised_address, bind_server, start_server
 
     keys = KeySpace(prefix)
     validate_name(member_id, "member")
-    server, address = bind_server(listen)
+    advertised_address(listen, advertise)  # bad input fails before anything binds
+    server, bound = bind_server(listen)
+    address = advertised_address(listen, advertise, bound)
     config = DriverConfig(
         member_id=member_id,
         api_address=address,
@@ -98,6 +101,12 @@ def driver() -> None:
 @driver.command("run")
 @click.option("--etcd", "etcd", required=True, help="etcd endpoints HOST:PORT[,HOST:PORT...].")
 @click.option("--listen", required=True, help="HOST:PORT of the API server (port 0 = any free).")
+@click.option(
+    "--advertise",
+    default=None,
+    help="HOST:PORT clients and other drivers dial (port 0 = the bound one); needed when "
+    "--listen binds every interface (default: the --listen address).",
+)
 @click.option("--id", "member_id", default=None, help="Instance name (default: hostname-pid).")
 @click.option(
     "--lease-ttl", default=5, show_default=True, type=click.IntRange(2, 3600),
@@ -121,6 +130,7 @@ def driver() -> None:
 def run(
     etcd: str,
     listen: str,
+    advertise: str | None,
     member_id: str | None,
     lease_ttl: int,
     prefix: str,
@@ -145,6 +155,7 @@ def run(
                 endpoints,
                 listen,
                 name,
+                advertise=advertise,
                 prefix=prefix,
                 lease_ttl=lease_ttl,
                 max_moves_global=max_moves,
