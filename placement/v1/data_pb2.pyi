@@ -36,6 +36,10 @@ class _AppendOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AppendO
     """The replica's log does not end at (prev_index, prev_epoch); last_index says where it ends."""
     APPEND_NOT_HOSTED: _AppendOutcome.ValueType  # 4
     """The replica holds no copy of the partition (retired, discarded, never created)."""
+    APPEND_UNPROVEN: _AppendOutcome.ValueType  # 5
+    """The replica's view of etcd does not show the sender holding the partition's primary lease at
+    this epoch (yet: its view may lag a lease just granted); nothing was applied; retry.
+    """
 
 class AppendOutcome(_AppendOutcome, metaclass=_AppendOutcomeEnumTypeWrapper): ...
 
@@ -47,6 +51,10 @@ APPEND_MISMATCH: AppendOutcome.ValueType  # 3
 """The replica's log does not end at (prev_index, prev_epoch); last_index says where it ends."""
 APPEND_NOT_HOSTED: AppendOutcome.ValueType  # 4
 """The replica holds no copy of the partition (retired, discarded, never created)."""
+APPEND_UNPROVEN: AppendOutcome.ValueType  # 5
+"""The replica's view of etcd does not show the sender holding the partition's primary lease at
+this epoch (yet: its view may lag a lease just granted); nothing was applied; retry.
+"""
 Global___AppendOutcome: _TypeAlias = AppendOutcome  # noqa: Y015
 
 class _FetchOutcome:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
 from placement.errors import PlacementError
+from placement.metastore.codec import PrimaryLease
 from replica.data.model import (
     AppendCall,
     AppendOutcome,
@@ -46,6 +47,30 @@ _APPEND_OUTCOMES = {
     AppendResult.STALE_EPOCH: AppendOutcome.STALE_EPOCH,
     AppendResult.MISMATCH: AppendOutcome.MISMATCH,
 }
+
+
+def unproven(call: AppendCall, sender: str, lease: PrimaryLease | None) -> AppendReply | None:
+    """Why a follower must not apply ``call`` from node ``sender`` (None: it may), given the
+    partition's primary lease in its view of etcd (design/data-plane.md, "Who may append"):
+    the append must come from the node it names, and that node must hold the lease at the
+    call's epoch — an epoch number alone is no proof (before, any caller could send an append
+    with a higher epoch, which fenced out the real primary).
+
+    * ``sender`` is not the call's primary, or the lease names another node at that epoch →
+      UNPROVEN;
+    * no lease in the view, or one at a lower epoch → UNPROVEN: the view may lag a lease just
+      granted, so the primary retries (the plane waits a moment for its view first);
+    * a lease at a higher epoch → STALE_EPOCH: etcd has a newer primary; the sender is
+      deposed."""
+    if sender != call.primary:
+        return AppendReply(AppendOutcome.UNPROVEN)
+    if lease is None or lease.lease_epoch < call.lease_epoch:
+        return AppendReply(AppendOutcome.UNPROVEN)
+    if lease.lease_epoch > call.lease_epoch:
+        return AppendReply(AppendOutcome.STALE_EPOCH, lease_epoch=lease.lease_epoch)
+    if lease.node != call.primary:
+        return AppendReply(AppendOutcome.UNPROVEN)
+    return None
 
 
 async def answer_appends(

@@ -74,6 +74,7 @@ class AppendOutcome(Enum):
     STALE_EPOCH = "stale epoch"
     MISMATCH = "mismatch"
     NOT_HOSTED = "not hosted"
+    UNPROVEN = "unproven"
 
 
 @dataclass(frozen=True, slots=True)

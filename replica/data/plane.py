@@ -34,16 +34,17 @@ from placement.core.names import validate_name
 from placement.core.retry import Clock
 from placement.data.partitioning import partition_of
 from placement.errors import InvalidInput, PlacementError
-from placement.metastore.codec import InSyncSet, ReplicaSize, encode_size
+from placement.metastore.codec import InSyncSet, PrimaryLease, ReplicaSize, encode_size
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.metastore.kv import KeyValue
 from placement.metastore.listwatch import ListWatch
 from placement.metastore.store import IsrWrite, Metastore
-from replica.data.follower import Learner, LearnerDeps, TokenBucket, answer_appends
+from replica.data.follower import Learner, LearnerDeps, TokenBucket, answer_appends, unproven
 from replica.data.isr_writes import IsrWrites
 from replica.data.model import (
     AppendCall,
+    AppendOutcome,
     AppendReply,
     Deposed,
     FetchCall,
@@ -69,6 +70,9 @@ log = logging.getLogger(__name__)
 #: The longest a write refused by a re-sharding seal waits at the agent for the cut-over before
 #: it is answered "sealed, retry shortly" (``DataPlane.write``).
 SEAL_PARK = 1.0
+
+#: The longest a follower waits for its view to show the lease an append claims.
+LEASE_LAG_WAIT = 1.0
 
 #: Puts keys this agent owns (its replica sizes: key -> value) under its registration lease.
 PutOwned = Callable[[dict[bytes, bytes]], Awaitable[None]]
@@ -134,6 +138,9 @@ class DataPlane:
         #: Set (and replaced) whenever a zone's layout changes: writes refused by a re-sharding
         #: seal wait on it for the cut-over (``write``).
         self._layouts_moved = asyncio.Event()
+        #: Set (and replaced) whenever a partition's lease or ISR changes in the view: an
+        #: append whose lease the view does not show yet waits on it (``append_many``).
+        self._leases_moved = asyncio.Event()
         #: Catch-ups waiting for their node to be in a partition's ISR.
         self._joining: dict[Key, asyncio.Event] = {}
         self._sizes: dict[Key, tuple[int, int]] = {}
@@ -230,6 +237,9 @@ class DataPlane:
             self._note(changes)
             if changes.zones:
                 moved, self._layouts_moved = self._layouts_moved, asyncio.Event()
+                moved.set()
+            if changes.partitions:
+                moved, self._leases_moved = self._leases_moved, asyncio.Event()
                 moved.set()
             if changes.zones and not self._closed:
                 # A layout moved on (a seal to write, a copy to finish unthrottled): at once,
@@ -527,9 +537,35 @@ class DataPlane:
                 "appends", f"{appends} appends in one call", f"send at most {MAX_BATCH_APPENDS}"
             )
 
-    async def append_many(self, calls: list[AppendCall]) -> list[AppendReply]:
-        """The appends of one ``Replicate`` to this node (a follower's work), one group commit."""
-        return await answer_appends(self.db, calls, self.maybe_trim)
+    async def append_many(self, calls: list[AppendCall], sender: str) -> list[AppendReply]:
+        """The appends of one ``Replicate`` from node ``sender`` to this node (a follower's
+        work), one group commit — only those the view proves (:func:`unproven`). When the view
+        does not show a lease yet (just granted; the watch lags), it waits up to
+        ``LEASE_LAG_WAIT`` for the view to move before answering UNPROVEN."""
+        deadline = time.monotonic() + LEASE_LAG_WAIT
+        while True:
+            moved = self._leases_moved
+            refused = [unproven(c, sender, self._lease(c)) for c in calls]
+            lagging = any(
+                r is not None and r.outcome is AppendOutcome.UNPROVEN and self._lags(c, sender)
+                for c, r in zip(calls, refused, strict=True)
+            )
+            left = deadline - time.monotonic()
+            if not lagging or left <= 0:
+                break
+            await wait_event(moved, left)
+        todo = [c for c, r in zip(calls, refused, strict=True) if r is None]
+        answered = iter(await answer_appends(self.db, todo, self.maybe_trim))
+        return [r if r is not None else next(answered) for r in refused]
+
+    def _lease(self, call: AppendCall) -> PrimaryLease | None:
+        entry = self.view.leases.get((call.zone, call.partition))
+        return entry[0] if entry is not None else None
+
+    def _lags(self, call: AppendCall, sender: str) -> bool:
+        """The view may just not show ``call``'s lease yet (none, or an older one)."""
+        lease = self._lease(call)
+        return sender == call.primary and (lease is None or lease.lease_epoch < call.lease_epoch)
 
     async def fetch(self, call: FetchCall) -> FetchReply:
         """A learner's ``Fetch`` from this node (the primary's work), or re-sharding's copy

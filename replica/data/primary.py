@@ -50,6 +50,8 @@ from replica.records import NotHosted, StoreThread
 #: How soon a client refused by a seal should retry: the seal's pause is the time for the
 #: destinations to copy what is left and the leader to flip (design/resharding.md, SEAL).
 SEALED_RETRY_MS = 20
+#: Pause before re-sending an append a member could not prove (its view lags our lease).
+UNPROVEN_RETRY = 0.05
 #: The longest a selected fetch waits for this source's seal write to commit.
 SEAL_FETCH_WAIT = 2.0
 
@@ -521,6 +523,11 @@ class Primary:
                 raise Deposed(f"{member} has seen lease epoch {reply.lease_epoch}")
             if reply.outcome is AppendOutcome.NOT_HOSTED:
                 return "it does not host the partition"
+            if reply.outcome is AppendOutcome.UNPROVEN:
+                # Its view of etcd does not show this node's lease (yet): it waited for it a
+                # moment already; try again until the deadline, then it leaves the ISR.
+                await asyncio.sleep(UNPROVEN_RETRY)
+                continue
             if reply.outcome is AppendOutcome.OK:
                 # A member's log may run past ours (an older primary's uncommitted suffix): it
                 # matches ours up to what we sent, and the rest is undone by our next append.

@@ -161,7 +161,7 @@ class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
         except PlacementError as e:
             await abort(context, e, STATUS_OF)
         replies = await self._plane.append_many(
-            [append_call_from_pb(append) for append in request.appends]
+            [append_call_from_pb(append) for append in request.appends], request.from_node
         )
         return data_pb2.ReplicateResponse(replies=[append_reply_to_pb(r) for r in replies])
 

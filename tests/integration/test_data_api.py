@@ -380,6 +380,56 @@ async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Clu
         assert await client.get(ZONE, key) == b"still written"
 
 
+async def test_an_append_its_sender_does_not_hold_the_lease_for_is_refused(
+    data_cluster: Cluster,
+) -> None:
+    """design/data-plane.md, "Who may append": a follower applies an append only when its view
+    of etcd shows the append's sender holding the partition's lease at that epoch. Appends with
+    a huge epoch — from the real primary's name, from another member's — and one whose sender
+    is not the node it names are answered UNPROVEN and change nothing; one below the lease's
+    epoch is STALE_EPOCH. The real primary still writes afterwards."""
+    async with DataClient(data_cluster.driver_apis) as client:
+        routes = await client.routes(ZONE, refresh=True)
+    holder = routes.route(0).primary
+    follower = next(n for n in routes.route(0).stable if n != holder)
+    other = next(n for n in routes.route(0).stable if n not in (holder, follower))
+    address = routes.addresses[follower]
+    last, _ = before = await _settled_replica_state(address)
+    ref = common_pb2.PartitionRef(zone=ZONE, partition=0)
+
+    def append(sender: str, primary: str, epoch: int) -> data_pb2.ReplicateRequest:
+        entry = data_pb2.LogEntry(index=last + 1, epoch=epoch, key=b"forged", value=b"x")
+        call = data_pb2.AppendRequest(
+            partition=ref,
+            lease_epoch=epoch,
+            primary=primary,
+            prev_index=last,
+            prev_epoch=0,
+            entries=[entry],
+            commit_index=last + 1,
+        )
+        return data_pb2.ReplicateRequest(from_node=sender, to_node=follower, appends=[call])
+
+    cases = [
+        (append(holder, holder, 1 << 40), data_pb2.APPEND_UNPROVEN),
+        (append(other, other, 1 << 40), data_pb2.APPEND_UNPROVEN),
+        (append(other, holder, 1 << 40), data_pb2.APPEND_UNPROVEN),
+        (append(holder, holder, 0), data_pb2.APPEND_STALE_EPOCH),
+    ]
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = data_pb2_grpc.ReplicationServiceStub(channel)
+        for request, outcome in cases:
+            reply = await stub.Replicate(request, timeout=10)
+            assert [r.outcome for r in reply.replies] == [outcome], request
+    assert await _replica_state(address) == before
+    keys = (f"proof-{i}".encode() for i in range(999))
+    key = next(k for k in keys if partition_of(k, PARTITIONS) == 0)
+    async with DataClient(data_cluster.driver_apis, deadline=20.0) as client:
+        await client.put(ZONE, key, b"still written")
+        assert await client.get(ZONE, key) == b"still written"
+    assert (await _replica_state(address))[0] > last
+
+
 async def _settled_replica_state(address: str) -> tuple[int, int]:
     """``_replica_state`` once the replica's commit index has caught up with its log: a
     follower learns the last commits from the primary's commit notice a moment after the
