@@ -487,7 +487,8 @@ class DataPlane:
         A write refused by a re-sharding seal waits up to ``park`` seconds (at most
         ``SEAL_PARK``) for the zone's layout to change — the flip, or an abort — and is then
         checked and tried again: after the flip it is refused as routed under the old layout
-        (the client re-routes at once), after an abort it is applied. Clients used to retry
+        (the client re-routes at once), after an abort it is tried again (applied once the
+        seal is dropped, else answered "sealed, retry shortly"). Clients used to retry
         sealed writes every 20 ms: 16 writers made 800 refused calls a second on agents busy
         with the very drain the cut-over waits for (design/resharding.md, SEAL)."""
         moved = self._layouts_moved  # before the attempt: a flip right after it is not missed
@@ -540,13 +541,15 @@ class DataPlane:
     async def append_many(self, calls: list[AppendCall], sender: str) -> list[AppendReply]:
         """The appends of one ``Replicate`` from node ``sender`` to this node (a follower's
         work), one group commit — only those the view proves (:func:`unproven`). When the view
-        does not show a lease yet (just granted; the watch lags), it waits up to
+        shows none of their leases yet (just granted; the watch lags), it waits up to
         ``LEASE_LAG_WAIT`` for the view to move before answering UNPROVEN."""
         deadline = time.monotonic() + LEASE_LAG_WAIT
         while True:
             moved = self._leases_moved
             refused = [unproven(c, sender, self._lease(c)) for c in calls]
-            lagging = any(
+            # Wait only when nothing in the call is proven: proven appends of other partitions
+            # are never held back (the lagging ones are answered UNPROVEN and re-sent).
+            lagging = all(
                 r is not None and r.outcome is AppendOutcome.UNPROVEN and self._lags(c, sender)
                 for c, r in zip(calls, refused, strict=True)
             )

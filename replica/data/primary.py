@@ -165,6 +165,7 @@ class Primary:
     async def submit(self, key: bytes, value: bytes | None) -> tuple[int, int, bool]:
         """A client's write; refused (Unavailable) when this partition is sealed and the key
         is one its re-sharding moves."""
+        await self._until_ready()  # the seal is loaded from the replica by the reconcile
         seal = self.seal
         if seal is not None and key_moves(key, seal.source, seal.target) is not None:
             raise Sealed(
@@ -232,12 +233,7 @@ class Primary:
     @contextlib.asynccontextmanager
     async def committed(self) -> AsyncIterator[None]:
         """Hold the replication lock with every applied entry committed (reads, snapshots)."""
-        try:
-            await asyncio.wait_for(self.ready.wait(), self._deps.isr_timeout * 2)
-        except TimeoutError:
-            raise Unavailable(
-                f"{self.zone}/{self.partition}: the primary is still reconciling"
-            ) from None
+        await self._until_ready()
         async with self._lock:
             if self.state.commit_index < self.state.last_index:
                 try:
@@ -246,6 +242,13 @@ class Primary:
                     self.finished = True
                     raise NotPrimary(self.zone, self.partition, "") from None
             yield
+
+    async def _until_ready(self) -> None:
+        """Wait (bounded) until the reconcile is done; Unavailable if it takes too long."""
+        if self.ready.is_set():
+            return
+        if not await wait_event(self.ready, self._deps.isr_timeout * 2):
+            raise Unavailable(f"{self.zone}/{self.partition}: the primary is still reconciling")
 
     # -- the replication task ------------------------------------------------------------------
 
@@ -328,10 +331,19 @@ class Primary:
             address = self._deps.address_of(member)
             if not address:
                 return False
-            try:
-                reply = await self._deps.send_append(member, address, probe, self._deps.isr_timeout)
-            except PeerUnreachable:
-                return False
+            deadline = time.monotonic() + self._deps.isr_timeout
+            while True:  # an UNPROVEN answer (the member's view lags our new lease): again
+                try:
+                    reply = await self._deps.send_append(
+                        member, address, probe, max(0.1, deadline - time.monotonic())
+                    )
+                except PeerUnreachable:
+                    return False
+                if reply.outcome is not AppendOutcome.UNPROVEN:
+                    break
+                if time.monotonic() + UNPROVEN_RETRY >= deadline:
+                    return False
+                await asyncio.sleep(UNPROVEN_RETRY)
             if reply.outcome is AppendOutcome.STALE_EPOCH:
                 raise Deposed(f"{member} has seen lease epoch {reply.lease_epoch}")
             return reply.outcome is AppendOutcome.OK and reply.last_index == 0
@@ -354,9 +366,14 @@ class Primary:
             self._check_lease()
             error = self._below_minimum()
             if error is not None:
-                # Try to bring the pending tail in anyway; it fails if members stay away.
-                for write in batch:
-                    write.future.set_exception(error)
+                # Everything queued behind the batch fails with it: a later write must never
+                # commit after an earlier one was refused unlogged — one write_many split across
+                # batches (a copy's keys, then its cursor) would commit the cursor without the
+                # keys it covers.
+                queued, self._queue = self._queue, []
+                for write in batch + queued:
+                    if not write.future.done():
+                        write.future.set_exception(error)
                 return
             index, epoch = self.state.last_index, self.lease_epoch
             entries = [
@@ -496,7 +513,9 @@ class Primary:
         if not address:
             return "its node is not registered"
         deadline = time.monotonic() + self._deps.isr_timeout
-        for _ in range(8):
+        attempts = 0
+        while attempts < 8:
+            attempts += 1
             after = self.members.get(member, 0)
             if after < self.state.base_index:
                 return f"it needs a snapshot (its log ends at {after})"
@@ -524,8 +543,11 @@ class Primary:
             if reply.outcome is AppendOutcome.NOT_HOSTED:
                 return "it does not host the partition"
             if reply.outcome is AppendOutcome.UNPROVEN:
-                # Its view of etcd does not show this node's lease (yet): it waited for it a
-                # moment already; try again until the deadline, then it leaves the ISR.
+                # Its view of etcd does not show this node's lease (yet): try again until the
+                # deadline (not counted as an attempt), then it leaves the ISR.
+                attempts -= 1
+                if time.monotonic() + UNPROVEN_RETRY >= deadline:
+                    return "its view of etcd does not show this node's lease"
                 await asyncio.sleep(UNPROVEN_RETRY)
                 continue
             if reply.outcome is AppendOutcome.OK:
@@ -600,6 +622,18 @@ class Primary:
                 lease_epoch=self.lease_epoch,
             )
 
+    async def _read(self, fn: Callable[..., T], *args: object) -> T:
+        """A read of this primary's replica for a fetch; NotPrimary once the replica's record is
+        gone (discarded under it): an empty page from a dropped replica would look like a
+        source with no keys, and a copy would record it as done."""
+        try:
+            result: T = await self._db.call(
+                self._db.store.hosted, fn, self.zone, self.partition, *args
+            )
+        except NotHosted:
+            raise self._not_primary() from None
+        return result
+
     async def _selected_entries(
         self, after: int, select: tuple[int, int], max_bytes: int
     ) -> FetchReply:
@@ -612,14 +646,7 @@ class Primary:
         if self.finished:
             raise self._not_primary()
         commit = self.state.commit_index
-        found = await self._db.call(
-            self._data.committed_entries,
-            self.zone,
-            self.partition,
-            after,
-            commit,
-            max_bytes,
-        )
+        found = await self._read(self._data.committed_entries, after, commit, max_bytes)
         if found is None:
             return FetchReply(FetchOutcome.SNAPSHOT_NEEDED)
         return FetchReply(
@@ -633,9 +660,7 @@ class Primary:
     async def _snapshot_page(
         self, after: bytes, max_bytes: int, select: tuple[int, int] | None = None
     ) -> FetchReply:
-        items, done, scanned = await self._db.call(
-            self._data.snapshot_page, self.zone, self.partition, after, max_bytes, select
-        )
+        items, done, scanned = await self._read(self._data.snapshot_page, after, max_bytes, select)
         epoch = await self._db.call(
             self._data.epoch_at, self.zone, self.partition, self.state.commit_index, self.state
         )

@@ -259,7 +259,9 @@ class DataStore:
         """:meth:`entries` with the base check in the same read: None when ``after`` is below
         the log's base (a snapshot is needed; a trim may have run since the caller looked)."""
         state = self.state(zone, partition)
-        if state is None or after < state.base_index:
+        if state is None:
+            return []
+        if after < state.base_index:
             return None
         return self.entries(zone, partition, after, upto, max_bytes)
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from placement.data.partitioning import SEAL_KEY, key_moves, partition_of
 from placement.metastore.codec import InSyncSet, PrimaryLease
-from replica.data.model import AppendCall, AppendReply, Key, NotPrimary
+from replica.data.control import Seal
+from replica.data.model import AppendCall, AppendReply, Key, NotPrimary, Sealed, Unavailable
 from replica.data.primary import LeaseAndIsr, Primary, PrimaryDeps
+from replica.data.storage import Entry
 from replica.protocol import CreateReplica, DiscardReplica, PartitionRecord
 from replica.records import AgentStore, StoreThread
 
@@ -86,6 +90,71 @@ async def test_a_write_after_the_replica_is_discarded_is_refused_and_recreates_n
         assert await db.call(store.data.get, ZONE, PARTITION, b"k2") is None
         assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
         assert any("no longer hosted" in r.getMessage() for r in caplog.records)
+        await primary.stop("test over")
+    finally:
+        await db.close()
+
+
+async def test_a_batch_refused_below_the_minimum_fails_every_write_queued_behind_it(
+    tmp_path: Path,
+) -> None:
+    """One ``write_many`` split across two batches (here batch_max = 1: a copy's keys, then its
+    cursor) when the first batch is refused below the zone's minimum in-sync set and the set
+    has grown by the second: nothing of it may commit — a committed cursor without the keys it
+    covers loses them (found by review: 513 writes against a 512 batch)."""
+    db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
+    store = db.store
+    minimums = iter([2])  # below the minimum for the first batch only
+
+    try:
+        await db.call(store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
+        deps = replace(_deps(db), batch_max=1, min_in_sync=lambda zone: next(minimums, 1))
+        primary = Primary(deps, (ZONE, PARTITION), EPOCH)
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(primary.write_many([(b"key", b"v"), (b"cursor", b"c")]), 5)
+        assert await db.call(store.data.get, ZONE, PARTITION, b"cursor") is None
+        assert await db.call(store.data.get, ZONE, PARTITION, b"key") is None
+        # and the primary goes on: the next write commits
+        await asyncio.wait_for(primary.submit(b"later", b"v"), 5)
+        assert await db.call(store.data.get, ZONE, PARTITION, b"later") == b"v"
+        await primary.stop("test over")
+    finally:
+        await db.close()
+
+
+async def test_a_write_sent_to_a_new_primary_before_its_reconcile_still_meets_the_seal(
+    tmp_path: Path,
+) -> None:
+    """A source's new primary loads the seal from its replica in the reconcile; a client write
+    to a moving key that arrives before that (a retry right after a failover during SEAL) must
+    be refused as sealed, not appended after the seal where no copy takes it (found by review).
+    """
+    db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
+    store = db.store
+    release = asyncio.Event()
+    try:
+        await db.call(store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
+        seal = Seal(attempt=7, source=4, target=8)
+        sealed = [Entry(1, EPOCH, SEAL_KEY, seal.encode())]
+        await db.group(store.data.append_writes, ZONE, PARTITION, sealed, 1)
+        base = _deps(db)
+
+        async def slow_read(key: Key) -> LeaseAndIsr:
+            await release.wait()
+            return await base.read_lease_and_isr(key)
+
+        primary = Primary(replace(base, read_lease_and_isr=slow_read), (ZONE, PARTITION), EPOCH)
+        moving = next(
+            k
+            for i in range(10_000)
+            if partition_of(k := b"m-%d" % i, 4) == PARTITION and key_moves(k, 4, 8) is not None
+        )
+        attempt = asyncio.create_task(primary.submit(moving, b"v"))
+        await asyncio.sleep(0.05)
+        release.set()
+        with pytest.raises(Sealed):
+            await asyncio.wait_for(attempt, 5)
+        assert await db.call(store.data.get, ZONE, PARTITION, moving) is None
         await primary.stop("test over")
     finally:
         await db.close()
