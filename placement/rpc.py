@@ -125,6 +125,11 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def join_host_port(host: str, port: int) -> str:
+    """``HOST:PORT``, an IPv6 host in brackets (``[::1]:7400``) so peers can dial it."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 _WILDCARDS = frozenset({"0.0.0.0", "::", "*", ""})
 
 
@@ -153,7 +158,7 @@ def advertised_address(
         )
     if port == 0 and bound is not None:
         port = split_listen(bound)[1]
-    return f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    return join_host_port(host, port)
 
 
 def bind_server(
@@ -181,7 +186,7 @@ def bind_server(
             bound = server.add_secure_port(f"{host}:{port}", credentials)
     except RuntimeError as e:
         raise InvalidInput(option, f"cannot bind {listen}: {e}", "pick a free port") from e
-    return server, f"{host}:{bound}"
+    return server, join_host_port(host, bound)
 
 
 @functools.lru_cache(maxsize=1024)

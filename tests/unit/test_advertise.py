@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from placement.errors import InvalidInput
-from placement.rpc import advertised_address
+from placement.rpc import advertised_address, join_host_port
 
 
 def test_the_bound_address_by_default_and_the_advertised_one_when_given() -> None:
@@ -17,6 +17,7 @@ def test_the_bound_address_by_default_and_the_advertised_one_when_given() -> Non
     )
     assert advertised_address("127.0.0.1:0", "10.0.0.7:7000", "127.0.0.1:4321") == ("10.0.0.7:7000")
     assert advertised_address("127.0.0.1:0", "[::1]:0", "127.0.0.1:4321") == "[::1]:4321"
+    assert advertised_address("[::1]:0", None, join_host_port("::1", 4321)) == "[::1]:4321"
 
 
 @pytest.mark.parametrize(
