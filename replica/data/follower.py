@@ -73,6 +73,22 @@ def unproven(call: AppendCall, sender: str, lease: PrimaryLease | None) -> Appen
     return None
 
 
+def view_lags(
+    calls: Sequence[AppendCall], sender: str, lease_of: Callable[[AppendCall], PrimaryLease | None]
+) -> bool:
+    """Whether a follower should wait for its view of etcd before answering ``calls``: there
+    are some, and for every one the view shows no lease, or an older one, than the call claims
+    for its own sender (a lease just granted, the watch behind). One proven or plainly refused
+    append is answered at once, so proven appends of other partitions are never held back; an
+    empty call (the pair's heartbeat) never waits."""
+
+    def lags(call: AppendCall) -> bool:
+        lease = lease_of(call)
+        return sender == call.primary and (lease is None or lease.lease_epoch < call.lease_epoch)
+
+    return bool(calls) and all(lags(c) for c in calls)
+
+
 async def answer_appends(
     db: StoreThread, calls: Sequence[AppendCall], trim: Trim
 ) -> list[AppendReply]:

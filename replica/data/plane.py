@@ -40,11 +40,17 @@ from placement.metastore.keys import KeySpace
 from placement.metastore.kv import KeyValue
 from placement.metastore.listwatch import ListWatch
 from placement.metastore.store import IsrWrite, Metastore
-from replica.data.follower import Learner, LearnerDeps, TokenBucket, answer_appends, unproven
+from replica.data.follower import (
+    Learner,
+    LearnerDeps,
+    TokenBucket,
+    answer_appends,
+    unproven,
+    view_lags,
+)
 from replica.data.isr_writes import IsrWrites
 from replica.data.model import (
     AppendCall,
-    AppendOutcome,
     AppendReply,
     Deposed,
     FetchCall,
@@ -540,23 +546,16 @@ class DataPlane:
 
     async def append_many(self, calls: list[AppendCall], sender: str) -> list[AppendReply]:
         """The appends of one ``Replicate`` from node ``sender`` to this node (a follower's
-        work), one group commit — only those the view proves (:func:`unproven`). When the view
-        shows none of their leases yet (just granted; the watch lags), it waits up to
+        work), one group commit — only those the view proves (:func:`unproven`). While the view
+        lags every one of them (:func:`view_lags`: leases just granted), it waits up to
         ``LEASE_LAG_WAIT`` for the view to move before answering UNPROVEN."""
         deadline = time.monotonic() + LEASE_LAG_WAIT
-        while True:
+        while (left := deadline - time.monotonic()) > 0:
             moved = self._leases_moved
-            refused = [unproven(c, sender, self._lease(c)) for c in calls]
-            # Wait only when nothing in the call is proven: proven appends of other partitions
-            # are never held back (the lagging ones are answered UNPROVEN and re-sent).
-            lagging = all(
-                r is not None and r.outcome is AppendOutcome.UNPROVEN and self._lags(c, sender)
-                for c, r in zip(calls, refused, strict=True)
-            )
-            left = deadline - time.monotonic()
-            if not lagging or left <= 0:
+            if not view_lags(calls, sender, self._lease):
                 break
             await wait_event(moved, left)
+        refused = [unproven(c, sender, self._lease(c)) for c in calls]
         todo = [c for c, r in zip(calls, refused, strict=True) if r is None]
         answered = iter(await answer_appends(self.db, todo, self.maybe_trim))
         return [r if r is not None else next(answered) for r in refused]
@@ -564,11 +563,6 @@ class DataPlane:
     def _lease(self, call: AppendCall) -> PrimaryLease | None:
         entry = self.view.leases.get((call.zone, call.partition))
         return entry[0] if entry is not None else None
-
-    def _lags(self, call: AppendCall, sender: str) -> bool:
-        """The view may just not show ``call``'s lease yet (none, or an older one)."""
-        lease = self._lease(call)
-        return sender == call.primary and (lease is None or lease.lease_epoch < call.lease_epoch)
 
     async def fetch(self, call: FetchCall) -> FetchReply:
         """A learner's ``Fetch`` from this node (the primary's work), or re-sharding's copy
