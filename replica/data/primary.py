@@ -33,6 +33,7 @@ from replica.data.control import Seal
 from replica.data.model import (
     AppendCall,
     AppendOutcome,
+    AppendReply,
     Deposed,
     FetchCall,
     FetchOutcome,
@@ -332,18 +333,9 @@ class Primary:
             if not address:
                 return False
             deadline = time.monotonic() + self._deps.isr_timeout
-            while True:  # an UNPROVEN answer (the member's view lags our new lease): again
-                try:
-                    reply = await self._deps.send_append(
-                        member, address, probe, max(0.1, deadline - time.monotonic())
-                    )
-                except PeerUnreachable:
-                    return False
-                if reply.outcome is not AppendOutcome.UNPROVEN:
-                    break
-                if time.monotonic() + UNPROVEN_RETRY >= deadline:
-                    return False
-                await asyncio.sleep(UNPROVEN_RETRY)
+            reply = await self._send(member, address, probe, deadline)
+            if isinstance(reply, str):
+                return False
             if reply.outcome is AppendOutcome.STALE_EPOCH:
                 raise Deposed(f"{member} has seen lease epoch {reply.lease_epoch}")
             return reply.outcome is AppendOutcome.OK and reply.last_index == 0
@@ -513,9 +505,7 @@ class Primary:
         if not address:
             return "its node is not registered"
         deadline = time.monotonic() + self._deps.isr_timeout
-        attempts = 0
-        while attempts < 8:
-            attempts += 1
+        for _ in range(8):
             after = self.members.get(member, 0)
             if after < self.state.base_index:
                 return f"it needs a snapshot (its log ends at {after})"
@@ -530,26 +520,14 @@ class Primary:
                 entries=tuple(entries),
                 commit_index=self.state.commit_index,
             )
-            timeout = deadline - time.monotonic()
-            if timeout <= 0:
-                return "no answer in time"
-            self._check_lease()  # a primary paused past its lease sends nothing when it wakes
-            try:
-                reply = await self._deps.send_append(member, address, call, timeout)
-            except PeerUnreachable as e:
-                return f"append failed: {e}"
+            # A primary paused past its lease sends nothing when it wakes.
+            reply = await self._send(member, address, call, deadline, self._check_lease)
+            if isinstance(reply, str):
+                return reply
             if reply.outcome is AppendOutcome.STALE_EPOCH:
                 raise Deposed(f"{member} has seen lease epoch {reply.lease_epoch}")
             if reply.outcome is AppendOutcome.NOT_HOSTED:
                 return "it does not host the partition"
-            if reply.outcome is AppendOutcome.UNPROVEN:
-                # Its view of etcd does not show this node's lease (yet): try again until the
-                # deadline (not counted as an attempt), then it leaves the ISR.
-                attempts -= 1
-                if time.monotonic() + UNPROVEN_RETRY >= deadline:
-                    return "its view of etcd does not show this node's lease"
-                await asyncio.sleep(UNPROVEN_RETRY)
-                continue
             if reply.outcome is AppendOutcome.OK:
                 # A member's log may run past ours (an older primary's uncommitted suffix): it
                 # matches ours up to what we sent, and the rest is undone by our next append.
@@ -559,6 +537,32 @@ class Primary:
                 continue
             self.members[member] = min(reply.last_index, self.state.last_index)
         return f"its log still differs after 8 appends (it ends at {self.members.get(member)})"
+
+    async def _send(
+        self,
+        member: str,
+        address: str,
+        call: AppendCall,
+        deadline: float,
+        check: Callable[[], None] = lambda: None,
+    ) -> AppendReply | str:
+        """Send ``call`` to ``member`` (``check()`` first, each time); while it answers UNPROVEN
+        — its view of etcd does not show this node's lease yet — again every
+        ``UNPROVEN_RETRY`` until ``deadline``. The reply, or why there is none."""
+        while True:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                return "no answer in time"
+            check()
+            try:
+                reply = await self._deps.send_append(member, address, call, timeout)
+            except PeerUnreachable as e:
+                return f"append failed: {e}"
+            if reply.outcome is not AppendOutcome.UNPROVEN:
+                return reply
+            if time.monotonic() + UNPROVEN_RETRY >= deadline:
+                return "its view of etcd does not show this node's lease"
+            await asyncio.sleep(UNPROVEN_RETRY)
 
     async def _entries(self, after: int, upto: int) -> tuple[int, list[Entry]]:
         """The epoch at ``after`` and the entries ``(after, upto]`` (bounded in count and
@@ -586,13 +590,12 @@ class Primary:
         (re-sharding's copy, design/resharding.md) gets only the selected keys and never
         joins."""
         max_bytes = call.max_bytes or self._deps.fetch_bytes
-        sealing = self._sealing
-        if call.select is not None and not call.snapshot and sealing is not None:
-            # A destination draining at the cut-over: answer once the seal is committed — its
-            # answer then carries the seal and the destination is drained in one round trip,
-            # instead of polling every 50 ms (16 destinations x 16 sources) until it is.
-            await wait_event(sealing, SEAL_FETCH_WAIT)
         if call.select is not None and not call.snapshot:
+            if self._sealing is not None:
+                # A destination draining at the cut-over: answer once the seal is committed —
+                # the answer then carries the seal and the destination is drained in one round
+                # trip, instead of polling every 50 ms (16 destinations x 16 sources).
+                await wait_event(self._sealing, SEAL_FETCH_WAIT)
             return await self._selected_entries(call.after_index, call.select, max_bytes)
         async with self.committed():
             if call.snapshot:

@@ -211,7 +211,7 @@ class Puller:
             if progress.cursor.drained:
                 return  # nothing past the seal is ever copied: this source is done
             if not more:
-                if self.reshard.phase is ReshardPhase.SEAL:
+                if self._sealed():
                     await asyncio.sleep(IDLE_POLL)
                 else:
                     await wait_event(self._wake, _until_next_poll())
