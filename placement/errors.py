@@ -46,3 +46,9 @@ class Compacted(PlacementError):
     def __init__(self, compact_revision: int) -> None:
         self.compact_revision = compact_revision
         super().__init__(f"revision compacted up to {compact_revision}; re-list and re-watch")
+
+
+class CredentialError(PlacementError):
+    """A credential is missing, wrong or refused: a certificate a peer or etcd rejects, a wrong
+    etcd password, a role or etcd user without permission. Not an outage — retrying cannot help,
+    so commands exit 2 and processes stop at once; the message names the credential to fix."""

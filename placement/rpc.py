@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar
 import grpc
 
 from placement.errors import InvalidInput, PlacementError
-from placement.security.pki import Role, identity_of
+from placement.security.pki import Identity, Role, identity_of
 from placement.security.roles import denial, is_open
 from placement.security.tls import TlsMaterial
 
@@ -190,17 +190,24 @@ def bind_server(
 
 
 @functools.lru_cache(maxsize=1024)
-def _role_of(pem: bytes) -> Role | None:
+def _identity_of(pem: bytes) -> Identity | None:
     try:
-        return identity_of(pem).role
+        return identity_of(pem)
     except InvalidInput:
         return None
 
 
+def caller_identity(context: grpc.aio.ServicerContext[Any, Any]) -> Identity | None:
+    """Who the caller's certificate names — its common name and role (None: a plaintext
+    server, or a certificate without a role)."""
+    pems = list(context.auth_context().get("x509_pem_cert") or [])
+    return _identity_of(bytes(pems[0])) if pems else None
+
+
 def caller_role(context: grpc.aio.ServicerContext[Any, Any]) -> Role | None:
     """The role the caller's certificate carries (None: no certificate, or none named)."""
-    pems = list(context.auth_context().get("x509_pem_cert") or [])
-    return _role_of(bytes(pems[0])) if pems else None
+    who = caller_identity(context)
+    return who.role if who is not None else None
 
 
 class RoleGuard(grpc.aio.ServerInterceptor):

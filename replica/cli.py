@@ -22,6 +22,9 @@ from typing import NoReturn
 import click
 
 from placement.errors import PlacementError, StoreUnavailable
+from placement.security.credentials import EtcdCredentials
+from placement.security.flags import etcd_flags, tls_flags
+from placement.security.tls import TlsMaterial
 from replica.data.plane import DataConfig
 from replica.registration import parse_attributes
 from replica.server import serve
@@ -64,6 +67,8 @@ PROG = "python -m replica"
     default=3.0,
     help="Seconds a replica may stay silent before its primary drops it from the in-sync set.",
 )
+@tls_flags()
+@etcd_flags
 def run(
     node: str,
     listen: str,
@@ -76,6 +81,8 @@ def run(
     lease_ttl: int,
     catch_up_mbps: float,
     isr_timeout: float,
+    tls: TlsMaterial | None,
+    etcd_credentials: EtcdCredentials,
 ) -> None:
     """Run a replica agent (until SIGTERM/SIGINT); with --etcd it registers NODE there."""
     try:
@@ -99,6 +106,8 @@ def run(
                 data_config=DataConfig(
                     isr_timeout=isr_timeout, catch_up_bytes_per_s=catch_up_mbps * 1e6
                 ),
+                tls=tls,
+                etcd_credentials=etcd_credentials,
             )
         )
     except StoreUnavailable as e:

@@ -22,6 +22,9 @@ from placement.metastore.codec import NodeRecord, encode_node
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.rpc import advertised_address, bind_server, start_server
+from placement.security.credentials import EtcdCredentials
+from placement.security.pki import Role, require_identity
+from placement.security.tls import TlsMaterial
 from placement.v1 import data_pb2, data_pb2_grpc, replica_pb2, replica_pb2_grpc
 from replica.data.plane import DataConfig, DataPlane
 from replica.data.servicers import DataServicer, ReplicationServicer
@@ -77,6 +80,7 @@ async def start_agent(
     keys: KeySpace | None = None,
     data_config: DataConfig | None = None,
     advertise: str | None = None,
+    tls: TlsMaterial | None = None,
 ) -> RunningAgent:
     """Bind ``listen``, open the data dir, start serving; raises ``PlacementError`` on bad input.
 
@@ -85,8 +89,10 @@ async def start_agent(
     a rebalance's catch-up copies data (unless ``catch_up`` is given).
     """
     validate_name(node, "--node")
+    if tls is not None:  # peers accept this node's appends only under its own name
+        require_identity(tls.cert, Role.AGENT, node)
     advertised_address(listen, advertise)  # bad input fails before anything binds
-    server, bound = bind_server(listen)
+    server, bound = bind_server(listen, tls=tls)
     address = advertised_address(listen, advertise, bound)
     try:
         store = await asyncio.to_thread(AgentStore.open, data_dir, node)
@@ -96,7 +102,7 @@ async def start_agent(
     db = StoreThread(store)
     plane: DataPlane | None = None
     if etcd_client is not None and keys is not None:
-        plane = DataPlane(node, db, etcd_client, keys, config=data_config)
+        plane = DataPlane(node, db, etcd_client, keys, config=data_config, tls=tls)
         catch_up = catch_up if catch_up is not None else plane.catch_up
     agent = ReplicaAgent(node, db, catch_up=catch_up, on_fatal=on_fatal)
     served = [SERVICE_NAME]  # the agent's own services: reported SERVING by health checks
@@ -134,6 +140,8 @@ async def serve(
     lease_ttl: int = 5,
     data_config: DataConfig | None = None,
     advertise: str | None = None,
+    tls: TlsMaterial | None = None,
+    etcd_credentials: EtcdCredentials | None = None,
 ) -> int:
     """Run an agent until SIGTERM/SIGINT (exit status 0) or a fatal store error (1).
 
@@ -154,8 +162,10 @@ async def serve(
         fatal.append(error)
         stop.set()
 
-    client = EtcdClient(etcd) if etcd is not None else None
+    client = EtcdClient(etcd, credentials=etcd_credentials) if etcd is not None else None
     try:
+        if client is not None:
+            await client.check_access(prefix)  # a refused credential ends the process now
         running = await start_agent(
             node,
             listen,
@@ -166,6 +176,7 @@ async def serve(
             keys=keys,
             data_config=data_config,
             advertise=advertise,
+            tls=tls,
         )
     except BaseException:
         if client is not None:

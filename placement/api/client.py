@@ -20,8 +20,10 @@ import grpc
 
 from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, RetryPolicy
-from placement.errors import InvalidInput, PlacementError
+from placement.errors import CredentialError, InvalidInput, PlacementError
 from placement.rpc import API_PROFILE, ChannelPool
+from placement.security.credentials import handshake_refused
+from placement.security.tls import TlsMaterial
 from placement.v1 import driver_pb2_grpc
 
 #: Pause between rounds over every endpoint: 0.1 s, 0.2 s, ... capped at 2 s, no jitter.
@@ -70,13 +72,14 @@ class PlacementClient(AsyncClosing):
         call_timeout: float = 5.0,
         deadline: float = 15.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        tls: TlsMaterial | None = None,
     ) -> None:
         self.endpoints = parse_endpoints(endpoints)
         self.call_timeout = call_timeout
         self.deadline = deadline
         self._sleep = sleep
         self._active = 0
-        self._channels = ChannelPool(API_PROFILE)
+        self._channels = ChannelPool(API_PROFILE, tls)
 
     async def close(self) -> None:
         await self._channels.close()
@@ -87,6 +90,17 @@ class PlacementClient(AsyncClosing):
 
     def _stub(self, endpoint: str) -> Stub:
         return driver_pb2_grpc.PlacementServiceStub(self._channels.get(endpoint))
+
+    def _closed_hint(self, last: ApiError) -> str:
+        """A server that refuses the TLS handshake only closes the socket: say what it can mean."""
+        if "socket closed" not in last.detail.lower():
+            return ""
+        if self._channels.tls is None:
+            return "; if the drivers serve TLS, pass --cacert, --cert and --key"
+        return (
+            "; the drivers may have refused this certificate (--cert): is it signed by their "
+            "CA and not expired?"
+        )
 
     async def call(self, method: Callable[[Stub, float], Awaitable[T]]) -> T:
         """Run ``method(stub, timeout)``, failing over between endpoints while unavailable."""
@@ -101,6 +115,12 @@ class PlacementClient(AsyncClosing):
                     return await method(self._stub(endpoint), self.call_timeout)
                 except grpc.aio.AioRpcError as e:
                     last = ApiError(e.code(), e.details() or "", endpoint)
+                    if handshake_refused(last.detail):
+                        raise CredentialError(
+                            f"the TLS handshake with {endpoint} failed ({last.detail}); check "
+                            "--cacert (the CA that signed the drivers' certificates) and that "
+                            "the drivers serve TLS"
+                        ) from e
                     if e.code() not in RETRYABLE:
                         raise last from e
                     self._active = (self._active + 1) % len(self.endpoints)
@@ -110,6 +130,6 @@ class PlacementClient(AsyncClosing):
                 raise ApiError(
                     last.code,
                     f"no placement driver answered at {','.join(self.endpoints)} "
-                    f"({last.detail or last.code.name.lower()})",
+                    f"({last.detail or last.code.name.lower()}){self._closed_hint(last)}",
                 )
             await self._sleep(delay)

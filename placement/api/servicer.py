@@ -39,6 +39,7 @@ from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.metastore.transitions import ZoneRecord
 from placement.rpc import API_PROFILE, ChannelPool, StatusTable, abort, add_health
+from placement.security.tls import TlsMaterial
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 
 #: How ZoneConfig names the ZoneSpec fields it names differently.
@@ -157,10 +158,16 @@ StubCall = Callable[[driver_pb2_grpc.PlacementServiceStub], Callable[..., Awaita
 class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
     """Protobuf <-> :class:`PlacementAPI`; errors through :data:`STATUS_OF`; writes forwarded."""
 
-    def __init__(self, api: PlacementAPI, *, forward_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        api: PlacementAPI,
+        *,
+        forward_timeout: float = 10.0,
+        tls: TlsMaterial | None = None,
+    ) -> None:
         self.api = api
         self.forward_timeout = forward_timeout
-        self._channels = ChannelPool(API_PROFILE)
+        self._channels = ChannelPool(API_PROFILE, tls)
 
     async def close(self) -> None:
         await self._channels.close()
@@ -388,11 +395,17 @@ class DriverLike(Leadership, Protocol):
     @property
     def keys(self) -> KeySpace: ...
 
+    @property
+    def tls(self) -> TlsMaterial | None: ...
 
-def add_servicer(server: grpc.aio.Server, api: PlacementAPI) -> PlacementServicer:
+
+def add_servicer(
+    server: grpc.aio.Server, api: PlacementAPI, tls: TlsMaterial | None = None
+) -> PlacementServicer:
     """Add PlacementService on ``api`` to ``server`` (health and reflection are
-    :func:`placement.rpc.add_health`'s); call ``servicer.close()`` after ``server.stop()``."""
-    servicer = PlacementServicer(api)
+    :func:`placement.rpc.add_health`'s); call ``servicer.close()`` after ``server.stop()``.
+    ``tls``: the certificate it forwards writes to the leader with."""
+    servicer = PlacementServicer(api, tls=tls)
     driver_pb2_grpc.add_PlacementServiceServicer_to_server(servicer, server)
     return servicer
 
@@ -401,7 +414,7 @@ def add_to_server(server: grpc.aio.Server, driver: DriverLike) -> Sequence[str]:
     """The hook ``placectl driver run`` calls (health and reflection come from
     :mod:`placement.rpc`): adds PlacementService on ``driver``'s client, key space and
     leadership; returns its full name."""
-    add_servicer(server, PlacementAPI(driver.client, driver.keys, driver))
+    add_servicer(server, PlacementAPI(driver.client, driver.keys, driver), driver.tls)
     return [SERVICE_NAME]
 
 

@@ -2,8 +2,9 @@
 error → exit-code table, the driver endpoints and API client, ``--json`` and output helpers.
 
 Exit codes: 2 for bad input (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``ALREADY_EXISTS``,
-``FAILED_PRECONDITION``, ``OUT_OF_RANGE``, a bad flag, a missing optional extra), 1 when no driver
-or etcd answers; never a traceback.
+``FAILED_PRECONDITION``, ``OUT_OF_RANGE``, a bad flag, a missing optional extra) and for a refused
+credential (``PERMISSION_DENIED``, ``UNAUTHENTICATED``, a certificate or etcd password refused),
+1 when no driver or etcd answers; never a traceback.
 
 Kept light on purpose: ``placectl --help`` imports every command module, so asyncio, gRPC,
 protobuf, rich and the clients are imported only where a command runs (design/architecture.md).
@@ -21,19 +22,28 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from placement.errors import InvalidInput, PlacementError
+from placement.errors import CredentialError, InvalidInput, PlacementError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from placement.api.client import PlacementClient
+    from placement.security.tls import TlsMaterial
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Names of the gRPC status codes that mean "your input is wrong" (exit 2); others are exit 1.
 BAD_INPUT = frozenset(
-    {"INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "FAILED_PRECONDITION", "OUT_OF_RANGE"}
+    {
+        "INVALID_ARGUMENT",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "FAILED_PRECONDITION",
+        "OUT_OF_RANGE",
+        "PERMISSION_DENIED",
+        "UNAUTHENTICATED",
+    }
 )
 #: Seconds a command keeps retrying unavailable drivers before it gives up (exit 1).
 CLI_DEADLINE = 5.0
@@ -77,7 +87,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     except ApiError as e:
         fail(e.detail or e.code.name.lower(), 2 if e.code.name in BAD_INPUT else 1)
-    except InvalidInput as e:
+    except (InvalidInput, CredentialError) as e:
         fail(str(e), 2)
     except PlacementError as e:
         fail(str(e), 1)
@@ -106,11 +116,17 @@ def endpoints(ctx: click.Context) -> tuple[str, ...]:
     return parse_endpoints(obj.get("endpoints", []))
 
 
+def tls(ctx: click.Context) -> TlsMaterial | None:
+    """The operator's TLS material of the root ``--cacert/--cert/--key`` (None: plaintext)."""
+    found: TlsMaterial | None = (ctx.find_root().obj or {}).get("tls")
+    return found
+
+
 def api_client(ctx: click.Context) -> PlacementClient:
     """A client of the drivers named by ``--endpoint`` that gives up after ``CLI_DEADLINE``."""
     from placement.api.client import PlacementClient
 
-    return PlacementClient(endpoints(ctx), deadline=CLI_DEADLINE)
+    return PlacementClient(endpoints(ctx), deadline=CLI_DEADLINE, tls=tls(ctx))
 
 
 def api_call(ctx: click.Context, method: str, message: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from placement.cli.common import echo_json, endpoints, json_option, run, stacked
+from placement.cli.common import echo_json, endpoints, json_option, run, stacked, tls
 from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput
 
@@ -64,7 +64,7 @@ def with_data_client(
         raise InvalidInput("--deadline", f"{deadline} is not positive", "seconds, e.g. 15")
 
     async def go() -> T:
-        async with DataClient(endpoints(ctx), deadline=deadline) as client:
+        async with DataClient(endpoints(ctx), deadline=deadline, tls=tls(ctx)) as client:
             return await body(client)
 
     return run(go())

@@ -25,11 +25,14 @@ import click
 
 from placement.core.names import validate_name
 from placement.metastore.keys import DEFAULT_PREFIX, KeySpace
+from placement.security.flags import etcd_flags, tls_flags
 
 if TYPE_CHECKING:
     import grpc
 
     from placement.driver.loop import Driver
+    from placement.security.credentials import EtcdCredentials
+    from placement.security.tls import TlsMaterial
 
     AddServicers = Callable[[grpc.aio.Server, Driver], Sequence[str]]
 
@@ -47,6 +50,8 @@ async def serve_driver(
     primary_lease: float = 10.0,
     add_servicers: AddServicers | None = None,
     announce: Callable[[str], None] = lambda line: print(line, flush=True),
+    tls: TlsMaterial | None = None,
+    etcd_credentials: EtcdCredentials | None = None,
 ) -> int:
     """Run one instance until SIGTERM/SIGINT; returns the exit status."""
     import asyncio
@@ -60,8 +65,12 @@ async def serve_driver(
 
     keys = KeySpace(prefix)
     validate_name(member_id, "member")
+    if tls is not None:
+        from placement.security.pki import Role, require_identity
+
+        require_identity(tls.cert, Role.DRIVER)
     advertised_address(listen, advertise)  # bad input fails before anything binds
-    server, bound = bind_server(listen)
+    server, bound = bind_server(listen, tls=tls)
     address = advertised_address(listen, advertise, bound)
     config = DriverConfig(
         member_id=member_id,
@@ -73,8 +82,9 @@ async def serve_driver(
             duration_ms=int(primary_lease * 1000), renew_before_ms=int(primary_lease * 500)
         ),
     )
-    async with EtcdClient(list(endpoints)) as client:
-        driver = Driver(client, keys, config)
+    async with EtcdClient(list(endpoints), credentials=etcd_credentials) as client:
+        await client.check_access(keys.prefix)  # a refused credential ends the process now
+        driver = Driver(client, keys, config, tls=tls)
         added = (add_servicers or add_to_server)(server, driver)
         health_servicer = await start_server(server, added)
         announce(f"driver {member_id} serving on {address}")
@@ -127,6 +137,8 @@ def driver() -> None:
     "replaced after it expires.",
 )  # fmt: skip
 @click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
+@tls_flags()
+@etcd_flags
 def run(
     etcd: str,
     listen: str,
@@ -138,6 +150,8 @@ def run(
     max_moves_per_node: int,
     primary_lease: float,
     log_level: str,
+    tls: TlsMaterial | None,
+    etcd_credentials: EtcdCredentials,
 ) -> None:
     """Run one driver instance until SIGTERM/SIGINT."""
     import asyncio
@@ -161,6 +175,8 @@ def run(
                 max_moves_global=max_moves,
                 max_moves_per_node=max_moves_per_node,
                 primary_lease=primary_lease,
+                tls=tls,
+                etcd_credentials=etcd_credentials,
             )
         )
         sys.exit(status)

@@ -10,6 +10,8 @@ from typing import Any
 import click
 
 from placement.cli.common import console, echo_json, json_option, run
+from placement.security.credentials import EtcdCredentials
+from placement.security.flags import etcd_flags
 
 
 def decode_entry(kind: str, field: str | None, raw: bytes) -> Any:
@@ -59,7 +61,10 @@ def _plain(value: Any) -> Any:
 @click.option("--etcd", "etcd_endpoints", required=True, help="etcd HOST:PORT[,...]")
 @click.option("--prefix", default="/placement", show_default=True, help="Metastore key prefix.")
 @json_option
-def inspect(etcd_endpoints: str, prefix: str, as_json: bool) -> None:
+@etcd_flags
+def inspect(
+    etcd_endpoints: str, prefix: str, as_json: bool, etcd_credentials: EtcdCredentials
+) -> None:
     """Decode every metastore key under the prefix (read-only)."""
     from placement.metastore.etcd import EtcdClient
     from placement.metastore.keys import KeySpace
@@ -67,7 +72,9 @@ def inspect(etcd_endpoints: str, prefix: str, as_json: bool) -> None:
     keys = KeySpace(prefix)
 
     async def read() -> tuple[int, list[dict[str, Any]]]:
-        async with EtcdClient(etcd_endpoints, call_timeout=3.0) as client:
+        async with EtcdClient(
+            etcd_endpoints, call_timeout=3.0, credentials=etcd_credentials
+        ) as client:
             found = await client.list_prefix(f"{prefix}/".encode())
         rows = []
         for kv in found.kvs:

@@ -18,6 +18,8 @@ import click
 
 from placement.cli.common import LazyGroup, fail
 from placement.errors import PlacementError
+from placement.security.flags import tls_flags
+from placement.security.tls import TlsMaterial
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
 
@@ -46,10 +48,14 @@ COMMANDS: Mapping[str, str] = {
     envvar="PLACECTL_ENDPOINT",
     help="Placement driver address(es), HOST:PORT[,HOST:PORT...]; any instance works.",
 )
+@tls_flags(envvar_prefix="PLACECTL")
 @click.pass_context
-def cli(ctx: click.Context, endpoint: str) -> None:
-    """Operate the replica-placement control plane."""
-    ctx.obj = {"endpoints": [e.strip() for e in endpoint.split(",") if e.strip()]}
+def cli(ctx: click.Context, endpoint: str, tls: TlsMaterial | None) -> None:
+    """Operate the replica-placement control plane.
+
+    With --cacert/--cert/--key (or PLACECTL_CACERT, PLACECTL_CERT, PLACECTL_KEY) every call is
+    mutual TLS; the certificate's role decides what the drivers and agents let it do."""
+    ctx.obj = {"endpoints": [e.strip() for e in endpoint.split(",") if e.strip()], "tls": tls}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,6 +14,8 @@ import click
 from placement.cli.common import path_option, pipeline_extra
 from placement.metastore.keys import DEFAULT_PREFIX
 from placement.pipeline.outputs import check_target
+from placement.security.credentials import EtcdCredentials
+from placement.security.flags import etcd_flags
 
 _OUT = path_option("--out", "out", "Directory to write (replaced).")
 
@@ -29,7 +31,10 @@ def pipeline() -> None:
     "--prefix", default=DEFAULT_PREFIX, show_default=True, help="Key prefix of the deployment."
 )
 @_OUT
-def export_command(endpoints: str, prefix: str, out: Path) -> None:
+@etcd_flags
+def export_command(
+    endpoints: str, prefix: str, out: Path, etcd_credentials: EtcdCredentials
+) -> None:
     """Write the cluster snapshot and the assignment history still in etcd as Parquet."""
     import asyncio
 
@@ -37,7 +42,7 @@ def export_command(endpoints: str, prefix: str, out: Path) -> None:
         from placement.pipeline.export import export
 
     check_target(out, "--out", directory=True)
-    summary = asyncio.run(export(endpoints, prefix, out))
+    summary = asyncio.run(export(endpoints, prefix, out, etcd_credentials))
     rows = ", ".join(f"{n} {c}" for n, c in summary.rows.items())
     click.echo(
         f"exported revision {summary.revision} (history {summary.history_from}.."

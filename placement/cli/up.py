@@ -1,4 +1,5 @@
-"""``placectl up``: a local cluster (etcd, drivers, agents, a demo zone) until Ctrl-C/SIGTERM."""
+"""``placectl up``: a local cluster (etcd, drivers, agents, a demo zone) until Ctrl-C/SIGTERM;
+mutual TLS and etcd auth unless ``--insecure`` (design/deployment.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ import click
 )
 @click.option("--prefix", default="/placement", show_default=True, help="Metastore key prefix.")
 @click.option("--no-status", is_flag=True, help="Print endpoints, then wait (no live table).")
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Plaintext everywhere: no certificates, no etcd auth (default: mutual TLS, etcd auth).",
+)
+@click.option(
+    "--etcd-members",
+    type=click.Choice(["1", "3"]),
+    default="1",
+    show_default=True,
+    help="Members of the etcd cluster it starts on loopback.",
+)
 def up(
     n_nodes: int,
     drivers: int,
@@ -30,6 +43,8 @@ def up(
     api_port: int,
     prefix: str,
     no_status: bool,
+    insecure: bool,
+    etcd_members: str,
 ) -> None:
     """Start a local cluster (etcd, drivers, agents, a demo zone) until Ctrl-C/SIGTERM."""
     from placement.local.cluster import UpOptions, run_up
@@ -43,6 +58,8 @@ def up(
             api_port=api_port,
             live=not no_status,
             prefix=prefix,
+            insecure=insecure,
+            etcd_members=int(etcd_members),
         )
     )
     sys.exit(code)

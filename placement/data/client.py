@@ -23,6 +23,8 @@ Answers and what the client does (:func:`decide`, pure):
   :class:`DataUnavailable` names the operation, partition, target and last error.
 * ``INVALID_ARGUMENT``: :class:`~placement.errors.InvalidInput` (after one route refresh, in case
   the zone's partition count changed under a cached table).
+* ``PERMISSION_DENIED``, ``UNAUTHENTICATED``, or a TLS handshake that refused a certificate:
+  :class:`~placement.errors.CredentialError` at once (retrying cannot help).
 * Anything else: :class:`DataRequestFailed`.
 
 A retried ``put`` is idempotent (a whole-value write); a retried ``delete`` may report
@@ -49,8 +51,10 @@ from placement.api.client import ApiError, PlacementClient, parse_endpoints
 from placement.core.closing import AsyncClosing
 from placement.core.retry import Clock, RetryPolicy, Rng
 from placement.data.partitioning import partition_of, validate_key, validate_value
-from placement.errors import InvalidInput, PlacementError
+from placement.errors import CredentialError, InvalidInput, PlacementError
 from placement.rpc import DATA_PROFILE, ChannelPool
+from placement.security.credentials import handshake_refused
+from placement.security.tls import TlsMaterial
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc, driver_pb2
 
 if TYPE_CHECKING:
@@ -80,6 +84,8 @@ RETRY_CODES = frozenset(
         grpc.StatusCode.NOT_FOUND,
     }
 )
+#: Codes that say the caller's certificate (its role) is refused.
+CREDENTIAL_CODES = frozenset({grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED})
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -265,6 +271,8 @@ def decide(
 ) -> Action:
     """What to do after the agent at ``target`` answered ``code`` (see the module docstring)."""
     reason = f"{target}: {code.name} {detail}".rstrip()
+    if handshake_refused(detail):
+        return Fail(code, detail)  # a certificate refused: retrying cannot help
     if code == grpc.StatusCode.UNAVAILABLE and x_retry_after is not None:
         delay = _retry_after(x_retry_after)
         if delay is not None:
@@ -396,8 +404,8 @@ class Connector(Protocol):
 class GrpcConnector:
     """One channel per agent address from the one factory (:data:`placement.rpc.DATA_PROFILE`)."""
 
-    def __init__(self) -> None:
-        self._pool = ChannelPool(DATA_PROFILE)
+    def __init__(self, tls: TlsMaterial | None = None) -> None:
+        self._pool = ChannelPool(DATA_PROFILE, tls)
 
     def data(self, address: str) -> DataStub:
         return data_pb2_grpc.DataServiceStub(self._pool.get(address))
@@ -420,9 +428,15 @@ class RouteSource(Protocol):
 class DriverRoutes:
     """Routing tables read from the placement drivers' API (any instance)."""
 
-    def __init__(self, endpoints: Sequence[str] | str, *, deadline: float = 5.0) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str] | str,
+        *,
+        deadline: float = 5.0,
+        tls: TlsMaterial | None = None,
+    ) -> None:
         self._client = PlacementClient(
-            endpoints, call_timeout=min(5.0, deadline), deadline=deadline
+            endpoints, call_timeout=min(5.0, deadline), deadline=deadline, tls=tls
         )
 
     async def load(self, zone: str) -> ZoneRoutes:
@@ -496,6 +510,7 @@ class DataClient(AsyncClosing):
         clock: Clock = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: Rng = random.random,
+        tls: TlsMaterial | None = None,
     ) -> None:
         if not (deadline > 0 and call_timeout > 0):
             raise InvalidInput("deadline", "must be positive", "e.g. 15")
@@ -503,8 +518,10 @@ class DataClient(AsyncClosing):
         self.deadline = deadline
         self.call_timeout = call_timeout
         self._backoff = backoff
-        self._source = route_source or DriverRoutes(self.endpoints, deadline=min(5.0, deadline))
-        self._connector: Connector = connector or GrpcConnector()
+        self._source = route_source or DriverRoutes(
+            self.endpoints, deadline=min(5.0, deadline), tls=tls
+        )
+        self._connector: Connector = connector or GrpcConnector(tls)
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
@@ -649,6 +666,12 @@ class DataClient(AsyncClosing):
                                 if fresh.partitions != routes.partitions:
                                     continue
                             raise InvalidInput(f"{op} {zone}/{partition}", detail or "rejected")
+                        if code in CREDENTIAL_CODES or handshake_refused(detail):
+                            raise CredentialError(
+                                f"{op} {zone}: {where} refused this caller's credential "
+                                f"({code.name}: {detail}); check --cert/--key (its role) "
+                                "and --cacert"
+                            )
                         raise DataRequestFailed(op, zone, code, detail, where)
                     last = failure
             redirects = 0

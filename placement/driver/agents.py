@@ -18,6 +18,7 @@ import grpc
 from placement.core.model import Peers
 from placement.errors import PlacementError
 from placement.rpc import AGENT_PROFILE, ChannelPool
+from placement.security.tls import TlsMaterial
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 
 
@@ -34,11 +35,12 @@ class AgentAnswer:
 
 
 class AgentClient:
-    """Calls agents by address; ``timeout`` is every call's deadline in seconds."""
+    """Calls agents by address; ``timeout`` is every call's deadline in seconds; ``tls``: the
+    driver's certificate (mutual TLS), None for plaintext."""
 
-    def __init__(self, *, timeout: float = 3.0) -> None:
+    def __init__(self, *, timeout: float = 3.0, tls: TlsMaterial | None = None) -> None:
         self.timeout = timeout
-        self._channels = ChannelPool(AGENT_PROFILE)
+        self._channels = ChannelPool(AGENT_PROFILE, tls)
 
     def _stub(self, address: str) -> replica_pb2_grpc.ReplicaServiceAsyncStub:
         # an AsyncStub on an aio channel

@@ -74,6 +74,7 @@ from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.listwatch import ListWatch, Snapshot
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome, PartitionState, TransitionResult
+from placement.security.tls import TlsMaterial
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class Driver:
         config: DriverConfig,
         *,
         agents: AgentClient | None = None,
+        tls: TlsMaterial | None = None,
         clock: Clock = time.time,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -133,7 +135,11 @@ class Driver:
         self.keys = keys
         self.config = config
         self.store = Metastore(client, keys)
-        self.agents = agents if agents is not None else AgentClient(timeout=config.rpc_timeout)
+        #: This driver's certificate: for agents, and for forwarding API calls to the leader.
+        self.tls = tls
+        self.agents = (
+            agents if agents is not None else AgentClient(timeout=config.rpc_timeout, tls=tls)
+        )
         self._clock = clock
         self._sleep = sleep
         self._leadership: Leadership | None = None

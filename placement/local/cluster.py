@@ -1,9 +1,15 @@
 """``placectl up``: a whole local cluster in one command, torn down completely on Ctrl-C/SIGTERM.
 
-Starts, in order: etcd (free loopback ports, data under ``--data-dir``) unless ``--etcd`` is
-given; D drivers (``placectl driver run``; the first on ``--api-port``, the CLI's default
-endpoint); N agents (``placectl agent run``, attribute ``rack=r{i mod 3 + 1}``); then creates the
-demo zone and shows endpoints and a live status until stopped.
+Starts, in order: etcd — one member, or three with ``--etcd-members 3`` (free loopback ports,
+data under ``--data-dir``) — unless ``--etcd`` is given; D drivers (``placectl driver run``; the
+first on ``--api-port``, the CLI's default endpoint); N agents (``placectl agent run``, attribute
+``rack=r{i mod 3 + 1}``); then creates the demo zone and shows endpoints and a live status until
+stopped.
+
+Secure by default (design/deployment.md): a private CA and a certificate per process and per
+operator role in ``{data-dir}/tls/`` (:mod:`placement.local.certs`); every gRPC server and client
+is mutual TLS; etcd serves TLS with client certificates and has auth on, the product's etcd user
+allowed only its key prefix. ``--insecure`` starts today's plaintext cluster instead.
 
 Every child runs in its own session (process group), so a terminal's Ctrl-C reaches only this
 process. The stop is bounded by design (design/control-plane.md, "placectl up"):
@@ -25,7 +31,9 @@ Nothing it started survives it (``tests/integration/test_up.py`` checks by proce
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import datetime as dt
 import os
 import select
 import signal
@@ -35,8 +43,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,11 +55,16 @@ from rich.live import Live
 from rich.table import Table
 
 from placement.api.client import ApiError, PlacementClient
-from placement.errors import InvalidInput, PlacementError
+from placement.errors import PlacementError
+from placement.local.certs import ETCD_USER, LocalPki, create_pki
+from placement.local.etcd import EtcdMember, EtcdTls, etcd_binary, member_group
 from placement.metastore.codec import LeaderRecord, decode_leader
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
+from placement.security.credentials import EtcdCredentials
+from placement.security.pki import Role
+from placement.security.tls import TlsMaterial, load_tls
 from placement.v1 import driver_pb2
 
 #: Seconds a tier of children has between SIGTERM and SIGKILL.
@@ -69,8 +80,11 @@ POLL = 0.05
 START_TIMEOUT = 60.0
 DEMO_ZONE = "demo"
 DEMO_PARTITIONS = 16
-#: The child stopped last: agents and drivers leave the metastore cleanly while it still runs.
+#: The children stopped last (names start with it): agents and drivers leave the metastore
+#: cleanly while it still runs.
 METASTORE = "etcd"
+#: The operator certificate ``placectl up`` itself uses (readiness, the demo zone, the table).
+OPERATOR = "admin"
 
 
 class Stopped(Exception):
@@ -93,6 +107,10 @@ class UpOptions:
     lease_ttl: int = 3
     #: Extra ``agent run`` options for every agent (tests: e.g. a catch-up throttle).
     agent_args: tuple[str, ...] = ()
+    #: Plaintext everywhere, no certificates, no etcd auth.
+    insecure: bool = False
+    #: Members of the etcd cluster it starts (1 or 3).
+    etcd_members: int = 1
 
 
 @dataclass
@@ -132,12 +150,37 @@ class Cluster:
     driver_apis: list[str]
     prefix: str = "/placement"
     children: list[Child] = field(default_factory=list)
+    #: The CA and certificates (None: an insecure cluster).
+    pki: LocalPki | None = None
+    #: The etcd members it started (none with ``--etcd``).
+    etcd_members: list[EtcdMember] = field(default_factory=list)
+    #: Whether the etcd it started has TLS and auth on (the product's user: ``ETCD_USER``).
+    etcd_secured: bool = False
+
+    def tls(self, name: str = OPERATOR) -> TlsMaterial | None:
+        """The TLS material of operator (or process) ``name``; None when insecure."""
+        return self.pki.material(name) if self.pki is not None else None
+
+    def env(self, name: str = OPERATOR) -> dict[str, str]:
+        """``PLACECTL_*`` for ``placectl`` as operator ``name`` (empty when insecure)."""
+        return self.pki.env(name) if self.pki is not None else {}
+
+    def etcd_credentials(self, name: str = "etcd-client") -> EtcdCredentials:
+        """What an etcd client presents: the certificate ``name`` (``etcd-client``: the
+        product's user; ``etcd-root``: etcd's administrator) when etcd is secured."""
+        if self.pki is None or not self.etcd_secured:
+            return EtcdCredentials()
+        return EtcdCredentials(load_tls(self.pki.ca, self.pki.cert(name), self.pki.key(name)))
+
+    def etcd_flags(self) -> list[str]:
+        """``--etcd-cacert ...`` for ``placectl inspect``-like commands (empty when plaintext)."""
+        return self.pki.etcd_flags() if self.pki is not None and self.etcd_secured else []
 
     def stop(self, grace: float = STOP_GRACE, forced: Callable[[], bool] = _never) -> list[Child]:
         """Agents and drivers together, then etcd; returns the children still not reaped."""
         tiers = (
-            [c for c in self.children if c.name != METASTORE],
-            [c for c in self.children if c.name == METASTORE],
+            [c for c in self.children if not c.name.startswith(METASTORE)],
+            [c for c in self.children if c.name.startswith(METASTORE)],
         )
         return [child for tier in tiers for child in stop_together(tier, grace, forced)]
 
@@ -190,38 +233,8 @@ def port_free(port: int) -> bool:
     return True
 
 
-def etcd_binary() -> str:
-    for candidate in ("/usr/bin/etcd", "/usr/local/bin/etcd"):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    import shutil
-
-    found = shutil.which("etcd")
-    if found is None:
-        raise InvalidInput("--etcd", "no etcd binary found", "install etcd-server or pass --etcd")
-    return found
-
-
 def _placectl() -> list[str]:
     return [sys.executable, "-m", "placement"]
-
-
-def _wait_etcd(
-    child: Child, endpoint: str, stopped: Callable[[], bool], timeout: float = START_TIMEOUT
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _check_stop(stopped)
-        if not child.alive:
-            raise PlacementError(f"etcd exited early; see {child.log}")
-        try:
-            with urllib.request.urlopen(f"http://{endpoint}/health", timeout=1.0) as r:
-                if b'"health":"true"' in r.read():
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(POLL)
-    raise PlacementError(f"etcd not healthy after {timeout:.0f}s; see {child.log}")
 
 
 def _check_stop(stopped: Callable[[], bool]) -> None:
@@ -247,40 +260,16 @@ def launch(
     also after an error); raises :class:`Stopped` at the first safe point after ``stopped()``."""
     base = cluster.base
     logs = base / "logs"
-    if opts.etcd is None:
-        client_port, peer_port = free_ports(2)
-        client_url = f"http://127.0.0.1:{client_port}"
-        peer_url = f"http://127.0.0.1:{peer_port}"
-        etcd = Child(
-            METASTORE,
-            [
-                etcd_binary(),
-                "--name",
-                "up",
-                "--data-dir",
-                str(base / "etcd"),
-                "--listen-client-urls",
-                client_url,
-                "--advertise-client-urls",
-                client_url,
-                "--listen-peer-urls",
-                peer_url,
-                "--initial-advertise-peer-urls",
-                peer_url,
-                "--initial-cluster",
-                f"up={peer_url}",
-                "--logger",
-                "zap",
-                "--log-outputs",
-                "stderr",
-            ],
-            logs / "etcd.log",
-            f"127.0.0.1:{client_port}",
+    processes = {f"driver-{i + 1}": Role.DRIVER for i in range(opts.drivers)}
+    processes |= {f"node-{i + 1}": Role.AGENT for i in range(opts.nodes)}
+    if not opts.insecure:
+        cluster.pki = create_pki(base / "tls", processes, dt.datetime.now(dt.UTC))
+        console.print(
+            f"tls       {cluster.pki.directory} (a private CA, a certificate per process)"
         )
-        _start(cluster, etcd, console, stopped)
-        cluster.etcd_endpoint = etcd.address
-        _wait_etcd(etcd, cluster.etcd_endpoint, stopped)
-        console.print(f"etcd      {cluster.etcd_endpoint}  (data {base / 'etcd'})")
+    if opts.etcd is None:
+        _start_etcd(cluster, opts, console, stopped)
+    tls_flags = cluster.pki.flags if cluster.pki is not None else lambda name: []
     ports = free_ports(opts.drivers)
     if opts.api_port:
         if port_free(opts.api_port):
@@ -305,6 +294,8 @@ def launch(
                 opts.prefix,
                 "--lease-ttl",
                 str(opts.lease_ttl),
+                *tls_flags(f"driver-{i + 1}"),
+                *cluster.etcd_flags(),
             ],
             logs / f"driver-{i + 1}.log",
             api,
@@ -333,11 +324,58 @@ def launch(
                 f"rack=r{i % 3 + 1}",
                 "--lease-ttl",
                 str(opts.lease_ttl),
+                *tls_flags(node),
+                *cluster.etcd_flags(),
                 *opts.agent_args,
             ],
             logs / f"{node}.log",
         )
         _start(cluster, agent, console, stopped)
+
+
+def _start_etcd(
+    cluster: Cluster, opts: UpOptions, console: Console, stopped: Callable[[], bool]
+) -> None:
+    """Start the etcd members, wait until they are healthy; when secure, turn auth on with the
+    product's user allowed only its prefix (as etcd's root, by certificate)."""
+    pki = cluster.pki
+    n = opts.etcd_members
+    names = [METASTORE] if n == 1 else [f"{METASTORE}-{i + 1}" for i in range(n)]
+    tls = EtcdTls(pki.ca, pki.cert("etcd"), pki.key("etcd")) if pki is not None else None
+    members = member_group(etcd_binary(), cluster.base / "etcd", names, free_ports(3 * n), tls=tls)
+    for member in members:
+        child = Child(member.name, member.command(), cluster.base / "logs" / f"{member.name}.log")
+        child.address = member.endpoint
+        _start(cluster, child, console, stopped)
+        member.proc = child.proc  # the member probes health and stops through its process
+        member.log_path = child.log
+    cluster.etcd_members = members
+    for member in members:
+        member.wait_healthy(START_TIMEOUT, stopped)
+        _check_stop(stopped)
+    cluster.etcd_endpoint = ",".join(m.endpoint for m in members)
+    if pki is not None:
+        _run_async(_secure_etcd(cluster))
+        cluster.etcd_secured = True
+    scheme = "TLS, auth on" if pki is not None else "plaintext"
+    console.print(f"etcd      {cluster.etcd_endpoint}  ({scheme}; data {cluster.base / 'etcd'})")
+
+
+async def _secure_etcd(cluster: Cluster) -> None:
+    pki = cluster.pki
+    assert pki is not None
+    root_tls = load_tls(pki.ca, pki.cert("etcd-root"), pki.key("etcd-root"))
+    async with EtcdClient(
+        cluster.etcd_endpoint.split(","), credentials=EtcdCredentials(root_tls)
+    ) as root:
+        await root.enable_auth(ETCD_USER, None, cluster.prefix)
+
+
+def _run_async(coro: Coroutine[Any, Any, None]) -> None:
+    """Runs ``coro`` to completion from synchronous code, also when the caller is inside a
+    running event loop (a test): on a loop of its own, in a worker thread."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, coro).result()
 
 
 def _start(cluster: Cluster, child: Child, console: Console, stopped: Callable[[], bool]) -> None:
@@ -351,7 +389,9 @@ def _start(cluster: Cluster, child: Child, console: Console, stopped: Callable[[
 async def wait_ready(cluster: Cluster, opts: UpOptions, *, demo_zone: bool = True) -> None:
     """Wait until a driver answers and every agent registered; create the demo zone."""
     deadline = time.monotonic() + START_TIMEOUT
-    async with PlacementClient(cluster.driver_apis, call_timeout=2.0, deadline=2.0) as client:
+    async with PlacementClient(
+        cluster.driver_apis, call_timeout=2.0, deadline=2.0, tls=cluster.tls()
+    ) as client:
         while True:
             _check_children(cluster)
             try:
@@ -416,7 +456,7 @@ async def _status_table(cluster: Cluster, client: PlacementClient) -> Table:
         state = "running" if child.alive else f"exited ({proc and proc.returncode})"
         if child.name.startswith("driver-"):
             role = "leader" if child.name == leader else "follower"
-        elif child.name == METASTORE:
+        elif child.name.startswith(METASTORE):
             role = "metastore"
         else:
             role = "registered" if child.name in registered else "not registered"
@@ -437,7 +477,11 @@ async def _status_table(cluster: Cluster, client: PlacementClient) -> Table:
 async def _leader(cluster: Cluster) -> str | None:
     """The leading driver's id, from its election key (None when unknown)."""
     try:
-        async with EtcdClient([cluster.etcd_endpoint], call_timeout=1.0) as client:
+        async with EtcdClient(
+            cluster.etcd_endpoint.split(","),
+            call_timeout=1.0,
+            credentials=cluster.etcd_credentials(),
+        ) as client:
             kv = await current_leader(client, KeySpace(cluster.prefix))
     except PlacementError:
         return None
@@ -446,7 +490,9 @@ async def _leader(cluster: Cluster) -> str | None:
 
 
 async def _live(cluster: Cluster, console: Console) -> None:
-    async with PlacementClient(cluster.driver_apis, call_timeout=1.0, deadline=1.0) as client:
+    async with PlacementClient(
+        cluster.driver_apis, call_timeout=1.0, deadline=1.0, tls=cluster.tls()
+    ) as client:
         with Live(
             await _status_table(cluster, client), console=console, auto_refresh=False
         ) as view:
@@ -463,6 +509,15 @@ async def _serve(cluster: Cluster, opts: UpOptions, console: Console) -> None:
     endpoint = ",".join(cluster.driver_apis)
     console.print(f"drivers   {endpoint}")
     console.print(f"agents    {opts.nodes} (logs in {cluster.base / 'logs'})")
+    if cluster.pki is not None:
+        pki = cluster.pki
+        console.print(f"mutual TLS everywhere; as the {OPERATOR} operator, first:")
+        for name, value in cluster.env(OPERATOR).items():
+            console.print(f"  export {name}={value}")
+        console.print(
+            f"  (or --cacert/--cert/--key; {pki.cert('reader')} and {pki.cert('client')} "
+            "are the reader and client roles)"
+        )
     console.print(f"demo zone {DEMO_ZONE} created; try:")
     console.print(f"  placectl --endpoint {endpoint} zone status {DEMO_ZONE} --watch")
     console.print(f"  placectl --endpoint {endpoint} assignments {DEMO_ZONE}")
@@ -472,7 +527,8 @@ async def _serve(cluster: Cluster, opts: UpOptions, console: Console) -> None:
         f"  placectl --endpoint {endpoint} workload run --zone {DEMO_ZONE}"
         " --duration 10 --record run.jsonl"
     )
-    console.print(f"  placectl inspect --etcd {cluster.etcd_endpoint}")
+    etcd_flags = " ".join(cluster.etcd_flags())
+    console.print(f"  placectl inspect --etcd {cluster.etcd_endpoint} {etcd_flags}".rstrip())
     console.print("cluster up; Ctrl-C stops every process")
     if opts.live:
         await _live(cluster, console)
@@ -572,7 +628,7 @@ def run_up(opts: UpOptions) -> int:
     """Run until Ctrl-C or SIGTERM; 0 after a clean stop, 1 when start-up failed.
 
     Owns the process: once stopping, it exits within ``STOP_DEADLINE`` seconds (watchdog)."""
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)  # commands and paths stay copyable
     base = opts.data_dir or Path(tempfile.mkdtemp(prefix="placectl-up-"))
     base.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(base, opts.etcd or "", [], opts.prefix)

@@ -41,7 +41,13 @@ from aetcd import rpc
 from placement.aio import cancel_and_wait
 from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, RetryPolicy, Rng, Sleep
-from placement.errors import Compacted, InvalidInput, PlacementError, StoreUnavailable
+from placement.errors import (
+    Compacted,
+    CredentialError,
+    InvalidInput,
+    PlacementError,
+    StoreUnavailable,
+)
 from placement.metastore.keys import prefix_range_end
 from placement.metastore.kv import (
     DeleteResult,
@@ -67,6 +73,7 @@ from placement.metastore.txn import (
     checked_operand,
 )
 from placement.rpc import ChannelProfile, channel
+from placement.security.credentials import EtcdCredentials, handshake_refused
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +103,20 @@ class LeaseExpired(PlacementError):
 
 
 def _unavailable(details: str, what: str, revision: int) -> PlacementError:
+    if handshake_refused(details):
+        return CredentialError(
+            f"{what}: the TLS handshake with etcd failed ({details}); check --etcd-cacert "
+            "(the CA that signed etcd's certificate), --etcd-cert and --etcd-key, and that "
+            "etcd serves TLS"
+        )
+    hint = ""
+    if "socket closed" in details.lower():
+        hint = (
+            "; if etcd serves TLS it closes connections without a certificate it trusts: "
+            "check --etcd-cacert, --etcd-cert and --etcd-key"
+        )
     return StoreUnavailable(
-        f"{what}: etcd unavailable ({details}); the outcome of a write is unknown"
+        f"{what}: etcd unavailable ({details}); the outcome of a write is unknown{hint}"
     )
 
 
@@ -116,6 +135,11 @@ def _out_of_range(details: str, what: str, revision: int) -> PlacementError:
 
 
 def _invalid(details: str, what: str, revision: int) -> PlacementError:
+    if "authentication failed" in details:
+        return CredentialError(
+            f"{what}: etcd refused the user name or password ({details}); check --etcd-user "
+            "and the password (--etcd-password-file or the environment)"
+        )
     return InvalidInput(
         "request",
         f"{what}: {details}",
@@ -135,7 +159,11 @@ def _no_space(details: str, what: str, revision: int) -> PlacementError:
 
 
 def _refused(details: str, what: str, revision: int) -> PlacementError:
-    return StoreUnavailable(f"{what}: etcd refused the request ({details}); check credentials")
+    return CredentialError(
+        f"{what}: etcd refused the request ({details}); the etcd user (--etcd-user, or the "
+        "common name of --etcd-cert) needs read-write access to the key prefix, and etcd "
+        "needs credentials when its auth is on"
+    )
 
 
 _Translator: TypeAlias = Callable[[str, str, int], PlacementError]
@@ -164,6 +192,15 @@ def translate(error: BaseException, what: str, *, revision: int = 0) -> Placemen
     if isinstance(error, TimeoutError):
         return _timed_out("client-side timeout", what, revision)
     return StoreUnavailable(f"{what}: {type(error).__name__}: {error}")
+
+
+def _token_refused(error: BaseException) -> bool:
+    """etcd no longer knows the auth token (it expired, or etcd restarted): authenticate again."""
+    return (
+        isinstance(error, rpc.AioRpcError)
+        and error.code() == rpc.StatusCode.UNAUTHENTICATED
+        and "token" in (error.details() or "")
+    )
 
 
 def _is_unavailable(error: BaseException) -> bool:
@@ -314,12 +351,13 @@ def _parse_endpoint(endpoint: str) -> str:
 class _Endpoint:
     """One channel and its stubs."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, credentials: EtcdCredentials) -> None:
         self.target = target
-        self.channel: Any = channel(target, ETCD_PROFILE)
+        self.channel: Any = channel(target, ETCD_PROFILE, credentials.tls)
         self.kv: Any = rpc.KVStub(self.channel)
         self.lease: Any = rpc.LeaseStub(self.channel)
         self.watch: Any = rpc.WatchStub(self.channel)
+        self.auth: Any = rpc.AuthStub(self.channel)
 
 
 class EtcdClient(AsyncClosing):
@@ -328,6 +366,10 @@ class EtcdClient(AsyncClosing):
     Use as ``async with EtcdClient(["127.0.0.1:2379"]) as client: ...`` or call :meth:`close`.
     Channels are opened lazily on first use, inside the running loop. Every unary call carries
     ``call_timeout``; watches resume for up to ``watch_resume_window`` seconds of outage.
+
+    ``credentials``: TLS with a client certificate, and/or a user and password — exchanged for
+    a token on first use, sent with every call and stream, and exchanged again when etcd no
+    longer knows it. A refused credential raises :class:`CredentialError` (never retried).
     """
 
     def __init__(
@@ -338,6 +380,7 @@ class EtcdClient(AsyncClosing):
         watch_resume_window: float = 30.0,
         sleep: Sleep = asyncio.sleep,
         rng: Rng = random.random,
+        credentials: EtcdCredentials | None = None,
     ) -> None:
         if isinstance(endpoints, str):
             endpoints = [e for e in endpoints.split(",") if e.strip()]
@@ -350,6 +393,9 @@ class EtcdClient(AsyncClosing):
         self.watch_resume_window = watch_resume_window
         self.sleep = sleep
         self._rng = rng
+        self.credentials = credentials or EtcdCredentials()
+        self._token: str | None = None
+        self._token_lock = asyncio.Lock()
         self._channels: dict[int, _Endpoint] = {}
         self._active = 0
         self._closed = False
@@ -383,8 +429,31 @@ class EtcdClient(AsyncClosing):
         index = self._active
         ep = self._channels.get(index)
         if ep is None:
-            ep = self._channels[index] = _Endpoint(self._targets[index])
+            ep = self._channels[index] = _Endpoint(self._targets[index], self.credentials)
         return index, ep
+
+    async def metadata(self, ep: _Endpoint) -> tuple[tuple[str, str], ...]:
+        """The auth token to send with a call (authenticating first when there is none); empty
+        without a user."""
+        user, password = self.credentials.user, self.credentials.password
+        if user is None or password is None:
+            return ()
+        async with self._token_lock:
+            if self._token is None:
+                request = rpc.AuthenticateRequest(name=user, password=password)
+                try:
+                    reply = await ep.auth.Authenticate(request, timeout=self.call_timeout)
+                except rpc.AioRpcError as e:
+                    raise translate(e, f"authenticate as etcd user {user!r}") from e
+                self._token = str(reply.token)
+            return (("token", self._token),)
+
+    def forget_token(self, error: BaseException) -> bool:
+        """Drops the token when ``error`` says etcd no longer knows it; whether it did."""
+        if not _token_refused(error):
+            return False
+        self._token = None
+        return True
 
     def reconnect_backoff(self) -> Backoff:
         """A fresh reconnect backoff on the client's random source."""
@@ -411,17 +480,71 @@ class EtcdClient(AsyncClosing):
         revision: int = 0,
     ) -> Any:
         attempts = len(self._targets) if idempotent else 1
-        for attempt in range(attempts):
+        reauthenticated = False
+        attempt = 0
+        while True:
             index, ep = self._endpoint()
             try:
-                return await getattr(getattr(ep, stub), method)(request, timeout=self.call_timeout)
+                return await getattr(getattr(ep, stub), method)(
+                    request, timeout=self.call_timeout, metadata=await self.metadata(ep)
+                )
             except rpc.AioRpcError as e:
+                # A refused token was refused before the request ran: once more, re-authenticated.
+                if not reauthenticated and self.forget_token(e):
+                    reauthenticated = True
+                    continue
+                attempt += 1
                 if _is_unavailable(e):
                     self._failed(index)
-                    if attempt + 1 < attempts:
+                    if attempt < attempts:
                         continue
                 raise translate(e, what, revision=revision) from e
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def check_access(self, prefix: str) -> None:
+        """One read of the keys under ``prefix/``, at start-up: a refused credential (TLS, user
+        and password, permission on the prefix) raises :class:`CredentialError` now, so the
+        process ends with one line naming it; an etcd that does not answer is only logged (the
+        process's loops keep retrying)."""
+        start = prefix.rstrip("/").encode() + b"/"
+        try:
+            await self.range(start, prefix_range_end(start), limit=1, keys_only=True)
+        except StoreUnavailable as e:
+            log.warning("etcd does not answer yet (%s); retrying in the background", e)
+
+    # -- access control (placectl up, tests) -----------------------------------------------
+
+    async def enable_auth(self, user: str, password: str | None, prefix: str) -> None:
+        """Turns etcd's auth on with one product user allowed only ``prefix/``: user ``root``
+        (role ``root``, no password: it authenticates by a client certificate named ``root``)
+        and ``user`` (role ``user``, read-write on the prefix; without ``password`` it too
+        authenticates only by a certificate of that name). Run once by whoever sets etcd up,
+        before auth is on; users and roles that already exist are kept."""
+        start = prefix.rstrip("/").encode() + b"/"
+        permission = rpc.Permission(
+            permType=rpc.Permission.READWRITE, key=start, range_end=prefix_range_end(start)
+        )
+        no_password = rpc.UserAddOptions(no_password=True)
+        steps: list[tuple[str, Any]] = [
+            ("UserAdd", rpc.AuthUserAddRequest(name="root", options=no_password)),
+            ("UserGrantRole", rpc.AuthUserGrantRoleRequest(user="root", role="root")),
+            ("RoleAdd", rpc.AuthRoleAddRequest(name=user)),
+            ("RoleGrantPermission", rpc.AuthRoleGrantPermissionRequest(name=user, perm=permission)),
+            (
+                "UserAdd",
+                rpc.AuthUserAddRequest(name=user, password=password)
+                if password is not None
+                else rpc.AuthUserAddRequest(name=user, options=no_password),
+            ),
+            ("UserGrantRole", rpc.AuthUserGrantRoleRequest(user=user, role=user)),
+            ("AuthEnable", rpc.AuthEnableRequest()),
+        ]
+        for method, request in steps:
+            _, ep = self._endpoint()
+            try:
+                await getattr(ep.auth, method)(request, timeout=self.call_timeout)
+            except rpc.AioRpcError as e:
+                if "already exists" not in (e.details() or ""):
+                    raise translate(e, f"etcd auth setup ({method})") from e
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -663,7 +786,13 @@ class Lease(Losable):
                 index, ep = self._client._endpoint()
             except StoreUnavailable:
                 return  # the client is closed
-            call = ep.lease.LeaseKeepAlive()
+            try:
+                call = ep.lease.LeaseKeepAlive(metadata=await self._client.metadata(ep))
+            except CredentialError as e:
+                self._mark_lost(str(e))
+                return
+            except StoreUnavailable:
+                call = ep.lease.LeaseKeepAlive()  # fails like an unreachable member, retried
             try:
                 while True:
                     sent_at = loop.time()
@@ -681,6 +810,7 @@ class Lease(Losable):
             except (rpc.AioRpcError, rpc.BaseError, TimeoutError, ConnectionError) as e:
                 if isinstance(e, rpc.AioRpcError) and _is_unavailable(e):
                     self._client._failed(index)
+                self._client.forget_token(e)
                 if loop.time() >= self._expires_at:
                     self._mark_lost(
                         f"no keep-alive before the deadline ({translate(e, 'keepalive')})"
@@ -757,7 +887,8 @@ class Watch(AsyncClosing):
     async def _open(self) -> None:
         index, ep = self._client._endpoint()
         self._call_index = index
-        self._call = ep.watch.Watch(metadata=(("hasleader", "true"),))
+        token = await self._client.metadata(ep)
+        self._call = ep.watch.Watch(metadata=(("hasleader", "true"), *token))
         create = rpc.WatchCreateRequest(
             key=self._key,
             start_revision=self._next_revision,
@@ -783,6 +914,8 @@ class Watch(AsyncClosing):
         if response.canceled or response.watch_id == -1:
             self._drop()
             reason = response.cancel_reason or "no reason given"
+            if "permission denied" in reason:
+                raise _refused(reason, f"watch {self._key!r}", 0)
             raise StoreUnavailable(f"watch cancelled by etcd: {reason}")
 
     async def __anext__(self) -> WatchBatch:
@@ -808,6 +941,12 @@ class Watch(AsyncClosing):
                     raise StopAsyncIteration from None
                 if _is_unavailable(e):
                     self._client._failed(self._call_index)
+                if self._client.forget_token(e):
+                    pass  # opened again after the backoff, with a fresh token
+                elif isinstance(e, rpc.AioRpcError) and isinstance(
+                    translate(e, "watch"), CredentialError
+                ):
+                    raise translate(e, f"watch {self._key!r}") from e
                 now = loop.time()
                 if down_since is None:
                     down_since = now

@@ -36,6 +36,7 @@ from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey, 
 from placement.metastore.kv import EventKind, KeyValue, WatchEvent
 from placement.pipeline.outputs import atomic_directory
 from placement.pipeline.schemas import TABLES
+from placement.security.credentials import EtcdCredentials
 
 #: Rows per Parquet row group: small enough that Spark splits a big table over its tasks.
 ROW_GROUP_SIZE = 65_536
@@ -199,10 +200,12 @@ def write_tables(
         (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=1, sort_keys=True) + "\n")
 
 
-async def export(endpoints: str, prefix: str, out: Path) -> ExportSummary:
+async def export(
+    endpoints: str, prefix: str, out: Path, credentials: EtcdCredentials | None = None
+) -> ExportSummary:
     """``placectl pipeline export``: read everything first, then write the directory atomically."""
     keys = KeySpace(prefix)
-    async with EtcdClient(endpoints) as client:
+    async with EtcdClient(endpoints, credentials=credentials) as client:
         tables, meta = await read_export(client, keys)
     write_tables(out, tables, {**meta, "prefix": prefix})
     return ExportSummary(

@@ -112,7 +112,7 @@ def issue_ca(common_name: str, now: dt.datetime, days: int = 3650) -> Pair:
 def issue(
     ca: Pair,
     name: str,
-    role: Role,
+    role: Role | None,
     now: dt.datetime,
     *,
     hosts: Sequence[str] = ("localhost", "127.0.0.1"),
@@ -121,7 +121,8 @@ def issue(
 ) -> Pair:
     """A certificate for ``name`` in ``role``, signed by ``ca``, valid from ``not_before``
     (default: five minutes before ``now``) until ``now + days``; usable as a server's (for
-    ``hosts``: names and IP addresses) and as a client's."""
+    ``hosts``: names and IP addresses) and as a client's. Without a role (etcd's own
+    certificates) the product's servers refuse every call it makes."""
     if not name or "/" in name:
         raise InvalidInput("name", f"{name!r} is not a certificate name", "e.g. node-1 or admin")
     ca_cert = x509.load_pem_x509_certificate(ca.cert)
@@ -129,7 +130,9 @@ def issue(
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise InvalidInput("ca", "the CA key is not an ECDSA key", "create the CA with issue_ca")
     key = _key()
-    sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(ROLE_URI + role.value)]
+    sans: list[x509.GeneralName] = []
+    if role is not None:
+        sans.append(x509.UniformResourceIdentifier(ROLE_URI + role.value))
     for host in hosts:
         try:
             sans.append(x509.IPAddress(ipaddress.ip_address(host)))
@@ -190,3 +193,23 @@ def write_pair(directory: Path, stem: str, pair: Pair) -> tuple[Path, Path]:
     key.chmod(0o600)
     key.write_bytes(pair.key)
     return cert, key
+
+
+def require_identity(cert_pem: bytes, role: Role, name: str | None = None) -> Identity:
+    """The certificate's identity, checked at a process's start-up: it must carry ``role`` (and
+    name ``name``, for an agent: its node, since peers check a node's appends against it).
+    InvalidInput names ``--cert``."""
+    who = identity_of(cert_pem)
+    if who.role is not role:
+        raise InvalidInput(
+            "--cert",
+            f"the certificate of {who.name!r} has role {who.role.value}, not {role.value}",
+            f"give this process a {role.value} certificate",
+        )
+    if name is not None and who.name != name:
+        raise InvalidInput(
+            "--cert",
+            f"the certificate names {who.name!r}, not {name!r}",
+            f"issue {name}'s certificate with common name {name}",
+        )
+    return who

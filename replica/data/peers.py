@@ -24,6 +24,7 @@ import grpc
 from placement.aio import wait_event
 from placement.core.retry import Clock
 from placement.rpc import DATA_PROFILE, ChannelPool, pb_enum_values
+from placement.security.tls import TlsMaterial
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 from replica.data.model import (
     AppendCall,
@@ -224,8 +225,9 @@ class ReplicationPeers:
         me: str = "",
         config: LinkConfig | None = None,
         on_down: Callable[[str], None] = lambda node: None,
+        tls: TlsMaterial | None = None,
     ) -> None:
-        self._pool = ChannelPool(DATA_PROFILE)
+        self._pool = ChannelPool(DATA_PROFILE, tls)
         self._me = me
         self._config = config or LinkConfig()
         self._on_down = on_down

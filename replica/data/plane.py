@@ -40,6 +40,7 @@ from placement.metastore.keys import KeySpace
 from placement.metastore.kv import KeyValue
 from placement.metastore.listwatch import ListWatch
 from placement.metastore.store import IsrWrite, Metastore
+from placement.security.tls import TlsMaterial
 from replica.data.follower import (
     Learner,
     LearnerDeps,
@@ -115,6 +116,7 @@ class DataPlane:
         config: DataConfig | None = None,
         clock: Clock = time.time,
         put_owned: PutOwned | None = None,
+        tls: TlsMaterial | None = None,
     ) -> None:
         self.node = node
         self.db = db
@@ -131,6 +133,7 @@ class DataPlane:
             node,
             LinkConfig(heartbeat=self.config.heartbeat, down_after=self.config.isr_timeout),
             on_down=self._link_down,
+            tls=tls,
         )
         self._watches: list[ListWatch] = []
         self._seen: list[Mapping[bytes, KeyValue]] = []

@@ -20,7 +20,7 @@ import grpc
 
 from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
-from placement.rpc import StatusTable, abort
+from placement.rpc import StatusTable, abort, caller_identity
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 from replica.data.model import (
     NotPrimary,
@@ -160,6 +160,14 @@ class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
                     raise InvalidInput(f"appends[{i}].partition.{e.field}", e.problem, e.fix) from e
         except PlacementError as e:
             await abort(context, e, STATUS_OF)
+        who = caller_identity(context)
+        if who is not None and who.name != request.from_node:
+            # Over TLS a node speaks only for itself: the name is its certificate's.
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"from_node {request.from_node!r} is not the caller: its certificate names "
+                f"{who.name!r}",
+            )
         replies = await self._plane.append_many(
             [append_call_from_pb(append) for append in request.appends], request.from_node
         )

@@ -1,12 +1,14 @@
 """``placectl`` operator commands as subprocesses against real drivers, agents and etcd.
 
 One cluster per module (2 drivers and 3 agents as subprocesses via ``placement.local.cluster``,
-on the session etcd under a private prefix); every command runs as ``python -m placement``.
+on the session etcd under a private prefix, mutual TLS as ``placectl up`` runs it); every command
+runs as ``python -m placement`` with the admin operator's certificate.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import shlex
@@ -22,10 +24,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from placement.local.certs import create_pki
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
+from placement.security.pki import Role
 
 EVENTUALLY = 30.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
 
@@ -49,9 +53,11 @@ def ops_cluster(etcd: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def placectl(
     cluster: Cluster | None, *args: str, endpoint: str | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
+    """``placectl`` as the cluster's admin operator (its certificate through ``PLACECTL_*``)."""
     target = endpoint or (",".join(cluster.driver_apis) if cluster else "127.0.0.1:1")
     return subprocess.run(
         [sys.executable, "-m", "placement", "--endpoint", target, *args],
+        env={**os.environ, **(cluster.env() if cluster else {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -213,7 +219,7 @@ def test_unavailable_exit_1_and_failover(ops_cluster: Cluster, tmp_path: Path) -
     one_line_error(placectl(None, "zone", "list"), 1, "no placement driver answered")
     # a dead address first in the list: the client fails over to a live driver
     endpoint = "127.0.0.1:1," + ops_cluster.driver_apis[1]
-    listed = placectl(None, "zone", "list", "--json", endpoint=endpoint)
+    listed = placectl(ops_cluster, "zone", "list", "--json", endpoint=endpoint)
     assert listed.returncode == 0, listed.stderr
     one_line_error(placectl(None, "zone", "list", endpoint="nohost"), 2, "--endpoint")
 
@@ -242,6 +248,7 @@ def test_agent_run_registers_and_revokes_on_sigterm(ops_cluster: Cluster, tmp_pa
             "rack=r9",
             "--lease-ttl",
             "30",
+            *_certificate(c, "extra"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -268,6 +275,13 @@ def test_agent_run_registers_and_revokes_on_sigterm(ops_cluster: Cluster, tmp_pa
     one_line_error(bad, 2, "--attribute")
 
 
+def _certificate(cluster: Cluster, node: str) -> list[str]:
+    """``--cacert --cert --key`` of a new agent ``node``, issued by the cluster's CA."""
+    assert cluster.pki is not None
+    create_pki(cluster.pki.directory, {node: Role.AGENT}, dt.datetime.now(dt.UTC))
+    return cluster.pki.flags(node)
+
+
 def _leader_id(cluster: Cluster) -> str:
     async def read() -> str:
         async with EtcdClient([cluster.etcd_endpoint]) as client:
@@ -290,7 +304,7 @@ def test_zz_holddown_forwarding_and_leader_failover(ops_cluster: Cluster) -> Non
     leader = _leader_id(c)
     follower_api = c.driver_apis[1 if leader == "driver-1" else 0]
     created = placectl(
-        None,
+        c,
         *shlex.split("zone create hd --partitions 4 --replicas 2 --scale-down-delay 120"),
         endpoint=follower_api,  # a follower forwards the write to the leader
     )

@@ -36,7 +36,15 @@ from placement.data.client import (
 from placement.data.partitioning import partition_of
 from placement.data.workload import run_writers
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
+from placement.rpc import DATA_PROFILE, channel
+from placement.security.tls import TlsMaterial
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
+
+
+def channel_to(address: str, tls: TlsMaterial | None) -> grpc.aio.Channel:
+    """A channel to an agent with ``tls`` (a role's or a node's certificate)."""
+    return channel(address, DATA_PROFILE, tls)
+
 
 EVENTUALLY = 60.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
 ZONE = "kv"
@@ -46,8 +54,11 @@ PARTITIONS = 4
 def placectl(
     cluster: Cluster, *args: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
+    """``placectl``: data and workload commands as the client operator, the rest as admin."""
+    role = "client" if args[0] in ("data", "workload") else "admin"
     return subprocess.run(
         [sys.executable, "-m", "placement", "--endpoint", ",".join(cluster.driver_apis), *args],
+        env={**os.environ, **cluster.env(role)},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -78,7 +89,7 @@ async def _wait_serving(cluster: Cluster) -> None:
         key = f"probe-{i}".encode()
         probes.setdefault(partition_of(key, PARTITIONS), key)
         i += 1
-    async with DataClient(cluster.driver_apis, deadline=5.0) as client:
+    async with DataClient(cluster.driver_apis, tls=cluster.tls("client"), deadline=5.0) as client:
         pending = dict(probes)
         last: Exception | None = None
         while pending:
@@ -180,7 +191,7 @@ def test_bad_cli_input_is_one_line_and_exit_2(data_cluster: Cluster, tmp_path: P
 async def test_a_key_sent_to_a_non_primary_is_redirected(data_cluster: Cluster) -> None:
     c = data_cluster
     key = b"redirect-me"
-    async with DataClient(c.driver_apis) as client:
+    async with DataClient(c.driver_apis, tls=c.tls("client")) as client:
         routes = await client.routes(ZONE, refresh=True)
         p = partition_of(key, routes.partitions)
         primary = routes.route(p).primary
@@ -188,7 +199,7 @@ async def test_a_key_sent_to_a_non_primary_is_redirected(data_cluster: Cluster) 
         assert primary
 
         # straight to the agent: FAILED_PRECONDITION naming the primary
-        async with grpc.aio.insecure_channel(routes.addresses[other]) as channel:
+        async with channel_to(routes.addresses[other], c.tls("client")) as channel:
             stub = data_pb2_grpc.DataServiceStub(channel)
             request = data_pb2.PutRequest(
                 partition=common_pb2.PartitionRef(zone=ZONE, partition=p), key=key, value=b"x"
@@ -208,7 +219,11 @@ async def test_a_key_sent_to_a_non_primary_is_redirected(data_cluster: Cluster) 
             wrong[p] = replace(wrong[p], primary=other)
             return replace(loaded, routes=tuple(wrong))
 
-    async with DataClient(c.driver_apis, route_source=WrongPrimary(c.driver_apis)) as client:
+    async with DataClient(
+        c.driver_apis,
+        tls=c.tls("client"),
+        route_source=WrongPrimary(c.driver_apis, tls=c.tls("client")),
+    ) as client:
         await client.put(ZONE, key, b"redirected")
         assert (await client.routes(ZONE)).route(p).primary == primary
         assert await client.get(ZONE, key) == b"redirected"
@@ -221,12 +236,12 @@ async def test_a_request_under_another_layout_generation_is_refused_naming_the_l
     one gets FAILED_PRECONDITION with x-layout, and the routing client re-reads the layout."""
     c = data_cluster
     key = b"layout-check"
-    async with DataClient(c.driver_apis) as client:
+    async with DataClient(c.driver_apis, tls=c.tls("client")) as client:
         routes = await client.routes(ZONE, refresh=True)
         assert routes.layout > 0  # the leader wrote the zone's first layout
         p = partition_of(key, routes.partitions)
         primary = routes.route(p).primary
-        async with grpc.aio.insecure_channel(routes.addresses[primary]) as channel:
+        async with channel_to(routes.addresses[primary], c.tls("client")) as channel:
             stub = data_pb2_grpc.DataServiceStub(channel)
             for generation in (routes.layout + 1, routes.layout - 1):
                 ref = common_pb2.PartitionRef(zone=ZONE, partition=p, generation=generation)
@@ -253,7 +268,11 @@ async def test_a_request_under_another_layout_generation_is_refused_naming_the_l
             StaleLayout.loads += 1
             return replace(loaded, layout=loaded.layout - 1) if StaleLayout.loads == 1 else loaded
 
-    async with DataClient(c.driver_apis, route_source=StaleLayout(c.driver_apis)) as client:
+    async with DataClient(
+        c.driver_apis,
+        tls=c.tls("client"),
+        route_source=StaleLayout(c.driver_apis, tls=c.tls("client")),
+    ) as client:
         await client.put(ZONE, key, b"relayout")
         assert StaleLayout.loads == 2  # refused once, re-read, sent again
         assert (await client.routes(ZONE)).layout == routes.layout
@@ -263,7 +282,7 @@ async def test_a_request_under_another_layout_generation_is_refused_naming_the_l
 async def test_workload_in_process_then_checked(data_cluster: Cluster, tmp_path: Path) -> None:
     c = data_cluster
     record = tmp_path / "in-process.jsonl"
-    async with DataClient(c.driver_apis) as client:
+    async with DataClient(c.driver_apis, tls=c.tls("client")) as client:
         stats = await run_writers(client, ZONE, 4, 10, 3.0, record, seed=3)
         assert stats.acked > 0
         assert stats.failures == {}
@@ -327,10 +346,11 @@ def test_workload_run_and_check_through_the_cli(data_cluster: Cluster, tmp_path:
 async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Cluster) -> None:
     """The pair stream's ``Replicate``: a call meant for another node, a malformed partition or
     too many appends get a clear status naming the field, and no append is applied."""
-    async with DataClient(data_cluster.driver_apis) as client:
+    async with DataClient(data_cluster.driver_apis, tls=data_cluster.tls("client")) as client:
         routes = await client.routes(ZONE, refresh=True)
     node, address = sorted(routes.addresses.items())[0]
-    before = await _settled_replica_state(address)
+    sender = next(n for n in sorted(routes.addresses) if n != node)
+    before = await _settled_replica_state(address, data_cluster)
     good = data_pb2.AppendRequest(
         partition=common_pb2.PartitionRef(zone=ZONE, partition=0), lease_epoch=1 << 40
     )
@@ -338,17 +358,17 @@ async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Clu
     bad_zone = data_pb2.AppendRequest(partition=bad_ref)
     cases = [
         (
-            data_pb2.ReplicateRequest(from_node="x", to_node=f"{node}-other", appends=[good]),
+            data_pb2.ReplicateRequest(from_node=sender, to_node=f"{node}-other", appends=[good]),
             grpc.StatusCode.FAILED_PRECONDITION,
             "not",
         ),
         (
-            data_pb2.ReplicateRequest(from_node="x", to_node=node, appends=[good, bad_zone]),
+            data_pb2.ReplicateRequest(from_node=sender, to_node=node, appends=[good, bad_zone]),
             grpc.StatusCode.INVALID_ARGUMENT,
             "appends[1].partition.zone",
         ),
         (
-            data_pb2.ReplicateRequest(from_node="x", to_node=node, appends=[good] * 4097),
+            data_pb2.ReplicateRequest(from_node=sender, to_node=node, appends=[good] * 4097),
             grpc.StatusCode.INVALID_ARGUMENT,
             "appends",
         ),
@@ -357,8 +377,13 @@ async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Clu
             grpc.StatusCode.INVALID_ARGUMENT,
             "from_node",
         ),
+        (  # a node speaks only for itself: the sender is the name in its certificate
+            data_pb2.ReplicateRequest(from_node=node, to_node=node, appends=[good]),
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"its certificate names {sender!r}",
+        ),
     ]
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with channel_to(address, data_cluster.tls(sender)) as channel:
         stub = data_pb2_grpc.ReplicationServiceStub(channel)
         for request, code, words in cases:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -367,15 +392,27 @@ async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Clu
             assert words in (caught.value.details() or ""), caught.value.details()
         # the pair heartbeat: an empty call is answered with no replies
         empty = await stub.Replicate(
-            data_pb2.ReplicateRequest(from_node="x", to_node=node), timeout=10
+            data_pb2.ReplicateRequest(from_node=sender, to_node=node), timeout=10
         )
         assert list(empty.replies) == []
-    assert await _replica_state(address) == before
+    # only agents replicate: a client certificate may not call Replicate at all
+    async with channel_to(address, data_cluster.tls("client")) as channel:
+        stub = data_pb2_grpc.ReplicationServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Replicate(
+                data_pb2.ReplicateRequest(from_node=sender, to_node=node, appends=[good]),
+                timeout=10,
+            )
+        assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, caught.value
+        assert "needs role agent" in (caught.value.details() or "")
+    assert await _replica_state(address, data_cluster) == before
     # Had the huge epoch been applied, partition 0's replica on that node would fence its primary
     # out (STALE_EPOCH) and no write of partition 0 could be acknowledged any more.
     keys = (f"fence-{i}".encode() for i in range(999))
     key = next(k for k in keys if partition_of(k, PARTITIONS) == 0)
-    async with DataClient(data_cluster.driver_apis, deadline=20.0) as client:
+    async with DataClient(
+        data_cluster.driver_apis, tls=data_cluster.tls("client"), deadline=20.0
+    ) as client:
         await client.put(ZONE, key, b"still written")
         assert await client.get(ZONE, key) == b"still written"
 
@@ -388,13 +425,13 @@ async def test_an_append_its_sender_does_not_hold_the_lease_for_is_refused(
     a huge epoch — from the real primary's name, from another member's — and one whose sender
     is not the node it names are answered UNPROVEN and change nothing; one below the lease's
     epoch is STALE_EPOCH. The real primary still writes afterwards."""
-    async with DataClient(data_cluster.driver_apis) as client:
+    async with DataClient(data_cluster.driver_apis, tls=data_cluster.tls("client")) as client:
         routes = await client.routes(ZONE, refresh=True)
     holder = routes.route(0).primary
     follower = next(n for n in routes.route(0).stable if n != holder)
     other = next(n for n in routes.route(0).stable if n not in (holder, follower))
     address = routes.addresses[follower]
-    last, _ = before = await _settled_replica_state(address)
+    last, _ = before = await _settled_replica_state(address, data_cluster)
     ref = common_pb2.PartitionRef(zone=ZONE, partition=0)
 
     def append(sender: str, primary: str, epoch: int) -> data_pb2.ReplicateRequest:
@@ -416,34 +453,43 @@ async def test_an_append_its_sender_does_not_hold_the_lease_for_is_refused(
         (append(other, holder, 1 << 40), data_pb2.APPEND_UNPROVEN),
         (append(holder, holder, 0), data_pb2.APPEND_STALE_EPOCH),
     ]
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = data_pb2_grpc.ReplicationServiceStub(channel)
-        for request, outcome in cases:
+    for request, outcome in cases:
+        # each sent with the certificate of the node it names as its sender
+        async with channel_to(address, data_cluster.tls(request.from_node)) as channel:
+            stub = data_pb2_grpc.ReplicationServiceStub(channel)
             reply = await stub.Replicate(request, timeout=10)
             assert [r.outcome for r in reply.replies] == [outcome], request
-    assert await _replica_state(address) == before
+    # and an agent cannot speak for the lease holder: its certificate names another node
+    async with channel_to(address, data_cluster.tls(other)) as channel:
+        stub = data_pb2_grpc.ReplicationServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Replicate(append(holder, holder, 1 << 40), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, caught.value
+    assert await _replica_state(address, data_cluster) == before
     keys = (f"proof-{i}".encode() for i in range(999))
     key = next(k for k in keys if partition_of(k, PARTITIONS) == 0)
-    async with DataClient(data_cluster.driver_apis, deadline=20.0) as client:
+    async with DataClient(
+        data_cluster.driver_apis, tls=data_cluster.tls("client"), deadline=20.0
+    ) as client:
         await client.put(ZONE, key, b"still written")
         assert await client.get(ZONE, key) == b"still written"
-    assert (await _replica_state(address))[0] > last
+    assert (await _replica_state(address, data_cluster))[0] > last
 
 
-async def _settled_replica_state(address: str) -> tuple[int, int]:
+async def _settled_replica_state(address: str, cluster: Cluster) -> tuple[int, int]:
     """``_replica_state`` once the replica's commit index has caught up with its log: a
     follower learns the last commits from the primary's commit notice a moment after the
     writes of the tests before, which would otherwise look like a change made by this one."""
     deadline = time.monotonic() + 30
     while True:
-        state = await _replica_state(address)
+        state = await _replica_state(address, cluster)
         if state[0] == state[1] or time.monotonic() > deadline:
             return state
         await asyncio.sleep(0.1)
 
 
-async def _replica_state(address: str) -> tuple[int, int]:
-    async with grpc.aio.insecure_channel(address) as channel:
+async def _replica_state(address: str, cluster: Cluster) -> tuple[int, int]:
+    async with channel_to(address, cluster.tls("reader")) as channel:
         stub = data_pb2_grpc.ReplicationServiceStub(channel)
         reply = await stub.ReadReplica(
             data_pb2.ReadReplicaRequest(partition=common_pb2.PartitionRef(zone=ZONE, partition=0)),

@@ -37,6 +37,7 @@ from placement.metastore.codec import (
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
+from placement.rpc import DATA_PROFILE, channel
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc, driver_pb2
 from replica.data.plane import SEAL_PARK
 
@@ -212,7 +213,7 @@ async def _serving(client: DataClient, partitions: int) -> None:
 async def _reshard_under_writers(
     c: Cluster, api: PlacementClient, before: int, after: int, record: Path
 ) -> None:
-    async with DataClient(c.driver_apis, deadline=30.0) as client:
+    async with DataClient(c.driver_apis, tls=c.tls("client"), deadline=30.0) as client:
         old = await _settled_layout(api, before, c)
         stop = asyncio.Event()
         writers = asyncio.create_task(
@@ -234,9 +235,11 @@ async def _reshard_under_writers(
 async def test_grow_then_shrink_under_writers_loses_no_acknowledged_write(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    async with PlacementClient(cluster.driver_apis, deadline=30.0) as api:
+    async with PlacementClient(cluster.driver_apis, tls=cluster.tls(), deadline=30.0) as api:
         await _create(api, 8)
-        async with DataClient(cluster.driver_apis, deadline=30.0) as client:
+        async with DataClient(
+            cluster.driver_apis, tls=cluster.tls("client"), deadline=30.0
+        ) as client:
             await _settled_layout(api, 8, cluster)
             await _serving(client, 8)
         await _reshard_under_writers(cluster, api, 8, 16, tmp_path / "grow.jsonl")
@@ -257,8 +260,8 @@ async def test_the_driver_leader_sigkilled_in_the_copy_the_cut_over_and_the_clea
     drivers = [ch for ch in c.children if ch.name.startswith("driver-")]
     assert len(drivers) == 2
     async with (
-        PlacementClient(c.driver_apis, deadline=60.0) as api,
-        DataClient(c.driver_apis, deadline=60.0) as client,
+        PlacementClient(c.driver_apis, tls=c.tls(), deadline=60.0) as api,
+        DataClient(c.driver_apis, tls=c.tls("client"), deadline=60.0) as client,
         EtcdClient([etcd.endpoint]) as etcd_client,
     ):
         start = await etcd_client.current_revision()
@@ -347,8 +350,8 @@ async def test_an_abort_before_the_flip_leaves_the_old_layout_and_no_copied_key(
     c = slow_cluster
     keys = KeySpace(c.prefix)
     async with (
-        PlacementClient(c.driver_apis, deadline=30.0) as api,
-        DataClient(c.driver_apis, deadline=30.0) as client,
+        PlacementClient(c.driver_apis, tls=c.tls(), deadline=30.0) as api,
+        DataClient(c.driver_apis, tls=c.tls("client"), deadline=30.0) as client,
         EtcdClient([etcd.endpoint]) as etcd_client,
     ):
         before, bulk, record, stop, writers = await _grow_under_writers(
@@ -403,8 +406,8 @@ async def test_sigkilled_primaries_of_a_destination_then_of_a_source_mid_copy_lo
     c = slow_cluster
     keys = KeySpace(c.prefix)
     async with (
-        PlacementClient(c.driver_apis, deadline=30.0) as api,
-        DataClient(c.driver_apis, deadline=60.0) as client,
+        PlacementClient(c.driver_apis, tls=c.tls(), deadline=30.0) as api,
+        DataClient(c.driver_apis, tls=c.tls("client"), deadline=60.0) as client,
         EtcdClient([etcd.endpoint]) as etcd_client,
     ):
         _, bulk, record, stop, writers = await _grow_under_writers(
@@ -508,8 +511,8 @@ async def test_a_sealed_write_waits_at_the_agent_for_the_cut_over_then_is_re_rou
     keys = KeySpace(c.prefix)
     driver = next(ch for ch in c.children if ch.name.startswith("driver-"))
     async with (
-        PlacementClient(c.driver_apis, deadline=30.0) as api,
-        DataClient(c.driver_apis, deadline=30.0) as client,
+        PlacementClient(c.driver_apis, tls=c.tls(), deadline=30.0) as api,
+        DataClient(c.driver_apis, tls=c.tls("client"), deadline=30.0) as client,
         EtcdClient([etcd.endpoint]) as etcd_client,
     ):
         await _create(api, 4)
@@ -542,8 +545,8 @@ async def test_a_sealed_write_waits_at_the_agent_for_the_cut_over_then_is_re_rou
             async with asyncio.timeout(EVENTUALLY):
                 await sealed.wait()
             primary = routes.route(source).primary
-            async with grpc.aio.insecure_channel(routes.addresses[primary]) as channel:
-                stub = data_pb2_grpc.DataServiceStub(channel)
+            async with channel(routes.addresses[primary], DATA_PROFILE, c.tls("client")) as ch:
+                stub = data_pb2_grpc.DataServiceStub(ch)
                 ref = common_pb2.PartitionRef(zone=ZONE, partition=source, generation=routes.layout)
 
                 async def put(key: bytes) -> tuple[float, grpc.aio.AioRpcError | None]:

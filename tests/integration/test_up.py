@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from placement.local.certs import LocalPki
 from placement.local.cluster import STOP_DEADLINE, STOP_GRACE, Child, stop_together
 
 EVENTUALLY = 60.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
@@ -33,6 +34,7 @@ def _ignore_sigint() -> None:
 class Up:
     def __init__(self, data_dir: Path, *extra: str, sigint_ignored: bool = False) -> None:
         self.data_dir = data_dir
+        self.extra = extra
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -80,9 +82,20 @@ class Up:
                 return
         pytest.fail("placectl up did not come up:\n" + "".join(self.output))
 
+    @property
+    def secure(self) -> bool:
+        return "--insecure" not in self.extra
+
+    def env(self, role: str) -> dict[str, str]:
+        """``PLACECTL_*`` of operator ``role`` from the CA ``up`` created (none when insecure)."""
+        return LocalPki(self.data_dir / "tls").env(role) if self.secure else {}
+
     def placectl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Data and workload commands as the client operator, the rest as admin."""
+        role = "client" if args[0] in ("data", "workload") else "admin"
         return subprocess.run(
             [sys.executable, "-m", "placement", "--endpoint", self.endpoint, *args],
+            env={**os.environ, **self.env(role)},
             capture_output=True,
             text=True,
             timeout=60,
@@ -137,6 +150,46 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _check_secure(up: Up) -> None:
+    """A secure ``up``: every operator role's certificate exists, the commands it printed name
+    them, a plaintext ``placectl`` is refused, and etcd is TLS with auth on (a client without
+    etcd credentials is refused; the product's certificate reads only its prefix)."""
+    pki = LocalPki(up.data_dir / "tls")
+    text = "".join(up.output)
+    for role in ("admin", "reader", "client"):
+        assert pki.cert(role).exists()
+        assert pki.key(role).stat().st_mode & 0o077 == 0, "a key readable by others"
+    assert f"export PLACECTL_CERT={pki.cert('admin')}" in text
+    plain = subprocess.run(
+        [sys.executable, "-m", "placement", "--endpoint", up.endpoint, "zone", "list"],
+        env={k: v for k, v in os.environ.items() if not k.startswith("PLACECTL_")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert plain.returncode == 1, plain
+    assert "pass --cacert, --cert and --key" in plain.stderr
+    etcd = next(line.split()[1] for line in up.output if line.startswith("etcd "))
+    assert "TLS, auth on" in text
+    inspect = [sys.executable, "-m", "placement", "inspect", "--etcd", etcd]
+    no_creds = subprocess.run(inspect, capture_output=True, text=True, timeout=60, check=False)
+    assert no_creds.returncode == 1, no_creds
+    assert "--etcd-cacert" in no_creds.stderr
+    as_product = [*inspect, *pki.etcd_flags(), "--json"]
+    listed = subprocess.run(as_product, capture_output=True, text=True, timeout=60, check=False)
+    assert listed.returncode == 0, listed.stderr
+    outside = subprocess.run(
+        [*as_product, "--prefix", "/elsewhere"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert outside.returncode == 2, outside
+    assert "permission denied" in outside.stderr
+
+
 def _mentioning(text: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -156,8 +209,9 @@ def _mentioning(text: str) -> list[int]:
     [
         (signal.SIGINT, True, ("--no-status",)),
         (signal.SIGTERM, False, ()),
+        (signal.SIGTERM, False, ("--insecure", "--no-status")),
     ],
-    ids=["ctrl-c", "sigterm"],
+    ids=["ctrl-c", "sigterm", "insecure"],
 )
 def test_up_brings_up_a_cluster_and_leaves_nothing(
     tmp_path: Path, sig: signal.Signals, group: bool, extra: tuple[str, ...]
@@ -178,6 +232,8 @@ def test_up_brings_up_a_cluster_and_leaves_nothing(
         got = up.placectl("data", "get", "demo", "hello")
         assert got.returncode == 0, got.stderr
         assert got.stdout.strip() == "world"
+        if up.secure:
+            _check_secure(up)
         assert up.stop(sig, group=group) == 0
         assert "stopped" in "".join(up.output)
         for name, pid in up.pids.items():
@@ -284,6 +340,7 @@ def test_sigterm_while_rebalancing_and_writing_stops_within_a_bound(tmp_path: Pa
                 *(sys.executable, "-m", "placement", "--endpoint", up.endpoint, "workload", "run"),
                 *("--zone", "demo", "--writers", "4", "--duration", "120", "--record", str(record)),
             ],
+            env={**os.environ, **up.env("client")},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
