@@ -281,6 +281,23 @@ async def add_health(server: grpc.aio.Server, services: Sequence[str]) -> Health
     return health_servicer
 
 
+async def set_serving(
+    health_servicer: HealthServicer, services: Sequence[str], serving: bool
+) -> None:
+    """Every one of ``services`` (and the server as a whole, ``""``) SERVING or NOT_SERVING:
+    what a process reports while it cannot do its work (a driver without an etcd quorum, an
+    agent whose registration lapsed)."""
+    from grpc_health.v1 import health_pb2
+
+    status = (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    for service in ("", *services):
+        await health_servicer.set(service, status)
+
+
 async def start_server(server: grpc.aio.Server, services: Sequence[str]) -> HealthServicer:
     """:func:`add_health`, then starts the server."""
     health_servicer = await add_health(server, services)

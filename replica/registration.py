@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from placement.aio import cancel_and_wait
 from placement.core.model import parse_pairs
 from placement.core.retry import Backoff, RetryPolicy
-from placement.errors import Conflict, NotLeader, StoreUnavailable
+from placement.errors import Conflict, CredentialError, NotLeader, StoreUnavailable
 from placement.metastore.codec import MoveReport, NodeRecord, encode_node, encode_report
 from placement.metastore.etcd import EtcdClient, Lease
 from placement.metastore.keys import KeySpace
@@ -46,6 +46,8 @@ class Registration:
         *,
         ttl: int = 5,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_change: Callable[[bool], Awaitable[None]] | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         encode_node(record)  # validates: bad input fails here, before anything is written
         self.client = client
@@ -54,6 +56,10 @@ class Registration:
         self.record = record
         self.ttl = ttl
         self._sleep = sleep
+        #: Told True once registered, False when the lease is lost (the agent's health).
+        self._on_change = on_change
+        #: Told a refused credential: registering again cannot succeed.
+        self._on_fatal = on_fatal
         self._lease: Lease | None = None
         self._task: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
@@ -86,12 +92,21 @@ class Registration:
                 self.registered.clear()
                 log.warning("node %s: lease lost (%s); registering again", self.record.name, reason)
                 self._lease = None
+                if self._on_change is not None:
+                    await self._on_change(False)
             try:
                 await self._register_once()
                 backoff.reset()
+                if self._on_change is not None:
+                    await self._on_change(True)
             except (StoreUnavailable, Conflict, NotLeader) as e:
                 log.warning("node %s: registration failed: %s", self.record.name, e)
                 await self._sleep(backoff.next())
+            except CredentialError as e:
+                log.error("node %s: registration refused: %s", self.record.name, e)
+                if self._on_fatal is not None:
+                    self._on_fatal(e)
+                return
 
     async def report(self, zone: str, partition: int, report: MoveReport) -> None:
         """Push a move report: put ``{p}/progress/{zone}/{partition}/{node}`` under the

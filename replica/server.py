@@ -10,7 +10,7 @@ close the store.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -18,10 +18,11 @@ from grpc_health.v1 import health
 
 from placement.aio import stop_on_signals
 from placement.core.names import validate_name
+from placement.errors import CredentialError
 from placement.metastore.codec import NodeRecord, encode_node
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
-from placement.rpc import advertised_address, bind_server, start_server
+from placement.rpc import advertised_address, bind_server, set_serving, start_server
 from placement.security.credentials import EtcdCredentials
 from placement.security.pki import Role, require_identity
 from placement.security.tls import TlsMaterial
@@ -49,8 +50,10 @@ class RunningAgent:
         agent: ReplicaAgent,
         health_servicer: health.aio.HealthServicer,
         plane: DataPlane | None = None,
+        services: Sequence[str] = (),
     ) -> None:
         self.plane = plane
+        self.services = tuple(services)
         self.node = node
         self.address = address
         self._server = server
@@ -60,6 +63,10 @@ class RunningAgent:
     @property
     def agent(self) -> ReplicaAgent:
         return self._agent
+
+    async def set_serving(self, serving: bool) -> None:
+        """Health of every service: NOT_SERVING while the node's registration has lapsed."""
+        await set_serving(self._health, self.services, serving)
 
     async def stop(self, grace: float) -> None:
         await self._health.enter_graceful_shutdown()
@@ -123,7 +130,7 @@ async def start_agent(
             await plane.close()
         await agent.close()
         raise
-    return RunningAgent(node, address, server, agent, health_servicer, plane)
+    return RunningAgent(node, address, server, agent, health_servicer, plane, served)
 
 
 async def serve(
@@ -185,7 +192,14 @@ async def serve(
     registration: Registration | None = None
     if client is not None and keys is not None:
         record = NodeRecord(node, running.address, dict(attributes or {}))
-        registration = Registration(client, keys, record, ttl=lease_ttl)
+        registration = Registration(
+            client,
+            keys,
+            record,
+            ttl=lease_ttl,
+            on_change=running.set_serving,
+            on_fatal=on_fatal,
+        )
         try:
             await registration.start()
         except BaseException:
@@ -209,4 +223,7 @@ async def serve(
         await running.stop(grace)
         if client is not None:
             await client.close()
+    refused = [e for e in fatal if isinstance(e, CredentialError)]
+    if refused:
+        raise refused[0]  # one line naming the credential, exit 2
     return 1 if fatal else 0

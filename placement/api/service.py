@@ -336,7 +336,7 @@ class PlacementAPI:
         else:
             first, last = start, min(total, start + limit)
         if first >= last:
-            revision = await self.client.current_revision()
+            revision = await self.client.current_revision(self.keys.zone(zone))
             return revision, [], None
         revision, assign, primaries = await self.store.read_assignment_page(zone, first, last)
         views = self._views(zone, assign, primaries, range(first, last))

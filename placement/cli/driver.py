@@ -56,12 +56,13 @@ async def serve_driver(
     """Run one instance until SIGTERM/SIGINT; returns the exit status."""
     import asyncio
 
-    from placement.aio import first_done, stop_on_signals
+    from placement.aio import cancel_and_wait, first_done, stop_on_signals
     from placement.api.servicer import add_to_server
+    from placement.driver.health import PROBE_EVERY, follow_quorum
     from placement.driver.leases import LeaseConfig
     from placement.driver.loop import Driver, DriverConfig
     from placement.metastore.etcd import EtcdClient
-    from placement.rpc import advertised_address, bind_server, start_server
+    from placement.rpc import advertised_address, bind_server, set_serving, start_server
 
     keys = KeySpace(prefix)
     validate_name(member_id, "member")
@@ -82,19 +83,33 @@ async def serve_driver(
             duration_ms=int(primary_lease * 1000), renew_before_ms=int(primary_lease * 500)
         ),
     )
-    async with EtcdClient(list(endpoints), credentials=etcd_credentials) as client:
+    async with (
+        EtcdClient(list(endpoints), credentials=etcd_credentials) as client,
+        EtcdClient(
+            list(endpoints), credentials=etcd_credentials, call_timeout=2 * PROBE_EVERY
+        ) as probe_client,
+    ):
         await client.check_access(keys.prefix)  # a refused credential ends the process now
         driver = Driver(client, keys, config, tls=tls)
         added = (add_servicers or add_to_server)(server, driver)
         health_servicer = await start_server(server, added)
-        announce(f"driver {member_id} serving on {address}")
         stop = asyncio.Event()
+
+        async def serving(flag: bool) -> None:
+            await set_serving(health_servicer, added, flag)
+
+        quorum = asyncio.create_task(
+            follow_quorum(probe_client, keys.leader_prefix(), serving), name="quorum"
+        )
         with stop_on_signals(stop):
+            # announced once SIGTERM/SIGINT stop it cleanly (a script may signal at once)
+            announce(f"driver {member_id} serving on {address}")
             try:
                 run, _ = await first_done(
                     asyncio.create_task(driver.run(), name="driver"), stop.wait()
                 )
             finally:
+                await cancel_and_wait(quorum)
                 await health_servicer.enter_graceful_shutdown()
                 await server.stop(2.0)
                 await driver.agents.close()

@@ -27,6 +27,7 @@ DEFAULT_ENDPOINT = "127.0.0.1:7400"
 COMMANDS: Mapping[str, str] = {
     "agent": "placement.cli.agent:agent",
     "assignments": "placement.cli.reads:assignments",
+    "certs": "placement.cli.certs:certs",
     "data": "placement.cli.data:data",
     "driver": "placement.cli.driver:driver",
     "inspect": "placement.cli.inspect:inspect",

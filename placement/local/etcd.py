@@ -65,8 +65,11 @@ class EtcdMember:
         initial_cluster: str | None = None,
         tls: EtcdTls | None = None,
         fast: bool = False,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.binary = binary
+        #: More etcd flags (tests: e.g. ``--auth-token-ttl 1``).
+        self.extra_args = extra_args
         self.name = name
         self.base_dir = base_dir
         self.data_dir = base_dir / "data"
@@ -124,7 +127,7 @@ class EtcdMember:
                 "--peer-trusted-ca-file", ca, "--peer-cert-file", cert, "--peer-key-file", key,
                 "--peer-client-cert-auth",
             ]  # fmt: skip
-        return argv
+        return [*argv, *self.extra_args]
 
     def start(self, *, wait: bool = True, start_new_session: bool = False) -> None:
         """Start the process (logging to ``etcd.log``); with ``wait``, until it is healthy."""

@@ -135,6 +135,11 @@ def _out_of_range(details: str, what: str, revision: int) -> PlacementError:
 
 
 def _invalid(details: str, what: str, revision: int) -> PlacementError:
+    if "user name is empty" in details:
+        return CredentialError(
+            f"{what}: etcd has auth on and this client named no user ({details}); pass "
+            "--etcd-user with a password, or a client certificate (--etcd-cert) naming one"
+        )
     if "authentication failed" in details:
         return CredentialError(
             f"{what}: etcd refused the user name or password ({details}); check --etcd-user "
@@ -448,12 +453,16 @@ class EtcdClient(AsyncClosing):
                 self._token = str(reply.token)
             return (("token", self._token),)
 
-    def forget_token(self, error: BaseException) -> bool:
-        """Drops the token when ``error`` says etcd no longer knows it; whether it did."""
-        if not _token_refused(error):
-            return False
-        self._token = None
-        return True
+    def forget_token(self, error: BaseException | str) -> bool:
+        """Drops the token when ``error`` (or a watch's cancel reason) says etcd no longer
+        knows it; whether it did. The next call authenticates again."""
+        if isinstance(error, str):
+            refused = "invalid auth token" in error
+        else:
+            refused = _token_refused(error)
+        if refused:
+            self._token = None
+        return refused
 
     def reconnect_backoff(self) -> Backoff:
         """A fresh reconnect backoff on the client's random source."""
@@ -606,9 +615,10 @@ class EtcdClient(AsyncClosing):
                 return Range(tuple(kvs), revision, False, len(kvs))
             start = page.kvs[-1].key + b"\x00"
 
-    async def current_revision(self) -> int:
-        """The store's current revision (a linearizable read of nothing)."""
-        return (await self.range(b"\x00", limit=1, keys_only=True)).revision
+    async def current_revision(self, key: bytes = b"\x00") -> int:
+        """The store's current revision: a linearizable read of ``key`` (with etcd's auth on,
+        one the user may read — under its prefix)."""
+        return (await self.range(key, limit=1, keys_only=True)).revision
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -914,6 +924,8 @@ class Watch(AsyncClosing):
         if response.canceled or response.watch_id == -1:
             self._drop()
             reason = response.cancel_reason or "no reason given"
+            if self._client.forget_token(reason):
+                raise _StreamBroken(f"watch refused an expired auth token: {reason}")
             if "permission denied" in reason:
                 raise _refused(reason, f"watch {self._key!r}", 0)
             raise StoreUnavailable(f"watch cancelled by etcd: {reason}")
@@ -960,7 +972,13 @@ class Watch(AsyncClosing):
                     raise translate(e, f"watch {self._key!r}") from e
                 await self._client.sleep(backoff.next())
                 continue
-            self._check_cancelled(response)
+            try:
+                self._check_cancelled(response)
+            except _StreamBroken as e:  # an expired token: opened again, authenticated again
+                log.info("watch on %r: %s; resuming from %d", self._key, e, self._next_revision)
+                self._drop()
+                await self._client.sleep(backoff.next())
+                continue
             if response.created:
                 continue
             events = tuple(_event(ev) for ev in response.events)

@@ -28,11 +28,13 @@ from placement.metastore.keys import KeySpace
 EtcdServer = EtcdMember
 
 
-def _start_server(binary: str, base_dir: Path, name: str) -> EtcdMember:
+def _start_server(binary: str, base_dir: Path, name: str, *extra: str) -> EtcdMember:
     """Start on fresh free ports; retry a few times if a port was taken in between."""
     last: Exception | None = None
     for attempt in range(3):
-        server = EtcdMember(binary, base_dir / f"try{attempt}", name, _ports(1)[0], fast=True)
+        server = EtcdMember(
+            binary, base_dir / f"try{attempt}", name, _ports(1)[0], fast=True, extra_args=extra
+        )
         try:
             server.start()
             return server
@@ -67,9 +69,10 @@ def etcd_factory(etcd_binary: str, tmp_path: Path) -> Iterator[Callable[[], Etcd
     """Start private etcd processes (stopped at teardown)."""
     servers: list[EtcdServer] = []
 
-    def make() -> EtcdServer:
+    def make(*extra: str) -> EtcdServer:
+        """A new private etcd; ``extra``: more etcd flags."""
         server = _start_server(
-            etcd_binary, tmp_path / f"etcd{len(servers)}", f"private{len(servers)}"
+            etcd_binary, tmp_path / f"etcd{len(servers)}", f"private{len(servers)}", *extra
         )
         servers.append(server)
         return server

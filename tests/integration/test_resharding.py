@@ -174,8 +174,25 @@ async def _settled_layout(
         if layout.partitions == partitions and not layout.HasField("reshard"):
             return layout
         if time.monotonic() > deadline:
-            pytest.fail(f"the layout never settled on {partitions}: {layout}\n{_log_tails(c)}")
+            pytest.fail(
+                f"the layout never settled on {partitions}: {layout}\n{await _reshard_keys(c)}"
+                f"\n{_log_tails(c)}"
+            )
         await asyncio.sleep(0.2)
+
+
+async def _reshard_keys(c: Cluster) -> str:
+    """The zone's reshard reports and primary leases in etcd, with the lease each is under:
+    what the leader decides the next phase on."""
+    keys = KeySpace(c.prefix)
+    lines = []
+    async with EtcdClient([c.etcd_endpoint], credentials=c.etcd_credentials()) as client:
+        for prefix in (keys.zone_reshard_prefix(ZONE), keys.zone_primary_prefix(ZONE)):
+            found = await client.list_prefix(prefix)
+            for kv in found.kvs:
+                value = kv.value.decode("utf-8", "replace")
+                lines.append(f"{kv.key.decode()} lease={kv.lease:#x} mod={kv.mod_revision} {value}")
+    return "--- etcd\n" + "\n".join(lines)
 
 
 def _log_tails(c: Cluster, lines: int = 25) -> str:

@@ -1,0 +1,168 @@
+"""Credential flags and errors (design/deployment.md): the TLS and etcd flags load all-or-none
+and name the missing flag; a password comes from a file or the environment; a refused
+credential from etcd or a handshake is a CredentialError, never an outage to retry; a process's
+certificate must carry its role (and an agent's, its node's name)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import click
+import grpc
+import pytest
+from click.testing import CliRunner
+
+from placement.errors import CredentialError, InvalidInput, StoreUnavailable
+from placement.metastore.etcd import translate
+from placement.security.credentials import (
+    PASSWORD_ENV,
+    EtcdCredentials,
+    handshake_refused,
+    read_password,
+)
+from placement.security.flags import etcd_flags, optional_tls, tls_flags
+from placement.security.pki import Role, issue, issue_ca, require_identity, write_pair
+
+NOW = dt.datetime.now(dt.UTC)
+CA = issue_ca("ca", NOW)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(CA.cert)
+    cert, key = write_pair(tmp_path, "node-1", issue(CA, "node-1", Role.AGENT, NOW))
+    return {"ca": ca, "cert": cert, "key": key}
+
+
+def test_tls_is_all_or_none(files: dict[str, Path]) -> None:
+    assert optional_tls(None, None, None) is None
+    loaded = optional_tls(files["ca"], files["cert"], files["key"])
+    assert loaded is not None
+    assert loaded.ca == CA.cert
+    with pytest.raises(InvalidInput, match="--key missing") as caught:
+        optional_tls(files["ca"], files["cert"], None)
+    assert caught.value.field == "--key"
+    with pytest.raises(InvalidInput) as caught:
+        optional_tls(None, files["cert"], files["key"])
+    assert caught.value.field == "--cacert"
+    not_pem = files["ca"].parent / "notes.txt"
+    not_pem.write_text("hello")
+    with pytest.raises(InvalidInput, match="not a PEM") as caught:
+        optional_tls(files["ca"], files["cert"], not_pem)
+    assert caught.value.field == "--key"
+
+
+def _command(decorator: Any) -> click.Command:
+    seen: dict[str, Any] = {}
+
+    @click.command()
+    @decorator
+    def cmd(**kwargs: Any) -> None:
+        seen.update(kwargs)
+        click.echo(repr(sorted(kwargs)))
+
+    cmd.seen = seen  # type: ignore[attr-defined]
+    return cmd
+
+
+def test_the_tls_flags_hand_the_command_loaded_material(files: dict[str, Path]) -> None:
+    cmd = _command(tls_flags("PLACECTL"))
+    env = {"PLACECTL_CACERT": str(files["ca"]), "PLACECTL_CERT": str(files["cert"])}
+    result = CliRunner().invoke(cmd, ["--key", str(files["key"])], env=env)
+    assert result.exit_code == 0, result.output
+    assert cmd.seen["tls"].cert == files["cert"].read_bytes()  # type: ignore[attr-defined]
+    half = CliRunner().invoke(cmd, ["--cacert", str(files["ca"])], env={})
+    assert half.exit_code == 2
+    assert "--cert" in half.output
+
+
+def test_the_etcd_flags_read_the_password_from_a_file_or_the_environment(
+    tmp_path: Path,
+) -> None:
+    cmd = _command(etcd_flags)
+    secret = tmp_path / "pw"
+    secret.write_text("from-file\nignored\n")
+    ok = CliRunner().invoke(cmd, ["--etcd-user", "u", "--etcd-password-file", str(secret)])
+    assert ok.exit_code == 0, ok.output
+    assert cmd.seen["etcd_credentials"] == EtcdCredentials(None, "u", "from-file")  # type: ignore[attr-defined]
+    from_env = CliRunner().invoke(cmd, ["--etcd-user", "u"], env={PASSWORD_ENV: "from-env"})
+    assert from_env.exit_code == 0, from_env.output
+    assert cmd.seen["etcd_credentials"].password == "from-env"  # type: ignore[attr-defined]
+    for argv, words in [
+        (["--etcd-user", "u"], "no password"),
+        (["--etcd-password-file", str(secret)], "without a user"),
+    ]:
+        bad = CliRunner().invoke(cmd, argv, env={PASSWORD_ENV: ""})
+        assert bad.exit_code == 2, (argv, bad.output)
+        assert words in bad.output
+    assert "from-file" not in repr(cmd.seen["etcd_credentials"])  # type: ignore[attr-defined]
+
+
+def test_read_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    assert read_password(None) is None
+    monkeypatch.setenv(PASSWORD_ENV, "e")
+    assert read_password(None) == "e"
+    with pytest.raises(InvalidInput, match="cannot read"):
+        read_password(tmp_path / "absent")
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(InvalidInput, match="empty"):
+        read_password(tmp_path / "empty")
+
+
+def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "kind"),
+    [
+        (grpc.StatusCode.PERMISSION_DENIED, "etcdserver: permission denied", CredentialError),
+        (grpc.StatusCode.UNAUTHENTICATED, "etcdserver: invalid auth token", CredentialError),
+        (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "etcdserver: authentication failed, invalid user ID or password",
+            CredentialError,
+        ),
+        (grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: user name is empty", CredentialError),
+        (
+            grpc.StatusCode.UNAVAILABLE,
+            "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:2379: Tls "
+            "handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1000007d:SSL "
+            "routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED",
+            CredentialError,
+        ),
+        (grpc.StatusCode.UNAVAILABLE, "Connection refused", StoreUnavailable),
+        (grpc.StatusCode.UNAVAILABLE, "etcdserver: leader changed", StoreUnavailable),
+        (grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: too many operations", InvalidInput),
+    ],
+)
+def test_etcd_errors_tell_a_refused_credential_from_an_outage(
+    code: grpc.StatusCode, details: str, kind: type[Exception]
+) -> None:
+    error = translate(_rpc_error(code, details), "range")
+    assert type(error) is kind, error
+
+
+def test_handshake_refused_is_about_certificates_not_reachability() -> None:
+    assert handshake_refused("Ssl handshake failed: ... CERTIFICATE_VERIFY_FAILED")
+    assert handshake_refused("SSL routines:OPENSSL_internal:WRONG_VERSION_NUMBER")
+    assert not handshake_refused("Failed to connect to remote host: Connection refused")
+    assert not handshake_refused("Socket closed")
+    assert not handshake_refused("Deadline Exceeded")
+
+
+def test_a_process_certificate_must_carry_its_role_and_name() -> None:
+    agent = issue(CA, "node-1", Role.AGENT, NOW)
+    assert require_identity(agent.cert, Role.AGENT, "node-1").name == "node-1"
+    with pytest.raises(InvalidInput, match="not 'node-2'") as caught:
+        require_identity(agent.cert, Role.AGENT, "node-2")
+    assert caught.value.field == "--cert"
+    with pytest.raises(InvalidInput, match="role agent, not driver"):
+        require_identity(agent.cert, Role.DRIVER)
+    no_role = issue(CA, "etcd", None, NOW)
+    with pytest.raises(InvalidInput, match="names no role"):
+        require_identity(no_role.cert, Role.DRIVER)
