@@ -456,10 +456,9 @@ class EtcdClient(AsyncClosing):
     def forget_token(self, error: BaseException | str) -> bool:
         """Drops the token when ``error`` (or a watch's cancel reason) says etcd no longer
         knows it; whether it did. The next call authenticates again."""
-        if isinstance(error, str):
-            refused = "invalid auth token" in error
-        else:
-            refused = _token_refused(error)
+        refused = (
+            "invalid auth token" in error if isinstance(error, str) else _token_refused(error)
+        )
         if refused:
             self._token = None
         return refused
