@@ -456,9 +456,7 @@ class EtcdClient(AsyncClosing):
     def forget_token(self, error: BaseException | str) -> bool:
         """Drops the token when ``error`` (or a watch's cancel reason) says etcd no longer
         knows it; whether it did. The next call authenticates again."""
-        refused = (
-            "invalid auth token" in error if isinstance(error, str) else _token_refused(error)
-        )
+        refused = "invalid auth token" in error if isinstance(error, str) else _token_refused(error)
         if refused:
             self._token = None
         return refused
