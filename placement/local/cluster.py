@@ -176,6 +176,15 @@ class Cluster:
         """``--etcd-cacert ...`` for ``placectl inspect``-like commands (empty when plaintext)."""
         return self.pki.etcd_flags() if self.pki is not None and self.etcd_secured else []
 
+    def restart_etcd_member(self, member: EtcdMember) -> None:
+        """Start a stopped or killed etcd member again (same ports, data and flags), as the
+        same child, so :meth:`stop` stops it."""
+        (child,) = [c for c in self.children if c.name == member.name]
+        if child.alive:
+            raise PlacementError(f"etcd member {member.name} is still running")
+        child.start()
+        member.proc = child.proc
+
     def stop(self, grace: float = STOP_GRACE, forced: Callable[[], bool] = _never) -> list[Child]:
         """Agents and drivers together, then etcd; returns the children still not reaped."""
         tiers = (

@@ -154,6 +154,16 @@ class EtcdMember:
         except (urllib.error.URLError, OSError):
             return False
 
+    def is_leader(self) -> bool:
+        """Whether the member leads its cluster now (its metrics' ``etcd_server_is_leader``)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as response:
+                text = response.read().decode()
+        except (urllib.error.URLError, OSError):
+            return False
+        return any(line.strip() == "etcd_server_is_leader 1" for line in text.splitlines())
+
     def wait_healthy(
         self, timeout: float = START_TIMEOUT, stopped: Callable[[], bool] = lambda: False
     ) -> None:

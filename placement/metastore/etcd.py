@@ -208,6 +208,17 @@ def _token_refused(error: BaseException) -> bool:
     )
 
 
+#: What a broken keep-alive or watch stream raises. ``InvalidStateError``: a write to a stream
+#: the server already ended (a killed member closes it between two keep-alives).
+_STREAM_ERRORS: tuple[type[BaseException], ...] = (
+    rpc.AioRpcError,
+    rpc.BaseError,
+    TimeoutError,
+    ConnectionError,
+    asyncio.InvalidStateError,
+)
+
+
 def _is_unavailable(error: BaseException) -> bool:
     return isinstance(error, rpc.AioRpcError) and error.code() in (
         rpc.StatusCode.UNAVAILABLE,
@@ -786,6 +797,15 @@ class Lease(Losable):
             self._mark_lost("revoked")
 
     async def _keepalive(self) -> None:
+        try:
+            await self._keep_alive()
+        except Exception as e:
+            # A keep-alive that stopped without saying so would let the lease expire in etcd
+            # while its holder still counts on it: say it is lost (and log the bug).
+            log.error("lease %#x keep-alive failed", self.id, exc_info=e)
+            self._mark_lost(f"keep-alive failed: {e!r}")
+
+    async def _keep_alive(self) -> None:
         loop = asyncio.get_running_loop()
         backoff = self._client.reconnect_backoff()
         while not self.is_lost and not self._stopping:
@@ -814,7 +834,7 @@ class Lease(Losable):
                     self._expires_at = sent_at + int(response.TTL)
                     backoff.reset()
                     await self._client.sleep(max(0.5, int(response.TTL) / 3))
-            except (rpc.AioRpcError, rpc.BaseError, TimeoutError, ConnectionError) as e:
+            except _STREAM_ERRORS as e:
                 if isinstance(e, rpc.AioRpcError) and _is_unavailable(e):
                     self._client._failed(index)
                 self._client.forget_token(e)
@@ -835,6 +855,9 @@ class Lease(Losable):
 
 class _StreamBroken(Exception):
     """Internal: the watch stream ended without an error status."""
+
+
+_WATCH_ERRORS: tuple[type[BaseException], ...] = (*_STREAM_ERRORS, _StreamBroken)
 
 
 class Watch(AsyncClosing):
@@ -944,7 +967,7 @@ class Watch(AsyncClosing):
                 response = await self._call.read()
                 if not isinstance(response, rpc.WatchResponse):
                     raise _StreamBroken("watch stream ended")
-            except (rpc.AioRpcError, rpc.BaseError, TimeoutError, _StreamBroken) as e:
+            except _WATCH_ERRORS as e:
                 self._drop()
                 if self._closed:
                     raise StopAsyncIteration from None

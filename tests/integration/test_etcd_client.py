@@ -248,6 +248,23 @@ async def test_watch_resumes_after_etcd_is_killed_and_restarted(etcd_factory: An
         assert seen == sorted(written.items()), "every event exactly once, in order"
 
 
+async def test_a_lease_outlives_the_member_its_keepalive_stream_was_on(
+    etcd_cluster: Any,
+) -> None:
+    """The member carrying the keep-alive stream is SIGKILLed (the stream ends while the
+    keep-alive sleeps): the next keep-alive goes to another member and the lease lives on."""
+    doomed, *others = etcd_cluster
+    endpoints = [doomed.endpoint, *(m.endpoint for m in others)]
+    async with EtcdClient(endpoints, call_timeout=2.0) as c:
+        lease = await c.grant_lease(2)
+        await asyncio.sleep(1.0)  # the keep-alive stream is open, on the first member
+        doomed.kill()
+        await asyncio.sleep(6.0)  # three TTLs
+        assert not lease.is_lost, lease
+        assert await c.lease_ttl(lease.id) > 0, "the lease expired in etcd"
+        await lease.revoke()
+
+
 async def test_a_watch_on_a_member_without_quorum_fails(etcd_cluster: Any) -> None:
     """``hasleader: true``: a member that lost its quorum fails the watch instead of keeping it
     open and silent; after the resume window the watch raises StoreUnavailable."""
