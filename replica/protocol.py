@@ -21,6 +21,8 @@ A = accepted_revision, C = cancelled_revision, r = the request's revision)::
     any    --Rebalance r<A | r==A, lower epoch | r==C-->          unchanged            STALE
     any    --Rebalance r>A, me in new, not hosted-->              IN_PROGRESS(r)       ACCEPTED
              [StopCatchUp(older), StartCatchUp(r)]
+    any    --Rebalance r>A, me in new, hosted, not in sync-->     IN_PROGRESS(r)       ACCEPTED
+             [StopCatchUp(older), StartCatchUp(r)]  (the catch-up ends when the ISR names me)
     any    --Rebalance r>A, nothing to copy-->                    DONE(r), config=new  DONE
              [StopCatchUp(older), DiscardReplica if an older catch-up left a partial replica]
     IN_PROGRESS(r) / DONE(r) --Rebalance r, epoch >=-->           epoch adopted   ACCEPTED / DONE
@@ -37,12 +39,23 @@ A = accepted_revision, C = cancelled_revision, r = the request's revision)::
     IN_PROGRESS(r) --catch-up failed-->     FAILED(r)
     any    --Retire (s, epoch) < (A, accepted_epoch)-->           unchanged            RETIRE_STALE
     any    --Retire s, named by stable / an unfinished move / a DONE move >= s-->  unchanged  KEPT
+    hosted --Retire s, named by none of them, the ISR names me-->  unchanged      RETIRE_IN_SYNC
     hosted --Retire s, named by none of them-->   hosted=False [DiscardReplica]        RETIRED
     not hosted --Retire s, named by none of them-->               unchanged            RETIRED
 
 Every non-stale Rebalance or Cancel sets ``(A, accepted_epoch) := (r, epoch)``; every non-stale
 Cancel also sets ``C := r``, so cancel always wins over a resend of the same rebalance. Retire
 (``s`` = the etcd revision of the transaction that committed stable) never changes A.
+
+**In sync** (``in_sync``: the partition's in-sync set names this node, or no set exists yet —
+design/data-plane.md): a hosted replica is not necessarily a current one — its node may have
+been dropped from the in-sync set (it was down, or not registered) and missed writes. So a member
+of ``new`` that is hosted but not in sync catches up like a joining one (its learner pulls from
+the primary until the primary adds it) before it answers DONE: a move never finishes onto
+replicas that may lack acknowledged writes. And a replica the in-sync set still names is never
+deleted (RETIRE_IN_SYNC; the driver retries): a new primary is chosen among that set's members,
+and one whose data was deleted would lose every acknowledged write. The abandoned or cancelled
+catch-up of a hosted replica keeps it (only a partial copy is discarded).
 
 Record invariants (checked by the tests): ``A >= C >= 0``; ``(A, accepted_epoch)`` never
 decreases; an unfinished move (IN_PROGRESS/FAILED) has revision A, names ``me`` in ``new`` and
@@ -94,6 +107,8 @@ class RetireOutcome(Enum):
     RETIRED = "retired"
     KEPT = "kept"
     RETIRE_STALE = "retire_stale"
+    #: Nothing deleted while the in-sync set names this node; the driver retries.
+    RETIRE_IN_SYNC = "retire_in_sync"
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,22 +269,24 @@ def _record_for(record: PartitionRecord | None, request: MoveRequest) -> Partiti
 
 
 def _abandon(record: PartitionRecord) -> tuple[PartitionRecord, tuple[Effect, ...]]:
-    """Give up an unfinished move: stop its catch-up and drop the partial replica it left."""
+    """Give up an unfinished move: stop its catch-up and drop the partial replica it left (a
+    hosted replica that was catching up is kept)."""
     move = record.move
     if move is None or not move.unfinished:
         return record, ()
     effects: list[Effect] = []
     if move.phase is Phase.IN_PROGRESS:
         effects.append(StopCatchUp(record.zone, record.partition, move.revision))
-    effects.append(DiscardReplica(record.zone, record.partition))
+    if not record.hosted:
+        effects.append(DiscardReplica(record.zone, record.partition))
     return replace(record, move=replace(move, phase=Phase.CANCELLED)), tuple(effects)
 
 
 def _start(
-    record: PartitionRecord, request: MoveRequest, me: str
+    record: PartitionRecord, request: MoveRequest, me: str, in_sync: bool
 ) -> tuple[PartitionRecord, tuple[Effect, ...]]:
     """Begin move ``request`` on a record whose (revision, epoch) was already raised."""
-    if me in request.new_peers and not record.hosted:
+    if me in request.new_peers and not (record.hosted and in_sync):
         job = StartCatchUp(
             zone=request.zone,
             partition=request.partition,
@@ -284,9 +301,10 @@ def _start(
 
 
 def on_rebalance(
-    record: PartitionRecord | None, request: MoveRequest, me: str
+    record: PartitionRecord | None, request: MoveRequest, me: str, in_sync: bool = True
 ) -> Decision[RebalanceOutcome]:
-    """Decide a Rebalance; see the state machine in the module docstring."""
+    """Decide a Rebalance; see the state machine in the module docstring (``in_sync``: whether
+    the partition's in-sync set names this node, or none exists)."""
     validate_request(request, me)
     rec = _record_for(record, request)
     r, e = request.revision, request.epoch
@@ -312,14 +330,14 @@ def on_rebalance(
                 adopted, RebalanceOutcome.ACCEPTED, detail=f"revision {r} is in progress"
             )
         # FAILED: a resend is the driver's retry.
-        restarted, effects = _start(adopted, request, me)
+        restarted, effects = _start(adopted, request, me, in_sync)
         return Decision(
             restarted, RebalanceOutcome.ACCEPTED, effects, f"revision {r} is in progress"
         )
     abandoned, stop = _abandon(
         replace(rec, accepted_revision=r, accepted_epoch=e, config=request.old_peers)
     )
-    started, effects = _start(abandoned, request, me)
+    started, effects = _start(abandoned, request, me, in_sync)
     if any(isinstance(x, StartCatchUp) for x in effects):
         # The new catch-up resumes from the partial replica instead of discarding it.
         stop = tuple(x for x in stop if not isinstance(x, DiscardReplica))
@@ -402,7 +420,7 @@ def validate_retire(request: RetireRequest) -> None:
 
 
 def on_retire(
-    record: PartitionRecord | None, request: RetireRequest, me: str
+    record: PartitionRecord | None, request: RetireRequest, me: str, in_sync: bool = False
 ) -> Decision[RetireOutcome]:
     """Stable switched (at ``request.revision``): drop this node's replica once nothing names it.
 
@@ -447,6 +465,12 @@ def on_retire(
     detail = f"retired: stable at revision {s} does not name this node"
     if not record.hosted:
         return Decision(record, RetireOutcome.RETIRED, detail=detail)
+    if in_sync:
+        return Decision(
+            record,
+            RetireOutcome.RETIRE_IN_SYNC,
+            detail="the in-sync set still names this node; retry once its primary removed it",
+        )
     discard = DiscardReplica(record.zone, record.partition)
     return Decision(replace(record, hosted=False), RetireOutcome.RETIRED, (discard,), detail)
 

@@ -111,7 +111,13 @@ async def start_agent(
     if etcd_client is not None and keys is not None:
         plane = DataPlane(node, db, etcd_client, keys, config=data_config, tls=tls)
         catch_up = catch_up if catch_up is not None else plane.catch_up
-    agent = ReplicaAgent(node, db, catch_up=catch_up, on_fatal=on_fatal)
+    agent = ReplicaAgent(
+        node,
+        db,
+        catch_up=catch_up,
+        on_fatal=on_fatal,
+        isr_names_me=plane.isr_names_me if plane is not None else None,
+    )
     served = [SERVICE_NAME]  # the agent's own services: reported SERVING by health checks
     try:
         if plane is not None:

@@ -85,8 +85,12 @@ class ReplicaAgent:
         catch_up: CatchUp | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
         reporter: Reporter | None = None,
+        isr_names_me: Callable[[str, int], bool | None] | None = None,
     ) -> None:
         self.node = node
+        #: Whether a partition's in-sync set names this node (None: it has none yet); without a
+        #: data plane every replica counts as current and none as in a set.
+        self._isr_names_me = isr_names_me
         #: Set (also after construction, once registered) to push move reports; None = poll only.
         self.reporter = reporter
         self._db = db
@@ -114,7 +118,12 @@ class ReplicaAgent:
 
     async def rebalance(self, request: MoveRequest) -> Decision[RebalanceOutcome]:
         validate_request(request, self.node)
-        return await self._decide(request.key, lambda rec: on_rebalance(rec, request, self.node))
+        return await self._decide(
+            request.key,
+            lambda rec: on_rebalance(
+                rec, request, self.node, self._named(request.key) is not False
+            ),
+        )
 
     async def cancel(self, request: MoveRequest) -> Decision[CancelOutcome]:
         validate_request(request, self.node)
@@ -123,7 +132,15 @@ class ReplicaAgent:
     async def retire(self, request: RetireRequest) -> Decision[RetireOutcome]:
         """Drop this node's replica if stable (and every move it knows) no longer names it."""
         validate_retire(request)
-        return await self._decide(request.key, lambda rec: on_retire(rec, request, self.node))
+        return await self._decide(
+            request.key,
+            lambda rec: on_retire(rec, request, self.node, self._named(request.key) is True),
+        )
+
+    def _named(self, key: Key) -> bool | None:
+        """Whether the in-sync set of ``key`` names this node (None: no set yet, or no plane).
+        Read inside the decision, under the partition's lock."""
+        return self._isr_names_me(*key) if self._isr_names_me is not None else None
 
     async def state(self, zone: str, partition: int) -> PartitionRecord:
         validate_partition_key(zone, partition)

@@ -811,7 +811,14 @@ class Driver:
         async def once() -> AgentAnswer:
             address = self._registered_address(node)
             self.stats["retire_rpcs"] += 1
-            return await self.agents.retire(address, zone, partition, stable, revision, fence.epoch)
+            answer = await self.agents.retire(
+                address, zone, partition, stable, revision, fence.epoch
+            )
+            if answer.outcome == "RETIRE_IN_SYNC":
+                # Its in-sync set still names the node: the primary removes it (it is in
+                # neither stable nor pending), then the replica can go.
+                raise AgentUnavailable(f"{node}: {answer.detail}")
+            return answer
 
         answer = await self._until_answered(once)
         if answer.outcome == "RETIRED":

@@ -112,6 +112,10 @@ class _RetireOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RetireO
     """Kept: stable, or an unfinished / newer move, still names this node."""
     RETIRE_STALE: _RetireOutcome.ValueType  # 3
     """A higher (revision, epoch) was already accepted; nothing changed."""
+    RETIRE_IN_SYNC: _RetireOutcome.ValueType  # 4
+    """Nothing deleted: the partition's in-sync set still names this node (a new primary could
+    be chosen among its members); retry once the primary has removed it.
+    """
 
 class RetireOutcome(_RetireOutcome, metaclass=_RetireOutcomeEnumTypeWrapper): ...
 
@@ -122,6 +126,10 @@ KEPT: RetireOutcome.ValueType  # 2
 """Kept: stable, or an unfinished / newer move, still names this node."""
 RETIRE_STALE: RetireOutcome.ValueType  # 3
 """A higher (revision, epoch) was already accepted; nothing changed."""
+RETIRE_IN_SYNC: RetireOutcome.ValueType  # 4
+"""Nothing deleted: the partition's in-sync set still names this node (a new primary could
+be chosen among its members); retry once the primary has removed it.
+"""
 Global___RetireOutcome: _TypeAlias = RetireOutcome  # noqa: Y015
 
 @_typing.final

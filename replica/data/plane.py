@@ -285,6 +285,12 @@ class DataPlane:
             and self.now_ms() < lease.expiry - self.config.lease_margin_ms
         )
 
+    def isr_names_me(self, zone: str, partition: int) -> bool | None:
+        """Whether the partition's in-sync set (this agent's view) names this node; None when
+        it has none yet (a new partition: no write was ever acknowledged)."""
+        entry = self.view.isrs.get((zone, partition))
+        return None if entry is None else self.node in entry[0].members
+
     def in_sync(self, key: Key) -> bool:
         entry = self.view.isrs.get(key)
         return entry is not None and self.node in entry[0].members

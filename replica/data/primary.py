@@ -58,6 +58,9 @@ SEAL_FETCH_WAIT = 2.0
 
 log = logging.getLogger(__name__)
 
+#: Why a member cannot be brought up to date by appends (it needs a snapshot).
+NEEDS_SNAPSHOT = "it needs a snapshot"
+
 T = TypeVar("T")
 
 #: Fresh from etcd at one revision: (lease, its mod revision, ISR, its mod revision); 0 = absent.
@@ -480,6 +483,7 @@ class Primary:
             keep = frozenset(self.members) - failed.keys() | {self._deps.node}
             minimum = self._deps.min_in_sync(self.zone)
             if len(keep) < minimum:
+                await self._drop_hopeless(failed, minimum)
                 raise Unavailable(
                     f"{self.zone}/{self.partition}: members out of sync ({_reasons(failed)}) and"
                     f" the in-sync set may not shrink below {minimum}; write refused"
@@ -498,6 +502,25 @@ class Primary:
             self.state = replace(self.state, commit_index=upto)
         self._told_commit = told
 
+    async def _drop_hopeless(self, failed: dict[str, str], minimum: int) -> None:
+        """Members no append can bring up to date — their log ends below this primary's, which
+        starts at a snapshot point (it caught up from a snapshot, and they undid entries above
+        their commit index when it took over) — leave the in-sync set even below the minimum:
+        kept, they would block the partition for good; as learners they copy a snapshot and
+        rejoin. Nothing acknowledged is lost (this primary holds it all); writes wait below the
+        minimum (design/data-plane.md)."""
+        hopeless = {m: why for m, why in failed.items() if why.startswith(NEEDS_SNAPSHOT)}
+        if not hopeless:
+            return
+        await self._set_isr(frozenset(self.members) - hopeless.keys() | {self._deps.node})
+        log.warning(
+            "%s/%s: removed from the in-sync set below its minimum %d: %s",
+            self.zone,
+            self.partition,
+            minimum,
+            _reasons(hopeless),
+        )
+
     async def _sync(self, member: str, upto: int) -> str:
         """Send ``member`` what it lacks up to ``upto``; returns "" once it holds ``upto``, else
         why not (the member is to leave the ISR)."""
@@ -508,7 +531,7 @@ class Primary:
         for _ in range(8):
             after = self.members.get(member, 0)
             if after < self.state.base_index:
-                return f"it needs a snapshot (its log ends at {after})"
+                return f"{NEEDS_SNAPSHOT} (its log ends at {after})"
             prev_epoch, entries = await self._entries(after, upto)
             call = AppendCall(
                 zone=self.zone,

@@ -511,3 +511,50 @@ class ProtocolMachine(RuleBasedStateMachine):
 
 TestProtocolMachine = ProtocolMachine.TestCase
 TestProtocolMachine.settings = settings(max_examples=200, stateful_step_count=25, deadline=None)
+
+
+# -- in sync: a hosted replica is not necessarily a current one (design/data-plane.md) ---------
+
+
+def test_a_hosted_member_out_of_the_in_sync_set_catches_up_before_done() -> None:
+    """A move that keeps ``ME`` (hosted, but dropped from the in-sync set: it missed writes)
+    does not answer DONE at once: its replica catches up first, and the end keeps the data."""
+    hosted = joined(5)
+    stay = req(9, old=("n1", "n2", "n3"), new=("n1",))
+    current = on_rebalance(hosted, stay, ME, in_sync=True)
+    assert current.outcome is RebalanceOutcome.DONE
+    assert current.effects == ()
+    stale = on_rebalance(hosted, stay, ME, in_sync=False)
+    assert stale.outcome is RebalanceOutcome.ACCEPTED
+    assert [type(e) for e in stale.effects] == [StartCatchUp]
+    assert stale.record.hosted
+    done = on_move_finished(stale.record, 9, succeeded=True)
+    assert done.record.hosted
+    assert done.record.move is not None
+    assert done.record.move.phase is Phase.DONE
+    assert not any(isinstance(e, DiscardReplica) for e in done.effects)
+
+
+def test_a_cancelled_catch_up_of_a_hosted_replica_keeps_it() -> None:
+    catching_up = on_rebalance(
+        joined(5), req(9, old=("n1", "n2"), new=("n1", "n3")), ME, in_sync=False
+    ).record
+    cancelled = on_cancel(catching_up, req(9, old=("n1", "n2"), new=("n1", "n3")), ME)
+    assert cancelled.outcome is CancelOutcome.CANCELLED
+    assert [type(e) for e in cancelled.effects] == [StopCatchUp]
+    assert cancelled.record.hosted
+    superseded = on_rebalance(catching_up, req(10, old=("n1", "n2"), new=("n2", "n3")), ME)
+    assert not any(isinstance(e, DiscardReplica) for e in superseded.effects)
+    assert superseded.record.hosted
+
+
+def test_a_replica_the_in_sync_set_names_is_never_deleted() -> None:
+    hosted = joined(5)
+    retire = RetireRequest(ZONE, 0, ("n2", "n3"), 7, 1)
+    kept = on_retire(hosted, retire, ME, in_sync=True)
+    assert kept.outcome is RetireOutcome.RETIRE_IN_SYNC
+    assert kept.effects == ()
+    assert kept.record == hosted
+    gone = on_retire(hosted, retire, ME, in_sync=False)
+    assert gone.outcome is RetireOutcome.RETIRED
+    assert [type(e) for e in gone.effects] == [DiscardReplica]
