@@ -18,7 +18,15 @@ import pytest
 from placement.data.partitioning import SEAL_KEY, key_moves, partition_of
 from placement.metastore.codec import InSyncSet, PrimaryLease
 from replica.data.control import Seal
-from replica.data.model import AppendCall, AppendReply, Key, NotPrimary, Sealed, Unavailable
+from replica.data.model import (
+    AppendCall,
+    AppendOutcome,
+    AppendReply,
+    Key,
+    NotPrimary,
+    Sealed,
+    Unavailable,
+)
 from replica.data.primary import LeaseAndIsr, Primary, PrimaryDeps
 from replica.data.storage import Entry
 from replica.protocol import CreateReplica, DiscardReplica, PartitionRecord
@@ -155,6 +163,61 @@ async def test_a_write_sent_to_a_new_primary_before_its_reconcile_still_meets_th
         with pytest.raises(Sealed):
             await asyncio.wait_for(attempt, 5)
         assert await db.call(store.data.get, ZONE, PARTITION, moving) is None
+        await primary.stop("test over")
+    finally:
+        await db.close()
+
+
+async def test_a_member_behind_the_primarys_snapshot_point_leaves_the_isr_even_below_the_minimum(
+    tmp_path: Path,
+) -> None:
+    """A new primary whose log starts at a snapshot point (it caught up from a snapshot) above
+    where a member's log ends (it undid entries above its commit index when the primary took
+    over) cannot bring that member up to date with appends. Kept in the in-sync set at the
+    zone's minimum, it blocked the partition for good (found by the etcd chaos test: writes
+    refused for minutes); it leaves the set — writes wait below the minimum — and returns as a
+    learner copying a snapshot. Nothing acknowledged is lost: the primary holds it all."""
+    db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
+    store = db.store
+    written: list[frozenset[str]] = []
+    wrote = asyncio.Event()
+    try:
+        await db.call(store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
+        entries = [Entry(i, EPOCH, b"k%d" % i, b"v") for i in range(1, 11)]
+        await db.group(store.data.append_writes, ZONE, PARTITION, entries, 10)
+        state = await db.call(store.data.trim, ZONE, PARTITION, 2)
+        assert state.base_index == 8
+        new_epoch = EPOCH + 1
+        lease = PrimaryLease(NODE, new_epoch, expiry=2**62)
+        isr = InSyncSet((NODE, "n2"), "n0", EPOCH, 0)
+
+        async def read_lease_and_isr(key: Key) -> LeaseAndIsr:
+            return lease, 1, isr, 1
+
+        async def write_isr(key: Key, epoch: int, members: frozenset[str], rev: int) -> int:
+            written.append(members)
+            wrote.set()
+            return rev + 1
+
+        async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
+            return AppendReply(AppendOutcome.MISMATCH, last_index=3, last_epoch=EPOCH)
+
+        deps = replace(
+            _deps(db),
+            min_in_sync=lambda zone: 2,
+            read_lease_and_isr=read_lease_and_isr,
+            write_isr=write_isr,
+            send_append=send_append,
+            address_of=lambda node: "127.0.0.1:1",
+        )
+        primary = Primary(deps, (ZONE, PARTITION), new_epoch)
+        attempt = asyncio.create_task(primary.submit(b"k", b"v"))
+        await asyncio.wait_for(wrote.wait(), 5)
+        assert written[0] == frozenset({NODE}), written
+        # below the minimum now: the write is refused, not acknowledged by one replica alone
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(attempt, 5)
+        assert await db.call(store.data.get, ZONE, PARTITION, b"k1") == b"v"
         await primary.stop("test over")
     finally:
         await db.close()

@@ -335,9 +335,11 @@ calls = st.tuples(
 )
 
 
-def _apply(record: PartitionRecord | None, kind: str, request: MoveRequest) -> Decision[object]:
+def _apply(
+    record: PartitionRecord | None, kind: str, request: MoveRequest, in_sync: bool = True
+) -> Decision[object]:
     if kind == "rebalance":
-        return on_rebalance(record, request, ME)  # type: ignore[return-value]
+        return on_rebalance(record, request, ME, in_sync)  # type: ignore[return-value]
     return on_cancel(record, request, ME)  # type: ignore[return-value]
 
 
@@ -391,9 +393,9 @@ class ProtocolMachine(RuleBasedStateMachine):
                 assert self.task is None, "two catch-ups for one partition"
                 self.task = e.revision
 
-    def _request(self, kind: str, request: MoveRequest) -> Decision[object]:
+    def _request(self, kind: str, request: MoveRequest, in_sync: bool = True) -> Decision[object]:
         before = self.record
-        d = _apply(before, kind, request)
+        d = _apply(before, kind, request, in_sync)
         stale = d.outcome in (RebalanceOutcome.STALE, CancelOutcome.CANCEL_STALE)
         if stale:
             assert before is not None
@@ -404,17 +406,26 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert (d.record.accepted_revision, d.record.accepted_epoch) >= old
         self._execute(d.effects)
         self.record = d.record
-        twice = _apply(d.record, kind, request)
+        twice = _apply(d.record, kind, request, in_sync)
         assert (twice.outcome, twice.detail) == (d.outcome, d.detail)
         assert (twice.record, twice.effects) == (d.record, ())
         return d
 
-    @rule(revision=st.integers(1, REVISIONS), epoch=st.integers(1, 3))
-    def rebalance(self, revision: int, epoch: int) -> None:
+    @rule(revision=st.integers(1, REVISIONS), epoch=st.integers(1, 3), in_sync=st.booleans())
+    def rebalance(self, revision: int, epoch: int, in_sync: bool) -> None:
         request = _request(self.pairs, revision, epoch)
-        d = self._request("rebalance", request)
+        before = self.record
+        d = self._request("rebalance", request, in_sync)
         if request.revision in self.cancelled:
             assert d.outcome is RebalanceOutcome.STALE
+        if d.outcome is RebalanceOutcome.DONE and ME in request.new_peers:
+            assert d.record.hosted, "DONE without a replica"
+            if not in_sync:  # only a resend of a move this node already finished (caught up)
+                assert before is not None
+                assert before.move is not None
+                assert (before.move.revision, before.move.phase) == (revision, Phase.DONE), (
+                    "a replica out of the in-sync set answered DONE without catching up"
+                )
 
     @rule(revision=st.integers(1, REVISIONS), epoch=st.integers(1, 3))
     def cancel(self, revision: int, epoch: int) -> None:
@@ -427,7 +438,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         if d.outcome is CancelOutcome.CANCELLED:
             assert d.record.config == request.old_peers
             in_progress = before is not None and before.move is not None and before.move.unfinished
-            assert not in_progress or DiscardReplica(ZONE, 0) in d.effects
+            assert before is not None
+            if in_progress and not before.hosted:
+                assert DiscardReplica(ZONE, 0) in d.effects, "a partial copy was kept"
+            if before.hosted:
+                assert DiscardReplica(ZONE, 0) not in d.effects, "a cancel deleted a replica"
         elif d.outcome is CancelOutcome.NOTHING_TO_CANCEL:
             assert d.record.config == request.old_peers
         else:
@@ -465,11 +480,14 @@ class ProtocolMachine(RuleBasedStateMachine):
         stable=st.sampled_from([c for c in _CONFIGS if c]),
         revision=st.integers(1, REVISIONS + 1),
         epoch=st.integers(1, 3),
+        in_sync=st.booleans(),
     )
-    def retire(self, stable: Peers, revision: int, epoch: int) -> None:
+    def retire(self, stable: Peers, revision: int, epoch: int, in_sync: bool) -> None:
         assert self.record is not None
         before = self.record
-        d = on_retire(before, RetireRequest(ZONE, 0, stable, revision, epoch), ME)
+        d = on_retire(before, RetireRequest(ZONE, 0, stable, revision, epoch), ME, in_sync)
+        if in_sync:
+            assert not d.effects, "a replica the in-sync set names was deleted"
         assert (d.record.accepted_revision, d.record.accepted_epoch) == (
             before.accepted_revision,
             before.accepted_epoch,
@@ -481,7 +499,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert self.replica != "partial", "retired while a move was unfinished"
         self._execute(d.effects)
         self.record = d.record
-        twice = on_retire(d.record, RetireRequest(ZONE, 0, stable, revision, epoch), ME)
+        twice = on_retire(d.record, RetireRequest(ZONE, 0, stable, revision, epoch), ME, in_sync)
         assert (twice.outcome, twice.detail, twice.record, twice.effects) == (
             d.outcome,
             d.detail,
@@ -503,7 +521,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert self.task in (None, move.revision)
             assert move.revision == rec.accepted_revision
             assert ME in move.new
-            assert not rec.hosted
+        if move is not None and move.phase is Phase.IN_PROGRESS and rec.hosted:
+            assert self.replica == "complete", "a hosted replica catching up lost its data"
         if self.replica == "partial":
             assert move is not None, "a partial replica outlived its move"
             assert move.unfinished, "a partial replica outlived its move"
