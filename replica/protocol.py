@@ -329,8 +329,10 @@ def on_rebalance(
             return Decision(
                 adopted, RebalanceOutcome.ACCEPTED, detail=f"revision {r} is in progress"
             )
-        # FAILED: a resend is the driver's retry.
+        # FAILED: a resend is the driver's retry (a hosted replica back in sync is done).
         restarted, effects = _start(adopted, request, me, in_sync)
+        if not effects:
+            return Decision(restarted, RebalanceOutcome.DONE, detail=f"revision {r} is done")
         return Decision(
             restarted, RebalanceOutcome.ACCEPTED, effects, f"revision {r} is in progress"
         )

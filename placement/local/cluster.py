@@ -520,7 +520,8 @@ async def _serve(cluster: Cluster, opts: UpOptions, console: Console) -> None:
     console.print(f"agents    {opts.nodes} (logs in {cluster.base / 'logs'})")
     if cluster.pki is not None:
         pki = cluster.pki
-        console.print(f"mutual TLS everywhere; as the {OPERATOR} operator, first:")
+        env_file = write_env_file(cluster, endpoint)
+        console.print(f"mutual TLS everywhere; as the {OPERATOR} operator: source {env_file}, or")
         for name, value in cluster.env(OPERATOR).items():
             console.print(f"  export {name}={value}")
         console.print(
@@ -543,6 +544,18 @@ async def _serve(cluster: Cluster, opts: UpOptions, console: Console) -> None:
         await _live(cluster, console)
     else:
         await asyncio.Event().wait()  # until cancelled
+
+
+def write_env_file(cluster: Cluster, endpoint: str, name: str = OPERATOR) -> Path:
+    """``{data-dir}/placectl.env``: the exports that make ``placectl`` the ``name`` operator of
+    this cluster (``source`` it); written atomically."""
+    lines = [f"export PLACECTL_ENDPOINT={endpoint}"]
+    lines += [f"export {k}={v}" for k, v in cluster.env(name).items()]
+    path = cluster.base / "placectl.env"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+    return path
 
 
 def _run_until_stopped(main: Coroutine[Any, Any, None], stop: StopRequest) -> None:

@@ -68,8 +68,14 @@ async def slow_catch_up(job, db):
 # With AGENT_ETCD the agent registers itself (and pushes move reports under its lease).
 etcd = os.environ.get("AGENT_ETCD") or None
 prefix = os.environ.get("AGENT_PREFIX", "/placement")
+# With AGENT_TLS_DIR it serves mutual TLS with DIR/ca.crt and DIR/NODE.crt (placement.local.certs).
+tls = None
+if os.environ.get("AGENT_TLS_DIR"):
+    from placement.local.certs import LocalPki
+    tls = LocalPki(Path(os.environ["AGENT_TLS_DIR"])).material(sys.argv[1])
 sys.exit(asyncio.run(serve(
-    sys.argv[1], sys.argv[2], Path(sys.argv[3]), catch_up=slow_catch_up, etcd=etcd, prefix=prefix
+    sys.argv[1], sys.argv[2], Path(sys.argv[3]), catch_up=slow_catch_up, etcd=etcd, prefix=prefix,
+    tls=tls,
 )))
 """
 
@@ -119,6 +125,9 @@ class Cluster:
     client: EtcdClient
     keys: KeySpace
     catchup_delay: float = 0.3
+    #: A ``placement.local.certs`` directory: agents serve mutual TLS with their node's
+    #: certificate (None: plaintext).
+    tls_dir: Path | None = None
     agents: dict[str, AgentProc] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
 
@@ -134,6 +143,8 @@ class Cluster:
         data_dir = self.tmp_path / f"data-{node}"
         log = self.tmp_path / f"agent-{node}.log"
         env = {**os.environ, "CATCHUP_DELAY": str(self.catchup_delay)}
+        if self.tls_dir is not None:
+            env["AGENT_TLS_DIR"] = str(self.tls_dir)
         if etcd is not None:
             env.update(AGENT_ETCD=etcd, AGENT_PREFIX=self.keys.prefix)
         with log.open("ab") as err:

@@ -1,5 +1,7 @@
 """Chaos: driver instances as real subprocesses (``python -m placement driver run``) killed and
-frozen with signals during a rebalance, real agents, real etcd.
+frozen with signals during a rebalance, real agents, real etcd — each test twice: against the
+session etcd in plaintext, and secure (mutual TLS between drivers and agents, a three-member etcd
+with TLS and auth on, the product's etcd user allowed only its prefix).
 
 * SIGKILL of the leader: a follower leads within lease TTL + 2 s, the rebalance completes, and no
   agent applied anything twice (agents' journals: each effect once per (partition, revision)).
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import re
 import signal
@@ -23,6 +26,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_driver import (
@@ -36,11 +40,16 @@ from test_driver import (
 )
 
 from placement.core.model import ZoneSpec
+from placement.local.certs import ETCD_USER, LocalPki, create_pki
+from placement.local.cluster import free_ports
+from placement.local.etcd import EtcdTls, member_group
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import EventKind
 from placement.metastore.transitions import Fence
+from placement.security.credentials import EtcdCredentials
+from placement.security.pki import Role
 from replica.records import AgentStore
 
 TTL = 2
@@ -64,14 +73,17 @@ class Drivers:
     endpoint: str
     prefix: str
     procs: dict[str, DriverProc]
+    #: The certificates (secure runs): each driver's own, and the product's etcd certificate.
+    pki: LocalPki | None = None
 
     async def start(self, member: str, *extra: str) -> DriverProc:
         log = self.tmp_path / f"driver-{member}.log"
+        secure = [*self.pki.flags(member), *self.pki.etcd_flags()] if self.pki else []
         with log.open("ab") as err:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "placement", "driver", "run",
                 "--etcd", self.endpoint, "--listen", "127.0.0.1:0", "--id", member,
-                "--lease-ttl", str(TTL), "--prefix", self.prefix, *extra,
+                "--lease-ttl", str(TTL), "--prefix", self.prefix, *secure, *extra,
                 cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
                 stdin=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
@@ -94,9 +106,59 @@ class Drivers:
             assert_clean_log(d.log)
 
 
+@dataclass
+class ChaosEtcd:
+    """Where the chaos runs: the session etcd in plaintext, or a three-member etcd with TLS
+    and auth on, mutual TLS between drivers and agents (design/deployment.md)."""
+
+    endpoints: str
+    client: EtcdClient
+    pki: LocalPki | None = None
+
+
+@pytest.fixture(params=["plaintext", "secure-3-members"])
+async def chaos_etcd(
+    request: pytest.FixtureRequest,
+    etcd: Any,
+    etcd_binary: str,
+    tmp_path: Path,
+    client: EtcdClient,
+    prefix: str,
+) -> AsyncIterator[ChaosEtcd]:
+    if request.param == "plaintext":
+        yield ChaosEtcd(etcd.endpoint, client)
+        return
+    processes = {"d1": Role.DRIVER, "d2": Role.DRIVER}
+    processes |= {f"n{i}": Role.AGENT for i in range(5)}
+    pki = create_pki(tmp_path / "tls", processes, dt.datetime.now(dt.UTC))
+    members = member_group(
+        etcd_binary,
+        tmp_path / "etcd",
+        ["m0", "m1", "m2"],
+        free_ports(9),
+        tls=EtcdTls(pki.ca, pki.cert("etcd"), pki.key("etcd")),
+        fast=True,
+    )
+    try:
+        for member in members:
+            member.start(wait=False)
+        for member in members:
+            await asyncio.to_thread(member.wait_healthy)
+        endpoints = ",".join(m.endpoint for m in members)
+        root = EtcdCredentials(pki.material("etcd-root"))
+        async with EtcdClient(endpoints, credentials=root) as setup:
+            await setup.enable_auth(ETCD_USER, None, prefix)
+        product = EtcdCredentials(pki.material("etcd-client"))
+        async with EtcdClient(endpoints, credentials=product) as secure_client:
+            yield ChaosEtcd(endpoints, secure_client, pki)
+    finally:
+        for member in members:
+            member.stop()
+
+
 @pytest.fixture
-async def drivers(etcd: object, tmp_path: Path, prefix: str) -> AsyncIterator[Drivers]:
-    ds = Drivers(tmp_path, etcd.endpoint, prefix, {})  # type: ignore[attr-defined]
+async def drivers(chaos_etcd: ChaosEtcd, tmp_path: Path, prefix: str) -> AsyncIterator[Drivers]:
+    ds = Drivers(tmp_path, chaos_etcd.endpoints, prefix, {}, chaos_etcd.pki)
     try:
         yield ds
     finally:
@@ -104,8 +166,9 @@ async def drivers(etcd: object, tmp_path: Path, prefix: str) -> AsyncIterator[Dr
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, client: EtcdClient, keys: KeySpace) -> AsyncIterator[Cluster]:
-    c = Cluster(tmp_path, client, keys, catchup_delay=1.0)
+async def cluster(tmp_path: Path, chaos_etcd: ChaosEtcd, keys: KeySpace) -> AsyncIterator[Cluster]:
+    tls_dir = chaos_etcd.pki.directory if chaos_etcd.pki is not None else None
+    c = Cluster(tmp_path, chaos_etcd.client, keys, catchup_delay=1.0, tls_dir=tls_dir)
     try:
         yield c
     finally:
@@ -173,8 +236,9 @@ def journal_effects(cluster: Cluster) -> Counter[tuple[str, str, int, int, str]]
 
 
 async def test_sigkill_of_the_leader_mid_rebalance_a_follower_takes_over_and_completes_it(
-    drivers: Drivers, cluster: Cluster, client: EtcdClient, keys: KeySpace
+    drivers: Drivers, cluster: Cluster, keys: KeySpace
 ) -> None:
+    client = cluster.client  # the secure run's client presents the product's etcd certificate
     for i in range(5):
         await cluster.start_agent(f"n{i}")
     await drivers.start("d1", "--max-moves", "4")
@@ -213,8 +277,9 @@ def _epoch_of(value: bytes) -> int | None:
 
 
 async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps_down(
-    drivers: Drivers, cluster: Cluster, client: EtcdClient, keys: KeySpace
+    drivers: Drivers, cluster: Cluster, keys: KeySpace
 ) -> None:
+    client = cluster.client  # the secure run's client presents the product's etcd certificate
     for i in range(5):
         await cluster.start_agent(f"n{i}")
     await drivers.start("d1", "--max-moves", "4")

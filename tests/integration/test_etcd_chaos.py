@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from test_driver import assert_clean_log
 from test_driver_chaos import _epoch_of
 
 from placement.api.client import PlacementClient
@@ -56,8 +57,7 @@ def secure3(tmp_path: Path) -> Iterator[Cluster]:
         asyncio.run(wait_ready(cluster, opts, demo_zone=False))
         yield cluster
         for log in (tmp_path / "cluster" / "logs").glob("*.log"):
-            text = log.read_text(errors="replace")
-            assert "Traceback" not in text, f"unexpected traceback in {log}:\n{text[-4000:]}"
+            assert_clean_log(log)
     finally:
         cluster.stop()
 

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 from rich.console import Console
+from test_driver import assert_clean_log
 
 from placement.api.client import PlacementClient
 from placement.data.checker import check_workload
@@ -62,8 +63,7 @@ def _cluster(etcd: Any, base: Path, *agent_args: str, drivers: int = 1) -> Itera
         asyncio.run(wait_ready(c, opts, demo_zone=False))
         yield c
         for log in (base / "cluster" / "logs").glob("*.log"):
-            text = log.read_text(errors="replace")
-            assert "Traceback" not in text, f"unexpected traceback in {log}:\n{text[-4000:]}"
+            assert_clean_log(log)
     finally:
         c.stop()
 

@@ -150,6 +150,10 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
 def _check_secure(up: Up) -> None:
     """A secure ``up``: every operator role's certificate exists, the commands it printed name
     them, a plaintext ``placectl`` is refused, and etcd is TLS with auth on (a client without
@@ -160,32 +164,32 @@ def _check_secure(up: Up) -> None:
         assert pki.cert(role).exists()
         assert pki.key(role).stat().st_mode & 0o077 == 0, "a key readable by others"
     assert f"export PLACECTL_CERT={pki.cert('admin')}" in text
-    plain = subprocess.run(
+    env_file = up.data_dir / "placectl.env"
+    assert f"source {env_file}" in text
+    exported = dict(
+        line.removeprefix("export ").split("=", 1) for line in env_file.read_text().splitlines()
+    )
+    sourced = _run(
+        [sys.executable, "-m", "placement", "zone", "list", "--json"], {**os.environ, **exported}
+    )
+    assert sourced.returncode == 0, sourced.stderr
+    assert "demo" in sourced.stdout
+    plain = _run(
         [sys.executable, "-m", "placement", "--endpoint", up.endpoint, "zone", "list"],
-        env={k: v for k, v in os.environ.items() if not k.startswith("PLACECTL_")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+        {k: v for k, v in os.environ.items() if not k.startswith("PLACECTL_")},
     )
     assert plain.returncode == 1, plain
     assert "pass --cacert, --cert and --key" in plain.stderr
     etcd = next(line.split()[1] for line in up.output if line.startswith("etcd "))
     assert "TLS, auth on" in text
     inspect = [sys.executable, "-m", "placement", "inspect", "--etcd", etcd]
-    no_creds = subprocess.run(inspect, capture_output=True, text=True, timeout=60, check=False)
+    no_creds = _run(inspect)
     assert no_creds.returncode == 1, no_creds
     assert "--etcd-cacert" in no_creds.stderr
     as_product = [*inspect, *pki.etcd_flags(), "--json"]
-    listed = subprocess.run(as_product, capture_output=True, text=True, timeout=60, check=False)
+    listed = _run(as_product)
     assert listed.returncode == 0, listed.stderr
-    outside = subprocess.run(
-        [*as_product, "--prefix", "/elsewhere"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    outside = _run([*as_product, "--prefix", "/elsewhere"])
     assert outside.returncode == 2, outside
     assert "permission denied" in outside.stderr
 
