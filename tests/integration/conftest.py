@@ -5,24 +5,34 @@
 * ``etcd_factory`` — private processes for tests that kill, restart or compact (so they cannot
   disturb the shared one); :meth:`EtcdServer.restart` brings one back on the same ports and data.
 * ``client`` — an :class:`EtcdClient` on the shared etcd, closed after the test.
+* ``chaos_etcd`` — parametrized: the shared etcd in plaintext, or a private three-member etcd
+  with TLS and auth on and the certificates of drivers ``d1``/``d2`` and agents ``n0``..``n9``
+  (the chaos tests run both ways).
 
 Skips (with the reason) only when no ``etcd`` binary exists.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from placement.errors import InvalidInput, PlacementError
+from placement.local.certs import ETCD_USER, LocalPki, create_pki
 from placement.local.cluster import free_ports
-from placement.local.etcd import EtcdMember, member_group
+from placement.local.etcd import EtcdMember, EtcdTls, member_group
 from placement.local.etcd import etcd_binary as etcd_binary_path
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
+from placement.security.credentials import EtcdCredentials
+from placement.security.pki import Role
 
 #: The tests' etcd: one member with the short raft timings of tests that kill leaders.
 EtcdServer = EtcdMember
@@ -111,3 +121,53 @@ def keys(prefix: str) -> KeySpace:
 async def client(etcd: EtcdServer) -> AsyncIterator[EtcdClient]:
     async with EtcdClient([etcd.endpoint], call_timeout=5.0) as c:
         yield c
+
+
+@dataclass
+class ChaosEtcd:
+    """Where the chaos runs: the session etcd in plaintext, or a three-member etcd with TLS
+    and auth on, mutual TLS between drivers and agents (design/deployment.md)."""
+
+    endpoints: str
+    client: EtcdClient
+    pki: LocalPki | None = None
+
+
+@pytest.fixture(params=["plaintext", "secure-3-members"])
+async def chaos_etcd(
+    request: pytest.FixtureRequest,
+    etcd: Any,
+    etcd_binary: str,
+    tmp_path: Path,
+    client: EtcdClient,
+    prefix: str,
+) -> AsyncIterator[ChaosEtcd]:
+    if request.param == "plaintext":
+        yield ChaosEtcd(etcd.endpoint, client)
+        return
+    processes = {"d1": Role.DRIVER, "d2": Role.DRIVER}
+    processes |= {f"n{i}": Role.AGENT for i in range(10)}
+    pki = create_pki(tmp_path / "tls", processes, dt.datetime.now(dt.UTC))
+    members = member_group(
+        etcd_binary,
+        tmp_path / "etcd",
+        ["m0", "m1", "m2"],
+        free_ports(9),
+        tls=EtcdTls(pki.ca, pki.cert("etcd"), pki.key("etcd")),
+        fast=True,
+    )
+    try:
+        for member in members:
+            member.start(wait=False)
+        for member in members:
+            await asyncio.to_thread(member.wait_healthy)
+        endpoints = ",".join(m.endpoint for m in members)
+        root = EtcdCredentials(pki.material("etcd-root"))
+        async with EtcdClient(endpoints, credentials=root) as setup:
+            await setup.enable_auth(ETCD_USER, None, prefix)
+        product = EtcdCredentials(pki.material("etcd-client"))
+        async with EtcdClient(endpoints, credentials=product) as secure_client:
+            yield ChaosEtcd(endpoints, secure_client, pki)
+    finally:
+        for member in members:
+            member.stop()

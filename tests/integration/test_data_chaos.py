@@ -29,6 +29,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from conftest import ChaosEtcd
 from test_data_plane import (
     LEASES,
     Agents,
@@ -46,6 +47,7 @@ from test_driver_chaos import Drivers, wait_leader
 
 from placement.core.model import ZoneSpec
 from placement.data.partitioning import partition_of
+from placement.local.certs import LocalPki
 from placement.metastore.codec import PrimaryLease, decode_primary
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace, prefix_range_end
@@ -56,16 +58,24 @@ from placement.v1 import common_pb2, data_pb2
 from replica.records import AgentStore
 
 AGENT_SCRIPT = """
-import asyncio, logging, sys
+import asyncio, logging, os, sys
 from pathlib import Path
 from replica.server import serve
 from replica.data.plane import DataConfig
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+# AGENT_TLS_DIR (placement.local.certs): mutual TLS with the node's certificate, and etcd over
+# TLS as the product's etcd user.
+tls = creds = None
+if os.environ.get("AGENT_TLS_DIR"):
+    from placement.local.certs import LocalPki
+    from placement.security.credentials import EtcdCredentials
+    pki = LocalPki(Path(os.environ["AGENT_TLS_DIR"]))
+    tls, creds = pki.material(sys.argv[1]), EtcdCredentials(pki.material("etcd-client"))
 sys.exit(asyncio.run(serve(
     sys.argv[1], sys.argv[2], Path(sys.argv[3]), etcd=sys.argv[4], prefix=sys.argv[5],
     lease_ttl=2, data_config=DataConfig(
         isr_timeout=1.5, catch_up_bytes_per_s=float(sys.argv[6]), fetch_bytes=int(sys.argv[7]),
-    ),
+    ), tls=tls, etcd_credentials=creds,
 )))
 """
 
@@ -83,8 +93,9 @@ class ChaosAgents(Agents):
         keys: KeySpace,
         throttle: float = 0,
         fetch_bytes: int = 1 << 20,
+        pki: LocalPki | None = None,
     ) -> None:
-        super().__init__(tmp_path, endpoint, keys)
+        super().__init__(tmp_path, endpoint, keys, pki)
         self.throttle, self.fetch_bytes = throttle, fetch_bytes
 
     def command(self, node: str) -> list[str]:
@@ -105,6 +116,19 @@ class ChaosAgents(Agents):
 
 
 @pytest.fixture
+async def chaos_agents(
+    chaos_etcd: ChaosEtcd, tmp_path: Path, keys: KeySpace
+) -> AsyncIterator[ChaosAgents]:
+    """Agents on ``chaos_etcd``: plaintext, or secure (their certificates, the product's etcd
+    user, the test's channels as the ``client`` role)."""
+    a = ChaosAgents(tmp_path, chaos_etcd.endpoints, keys, pki=chaos_etcd.pki)
+    try:
+        yield a
+    finally:
+        await a.close()
+
+
+@pytest.fixture
 async def agents(etcd: object, tmp_path: Path, keys: KeySpace) -> AsyncIterator[ChaosAgents]:
     a = ChaosAgents(tmp_path, etcd.endpoint, keys)  # type: ignore[attr-defined]
     try:
@@ -121,6 +145,17 @@ async def slow_agents(etcd: object, tmp_path: Path, keys: KeySpace) -> AsyncIter
         yield a
     finally:
         await a.close()
+
+
+@pytest.fixture
+async def chaos_drivers(
+    chaos_etcd: ChaosEtcd, tmp_path: Path, prefix: str
+) -> AsyncIterator[Drivers]:
+    ds = Drivers(tmp_path, chaos_etcd.endpoints, prefix, {}, chaos_etcd.pki)
+    try:
+        yield ds
+    finally:
+        await ds.close()
 
 
 @pytest.fixture
@@ -173,7 +208,7 @@ async def no_pending(store: Metastore, zone: str) -> bool:
 
 async def dump_history(client: EtcdClient, keys: KeySpace) -> None:
     """Print every change of the primary leases and in-sync sets (diagnostics on failure)."""
-    end = await client.current_revision()
+    end = await client.current_revision(keys.zones_prefix())
     events: list[WatchEvent] = []
     lo, hi = keys.primary_prefix(), keys.isr_prefix()
     start, stop = min(lo, hi), max(lo, hi)
@@ -238,12 +273,14 @@ class Writer:
 
 
 async def test_chaos_under_writes_loses_no_acknowledged_write(
-    etcd: object,
-    agents: ChaosAgents,
-    drivers: Drivers,
-    client: EtcdClient,
+    chaos_etcd: ChaosEtcd,
+    chaos_agents: ChaosAgents,
+    chaos_drivers: Drivers,
     keys: KeySpace,
 ) -> None:
+    """Runs twice: plaintext on the session etcd, and secure on a three-member etcd with TLS
+    and auth on (``test_driver_chaos.chaos_etcd``)."""
+    agents, drivers, client = chaos_agents, chaos_drivers, chaos_etcd.client
     zone, partitions = "kv", 4
     for n in ("n1", "n2", "n3", "n4", "n5"):
         await agents.start(n)

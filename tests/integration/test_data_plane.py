@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from test_driver import ROOT, TIMEOUT, assert_clean_log, eventually, leader_fenc
 from placement.core.model import ZoneSpec
 from placement.data.partitioning import partition_of
 from placement.driver.leases import LeaseConfig
+from placement.local.certs import LocalPki
 from placement.metastore.codec import (
     InSyncSet,
     NodeRecord,
@@ -37,6 +39,7 @@ from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.metastore.store import Metastore
 from placement.metastore.txn import MAX_TXN_OPS
+from placement.rpc import DATA_PROFILE, channel
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 
 AGENT = """
@@ -55,8 +58,12 @@ LEASES = LeaseConfig(duration_ms=3000, renew_before_ms=1500)
 
 
 class Agents:
-    def __init__(self, tmp_path: Path, endpoint: str, keys: KeySpace) -> None:
+    def __init__(
+        self, tmp_path: Path, endpoint: str, keys: KeySpace, pki: LocalPki | None = None
+    ) -> None:
         self.tmp_path, self.endpoint, self.keys = tmp_path, endpoint, keys
+        #: Secure runs: the test's channels present the ``client`` certificate.
+        self.pki = pki
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.addresses: dict[str, str] = {}
         self.channels: dict[str, grpc.aio.Channel] = {}
@@ -74,10 +81,11 @@ class Agents:
     async def start(self, node: str) -> None:
         log = self.tmp_path / f"agent-{node}.log"
         with log.open("ab") as err:
+            secure = {"AGENT_TLS_DIR": str(self.pki.directory)} if self.pki is not None else {}
             proc = await asyncio.create_subprocess_exec(
                 *self.command(node),
                 cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.DEVNULL, env={**os.environ, **secure},
             )  # fmt: skip
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()
@@ -94,12 +102,13 @@ class Agents:
     def _channel(self, node: str) -> grpc.aio.Channel:
         address = self.addresses[node]
         if address not in self.channels:
-            self.channels[address] = grpc.aio.insecure_channel(address)
+            tls = self.pki.material("client") if self.pki is not None else None
+            self.channels[address] = channel(address, DATA_PROFILE, tls)
         return self.channels[address]
 
     async def close(self) -> None:
-        for channel in self.channels.values():
-            await channel.close()
+        for open_channel in self.channels.values():
+            await open_channel.close()
         for proc in self.procs.values():
             if proc.returncode is None:
                 proc.send_signal(signal.SIGCONT)

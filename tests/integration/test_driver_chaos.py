@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import re
 import signal
@@ -26,9 +25,9 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import ChaosEtcd
 from test_driver import (
     ROOT,
     SCALE,
@@ -40,16 +39,12 @@ from test_driver import (
 )
 
 from placement.core.model import ZoneSpec
-from placement.local.certs import ETCD_USER, LocalPki, create_pki
-from placement.local.cluster import free_ports
-from placement.local.etcd import EtcdTls, member_group
+from placement.local.certs import LocalPki
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import EventKind
 from placement.metastore.transitions import Fence
-from placement.security.credentials import EtcdCredentials
-from placement.security.pki import Role
 from replica.records import AgentStore
 
 TTL = 2
@@ -104,56 +99,6 @@ class Drivers:
             await asyncio.wait_for(d.proc.wait(), TIMEOUT)
         for d in self.procs.values():
             assert_clean_log(d.log)
-
-
-@dataclass
-class ChaosEtcd:
-    """Where the chaos runs: the session etcd in plaintext, or a three-member etcd with TLS
-    and auth on, mutual TLS between drivers and agents (design/deployment.md)."""
-
-    endpoints: str
-    client: EtcdClient
-    pki: LocalPki | None = None
-
-
-@pytest.fixture(params=["plaintext", "secure-3-members"])
-async def chaos_etcd(
-    request: pytest.FixtureRequest,
-    etcd: Any,
-    etcd_binary: str,
-    tmp_path: Path,
-    client: EtcdClient,
-    prefix: str,
-) -> AsyncIterator[ChaosEtcd]:
-    if request.param == "plaintext":
-        yield ChaosEtcd(etcd.endpoint, client)
-        return
-    processes = {"d1": Role.DRIVER, "d2": Role.DRIVER}
-    processes |= {f"n{i}": Role.AGENT for i in range(5)}
-    pki = create_pki(tmp_path / "tls", processes, dt.datetime.now(dt.UTC))
-    members = member_group(
-        etcd_binary,
-        tmp_path / "etcd",
-        ["m0", "m1", "m2"],
-        free_ports(9),
-        tls=EtcdTls(pki.ca, pki.cert("etcd"), pki.key("etcd")),
-        fast=True,
-    )
-    try:
-        for member in members:
-            member.start(wait=False)
-        for member in members:
-            await asyncio.to_thread(member.wait_healthy)
-        endpoints = ",".join(m.endpoint for m in members)
-        root = EtcdCredentials(pki.material("etcd-root"))
-        async with EtcdClient(endpoints, credentials=root) as setup:
-            await setup.enable_auth(ETCD_USER, None, prefix)
-        product = EtcdCredentials(pki.material("etcd-client"))
-        async with EtcdClient(endpoints, credentials=product) as secure_client:
-            yield ChaosEtcd(endpoints, secure_client, pki)
-    finally:
-        for member in members:
-            member.stop()
 
 
 @pytest.fixture
@@ -289,7 +234,7 @@ async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps
     assert member == "d1"
     spec = await start_rebalance(cluster, client, keys, fence, partitions=24)
 
-    stopped_revision = await client.current_revision()
+    stopped_revision = await client.current_revision(keys.leader_prefix())
     old = drivers.procs["d1"]
     old.proc.send_signal(signal.SIGSTOP)
     try:
@@ -306,7 +251,7 @@ async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps
 
     # etcd's history since the stop: find when the old term's key went, then every value
     # written after that must not carry the old epoch.
-    end = await client.current_revision()
+    end = await client.current_revision(keys.leader_prefix())
     base = keys.prefix.encode() + b"/"
     events = []
     with contextlib.suppress(TimeoutError):
