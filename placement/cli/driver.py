@@ -109,7 +109,8 @@ async def serve_driver(
                     asyncio.create_task(driver.run(), name="driver"), stop.wait()
                 )
             finally:
-                await cancel_and_wait(quorum)
+                with contextlib.suppress(Exception):  # the probe's own failure: shutdown goes on
+                    await cancel_and_wait(quorum)
                 await health_servicer.enter_graceful_shutdown()
                 await server.stop(2.0)
                 await driver.agents.close()

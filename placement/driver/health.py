@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from placement.core.retry import Sleep
-from placement.errors import StoreUnavailable
+from placement.errors import PlacementError
 from placement.metastore.etcd import EtcdClient
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ async def follow_quorum(
         try:
             await client.range(key, limit=1, keys_only=True)
             reached = True
-        except StoreUnavailable as e:
+        except PlacementError as e:  # unreachable, or a credential etcd now refuses
             reached = False
             reason = str(e)
         if reached != serving:

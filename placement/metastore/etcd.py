@@ -199,12 +199,18 @@ def translate(error: BaseException, what: str, *, revision: int = 0) -> Placemen
     return StoreUnavailable(f"{what}: {type(error).__name__}: {error}")
 
 
-def _token_refused(error: BaseException) -> bool:
-    """etcd no longer knows the auth token (it expired, or etcd restarted): authenticate again."""
-    return (
-        isinstance(error, rpc.AioRpcError)
-        and error.code() == rpc.StatusCode.UNAUTHENTICATED
-        and "token" in (error.details() or "")
+#: What etcd says when a token is no longer good: it expired or was lost ("invalid auth
+#: token"), or the users and roles changed since it was issued ("revision of auth store is
+#: old"). Either way: authenticate again.
+_STALE_TOKEN = ("invalid auth token", "auth store is old")
+
+
+def _token_refused(error: BaseException | str) -> bool:
+    """Whether ``error`` (or a watch's cancel reason) says the token is no longer good."""
+    if isinstance(error, str):
+        return any(text in error for text in _STALE_TOKEN)
+    return isinstance(error, rpc.AioRpcError) and any(
+        text in (error.details() or "") for text in _STALE_TOKEN
     )
 
 
@@ -448,9 +454,12 @@ class EtcdClient(AsyncClosing):
             ep = self._channels[index] = _Endpoint(self._targets[index], self.credentials)
         return index, ep
 
-    async def metadata(self, ep: _Endpoint) -> tuple[tuple[str, str], ...]:
-        """The auth token to send with a call (authenticating first when there is none); empty
-        without a user."""
+    async def metadata(
+        self, ep: _Endpoint, index: int | None = None
+    ) -> tuple[tuple[str, str], ...]:
+        """The auth token to send with a call (authenticating first when there is none, at
+        endpoint ``index``: one that does not answer moves the client on); empty without a
+        user."""
         user, password = self.credentials.user, self.credentials.password
         if user is None or password is None:
             return ()
@@ -460,6 +469,8 @@ class EtcdClient(AsyncClosing):
                 try:
                     reply = await ep.auth.Authenticate(request, timeout=self.call_timeout)
                 except rpc.AioRpcError as e:
+                    if _is_unavailable(e) and index is not None:
+                        self._failed(index)
                     raise translate(e, f"authenticate as etcd user {user!r}") from e
                 self._token = str(reply.token)
             return (("token", self._token),)
@@ -467,7 +478,7 @@ class EtcdClient(AsyncClosing):
     def forget_token(self, error: BaseException | str) -> bool:
         """Drops the token when ``error`` (or a watch's cancel reason) says etcd no longer
         knows it; whether it did. The next call authenticates again."""
-        refused = "invalid auth token" in error if isinstance(error, str) else _token_refused(error)
+        refused = _token_refused(error)
         if refused:
             self._token = None
         return refused
@@ -502,8 +513,15 @@ class EtcdClient(AsyncClosing):
         while True:
             index, ep = self._endpoint()
             try:
+                token = await self.metadata(ep, index)
+            except StoreUnavailable:
+                attempt += 1
+                if attempt < attempts:
+                    continue  # the next endpoint
+                raise
+            try:
                 return await getattr(getattr(ep, stub), method)(
-                    request, timeout=self.call_timeout, metadata=await self.metadata(ep)
+                    request, timeout=self.call_timeout, metadata=token
                 )
             except rpc.AioRpcError as e:
                 # A refused token was refused before the request ran: once more, re-authenticated.
@@ -814,7 +832,7 @@ class Lease(Losable):
             except StoreUnavailable:
                 return  # the client is closed
             try:
-                call = ep.lease.LeaseKeepAlive(metadata=await self._client.metadata(ep))
+                call = ep.lease.LeaseKeepAlive(metadata=await self._client.metadata(ep, index))
             except CredentialError as e:
                 self._mark_lost(str(e))
                 return
@@ -917,7 +935,7 @@ class Watch(AsyncClosing):
     async def _open(self) -> None:
         index, ep = self._client._endpoint()
         self._call_index = index
-        token = await self._client.metadata(ep)
+        token = await self._client.metadata(ep, index)
         self._call = ep.watch.Watch(metadata=(("hasleader", "true"), *token))
         create = rpc.WatchCreateRequest(
             key=self._key,

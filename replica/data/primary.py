@@ -509,7 +509,12 @@ class Primary:
         kept, they would block the partition for good; as learners they copy a snapshot and
         rejoin. Nothing acknowledged is lost (this primary holds it all); writes wait below the
         minimum (design/data-plane.md)."""
-        hopeless = {m: why for m, why in failed.items() if why.startswith(NEEDS_SNAPSHOT)}
+        hopeless = {
+            m: why
+            for m, why in failed.items()
+            # a log end of 0 may be a follower's storage error, not its log: not hopeless
+            if why.startswith(NEEDS_SNAPSHOT) and self.members.get(m, 0) > 0
+        }
         if not hopeless:
             return
         await self._set_isr(frozenset(self.members) - hopeless.keys() | {self._deps.node})

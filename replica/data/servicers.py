@@ -142,6 +142,18 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
         )
 
 
+async def _speaks_for_itself(context: Context, node: str, field: str) -> None:
+    """Over TLS a node speaks only for itself: ``node`` (a replication request's sender, or a
+    learner fetching to join the in-sync set) must be the name in the caller's certificate;
+    else PERMISSION_DENIED naming ``field``."""
+    who = caller_identity(context)
+    if who is not None and who.name != node:
+        await context.abort(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"{field} {node!r} is not the caller: its certificate names {who.name!r}",
+        )
+
+
 class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
     def __init__(self, plane: DataPlane) -> None:
         self._plane = plane
@@ -160,14 +172,7 @@ class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
                     raise InvalidInput(f"appends[{i}].partition.{e.field}", e.problem, e.fix) from e
         except PlacementError as e:
             await abort(context, e, STATUS_OF)
-        who = caller_identity(context)
-        if who is not None and who.name != request.from_node:
-            # Over TLS a node speaks only for itself: the name is its certificate's.
-            await context.abort(
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"from_node {request.from_node!r} is not the caller: its certificate names "
-                f"{who.name!r}",
-            )
+        await _speaks_for_itself(context, request.from_node, "from_node")
         replies = await self._plane.append_many(
             [append_call_from_pb(append) for append in request.appends], request.from_node
         )
@@ -176,6 +181,7 @@ class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
     async def Fetch(
         self, request: data_pb2.FetchRequest, context: Context
     ) -> data_pb2.FetchResponse:
+        await _speaks_for_itself(context, request.node, "node")
         try:
             reply = await _call(
                 context,

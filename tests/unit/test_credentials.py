@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from placement.errors import CredentialError, InvalidInput, StoreUnavailable
-from placement.metastore.etcd import translate
+from placement.metastore.etcd import EtcdClient, translate
 from placement.security.credentials import (
     PASSWORD_ENV,
     EtcdCredentials,
@@ -145,6 +145,26 @@ def test_etcd_errors_tell_a_refused_credential_from_an_outage(
 ) -> None:
     error = translate(_rpc_error(code, details), "range")
     assert type(error) is kind, error
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "stale"),
+    [
+        (grpc.StatusCode.UNAUTHENTICATED, "etcdserver: invalid auth token", True),
+        (grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: revision of auth store is old", True),
+        (grpc.StatusCode.PERMISSION_DENIED, "etcdserver: permission denied", False),
+        (grpc.StatusCode.UNAVAILABLE, "Connection refused", False),
+    ],
+)
+def test_a_stale_token_is_forgotten_so_the_call_authenticates_again(
+    code: grpc.StatusCode, details: str, stale: bool
+) -> None:
+    """Expired or lost, or issued before the users and roles changed: authenticate again."""
+    client = EtcdClient(["127.0.0.1:1"], credentials=EtcdCredentials(user="u", password="p"))
+    client._token = "t"
+    assert client.forget_token(_rpc_error(code, details)) is stale
+    assert client.forget_token(f"rpc error: {details}") is stale
+    assert (client._token is None) is stale
 
 
 def test_handshake_refused_is_about_certificates_not_reachability() -> None:
