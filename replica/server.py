@@ -109,7 +109,9 @@ async def start_agent(
     db = StoreThread(store)
     plane: DataPlane | None = None
     if etcd_client is not None and keys is not None:
-        plane = DataPlane(node, db, etcd_client, keys, config=data_config, tls=tls)
+        plane = DataPlane(
+            node, db, etcd_client, keys, config=data_config, tls=tls, on_fatal=on_fatal
+        )
         catch_up = catch_up if catch_up is not None else plane.catch_up
     agent = ReplicaAgent(
         node,

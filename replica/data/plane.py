@@ -117,8 +117,12 @@ class DataPlane:
         clock: Clock = time.time,
         put_owned: PutOwned | None = None,
         tls: TlsMaterial | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.node = node
+        #: Told when the agent's view of etcd stops for good (a watch that failed, e.g. on a
+        #: credential etcd now refuses): serving on a frozen view would be wrong.
+        self.on_fatal = on_fatal
         self.db = db
         self.data = db.store.data
         self.client = client
@@ -236,6 +240,16 @@ class DataPlane:
         await self.peers.close()
 
     async def _follow_watch(self, i: int, watch: ListWatch) -> None:
+        try:
+            await self._follow(i, watch)
+        except PlacementError as e:
+            if self._closed:
+                return
+            log.error("the agent's view of etcd stopped: %s", e)
+            if self.on_fatal is not None:
+                self.on_fatal(e)
+
+    async def _follow(self, i: int, watch: ListWatch) -> None:
         snapshot = watch.snapshot()
         while not self._closed:
             snapshot = await watch.wait_newer(snapshot)
