@@ -33,6 +33,7 @@ from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.security.credentials import EtcdCredentials
 from placement.security.pki import Role
+from placement.security.tls import TlsMaterial
 
 #: The tests' etcd: one member with the short raft timings of tests that kill leaders.
 EtcdServer = EtcdMember
@@ -131,6 +132,12 @@ class ChaosEtcd:
     endpoints: str
     client: EtcdClient
     pki: LocalPki | None = None
+    #: What the product presents to etcd (secure: the ``etcd-client`` certificate).
+    credentials: EtcdCredentials | None = None
+
+    def tls(self, name: str) -> TlsMaterial | None:
+        """The TLS material of process or role ``name`` (None in plaintext)."""
+        return self.pki.material(name) if self.pki is not None else None
 
 
 @pytest.fixture(params=["plaintext", "secure-3-members"])
@@ -167,7 +174,7 @@ async def chaos_etcd(
             await setup.enable_auth(ETCD_USER, None, prefix)
         product = EtcdCredentials(pki.material("etcd-client"))
         async with EtcdClient(endpoints, credentials=product) as secure_client:
-            yield ChaosEtcd(endpoints, secure_client, pki)
+            yield ChaosEtcd(endpoints, secure_client, pki, product)
     finally:
         for member in members:
             member.stop()

@@ -116,7 +116,7 @@ class ChaosAgents(Agents):
 
 
 @pytest.fixture
-async def chaos_agents(
+async def agents(
     chaos_etcd: ChaosEtcd, tmp_path: Path, keys: KeySpace
 ) -> AsyncIterator[ChaosAgents]:
     """Agents on ``chaos_etcd``: plaintext, or secure (their certificates, the product's etcd
@@ -129,18 +129,11 @@ async def chaos_agents(
 
 
 @pytest.fixture
-async def agents(etcd: object, tmp_path: Path, keys: KeySpace) -> AsyncIterator[ChaosAgents]:
-    a = ChaosAgents(tmp_path, etcd.endpoint, keys)  # type: ignore[attr-defined]
-    try:
-        yield a
-    finally:
-        await a.close()
-
-
-@pytest.fixture
-async def slow_agents(etcd: object, tmp_path: Path, keys: KeySpace) -> AsyncIterator[ChaosAgents]:
+async def slow_agents(
+    chaos_etcd: ChaosEtcd, tmp_path: Path, keys: KeySpace
+) -> AsyncIterator[ChaosAgents]:
     """Catch-up throttled to 1 MB/s, in 256 KiB pages."""
-    a = ChaosAgents(tmp_path, etcd.endpoint, keys, 1e6, 256 << 10)  # type: ignore[attr-defined]
+    a = ChaosAgents(tmp_path, chaos_etcd.endpoints, keys, 1e6, 256 << 10, pki=chaos_etcd.pki)
     try:
         yield a
     finally:
@@ -152,15 +145,6 @@ async def chaos_drivers(
     chaos_etcd: ChaosEtcd, tmp_path: Path, prefix: str
 ) -> AsyncIterator[Drivers]:
     ds = Drivers(tmp_path, chaos_etcd.endpoints, prefix, {}, chaos_etcd.pki)
-    try:
-        yield ds
-    finally:
-        await ds.close()
-
-
-@pytest.fixture
-async def drivers(etcd: object, tmp_path: Path, prefix: str) -> AsyncIterator[Drivers]:
-    ds = Drivers(tmp_path, etcd.endpoint, prefix, {})  # type: ignore[attr-defined]
     try:
         yield ds
     finally:
@@ -274,13 +258,11 @@ class Writer:
 
 async def test_chaos_under_writes_loses_no_acknowledged_write(
     chaos_etcd: ChaosEtcd,
-    chaos_agents: ChaosAgents,
+    agents: ChaosAgents,
     chaos_drivers: Drivers,
     keys: KeySpace,
 ) -> None:
-    """Runs twice: plaintext on the session etcd, and secure on a three-member etcd with TLS
-    and auth on (``test_driver_chaos.chaos_etcd``)."""
-    agents, drivers, client = chaos_agents, chaos_drivers, chaos_etcd.client
+    drivers, client = chaos_drivers, chaos_etcd.client
     zone, partitions = "kv", 4
     for n in ("n1", "n2", "n3", "n4", "n5"):
         await agents.start(n)
@@ -443,13 +425,19 @@ async def test_chaos_under_writes_loses_no_acknowledged_write(
 
 
 async def test_writes_to_a_sigstopped_primary_are_never_acknowledged_nor_kept(
-    etcd: object, agents: ChaosAgents, client: EtcdClient, keys: KeySpace
+    chaos_etcd: ChaosEtcd, agents: ChaosAgents, keys: KeySpace
 ) -> None:
+    client = chaos_etcd.client
     zone, partitions = "kv", 2
     for n in ("n1", "n2", "n3"):
         await agents.start(n)
-    endpoint = etcd.endpoint  # type: ignore[attr-defined]
-    async with running_driver(endpoint, keys, leases=LEASES) as driver:
+    async with running_driver(
+        chaos_etcd.endpoints,
+        keys,
+        leases=LEASES,
+        credentials=chaos_etcd.credentials,
+        tls=chaos_etcd.tls("d1"),
+    ) as driver:
         store = Metastore(client, keys)
         spec = ZoneSpec(zone, partitions=partitions, replicas=3)
         assert (await store.create_zone(spec, await leader_fence(driver))).applied
@@ -590,13 +578,18 @@ async def grow_to_new_node(
 
 
 async def test_a_replica_sigkilled_mid_catch_up_resumes_and_ends_identical(
-    etcd: object, slow_agents: ChaosAgents, client: EtcdClient, keys: KeySpace
+    chaos_etcd: ChaosEtcd, slow_agents: ChaosAgents, keys: KeySpace
 ) -> None:
-    agents = slow_agents
+    agents, client = slow_agents, chaos_etcd.client
     for n in ("n1", "n2"):
         await agents.start(n)
-    endpoint = etcd.endpoint  # type: ignore[attr-defined]
-    async with running_driver(endpoint, keys, leases=LEASES) as driver:
+    async with running_driver(
+        chaos_etcd.endpoints,
+        keys,
+        leases=LEASES,
+        credentials=chaos_etcd.credentials,
+        tls=chaos_etcd.tls("d1"),
+    ) as driver:
         store = Metastore(client, keys)
         fence = await leader_fence(driver)
         spec, acked = await grow_to_new_node(agents, client, keys, store, fence)
@@ -625,13 +618,18 @@ async def test_a_replica_sigkilled_mid_catch_up_resumes_and_ends_identical(
 
 
 async def test_a_cancelled_rebalance_leaves_no_copy(
-    etcd: object, slow_agents: ChaosAgents, client: EtcdClient, keys: KeySpace
+    chaos_etcd: ChaosEtcd, slow_agents: ChaosAgents, keys: KeySpace
 ) -> None:
-    agents = slow_agents
+    agents, client = slow_agents, chaos_etcd.client
     for n in ("n1", "n2"):
         await agents.start(n)
-    endpoint = etcd.endpoint  # type: ignore[attr-defined]
-    async with running_driver(endpoint, keys, leases=LEASES) as driver:
+    async with running_driver(
+        chaos_etcd.endpoints,
+        keys,
+        leases=LEASES,
+        credentials=chaos_etcd.credentials,
+        tls=chaos_etcd.tls("d1"),
+    ) as driver:
         store = Metastore(client, keys)
         fence = await leader_fence(driver)
         _, acked = await grow_to_new_node(agents, client, keys, store, fence)

@@ -46,6 +46,8 @@ from placement.metastore.kv import EventKind, TxnResult
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome
 from placement.metastore.txn import Compare, Op, Put
+from placement.security.credentials import EtcdCredentials
+from placement.security.tls import TlsMaterial
 from replica.records import AgentStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,13 +212,17 @@ async def running_driver(
     keys: KeySpace,
     member: str = "d1",
     api: str = "127.0.0.1:1",
+    credentials: EtcdCredentials | None = None,
+    tls: TlsMaterial | None = None,
     **options: object,
 ) -> AsyncIterator[Driver]:
+    """An in-process driver on ``endpoint`` (comma-separated members), presenting
+    ``credentials`` to etcd and ``tls`` to the agents when given."""
     handler = _Tracebacks()
     logging.getLogger("placement").addHandler(handler)
-    async with EtcdClient([endpoint]) as own:
+    async with EtcdClient(endpoint.split(","), credentials=credentials) as own:
         config = DriverConfig(member_id=member, api_address=api, lease_ttl=3, **options)  # type: ignore[arg-type]
-        driver = Driver(own, keys, config)
+        driver = Driver(own, keys, config, tls=tls)
         task = asyncio.create_task(driver.run())
         try:
             yield driver
