@@ -24,6 +24,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,7 @@ from test_driver_chaos import Drivers, wait_leader
 
 from placement.core.model import ZoneSpec
 from placement.data.partitioning import partition_of
+from placement.driver.loop import Driver
 from placement.local.certs import LocalPki
 from placement.metastore.codec import PrimaryLease, decode_primary
 from placement.metastore.etcd import EtcdClient
@@ -149,6 +151,18 @@ async def chaos_drivers(
         yield ds
     finally:
         await ds.close()
+
+
+def _driver(chaos_etcd: ChaosEtcd, keys: KeySpace) -> AbstractAsyncContextManager[Driver]:
+    """The in-process driver on ``chaos_etcd`` (its etcd credentials and ``d1``'s certificate
+    when secure), with the tests' short primary leases."""
+    return running_driver(
+        chaos_etcd.endpoints,
+        keys,
+        leases=LEASES,
+        credentials=chaos_etcd.credentials,
+        tls=chaos_etcd.tls("d1"),
+    )
 
 
 def ref(zone: str, p: int) -> common_pb2.PartitionRef:
@@ -431,13 +445,7 @@ async def test_writes_to_a_sigstopped_primary_are_never_acknowledged_nor_kept(
     zone, partitions = "kv", 2
     for n in ("n1", "n2", "n3"):
         await agents.start(n)
-    async with running_driver(
-        chaos_etcd.endpoints,
-        keys,
-        leases=LEASES,
-        credentials=chaos_etcd.credentials,
-        tls=chaos_etcd.tls("d1"),
-    ) as driver:
+    async with _driver(chaos_etcd, keys) as driver:
         store = Metastore(client, keys)
         spec = ZoneSpec(zone, partitions=partitions, replicas=3)
         assert (await store.create_zone(spec, await leader_fence(driver))).applied
@@ -583,13 +591,7 @@ async def test_a_replica_sigkilled_mid_catch_up_resumes_and_ends_identical(
     agents, client = slow_agents, chaos_etcd.client
     for n in ("n1", "n2"):
         await agents.start(n)
-    async with running_driver(
-        chaos_etcd.endpoints,
-        keys,
-        leases=LEASES,
-        credentials=chaos_etcd.credentials,
-        tls=chaos_etcd.tls("d1"),
-    ) as driver:
+    async with _driver(chaos_etcd, keys) as driver:
         store = Metastore(client, keys)
         fence = await leader_fence(driver)
         spec, acked = await grow_to_new_node(agents, client, keys, store, fence)
@@ -623,13 +625,7 @@ async def test_a_cancelled_rebalance_leaves_no_copy(
     agents, client = slow_agents, chaos_etcd.client
     for n in ("n1", "n2"):
         await agents.start(n)
-    async with running_driver(
-        chaos_etcd.endpoints,
-        keys,
-        leases=LEASES,
-        credentials=chaos_etcd.credentials,
-        tls=chaos_etcd.tls("d1"),
-    ) as driver:
+    async with _driver(chaos_etcd, keys) as driver:
         store = Metastore(client, keys)
         fence = await leader_fence(driver)
         _, acked = await grow_to_new_node(agents, client, keys, store, fence)
