@@ -408,13 +408,7 @@ async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Clu
     assert await _replica_state(address, data_cluster) == before
     # Had the huge epoch been applied, partition 0's replica on that node would fence its primary
     # out (STALE_EPOCH) and no write of partition 0 could be acknowledged any more.
-    keys = (f"fence-{i}".encode() for i in range(999))
-    key = next(k for k in keys if partition_of(k, PARTITIONS) == 0)
-    async with DataClient(
-        data_cluster.driver_apis, tls=data_cluster.tls("client"), deadline=20.0
-    ) as client:
-        await client.put(ZONE, key, b"still written")
-        assert await client.get(ZONE, key) == b"still written"
+    await _partition_0_still_written(data_cluster, "fence")
 
 
 async def test_an_append_its_sender_does_not_hold_the_lease_for_is_refused(
@@ -466,14 +460,17 @@ async def test_an_append_its_sender_does_not_hold_the_lease_for_is_refused(
             await stub.Replicate(append(holder, holder, 1 << 40), timeout=10)
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, caught.value
     assert await _replica_state(address, data_cluster) == before
-    keys = (f"proof-{i}".encode() for i in range(999))
+    await _partition_0_still_written(data_cluster, "proof")
+    assert (await _replica_state(address, data_cluster))[0] > last
+
+
+async def _partition_0_still_written(cluster: Cluster, prefix: str) -> None:
+    """Partition 0's real primary still acknowledges a write (and reads it back)."""
+    keys = (f"{prefix}-{i}".encode() for i in range(999))
     key = next(k for k in keys if partition_of(k, PARTITIONS) == 0)
-    async with DataClient(
-        data_cluster.driver_apis, tls=data_cluster.tls("client"), deadline=20.0
-    ) as client:
+    async with DataClient(cluster.driver_apis, tls=cluster.tls("client"), deadline=20.0) as client:
         await client.put(ZONE, key, b"still written")
         assert await client.get(ZONE, key) == b"still written"
-    assert (await _replica_state(address, data_cluster))[0] > last
 
 
 async def _settled_replica_state(address: str, cluster: Cluster) -> tuple[int, int]:
