@@ -31,6 +31,7 @@ import grpc
 
 from placement.errors import InvalidInput, PlacementError
 from placement.security.pki import Identity, Role, identity_of
+from placement.security.probe import Prober
 from placement.security.roles import denial, is_open
 from placement.security.tls import TlsMaterial
 
@@ -104,6 +105,13 @@ class ChannelPool:
         self.profile = profile
         self.tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._prober = Prober(tls)
+
+    async def refusal(self, address: str, details: str) -> str | None:
+        """After a call to ``address`` failed with ``details``: why that server refuses this
+        process's certificate (gRPC reports it only as a closed socket), or None. Each address
+        is probed at most every 30 s (:mod:`placement.security.probe`)."""
+        return await self._prober.refusal(address, details)
 
     def get(self, address: str) -> grpc.aio.Channel:
         found = self._channels.get(address)

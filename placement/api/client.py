@@ -91,17 +91,6 @@ class PlacementClient(AsyncClosing):
     def _stub(self, endpoint: str) -> Stub:
         return driver_pb2_grpc.PlacementServiceStub(self._channels.get(endpoint))
 
-    def _closed_hint(self, last: ApiError) -> str:
-        """A server that refuses the TLS handshake only closes the socket: say what it can mean."""
-        if "socket closed" not in last.detail.lower():
-            return ""
-        if self._channels.tls is None:
-            return "; if the drivers serve TLS, pass --cacert, --cert and --key"
-        return (
-            "; the drivers may have refused this certificate (--cert): is it signed by their "
-            "CA and not expired?"
-        )
-
     async def call(self, method: Callable[[Stub, float], Awaitable[T]]) -> T:
         """Run ``method(stub, timeout)``, failing over between endpoints while unavailable."""
         loop = asyncio.get_running_loop()
@@ -123,6 +112,9 @@ class PlacementClient(AsyncClosing):
                         ) from e
                     if e.code() not in RETRYABLE:
                         raise last from e
+                    why = await self._channels.refusal(endpoint, last.detail)
+                    if why is not None:
+                        raise CredentialError(why) from e
                     self._active = (self._active + 1) % len(self.endpoints)
             delay = backoff.next()
             if loop.time() + delay >= give_up:
@@ -130,6 +122,6 @@ class PlacementClient(AsyncClosing):
                 raise ApiError(
                     last.code,
                     f"no placement driver answered at {','.join(self.endpoints)} "
-                    f"({last.detail or last.code.name.lower()}){self._closed_hint(last)}",
+                    f"({last.detail or last.code.name.lower()})",
                 )
             await self._sleep(delay)

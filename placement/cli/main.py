@@ -18,6 +18,7 @@ import click
 
 from placement.cli.common import LazyGroup, fail
 from placement.errors import PlacementError
+from placement.grpc_env import quiet_grpc_core
 from placement.security.flags import tls_flags
 from placement.security.tls import TlsMaterial
 
@@ -61,6 +62,7 @@ def cli(ctx: click.Context, endpoint: str, tls: TlsMaterial | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: domain errors become one line and exit code 2."""
+    quiet_grpc_core()  # before a command imports grpc
     try:
         cli.main(args=argv, prog_name="placectl", standalone_mode=False)
     except click.exceptions.Abort:

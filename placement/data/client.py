@@ -398,6 +398,11 @@ class Connector(Protocol):
 
     def replication(self, address: str) -> ReplicationStub: ...
 
+    async def refusal(self, address: str, detail: str) -> str | None:
+        """After a call to ``address`` failed with ``detail``: why the agent refuses this
+        client's certificate, or None (an outage, or not a TLS matter)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -412,6 +417,9 @@ class GrpcConnector:
 
     def replication(self, address: str) -> ReplicationStub:
         return data_pb2_grpc.ReplicationServiceStub(self._pool.get(address))
+
+    async def refusal(self, address: str, detail: str) -> str | None:
+        return await self._pool.refusal(address, detail)
 
     async def close(self) -> None:
         await self._pool.close()
@@ -631,6 +639,10 @@ class DataClient(AsyncClosing):
                         )
                     except grpc.aio.AioRpcError as e:
                         code, detail, x_primary, x_layout, x_retry = _rpc_failure(e)
+                        if code == grpc.StatusCode.UNAVAILABLE:
+                            why = await self._connector.refusal(address, detail)
+                            if why is not None:
+                                raise CredentialError(f"{op} {zone}: {why}") from e
                     action = decide(
                         code,
                         detail,

@@ -10,6 +10,7 @@ noticed; a capped reconnect backoff), and a deadline on every call. Transport fa
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,8 @@ from placement.errors import PlacementError
 from placement.rpc import AGENT_PROFILE, ChannelPool
 from placement.security.tls import TlsMaterial
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 
 class AgentUnavailable(PlacementError):
@@ -54,7 +57,7 @@ class AgentClient:
         try:
             response = await getattr(self._stub(address), method)(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as e:
-            raise _unavailable(address, method, e) from e
+            raise await self._unavailable(address, method, e) from e
         return AgentAnswer(
             outcomes.Name(response.outcome),
             response.accepted_revision,
@@ -113,12 +116,21 @@ class AgentClient:
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 return False
-            raise _unavailable(address, "GetPartitionState", e) from e
+            raise await self._unavailable(address, "GetPartitionState", e) from e
         return response.hosted
 
-
-def _unavailable(address: str, method: str, error: grpc.aio.AioRpcError) -> AgentUnavailable:
-    return AgentUnavailable(f"{address}: {method}: {error.code().name} {error.details()}")
+    async def _unavailable(
+        self, address: str, method: str, error: grpc.aio.AioRpcError
+    ) -> AgentUnavailable:
+        """The error to retry later; when the agent refuses the driver's certificate (gRPC
+        shows only a closed socket) it says so, naming the flag to fix, and is logged as an
+        error. The driver keeps running: one misconfigured agent must not stop the control
+        plane (design/deployment.md, "Credential errors")."""
+        why = await self._channels.refusal(address, error.details() or "")
+        if why is not None:
+            log.error("agent %s: %s", address, why)
+            return AgentUnavailable(f"{address}: {method}: {why}")
+        return AgentUnavailable(f"{address}: {method}: {error.code().name} {error.details()}")
 
 
 # (method, request message, outcome enum) of a move and of its cancellation

@@ -73,7 +73,12 @@ from placement.metastore.txn import (
     checked_operand,
 )
 from placement.rpc import ChannelProfile, channel
-from placement.security.credentials import EtcdCredentials, handshake_refused
+from placement.security.credentials import (
+    ETCD_TLS_OPTIONS,
+    EtcdCredentials,
+    handshake_refused,
+)
+from placement.security.probe import Prober
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +114,8 @@ def _unavailable(details: str, what: str, revision: int) -> PlacementError:
             "(the CA that signed etcd's certificate), --etcd-cert and --etcd-key, and that "
             "etcd serves TLS"
         )
-    hint = ""
-    if "socket closed" in details.lower():
-        hint = (
-            "; if etcd serves TLS it closes connections without a certificate it trusts: "
-            "check --etcd-cacert, --etcd-cert and --etcd-key"
-        )
     return StoreUnavailable(
-        f"{what}: etcd unavailable ({details}); the outcome of a write is unknown{hint}"
+        f"{what}: etcd unavailable ({details}); the outcome of a write is unknown"
     )
 
 
@@ -423,6 +422,7 @@ class EtcdClient(AsyncClosing):
         self._closed = False
         self._leases: set[Lease] = set()
         self._watches: set[Watch] = set()
+        self._prober = Prober(self.credentials.tls, ETCD_TLS_OPTIONS)
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -471,7 +471,8 @@ class EtcdClient(AsyncClosing):
                 except rpc.AioRpcError as e:
                     if _is_unavailable(e) and index is not None:
                         self._failed(index)
-                    raise translate(e, f"authenticate as etcd user {user!r}") from e
+                    what = f"authenticate as etcd user {user!r}"
+                    raise await self._translated(e, what, index) from e
                 self._token = str(reply.token)
             return (("token", self._token),)
 
@@ -533,7 +534,19 @@ class EtcdClient(AsyncClosing):
                     self._failed(index)
                     if attempt < attempts:
                         continue
-                raise translate(e, what, revision=revision) from e
+                raise await self._translated(e, what, index, revision) from e
+
+    async def _translated(
+        self, error: rpc.AioRpcError, what: str, index: int | None, revision: int = 0
+    ) -> PlacementError:
+        """:func:`translate`, except that a closed connection — which is all gRPC reports when
+        etcd refuses our client certificate, or serves TLS to a plaintext client — is probed
+        (:mod:`placement.security.probe`): a refusal is a CredentialError."""
+        if index is not None and _is_unavailable(error):
+            why = await self._prober.refusal(self._targets[index], error.details() or "")
+            if why is not None:
+                return CredentialError(f"{what}: {why}")
+        return translate(error, what, revision=revision)
 
     async def check_access(self, prefix: str) -> None:
         """One read of the keys under ``prefix/``, at start-up: a refused credential (TLS, user

@@ -17,6 +17,8 @@ from placement.security.tls import TlsMaterial
 
 #: The environment variable an etcd password may come from.
 PASSWORD_ENV = "PLACEMENT_ETCD_PASSWORD"
+#: The flags naming the etcd client's TLS files: CA, certificate, key.
+ETCD_TLS_OPTIONS = ("--etcd-cacert", "--etcd-cert", "--etcd-key")
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,12 @@ from typing import Any, TypeVar
 import click
 
 from placement.errors import InvalidInput
-from placement.security.credentials import PASSWORD_ENV, EtcdCredentials, read_password
+from placement.security.credentials import (
+    ETCD_TLS_OPTIONS,
+    PASSWORD_ENV,
+    EtcdCredentials,
+    read_password,
+)
 from placement.security.tls import TlsMaterial, load_tls
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -94,7 +99,7 @@ def tls_flags(envvar_prefix: str | None = None) -> Callable[[F], F]:
 def etcd_flags(f: F) -> F:
     """``--etcd-cacert --etcd-cert --etcd-key --etcd-user --etcd-password-file`` → the
     command's ``etcd_credentials`` argument (the password may come from ``PASSWORD_ENV``)."""
-    names = ("--etcd-cacert", "--etcd-cert", "--etcd-key")
+    names = ETCD_TLS_OPTIONS
 
     @functools.wraps(f)
     def wrapper(

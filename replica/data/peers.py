@@ -89,6 +89,7 @@ class PairLink:
         clock: Clock = time.monotonic,
     ) -> None:
         self.me, self.peer, self.address = me, peer, address
+        self._pool = pool
         self._stub: Any = data_pb2_grpc.ReplicationServiceStub(pool.get(address))
         self._config = config
         self._on_down = on_down
@@ -181,6 +182,14 @@ class PairLink:
             self._queue.clear()
             self._on_down(self.peer)
 
+    async def _explain_refusal(self, error: grpc.aio.AioRpcError) -> None:
+        """A peer that refuses this agent's certificate shows only as a closed socket: say so,
+        naming the flag to fix (at most every 30 s). The link still counts the peer as down —
+        one misconfigured peer must not stop this agent."""
+        why = await self._pool.refusal(self.address, error.details() or "")
+        if why is not None:
+            log.error("replication to %s: %s", self.peer, why)
+
     async def _send(self, batch: list[_Pending]) -> None:
         now = self._clock()
         timeout = max((p.deadline for p in batch), default=now + self._config.down_after) - now
@@ -193,6 +202,8 @@ class PairLink:
             error = PeerUnreachable(
                 f"{e.code()}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else "closed"
             )
+            if isinstance(e, grpc.aio.AioRpcError):
+                await self._explain_refusal(e)
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(error)

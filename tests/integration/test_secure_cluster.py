@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,14 +22,16 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rich.console import Console
 
-from placement.data.client import DataClient
+from placement.data.client import DataClient, DriverRoutes, GrpcConnector
 from placement.data.partitioning import partition_of
+from placement.errors import CredentialError
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.metastore.kv import KeyValue
 from placement.rpc import DATA_PROFILE, channel
-from placement.security.pki import Pair, Role, issue, issue_ca
+from placement.security.pki import Pair, Role, issue, issue_ca, write_pair
+from placement.security.probe import refusal, worth_probing
 from placement.security.tls import TlsMaterial
 from placement.v1 import (
     common_pb2,
@@ -129,6 +136,76 @@ async def test_every_server_refuses_plaintext_another_ca_and_an_expired_certific
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await _health(address, tls)
             assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, (address, kind)
+            # gRPC says only "Socket closed"; the probe names the credential to fix
+            assert worth_probing(caught.value.details() or ""), caught.value.details()
+            why = await refusal(address, tls)
+            assert why is not None, (address, kind)
+            assert REFUSAL_WORDS[kind] in why, (address, kind, why)
+        assert await refusal(address, secure.tls("reader")) is None
+
+
+#: What the probe says about each refused kind of :func:`_refused_kinds`.
+REFUSAL_WORDS = {
+    "plaintext": "serves TLS: pass --cacert, --cert and --key",
+    "another CA": "--cert was not signed by the CA",
+    "expired": "--cert expired on",
+}
+
+
+def _placectl(cluster: Cluster, tls: TlsMaterial | None, tmp: Path, *argv: str) -> Any:
+    """``placectl ARGV`` against the cluster's drivers, presenting ``tls`` (files in ``tmp``)."""
+    flags = ["--endpoint", ",".join(cluster.driver_apis)]
+    if tls is not None:
+        (tmp / "ca.crt").write_bytes(tls.ca)
+        cert, key = write_pair(tmp, "me", Pair(tls.cert, tls.key))
+        flags += ["--cacert", str(tmp / "ca.crt"), "--cert", str(cert), "--key", str(key)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLACECTL_")}
+    return subprocess.run(
+        [sys.executable, "-m", "placement", *flags, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize("kind", ["plaintext", "another CA", "expired"])
+def test_placectl_with_a_refused_certificate_ends_at_once_naming_it(
+    secure: Cluster, tmp_path: Path, kind: str
+) -> None:
+    tls = _refused_kinds(secure)[kind]
+    for argv in (["zone", "list"], ["data", "put", ZONE, "k", "v"]):
+        began = time.monotonic()
+        result = _placectl(secure, tls, tmp_path, *argv)
+        took = time.monotonic() - began
+        assert result.returncode == 2, result
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1, result.stderr
+        assert REFUSAL_WORDS[kind] in lines[0], lines[0]
+        assert took < 4.5, f"{argv}: retried for {took:.1f} s like an outage"
+    ok = _placectl(secure, secure.tls("reader"), tmp_path, "zone", "list")
+    assert ok.returncode == 0, ok
+    assert ZONE in ok.stdout, ok
+
+
+async def test_a_data_client_whose_certificate_an_agent_refuses_fails_at_once(
+    secure: Cluster,
+) -> None:
+    """Routes read with a good certificate, the agents called with an expired one: the put ends
+    with a CredentialError naming ``--cert`` at once instead of retrying until its deadline."""
+    expired = _refused_kinds(secure)["expired"]
+    routes = DriverRoutes(secure.driver_apis, tls=secure.tls("client"))
+    client = DataClient(
+        secure.driver_apis, deadline=30.0, route_source=routes, connector=GrpcConnector(expired)
+    )
+    async with client:
+        began = time.monotonic()
+        with pytest.raises(CredentialError, match="--cert expired on"):
+            await client.put(ZONE, b"never-written", b"x")
+        assert time.monotonic() - began < 5.0, "retried like an outage"
+    async with DataClient(secure.driver_apis, tls=secure.tls("client")) as good:
+        assert await good.get(ZONE, b"never-written") is None
 
 
 async def _denied(call: Any, needs: str) -> None:

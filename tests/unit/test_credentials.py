@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from placement.errors import CredentialError, InvalidInput, StoreUnavailable
 from placement.metastore.etcd import EtcdClient, translate
+from placement.security import probe
 from placement.security.credentials import (
     PASSWORD_ENV,
     EtcdCredentials,
@@ -23,7 +24,9 @@ from placement.security.credentials import (
     read_password,
 )
 from placement.security.flags import etcd_flags, optional_tls, tls_flags
-from placement.security.pki import Role, issue, issue_ca, require_identity, write_pair
+from placement.security.pki import Pair, Role, issue, issue_ca, require_identity, write_pair
+from placement.security.probe import Prober, certificate_problem, worth_probing
+from placement.security.tls import TlsMaterial
 
 NOW = dt.datetime.now(dt.UTC)
 CA = issue_ca("ca", NOW)
@@ -186,3 +189,49 @@ def test_a_process_certificate_must_carry_its_role_and_name() -> None:
     no_role = issue(CA, "etcd", None, NOW)
     with pytest.raises(InvalidInput, match="names no role"):
         require_identity(no_role.cert, Role.DRIVER)
+
+
+def test_a_closed_socket_is_worth_probing_an_unreachable_peer_is_not() -> None:
+    assert worth_probing("failed to connect to all addresses; last error: ...: Socket closed")
+    assert worth_probing("Unwrap failed (TSI_DATA_CORRUPTED)")
+    assert not worth_probing("Failed to connect to remote host: Connection refused")
+    assert not worth_probing("Deadline Exceeded")
+
+
+def test_the_probe_names_what_is_wrong_with_our_own_certificate() -> None:
+    def material(pair: Pair, ca: Pair = CA) -> TlsMaterial:
+        return TlsMaterial(ca.cert, pair.cert, pair.key)
+
+    old = NOW - dt.timedelta(days=30)
+    expired = issue(CA, "admin", Role.ADMIN, old, days=1, not_before=old)
+    assert "--cert expired on" in certificate_problem(material(expired), NOW, "--cert")
+    later = NOW + dt.timedelta(days=2)
+    early = issue(CA, "admin", Role.ADMIN, later, not_before=later)
+    assert "valid only from" in certificate_problem(material(early), NOW, "--etcd-cert")
+    theirs = issue(issue_ca("theirs", NOW), "admin", Role.ADMIN, NOW)
+    problem = certificate_problem(material(theirs), NOW, "--cert")
+    assert "not signed by the CA this process trusts" in problem
+    assert "CN=theirs" in problem
+    fine = certificate_problem(material(issue(CA, "admin", Role.ADMIN, NOW)), NOW, "--cert")
+    assert fine == "is the certificate in --cert signed by the CA the server trusts?"
+
+
+async def test_the_prober_asks_each_address_at_most_once_per_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[str] = []
+
+    async def refusal(address: str, tls: Any, *, options: Any) -> str:
+        asked.append(address)
+        return f"{address} refused"
+
+    monkeypatch.setattr(probe, "refusal", refusal)
+    now = [100.0]
+    prober = Prober(None, interval=30.0, clock=lambda: now[0])
+    assert await prober.refusal("a:1", "Connection refused") is None  # not worth asking
+    assert await prober.refusal("a:1", "Socket closed") == "a:1 refused"
+    assert await prober.refusal("a:1", "Socket closed") is None
+    assert await prober.refusal("b:1", "Socket closed") == "b:1 refused"
+    now[0] += 30.0
+    assert await prober.refusal("a:1", "Socket closed") == "a:1 refused"
+    assert asked == ["a:1", "b:1", "a:1"]

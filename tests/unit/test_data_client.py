@@ -288,6 +288,9 @@ class FakeConnector:
     def replication(self, address: str) -> Any:
         raise NotImplementedError
 
+    async def refusal(self, address: str, detail: str) -> str | None:
+        return None  # plaintext fakes: nothing to refuse
+
     async def close(self) -> None:
         pass
 
