@@ -85,11 +85,11 @@ class ReplicaAgent:
         catch_up: CatchUp | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
         reporter: Reporter | None = None,
-        isr_names_me: Callable[[str, int], bool | None] | None = None,
+        isr_names_me: Callable[[str, int], Awaitable[bool | None]] | None = None,
     ) -> None:
         self.node = node
-        #: Whether a partition's in-sync set names this node (None: it has none yet); without a
-        #: data plane every replica counts as current and none as in a set.
+        #: Whether a partition's in-sync set names this node as etcd has it now (None: it has
+        #: none yet); without a data plane every replica counts as current and none as in a set.
         self._isr_names_me = isr_names_me
         #: Set (also after construction, once registered) to push move reports; None = poll only.
         self.reporter = reporter
@@ -118,29 +118,43 @@ class ReplicaAgent:
 
     async def rebalance(self, request: MoveRequest) -> Decision[RebalanceOutcome]:
         validate_request(request, self.node)
+        # Unknown (etcd unreachable): not in sync, so a hosted replica catches up first.
         return await self._decide(
             request.key,
-            lambda rec: on_rebalance(
-                rec, request, self.node, self._named(request.key) is not False
-            ),
+            lambda rec, named: on_rebalance(rec, request, self.node, named is not False),
+            named_if_unknown=False,
         )
 
     async def cancel(self, request: MoveRequest) -> Decision[CancelOutcome]:
         validate_request(request, self.node)
-        return await self._decide(request.key, lambda rec: on_cancel(rec, request, self.node))
+        return await self._decide(
+            request.key, lambda rec, _named: on_cancel(rec, request, self.node)
+        )
 
     async def retire(self, request: RetireRequest) -> Decision[RetireOutcome]:
         """Drop this node's replica if stable (and every move it knows) no longer names it."""
         validate_retire(request)
+        # Unknown (etcd unreachable): in sync, so nothing is deleted until etcd answers.
         return await self._decide(
             request.key,
-            lambda rec: on_retire(rec, request, self.node, self._named(request.key) is True),
+            lambda rec, named: on_retire(rec, request, self.node, named is True),
+            named_if_unknown=True,
         )
 
-    def _named(self, key: Key) -> bool | None:
-        """Whether the in-sync set of ``key`` names this node (None: no set yet, or no plane).
-        Read inside the decision, under the partition's lock."""
-        return self._isr_names_me(*key) if self._isr_names_me is not None else None
+    async def _named(self, key: Key, if_unknown: bool) -> bool | None:
+        """Whether the in-sync set of ``key`` names this node (None: no set yet, or no plane),
+        read from etcd inside the decision, under the partition's lock — not from the agent's
+        watched view, which may lag: a move answered DONE or a retire refused on a stale view
+        would leave a replica out of sync or delete an in-sync one (design/replica-protocol.md).
+        ``if_unknown``: the answer when etcd cannot be read, the safe one for the decision."""
+        if self._isr_names_me is None:
+            return None
+        try:
+            return await self._isr_names_me(*key)
+        except PlacementError as e:
+            log.warning("in-sync set of %s/%s unknown (%s); deciding as if %s", *key, e,
+                        "in it" if if_unknown else "out of it")  # fmt: skip
+            return if_unknown
 
     async def state(self, zone: str, partition: int) -> PartitionRecord:
         validate_partition_key(zone, partition)
@@ -150,23 +164,35 @@ class ReplicaAgent:
         return record
 
     async def _decide(
-        self, key: Key, decide: Callable[[PartitionRecord | None], Decision[OutcomeT]]
+        self,
+        key: Key,
+        decide: Callable[[PartitionRecord | None, bool | None], Decision[OutcomeT]],
+        *,
+        named_if_unknown: bool | None = None,
     ) -> Decision[OutcomeT]:
         """Run one decision to its end even if the caller goes away (an RPC cancelled by its
-        deadline must not leave a committed move without its catch-up task)."""
+        deadline must not leave a committed move without its catch-up task). ``decide`` gets
+        the record and, when ``named_if_unknown`` is not None, whether the in-sync set names
+        this node (:meth:`_named`; else None)."""
         if self._closed:
             raise PlacementError("agent is shutting down")
-        task = asyncio.create_task(self._decide_now(key, decide))
+        task = asyncio.create_task(self._decide_now(key, decide, named_if_unknown))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return await asyncio.shield(task)
 
     async def _decide_now(
-        self, key: Key, decide: Callable[[PartitionRecord | None], Decision[OutcomeT]]
+        self,
+        key: Key,
+        decide: Callable[[PartitionRecord | None, bool | None], Decision[OutcomeT]],
+        named_if_unknown: bool | None,
     ) -> Decision[OutcomeT]:
         async with self._locks.setdefault(key, asyncio.Lock()):
             before = await self._db.call(self._db.store.load, *key)
-            decision = decide(before)
+            named = None
+            if named_if_unknown is not None:
+                named = await self._named(key, named_if_unknown)
+            decision = decide(before, named)
             if decision.record == before and not decision.effects:
                 return decision
             await self._stop_catch_ups(decision.effects)
@@ -210,7 +236,10 @@ class ReplicaAgent:
                 log.exception("catch-up of %s/%s at revision %d failed", *key, job.revision)
                 succeeded = False
             decision = await self._decide(
-                key, lambda rec: on_move_finished(_existing(rec), job.revision, succeeded=succeeded)
+                key,
+                lambda rec, _named: on_move_finished(
+                    _existing(rec), job.revision, succeeded=succeeded
+                ),
             )
             await self._report(job, decision.record)
         except PlacementError as e:

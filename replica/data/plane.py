@@ -34,7 +34,13 @@ from placement.core.names import validate_name
 from placement.core.retry import Clock
 from placement.data.partitioning import partition_of
 from placement.errors import InvalidInput, PlacementError
-from placement.metastore.codec import InSyncSet, PrimaryLease, ReplicaSize, encode_size
+from placement.metastore.codec import (
+    InSyncSet,
+    PrimaryLease,
+    ReplicaSize,
+    decode_isr,
+    encode_size,
+)
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.metastore.kv import KeyValue
@@ -299,11 +305,18 @@ class DataPlane:
             and self.now_ms() < lease.expiry - self.config.lease_margin_ms
         )
 
-    def isr_names_me(self, zone: str, partition: int) -> bool | None:
-        """Whether the partition's in-sync set (this agent's view) names this node; None when
-        it has none yet (a new partition: no write was ever acknowledged)."""
-        entry = self.view.isrs.get((zone, partition))
-        return None if entry is None else self.node in entry[0].members
+    async def isr_names_me(self, zone: str, partition: int) -> bool | None:
+        """Whether the partition's in-sync set names this node as etcd has it now (one
+        linearizable read, not the watched view, which may lag); None when it has none yet (a
+        new partition: no write was ever acknowledged). Raises when etcd cannot be read or
+        the record cannot be decoded."""
+        found = await self.client.get(self.keys.isr(zone, partition))
+        if not found.kvs:
+            return None
+        isr = decode_isr(found.kvs[0].value)
+        if not isinstance(isr, InSyncSet):
+            raise PlacementError(f"the in-sync set of {zone}/{partition} cannot be read: {isr}")
+        return self.node in isr.members
 
     def in_sync(self, key: Key) -> bool:
         entry = self.view.isrs.get(key)

@@ -20,9 +20,18 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from placement.errors import StoreUnavailable
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
-from replica.protocol import PartitionRecord, Phase
-from replica.records import AgentStore, ReplicaRow
+from replica.protocol import (
+    MoveRequest,
+    PartitionRecord,
+    Phase,
+    RebalanceOutcome,
+    RetireOutcome,
+    RetireRequest,
+)
+from replica.records import AgentStore, ReplicaRow, StoreThread
+from replica.service import ReplicaAgent
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0 * float(os.environ.get("TEST_TIMEOUT_MULTIPLIER", "1"))
@@ -599,3 +608,55 @@ async def test_unusable_data_dirs_fail_with_the_path_named(agents: Agents, tmp_p
         assert str(data_dir / "agent.db") in err.decode()
         assert problem in err.decode()
         assert out == b""
+
+
+async def test_moves_and_retires_read_the_in_sync_set_from_etcd_and_fail_safe(
+    tmp_path: Path,
+) -> None:
+    """The in-sync set is read when a decision needs it (not taken from a watched view that may
+    lag); when it cannot be read, a hosted replica catches up before DONE and nothing is
+    deleted (design/replica-protocol.md, "In sync")."""
+    answer: list[bool | Exception | None] = [None]
+    asked: list[tuple[str, int]] = []
+
+    async def isr_names_me(zone: str, partition: int) -> bool | None:
+        asked.append((zone, partition))
+        value = answer[0]
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    store = await asyncio.to_thread(AgentStore.open, tmp_path / "agent", "n1")
+    agent = ReplicaAgent("n1", StoreThread(store), isr_names_me=isr_names_me)
+
+    async def hosted(partition: int) -> None:
+        move = MoveRequest("z", partition, ("n2",), ("n1", "n2"), 10, 1)
+        assert (await agent.rebalance(move)).outcome is RebalanceOutcome.ACCEPTED
+        for _ in range(200):
+            if (await agent.rebalance(move)).outcome is RebalanceOutcome.DONE:
+                return
+            await asyncio.sleep(0.01)
+        pytest.fail("the catch-up never finished")
+
+    try:
+        await hosted(0)
+        await hosted(1)
+        assert ("z", 0) in asked
+        # etcd cannot be read: a hosted replica is not taken as current
+        answer[0] = StoreUnavailable("etcd down")
+        move = MoveRequest("z", 0, ("n1", "n2"), ("n1", "n3"), 20, 1)
+        assert (await agent.rebalance(move)).outcome is RebalanceOutcome.ACCEPTED
+        # ... and nothing is deleted
+        retire = RetireRequest("z", 1, ("n2", "n3"), 30, 1)
+        assert (await agent.retire(retire)).outcome is RetireOutcome.RETIRE_IN_SYNC
+        answer[0] = True  # named: kept
+        assert (await agent.retire(retire)).outcome is RetireOutcome.RETIRE_IN_SYNC
+        answer[0] = False  # etcd says it left the set: now it goes
+        assert (await agent.retire(retire)).outcome is RetireOutcome.RETIRED
+        # hosted and named in etcd: a move onto it is done at once
+        answer[0] = True
+        await hosted(2)
+        again = MoveRequest("z", 2, ("n1", "n2"), ("n1", "n3"), 40, 1)
+        assert (await agent.rebalance(again)).outcome is RebalanceOutcome.DONE
+    finally:
+        await agent.close()
