@@ -172,8 +172,8 @@ class ReplicaAgent:
     ) -> Decision[OutcomeT]:
         """Run one decision to its end even if the caller goes away (an RPC cancelled by its
         deadline must not leave a committed move without its catch-up task). ``decide`` gets
-        the record and, when ``named_if_unknown`` is not None, whether the in-sync set names
-        this node (:meth:`_named`; else None)."""
+        the record and, when ``named_if_unknown`` is not None and the record is hosted, whether
+        the in-sync set names this node (:meth:`_named`; else None)."""
         if self._closed:
             raise PlacementError("agent is shutting down")
         task = asyncio.create_task(self._decide_now(key, decide, named_if_unknown))
@@ -190,7 +190,8 @@ class ReplicaAgent:
         async with self._locks.setdefault(key, asyncio.Lock()):
             before = await self._db.call(self._db.store.load, *key)
             named = None
-            if named_if_unknown is not None:
+            if named_if_unknown is not None and before is not None and before.hosted:
+                # only a hosted replica's decisions depend on it: one etcd read, not per resend
                 named = await self._named(key, named_if_unknown)
             decision = decide(before, named)
             if decision.record == before and not decision.effects:
