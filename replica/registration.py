@@ -18,7 +18,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from placement.aio import cancel_and_wait
 from placement.core.model import parse_pairs
 from placement.core.retry import Backoff, RetryPolicy
-from placement.errors import Conflict, CredentialError, NotLeader, StoreUnavailable
+from placement.errors import (
+    Conflict,
+    CredentialError,
+    NotLeader,
+    PlacementError,
+    StoreUnavailable,
+)
 from placement.metastore.codec import MoveReport, NodeRecord, encode_node, encode_report
 from placement.metastore.etcd import EtcdClient, Lease
 from placement.metastore.keys import KeySpace
@@ -141,8 +147,11 @@ class Registration:
         lease, self._lease = self._lease, None
         self.registered.clear()
         if lease is not None:
-            with contextlib.suppress(StoreUnavailable):
+            try:
                 await lease.revoke()
+            except PlacementError as e:  # refused or unreachable: the key expires with the lease
+                log.warning("node %s: lease revoke failed (%s); its key expires with the lease",
+                            self.record.name, e)  # fmt: skip
 
 
 async def register(

@@ -226,11 +226,15 @@ async def serve(
                 announce(line)
             await stop.wait()
     finally:
-        if registration is not None:
-            await registration.stop()
-        await running.stop(grace)
-        if client is not None:
-            await client.close()
+        try:
+            if registration is not None:
+                await registration.stop()
+        finally:
+            try:
+                await running.stop(grace)
+            finally:
+                if client is not None:
+                    await client.close()
     refused = [e for e in fatal if isinstance(e, CredentialError)]
     if refused:
         raise refused[0]  # one line naming the credential, exit 2

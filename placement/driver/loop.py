@@ -66,7 +66,13 @@ from placement.driver.core import (
     plan_pass,
 )
 from placement.driver.leases import LeaseConfig
-from placement.errors import Conflict, NotLeader, PlacementError, StoreUnavailable
+from placement.errors import (
+    Conflict,
+    CredentialError,
+    NotLeader,
+    PlacementError,
+    StoreUnavailable,
+)
 from placement.metastore.codec import LeaderRecord, MoveReport, decode_leader, encode_leader
 from placement.metastore.election import Election, Leadership
 from placement.metastore.etcd import EtcdClient
@@ -222,6 +228,8 @@ class Driver:
                 )
                 try:
                     leadership = await election.campaign()
+                except CredentialError:
+                    raise  # etcd refuses this driver's credential: end the process, say which
                 except PlacementError as e:
                     attempt += 1
                     log.warning("campaign failed: %s; retrying", e)
@@ -258,6 +266,9 @@ class Driver:
             )
             with contextlib.suppress(PlacementError, OSError):
                 await asyncio.shield(leadership.resign())
+        refused = work.exception() if work.done() and not work.cancelled() else None
+        if isinstance(refused, CredentialError):
+            raise refused  # the term ended because etcd refuses this driver: end the process
 
     async def _watch_leader(self) -> None:
         """Keep ``leader_api()`` current for followers (lowest create revision leads)."""

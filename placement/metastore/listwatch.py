@@ -242,7 +242,6 @@ class ListWatch(AsyncClosing):
                     await self._sleep(self._backoff.next())
         except asyncio.CancelledError:
             raise
-        except BaseException as e:
+        except Exception as e:  # reported to the consumers by wait_newer / wait_revision
             self._failure = e
             await self._notify()
-            raise

@@ -6,7 +6,9 @@ line and exit 2, having touched nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import os
 import subprocess
 import sys
 import time
@@ -16,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from placement.errors import CredentialError
-from placement.local.certs import LocalPki, create_pki
+from placement.local.certs import ETCD_USER, LocalPki, create_pki
 from placement.local.cluster import free_ports
 from placement.local.etcd import EtcdMember, EtcdTls, member_group
 from placement.metastore.etcd import EtcdClient
 from placement.security.credentials import EtcdCredentials
-from placement.security.pki import Pair, issue, issue_ca, write_pair
+from placement.security.pki import Pair, Role, issue, issue_ca, write_pair
 from placement.security.tls import TlsMaterial
 
 pytestmark = pytest.mark.integration
@@ -132,3 +134,97 @@ def test_a_process_with_a_refused_etcd_certificate_ends_with_one_line_and_exit_2
         assert len(lines) == 1, result.stderr
         assert words in lines[0], lines[0]
     assert not (tmp_path / "agent").exists(), "the agent touched its data dir"
+
+
+@pytest.fixture
+def authed_etcd(etcd_binary: str, tmp_path: Path) -> Iterator[tuple[EtcdMember, LocalPki, str]]:
+    """A private TLS etcd with auth on: the product's user (certificate ``etcd-client``) may
+    use ``PREFIX/`` only; ``etcd-root`` administers it. Yields the member, the PKI, the prefix."""
+    pki = create_pki(tmp_path / "tls", {"node-1": Role.AGENT, "d1": Role.DRIVER}, NOW)
+    (member,) = member_group(
+        etcd_binary,
+        tmp_path / "etcd",
+        ["auth0"],
+        free_ports(3),
+        tls=EtcdTls(pki.ca, pki.cert("etcd"), pki.key("etcd")),
+        fast=True,
+    )
+    member.start()
+    try:
+        asyncio.run(_enable_auth(member, pki))
+        yield member, pki, PREFIX
+    finally:
+        member.stop()
+
+
+async def _enable_auth(member: EtcdMember, pki: LocalPki) -> None:
+    root = EtcdCredentials(pki.material("etcd-root"))
+    async with EtcdClient([member.endpoint], credentials=root) as client:
+        await client.enable_auth(ETCD_USER, None, PREFIX)
+
+
+@pytest.mark.parametrize("process", ["agent", "driver"])
+def test_a_process_whose_etcd_permission_is_revoked_ends_with_one_line_and_exit_2(
+    authed_etcd: tuple[EtcdMember, LocalPki, str], tmp_path: Path, process: str
+) -> None:
+    """Revoked while it runs: etcd 3.4 keeps serving the open streams, so the process notices
+    when they reopen (here: etcd restarts) — its watches can no longer be opened, and it stops
+    (an agent through ``DataPlane.on_fatal``) instead of running on a frozen view."""
+    member, pki, prefix = authed_etcd
+    common = ["--listen", "127.0.0.1:0", "--etcd", member.endpoint, "--prefix", prefix]
+    argv, announce = {
+        "agent": (
+            [
+                *(sys.executable, "-m", "replica", "--node", "node-1", *common),
+                *("--data-dir", str(tmp_path / "agent"), *pki.flags("node-1")),
+            ],
+            "agent node-1 listening on ",
+        ),
+        "driver": (
+            [
+                sys.executable,
+                "-m",
+                "placement",
+                "driver",
+                "run",
+                "--id",
+                "d1",
+                *common,
+                *pki.flags("d1"),
+            ],
+            "driver d1 serving on ",
+        ),
+    }[process]
+    agent = subprocess.Popen(
+        [*argv, *pki.etcd_flags()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert agent.stdout is not None
+        assert agent.stdout.readline().startswith(announce)
+        start = f"{prefix}/"
+        end = start[:-1] + "0"  # the prefix range's end: '/' + 1
+        revoke = subprocess.run(
+            [
+                *("etcdctl", "--endpoints", f"https://{member.endpoint}"),
+                *("--cacert", str(pki.ca), "--cert", str(pki.cert("etcd-root"))),
+                *("--key", str(pki.key("etcd-root"))),
+                *("role", "revoke-permission", ETCD_USER, start, end),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            env={**os.environ, "ETCDCTL_API": "3"},
+        )
+        assert revoke.returncode == 0, revoke
+        member.restart()
+        code = agent.wait(timeout=20)
+        stderr = agent.stderr.read() if agent.stderr is not None else ""
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    assert code == 2, stderr
+    last = [line for line in stderr.splitlines() if line.strip()][-1]
+    assert "permission denied" in last.lower(), stderr
+    assert "Traceback" not in stderr, stderr
