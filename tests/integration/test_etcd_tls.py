@@ -32,14 +32,11 @@ NOW = dt.datetime.now(dt.UTC)
 PREFIX = "/placement"
 
 
-@pytest.fixture(scope="module")
-def tls_etcd(
-    etcd_binary: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[EtcdMember, LocalPki]]:
-    base = tmp_path_factory.mktemp("etcd-tls")
-    pki = create_pki(base / "tls", {}, NOW)
+def _tls_member(binary: str, base: Path, pki: LocalPki) -> EtcdMember:
+    """One started etcd member serving TLS with ``pki``'s etcd certificate, requiring client
+    certificates."""
     (member,) = member_group(
-        etcd_binary,
+        binary,
         base / "etcd",
         ["tls0"],
         free_ports(3),
@@ -47,6 +44,16 @@ def tls_etcd(
         fast=True,
     )
     member.start()
+    return member
+
+
+@pytest.fixture(scope="module")
+def tls_etcd(
+    etcd_binary: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[EtcdMember, LocalPki]]:
+    base = tmp_path_factory.mktemp("etcd-tls")
+    pki = create_pki(base / "tls", {}, NOW)
+    member = _tls_member(etcd_binary, base, pki)
     try:
         yield member, pki
     finally:
@@ -141,15 +148,7 @@ def authed_etcd(etcd_binary: str, tmp_path: Path) -> Iterator[tuple[EtcdMember, 
     """A private TLS etcd with auth on: the product's user (certificate ``etcd-client``) may
     use ``PREFIX/`` only; ``etcd-root`` administers it. Yields the member, the PKI, the prefix."""
     pki = create_pki(tmp_path / "tls", {"node-1": Role.AGENT, "d1": Role.DRIVER}, NOW)
-    (member,) = member_group(
-        etcd_binary,
-        tmp_path / "etcd",
-        ["auth0"],
-        free_ports(3),
-        tls=EtcdTls(pki.ca, pki.cert("etcd"), pki.key("etcd")),
-        fast=True,
-    )
-    member.start()
+    member = _tls_member(etcd_binary, tmp_path, pki)
     try:
         asyncio.run(_enable_auth(member, pki))
         yield member, pki, PREFIX
