@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from test_driver import assert_clean_log
-from test_driver_chaos import _epoch_of
+from test_driver_chaos import _epoch_of, agent_written
 
 from placement.api.client import PlacementClient
 from placement.data.checker import check_workload
@@ -126,8 +126,9 @@ async def _stable_on_three(api: PlacementClient) -> None:
 
 
 async def _no_write_after_deposal(etcd: EtcdClient, keys: KeySpace, start: int) -> int:
-    """Every leader key deleted since ``start`` (its lease expired or resigned): no value with
-    its epoch written after the deletion. Returns how many leader keys were deleted."""
+    """Every leader key deleted since ``start`` (its lease expired or resigned): no value the
+    leader writes carries its epoch after the deletion (agents' keys may: a move report names
+    the epoch of the move it reports on). Returns how many leader keys were deleted."""
     base = keys.prefix.encode() + b"/"
     history = await read_history(etcd, base, base[:-1] + b"0", from_revision=start)
     ended: dict[int, int] = {}  # epoch -> the revision its key was deleted at
@@ -139,6 +140,7 @@ async def _no_write_after_deposal(etcd: EtcdClient, keys: KeySpace, start: int) 
         (e.kv.key, e.kv.mod_revision, epoch)
         for e in history.events
         if e.kind is EventKind.PUT
+        and not agent_written(keys, e.kv.key)
         and (epoch := _epoch_of(e.kv.value)) in ended
         and e.kv.mod_revision > ended[epoch]
     ]
