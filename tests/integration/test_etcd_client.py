@@ -8,6 +8,7 @@ import signal
 from typing import Any
 
 import pytest
+from test_listwatch import _put_once_up
 
 from placement.errors import Compacted, InvalidInput, StoreUnavailable
 from placement.metastore.etcd import EtcdClient, LeaseExpired
@@ -239,7 +240,7 @@ async def test_watch_resumes_after_etcd_is_killed_and_restarted(etcd_factory: An
             server.kill()
             await asyncio.to_thread(server.start)  # same ports, same data dir
             for i in range(10, 20):
-                written[await writer.put(b"/r/%03d" % i, b"%d" % i)] = b"/r/%03d" % i
+                written[await _put_once_up(writer, b"/r/%03d" % i, b"%d" % i)] = b"/r/%03d" % i
             async with asyncio.timeout(WAIT):
                 while len(seen) < 20:
                     batch = await anext(it)

@@ -125,7 +125,7 @@ async def test_relists_when_compacted_while_disconnected(etcd_factory: Any) -> N
             assert lw.state is WatchState.RETRYING
             await asyncio.to_thread(server.start)
             for i in range(3, 9):
-                await writer.put(b"/q/%d" % i, b"v1")
+                await _put_once_up(writer, b"/q/%d" % i, b"v1")
             await writer.delete(b"/q/0")
             rev = await writer.put(b"/q/1", b"v2")
             await writer.compact(rev)
