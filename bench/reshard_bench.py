@@ -195,8 +195,8 @@ class RecordingConnector:
     def replication(self, address: str) -> data_pb2_grpc.ReplicationServiceAsyncStub:
         return self._inner.replication(address)
 
-    async def refusal(self, address: str, detail: str) -> str | None:
-        return await self._inner.refusal(address, detail)
+    async def refusal(self, address: str, detail: str, budget: float) -> str | None:
+        return await self._inner.refusal(address, detail, budget)
 
     async def close(self) -> None:
         await self._inner.close()

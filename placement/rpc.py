@@ -31,7 +31,7 @@ import grpc
 
 from placement.errors import InvalidInput, PlacementError
 from placement.security.pki import Identity, Role, identity_of
-from placement.security.probe import Prober
+from placement.security.probe import PROBE_TIMEOUT, Prober
 from placement.security.roles import denial, is_open
 from placement.security.tls import TlsMaterial
 
@@ -101,17 +101,27 @@ def channel(
 class ChannelPool:
     """One channel per address, created on first use and closed together."""
 
-    def __init__(self, profile: ChannelProfile, tls: TlsMaterial | None = None) -> None:
+    def __init__(
+        self,
+        profile: ChannelProfile,
+        tls: TlsMaterial | None = None,
+        *,
+        on_refused: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.profile = profile
         self.tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._prober = Prober(tls)
+        self._prober = Prober(tls, on_refused=on_refused)
 
-    async def refusal(self, address: str, details: str) -> str | None:
+    async def refusal(
+        self, address: str, details: str, budget: float = PROBE_TIMEOUT
+    ) -> str | None:
         """After a call to ``address`` failed with ``details``: why that server refuses this
-        process's certificate (gRPC reports it only as a closed socket), or None. Each address
-        is probed at most every 30 s (:mod:`placement.security.probe`)."""
-        return await self._prober.refusal(address, details)
+        process's certificate (gRPC reports it only as a closed socket), or None; within
+        ``budget`` seconds. Each address is probed at most every 30 s, its verdict kept
+        meanwhile; ``on_refused(address, why)`` hears of each refusal a probe finds
+        (:mod:`placement.security.probe`)."""
+        return await self._prober.refusal(address, details, budget)
 
     def get(self, address: str) -> grpc.aio.Channel:
         found = self._channels.get(address)

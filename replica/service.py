@@ -63,6 +63,10 @@ CatchUp = Callable[[StartCatchUp, "StoreThread"], Awaitable[None]]
 Reporter = Callable[[str, int, MoveReport], Awaitable[None]]
 
 
+#: How long a decision waits for the in-sync set from etcd before taking the safe answer.
+ISR_READ_TIMEOUT = 1.0
+
+
 class UnknownPartition(PlacementError):
     """This agent holds no record of the partition."""
 
@@ -150,8 +154,10 @@ class ReplicaAgent:
         if self._isr_names_me is None:
             return None
         try:
-            return await self._isr_names_me(*key)
-        except PlacementError as e:
+            # well inside the driver's call deadline, so the safe answer still reaches it
+            async with asyncio.timeout(ISR_READ_TIMEOUT):
+                return await self._isr_names_me(*key)
+        except (PlacementError, TimeoutError) as e:
             log.warning("in-sync set of %s/%s unknown (%s); deciding as if %s", *key, e,
                         "in it" if if_unknown else "out of it")  # fmt: skip
             return if_unknown

@@ -112,7 +112,7 @@ class PlacementClient(AsyncClosing):
                         ) from e
                     if e.code() not in RETRYABLE:
                         raise last from e
-                    why = await self._channels.refusal(endpoint, last.detail)
+                    why = await self._channels.refusal(endpoint, last.detail, give_up - loop.time())
                     if why is not None:
                         raise CredentialError(why) from e
                     self._active = (self._active + 1) % len(self.endpoints)

@@ -398,9 +398,10 @@ class Connector(Protocol):
 
     def replication(self, address: str) -> ReplicationStub: ...
 
-    async def refusal(self, address: str, detail: str) -> str | None:
+    async def refusal(self, address: str, detail: str, budget: float) -> str | None:
         """After a call to ``address`` failed with ``detail``: why the agent refuses this
-        client's certificate, or None (an outage, or not a TLS matter)."""
+        client's certificate, or None (an outage, or not a TLS matter); within ``budget``
+        seconds."""
         ...
 
     async def close(self) -> None: ...
@@ -418,8 +419,8 @@ class GrpcConnector:
     def replication(self, address: str) -> ReplicationStub:
         return data_pb2_grpc.ReplicationServiceStub(self._pool.get(address))
 
-    async def refusal(self, address: str, detail: str) -> str | None:
-        return await self._pool.refusal(address, detail)
+    async def refusal(self, address: str, detail: str, budget: float) -> str | None:
+        return await self._pool.refusal(address, detail, budget)
 
     async def close(self) -> None:
         await self._pool.close()
@@ -640,7 +641,9 @@ class DataClient(AsyncClosing):
                     except grpc.aio.AioRpcError as e:
                         code, detail, x_primary, x_layout, x_retry = _rpc_failure(e)
                         if code == grpc.StatusCode.UNAVAILABLE:
-                            why = await self._connector.refusal(address, detail)
+                            why = await self._connector.refusal(
+                                address, detail, give_up - self._clock()
+                            )
                             if why is not None:
                                 raise CredentialError(f"{op} {zone}: {why}") from e
                     action = decide(

@@ -43,7 +43,7 @@ class AgentClient:
 
     def __init__(self, *, timeout: float = 3.0, tls: TlsMaterial | None = None) -> None:
         self.timeout = timeout
-        self._channels = ChannelPool(AGENT_PROFILE, tls)
+        self._channels = ChannelPool(AGENT_PROFILE, tls, on_refused=_log_refusal)
 
     def _stub(self, address: str) -> replica_pb2_grpc.ReplicaServiceAsyncStub:
         # an AsyncStub on an aio channel
@@ -123,14 +123,17 @@ class AgentClient:
         self, address: str, method: str, error: grpc.aio.AioRpcError
     ) -> AgentUnavailable:
         """The error to retry later; when the agent refuses the driver's certificate (gRPC
-        shows only a closed socket) it says so, naming the flag to fix, and is logged as an
-        error. The driver keeps running: one misconfigured agent must not stop the control
-        plane (design/deployment.md, "Credential errors")."""
-        why = await self._channels.refusal(address, error.details() or "")
+        shows only a closed socket) it says so, naming the flag to fix (and the pool logs it
+        as an error, once per probe). The driver keeps running: one misconfigured agent must
+        not stop the control plane (design/deployment.md, "Credential errors")."""
+        why = await self._channels.refusal(address, error.details() or "", self.timeout)
         if why is not None:
-            log.error("agent %s: %s", address, why)
             return AgentUnavailable(f"{address}: {method}: {why}")
         return AgentUnavailable(f"{address}: {method}: {error.code().name} {error.details()}")
+
+
+def _log_refusal(address: str, why: str) -> None:
+    log.error("agent %s: %s", address, why)
 
 
 # (method, request message, outcome enum) of a move and of its cancellation

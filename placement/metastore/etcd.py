@@ -463,18 +463,23 @@ class EtcdClient(AsyncClosing):
         user, password = self.credentials.user, self.credentials.password
         if user is None or password is None:
             return ()
+        failure: rpc.AioRpcError | None = None
         async with self._token_lock:
             if self._token is None:
                 request = rpc.AuthenticateRequest(name=user, password=password)
                 try:
                     reply = await ep.auth.Authenticate(request, timeout=self.call_timeout)
+                    self._token = str(reply.token)
                 except rpc.AioRpcError as e:
                     if _is_unavailable(e) and index is not None:
                         self._failed(index)
-                    what = f"authenticate as etcd user {user!r}"
-                    raise await self._translated(e, what, index) from e
-                self._token = str(reply.token)
-            return (("token", self._token),)
+                    failure = e
+            token = self._token
+        if failure is not None:  # explained outside the lock: it may probe
+            what = f"authenticate as etcd user {user!r}"
+            raise await self._translated(failure, what, index) from failure
+        assert token is not None
+        return (("token", token),)
 
     def forget_token(self, error: BaseException | str) -> bool:
         """Drops the token when ``error`` (or a watch's cancel reason) says etcd no longer
@@ -543,7 +548,9 @@ class EtcdClient(AsyncClosing):
         etcd refuses our client certificate, or serves TLS to a plaintext client — is probed
         (:mod:`placement.security.probe`): a refusal is a CredentialError."""
         if index is not None and _is_unavailable(error):
-            why = await self._prober.refusal(self._targets[index], error.details() or "")
+            why = await self._prober.refusal(
+                self._targets[index], error.details() or "", self.call_timeout
+            )
             if why is not None:
                 return CredentialError(f"{what}: {why}")
         return translate(error, what, revision=revision)

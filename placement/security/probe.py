@@ -4,11 +4,12 @@ errors").
 When a server refuses this process's client certificate (another CA signed it, it expired, none
 was sent) or a TLS server meets a plaintext client, gRPC reports only "Socket closed" — as for a
 peer that was killed — and for etcd sometimes "Unwrap failed". Callers that see such an error ask
-:func:`refusal` once: it opens one TLS connection of its own to the address with the same
-material, sends the HTTP/2 preface and reads. A server that accepts the certificate answers with
-its HTTP/2 settings; one that refused it sends a TLS alert or closes the connection right after
-the handshake. An address that does not answer, or answers, is not a refusal (``None``): the
-caller goes on treating it as an outage.
+a :class:`Prober`: it opens one TLS connection of its own to the address with the same material,
+sends the HTTP/2 preface and reads. A server that accepts the certificate answers with its HTTP/2
+settings; one that refused it sends a certificate alert during the handshake, or closes the
+connection right after it (asked twice, so a server restarting in between is not taken for a
+refusal). An address that does not answer, or answers, is not a refusal (``None``): the caller
+goes on treating it as an outage. The whole probe is bounded by the caller's budget.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import math
 import os
 import ssl
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
@@ -29,13 +30,28 @@ from cryptography.exceptions import InvalidSignature
 
 from placement.security.tls import TlsMaterial
 
-#: How long the probe waits for the connection, the handshake and the server's first bytes.
+#: The longest a probe takes (connect, handshake, first bytes), unless the caller has less.
 PROBE_TIMEOUT = 2.0
 
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-#: Fragments of a transport error's text after which :func:`refusal` is worth asking (lower case).
+#: Fragments of a transport error's text after which a probe is worth it (lower case).
 _CLOSED = ("socket closed", "unwrap failed", "tsi_data_corrupted", "connection reset")
+
+#: TLS alerts (OpenSSL reason names) that refuse a certificate; other alerts are not about it.
+_CERTIFICATE_ALERTS = (
+    "BAD_CERTIFICATE",
+    "UNKNOWN_CA",
+    "CERTIFICATE_REQUIRED",
+    "CERTIFICATE_EXPIRED",
+    "CERTIFICATE_REVOKED",
+    "CERTIFICATE_UNKNOWN",
+    "UNSUPPORTED_CERTIFICATE",
+    "ACCESS_DENIED",
+)
+
+Options = tuple[str, str, str]
+GRPC_OPTIONS: Options = ("--cacert", "--cert", "--key")
 
 
 def worth_probing(details: str) -> bool:
@@ -58,8 +74,11 @@ def _key_files(tls: TlsMaterial) -> Iterator[tuple[str, str]]:
         yield str(cert), str(key)
 
 
-def _context(tls: TlsMaterial | None) -> ssl.SSLContext:
-    if tls is None:  # only: does it speak TLS at all?
+def probe_context(tls: TlsMaterial | None) -> ssl.SSLContext:
+    """The client context a probe speaks with: ``tls``'s CA, certificate and key (``None``:
+    any server certificate, none of ours — only "does it speak TLS?"). Raises ``ssl.SSLError``
+    (the material does not load) or ``OSError`` (no temporary directory to load it through)."""
+    if tls is None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -73,12 +92,13 @@ def _context(tls: TlsMaterial | None) -> ssl.SSLContext:
 
 def certificate_problem(tls: TlsMaterial, now: dt.datetime, cert_option: str) -> str:
     """What is wrong with this process's own certificate as far as it can tell alone (expired,
-    not valid yet, not signed by its CA), or what else to check."""
+    not valid yet, not signed by a CA it trusts), or what else to check."""
     try:
-        cert = x509.load_pem_x509_certificate(tls.cert)
-        ca = x509.load_pem_x509_certificate(tls.ca)
+        chain = x509.load_pem_x509_certificates(tls.cert)
+        authorities = x509.load_pem_x509_certificates(tls.ca)
     except ValueError:
         return f"{cert_option} is not a readable PEM certificate"
+    cert = chain[0]
     if cert.not_valid_after_utc < now:
         return f"the certificate in {cert_option} expired on {cert.not_valid_after_utc:%Y-%m-%d}"
     if cert.not_valid_before_utc > now:
@@ -86,9 +106,12 @@ def certificate_problem(tls: TlsMaterial, now: dt.datetime, cert_option: str) ->
             f"the certificate in {cert_option} is valid only from "
             f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC (is this clock right?)"
         )
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
+    signed = False
+    for authority in authorities:
+        with contextlib.suppress(ValueError, TypeError, InvalidSignature):
+            cert.verify_directly_issued_by(authority)
+            signed = True
+    if not signed and len(chain) == 1:  # a chain's intermediates are not judged here
         return (
             f"the certificate in {cert_option} was not signed by the CA this process trusts "
             f"(it was issued by {cert.issuer.rfc4514_string()})"
@@ -96,97 +119,147 @@ def certificate_problem(tls: TlsMaterial, now: dt.datetime, cert_option: str) ->
     return f"is the certificate in {cert_option} signed by the CA the server trusts?"
 
 
-async def refusal(
-    address: str,
-    tls: TlsMaterial | None,
-    *,
-    options: tuple[str, str, str] = ("--cacert", "--cert", "--key"),
-    now: dt.datetime | None = None,
-) -> str | None:
-    """Why ``address`` refuses this process's credentials — one line naming the option to fix —
-    or None when it does not (it accepted them, or could not be reached: an outage)."""
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """The server refused our certificate: ``how`` (a certificate alert, or closed)."""
+
+    how: str
+
+
+CLOSED = _Refused("closed after the handshake")
+
+
+async def _probe_once(
+    address: str, context: ssl.SSLContext, tls: TlsMaterial | None, options: Options
+) -> str | _Refused | None:
+    """One connection: the whole answer (a line naming the option to fix), a refusal of our
+    certificate to explain, or None. Unbounded: the caller bounds it."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     try:
-        context = _context(tls)
-    except ssl.SSLError as e:
-        return f"{options[1]}/{options[2]} cannot be loaded ({e.reason or e}): do they match?"
-    try:
-        async with asyncio.timeout(PROBE_TIMEOUT):
-            reader, writer = await asyncio.open_connection(
-                host, int(port), ssl=context, server_hostname=host if tls is not None else None
-            )
+        reader, writer = await asyncio.open_connection(
+            host, int(port), ssl=context, server_hostname=host if tls is not None else None
+        )
     except ssl.SSLCertVerificationError as e:
         return (
             f"the certificate of {address} does not verify against {options[0]} "
             f"({e.verify_message}): pass the CA that signed the server's certificate"
         )
     except ssl.SSLError as e:
+        reason = str(e.reason or "")
         if tls is None:
-            return None  # not TLS either: whatever closed the socket, it is not a credential
-        if "WRONG_VERSION_NUMBER" in str(e.reason):
-            return f"{address} does not serve TLS: drop {options[0]}, {options[1]} and {options[2]}"
-        if "ALERT" in str(e.reason):
-            return _refused(address, tls, str(e.reason), options, now)
+            # a handshake alert is still TLS (a TLS 1.2 server asking for our certificate)
+            if "ALERT" in reason:
+                return f"{address} serves TLS: pass {', '.join(options[:2])} and {options[2]}"
+            return None
+        if "WRONG_VERSION_NUMBER" in reason:
+            return f"{address} does not serve TLS: drop {', '.join(options[:2])} and {options[2]}"
+        if any(alert in reason for alert in _CERTIFICATE_ALERTS):
+            return _Refused(reason.lower())
         return None
-    except (OSError, TimeoutError, ValueError):
-        return None  # unreachable or slow: an outage, not a credential
+    except (OSError, ValueError):
+        return None  # unreachable: an outage, not a credential
     try:
         if tls is None:
-            return f"{address} serves TLS: pass {options[0]}, {options[1]} and {options[2]}"
+            return f"{address} serves TLS: pass {', '.join(options[:2])} and {options[2]}"
         writer.write(_H2_PREFACE)
         try:
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                await writer.drain()
-                first = await reader.read(9)
+            await writer.drain()
+            first = await reader.read(9)
         except ssl.SSLError as e:
-            return _refused(address, tls, str(e.reason or e), options, now)
+            reason = str(e.reason or e)
+            alert = any(a in reason for a in _CERTIFICATE_ALERTS)
+            return _Refused(reason.lower()) if alert else None
         except ConnectionResetError:
-            return _refused(address, tls, "connection reset", options, now)
-        except (OSError, TimeoutError):
+            return CLOSED
+        except OSError:
             return None
-        return None if first else _refused(address, tls, "closed after the handshake", options, now)
+        return None if first else CLOSED
     finally:
         writer.close()
-        with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                await writer.wait_closed()
+
+
+async def refusal(
+    address: str,
+    tls: TlsMaterial | None,
+    *,
+    options: Options = GRPC_OPTIONS,
+    context: ssl.SSLContext | None = None,
+    budget: float = PROBE_TIMEOUT,
+    now: dt.datetime | None = None,
+) -> str | None:
+    """Why ``address`` refuses this process's credentials — one line naming the option to fix —
+    or None when it does not (it accepted them, could not be reached, or did not answer within
+    ``budget`` seconds: an outage). ``context``: :func:`probe_context` of ``tls``, when the
+    caller keeps one."""
+    try:
+        context = context or probe_context(tls)
+    except ssl.SSLError as e:
+        return f"{options[1]}/{options[2]} cannot be loaded ({e.reason or e}): do they match?"
+    except OSError:
+        return None  # no temporary directory to load the key through: cannot tell
+    try:
+        async with asyncio.timeout(max(budget, 0.0)):
+            why = await _probe_once(address, context, tls, options)
+            if why is CLOSED:  # once more: a server restarting just then is no refusal
+                why = await _probe_once(address, context, tls, options)
+    except TimeoutError:
+        return None
+    if not isinstance(why, _Refused) or tls is None:
+        return why if isinstance(why, str) else None
+    problem = certificate_problem(tls, now or dt.datetime.now(dt.UTC), options[1])
+    return f"{address} refused this process's certificate ({why.how}): {problem}"
 
 
 class Prober:
-    """:func:`refusal` for one set of credentials, asking each address at most once per
-    ``interval`` seconds (a peer that was down at the first question may refuse later)."""
+    """:func:`refusal` for one set of credentials (its context built once), each address asked
+    at most once per ``interval`` seconds, its verdict kept meanwhile (a peer that was down at
+    the first question may refuse later). ``on_refused(address, why)`` is called when a probe
+    (not a kept verdict) finds a refusal — callers log it there, once per interval."""
 
     def __init__(
         self,
         tls: TlsMaterial | None,
-        options: tuple[str, str, str] = ("--cacert", "--cert", "--key"),
+        options: Options = GRPC_OPTIONS,
         *,
         interval: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        on_refused: Callable[[str, str], None] | None = None,
     ) -> None:
         self.tls = tls
         self.options = options
         self.interval = interval
         self._clock = clock
-        self._asked: dict[str, float] = {}
+        self._on_refused = on_refused
+        self._context: ssl.SSLContext | None = None
+        self._verdicts: dict[str, tuple[float, str | None]] = {}
 
-    async def refusal(self, address: str, details: str) -> str | None:
+    async def refusal(
+        self, address: str, details: str, budget: float = PROBE_TIMEOUT
+    ) -> str | None:
         """After a call to ``address`` failed with ``details``: why it refuses these
-        credentials, or None (not worth asking, asked recently, or not refused)."""
-        now = self._clock()
-        if not worth_probing(details) or now < self._asked.get(address, -math.inf):
+        credentials (asked now, or the verdict of the last ``interval``), or None."""
+        if not worth_probing(details):
             return None
-        self._asked[address] = now + self.interval
-        return await refusal(address, self.tls, options=self.options)
+        now = self._clock()
+        kept = self._verdicts.get(address)
+        if kept is not None and now < kept[0]:
+            return kept[1]
+        self._verdicts[address] = (now + self.interval, None)  # concurrent callers: not twice
+        why = await refusal(
+            address,
+            self.tls,
+            options=self.options,
+            context=self._probe_context(),
+            budget=min(budget, PROBE_TIMEOUT),
+        )
+        self._verdicts[address] = (now + self.interval, why)
+        if why is not None and self._on_refused is not None:
+            self._on_refused(address, why)
+        return why
 
-
-def _refused(
-    address: str,
-    tls: TlsMaterial,
-    how: str,
-    options: tuple[str, str, str],
-    now: dt.datetime | None,
-) -> str:
-    problem = certificate_problem(tls, now or dt.datetime.now(dt.UTC), options[1])
-    return f"{address} refused this process's certificate ({how.lower()}): {problem}"
+    def _probe_context(self) -> ssl.SSLContext | None:
+        if self._context is None:
+            with contextlib.suppress(ssl.SSLError, OSError):  # refusal() says what failed
+                self._context = probe_context(self.tls)
+        return self._context

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +97,7 @@ class PairLink:
         self._queue: list[_Pending] = []
         self._wake = asyncio.Event()
         self._in_flight = 0
-        self._sending: set[asyncio.Task[None]] = set()
+        self._sending: set[asyncio.Task[object]] = set()
         self.last_answer = clock()
         self.last_sent = clock()
         #: When an append was last queued (heartbeats do not count).
@@ -160,6 +160,12 @@ class PairLink:
             size += sum(e.size for e in pending.call.entries)
         return batch
 
+    def _spawn_side(self, work: Coroutine[Any, Any, object]) -> None:
+        """Run ``work`` beside the link (cancelled when it closes)."""
+        task = asyncio.create_task(work)
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
     def _spawn(self, batch: list[_Pending]) -> None:
         self._in_flight += 1
         self.last_sent = self._clock()
@@ -182,14 +188,6 @@ class PairLink:
             self._queue.clear()
             self._on_down(self.peer)
 
-    async def _explain_refusal(self, error: grpc.aio.AioRpcError) -> None:
-        """A peer that refuses this agent's certificate shows only as a closed socket: say so,
-        naming the flag to fix (at most every 30 s). The link still counts the peer as down —
-        one misconfigured peer must not stop this agent."""
-        why = await self._pool.refusal(self.address, error.details() or "")
-        if why is not None:
-            log.error("replication to %s: %s", self.peer, why)
-
     async def _send(self, batch: list[_Pending]) -> None:
         now = self._clock()
         timeout = max((p.deadline for p in batch), default=now + self._config.down_after) - now
@@ -202,11 +200,14 @@ class PairLink:
             error = PeerUnreachable(
                 f"{e.code()}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else "closed"
             )
-            if isinstance(e, grpc.aio.AioRpcError):
-                await self._explain_refusal(e)
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(error)
+            if isinstance(e, grpc.aio.AioRpcError):
+                # A peer refusing this agent's certificate shows only as a closed socket: the
+                # pool's probe says so in the log (ReplicationPeers), off this send's path.
+                probe = self._pool.refusal(self.address, e.details() or "", self._config.heartbeat)
+                self._spawn_side(probe)
             if isinstance(e, asyncio.CancelledError):
                 raise
             return
@@ -228,6 +229,12 @@ class PairLink:
                 pending.future.set_exception(PeerUnreachable("the reply lacks this append"))
 
 
+def _log_refusal(address: str, why: str) -> None:
+    """One line per probe that finds a peer refusing this agent's certificate. The link still
+    counts the peer as down: one misconfigured peer must not stop this agent."""
+    log.error("replication to %s: %s", address, why)
+
+
 class ReplicationPeers:
     """Appends (through one :class:`PairLink` per node) and ``Fetch`` to other agents."""
 
@@ -238,7 +245,7 @@ class ReplicationPeers:
         on_down: Callable[[str], None] = lambda node: None,
         tls: TlsMaterial | None = None,
     ) -> None:
-        self._pool = ChannelPool(DATA_PROFILE, tls)
+        self._pool = ChannelPool(DATA_PROFILE, tls, on_refused=_log_refusal)
         self._me = me
         self._config = config or LinkConfig()
         self._on_down = on_down

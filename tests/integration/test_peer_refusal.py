@@ -58,10 +58,9 @@ async def test_the_driver_says_an_agent_refuses_its_certificate_and_keeps_going(
             errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
             assert len(errors) == 1, errors
             assert REFUSED in errors[0]
-            # asked again within the probe interval: still unavailable, no second probe or log
-            with pytest.raises(AgentUnavailable) as again:
+            # asked again within the probe interval: the verdict is kept, not probed or logged again
+            with pytest.raises(AgentUnavailable, match=REFUSED):
                 await client.hosted(misconfigured_agent, "z", 0)
-            assert REFUSED not in str(again.value)
             errors = [r for r in caplog.records if r.levelno == logging.ERROR]
             assert len(errors) == 1
     finally:
@@ -81,7 +80,14 @@ async def test_a_replication_link_says_its_peer_refuses_the_agents_certificate(
 
             await eventually(logged, "the refusal logged", within=10)
         line = next(r.getMessage() for r in caplog.records if REFUSED in r.getMessage())
-        assert line.startswith("replication to node-2:"), line
+        assert line.startswith(f"replication to {misconfigured_agent}:"), line
         assert "--cert" in line, line
+        # the link goes on (heartbeats, the peer counted as down), logging no more than once
+        await eventually(lambda: _true(peers.is_down("node-2")), "the peer counted as down")
+        assert sum(REFUSED in r.getMessage() for r in caplog.records) == 1
     finally:
         await peers.close()
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -20,8 +21,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from placement.errors import StoreUnavailable
+from placement.errors import PlacementError, StoreUnavailable
+from placement.metastore.codec import InSyncSet, encode_isr
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import KeySpace
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
+from replica.data.plane import DataPlane
 from replica.protocol import (
     MoveRequest,
     PartitionRecord,
@@ -31,7 +36,7 @@ from replica.protocol import (
     RetireRequest,
 )
 from replica.records import AgentStore, ReplicaRow, StoreThread
-from replica.service import ReplicaAgent
+from replica.service import ISR_READ_TIMEOUT, ReplicaAgent
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0 * float(os.environ.get("TEST_TIMEOUT_MULTIPLIER", "1"))
@@ -616,12 +621,15 @@ async def test_moves_and_retires_read_the_in_sync_set_from_etcd_and_fail_safe(
     """The in-sync set is read when a decision needs it (not taken from a watched view that may
     lag); when it cannot be read, a hosted replica catches up before DONE and nothing is
     deleted (design/replica-protocol.md, "In sync")."""
-    answer: list[bool | Exception | None] = [None]
+    answer: list[bool | Exception | asyncio.Event | None] = [None]
     asked: list[tuple[str, int]] = []
 
     async def isr_names_me(zone: str, partition: int) -> bool | None:
         asked.append((zone, partition))
         value = answer[0]
+        if isinstance(value, asyncio.Event):
+            await value.wait()
+            return None
         if isinstance(value, Exception):
             raise value
         return value
@@ -632,6 +640,7 @@ async def test_moves_and_retires_read_the_in_sync_set_from_etcd_and_fail_safe(
     async def hosted(partition: int) -> None:
         move = MoveRequest("z", partition, ("n2",), ("n1", "n2"), 10, 1)
         assert (await agent.rebalance(move)).outcome is RebalanceOutcome.ACCEPTED
+        assert ("z", partition) not in asked, "read for a replica this node does not host"
         for _ in range(200):
             if (await agent.rebalance(move)).outcome is RebalanceOutcome.DONE:
                 return
@@ -658,5 +667,35 @@ async def test_moves_and_retires_read_the_in_sync_set_from_etcd_and_fail_safe(
         await hosted(2)
         again = MoveRequest("z", 2, ("n1", "n2"), ("n1", "n3"), 40, 1)
         assert (await agent.rebalance(again)).outcome is RebalanceOutcome.DONE
+        # etcd does not answer: the safe answer within ISR_READ_TIMEOUT, not the driver's
+        # deadline
+        answer[0] = None
+        await hosted(3)
+        answer[0] = asyncio.Event()  # never set: the read hangs
+        began = asyncio.get_running_loop().time()
+        stuck = RetireRequest("z", 3, ("n2", "n3"), 50, 1)
+        assert (await agent.retire(stuck)).outcome is RetireOutcome.RETIRE_IN_SYNC
+        assert asyncio.get_running_loop().time() - began < ISR_READ_TIMEOUT + 1.0
     finally:
         await agent.close()
+
+
+async def test_the_in_sync_set_is_read_from_etcd(client: EtcdClient, tmp_path: Path) -> None:
+    """``DataPlane.isr_names_me``: etcd's record, not the agent's view; no record (a new
+    partition) is None; a record that cannot be decoded is an error (the decision then takes
+    its safe answer)."""
+    keys = KeySpace(f"/t{uuid.uuid4().hex[:12]}/placement")
+    store = await asyncio.to_thread(AgentStore.open, tmp_path / "agent", "n1")
+    db = StoreThread(store)
+    plane = DataPlane("n1", db, client, keys)  # not started: no view at all
+    try:
+        assert await plane.isr_names_me("z", 0) is None
+        await client.put(keys.isr("z", 0), encode_isr(InSyncSet(("n1", "n2"), "n2", 3, 0)))
+        assert await plane.isr_names_me("z", 0) is True
+        await client.put(keys.isr("z", 0), encode_isr(InSyncSet(("n2", "n3"), "n2", 4, 0)))
+        assert await plane.isr_names_me("z", 0) is False
+        await client.put(keys.isr("z", 0), b"not json")
+        with pytest.raises(PlacementError, match="cannot be read"):
+            await plane.isr_names_me("z", 0)
+    finally:
+        await db.close()

@@ -212,8 +212,23 @@ def test_the_probe_names_what_is_wrong_with_our_own_certificate() -> None:
     problem = certificate_problem(material(theirs), NOW, "--cert")
     assert "not signed by the CA this process trusts" in problem
     assert "CN=theirs" in problem
+    neutral = "is the certificate in --cert signed by the CA the server trusts?"
     fine = certificate_problem(material(issue(CA, "admin", Role.ADMIN, NOW)), NOW, "--cert")
-    assert fine == "is the certificate in --cert signed by the CA the server trusts?"
+    assert fine == neutral
+    # a CA bundle (say, mid-rotation) trusts the certificate if any of its CAs signed it
+    other = issue_ca("next CA", NOW)
+    bundle = TlsMaterial(CA.cert + other.cert, theirs.cert, theirs.key)
+    assert "not signed" in certificate_problem(bundle, NOW, "--cert")
+    by_other = issue(other, "admin", Role.ADMIN, NOW)
+    assert (
+        certificate_problem(
+            TlsMaterial(CA.cert + other.cert, by_other.cert, by_other.key), NOW, "--cert"
+        )
+        == neutral
+    )
+    # a chain's intermediates are not judged: no claim it is unsigned
+    chained = TlsMaterial(CA.cert, by_other.cert + other.cert, by_other.key)
+    assert certificate_problem(chained, NOW, "--cert") == neutral
 
 
 async def test_the_prober_asks_each_address_at_most_once_per_interval(
@@ -221,17 +236,21 @@ async def test_the_prober_asks_each_address_at_most_once_per_interval(
 ) -> None:
     asked: list[str] = []
 
-    async def refusal(address: str, tls: Any, *, options: Any) -> str:
+    async def refusal(address: str, tls: Any, **_: Any) -> str:
         asked.append(address)
         return f"{address} refused"
 
+    heard: list[tuple[str, str]] = []
     monkeypatch.setattr(probe, "refusal", refusal)
     now = [100.0]
-    prober = Prober(None, interval=30.0, clock=lambda: now[0])
+    prober = Prober(
+        None, interval=30.0, clock=lambda: now[0], on_refused=lambda a, w: heard.append((a, w))
+    )
     assert await prober.refusal("a:1", "Connection refused") is None  # not worth asking
     assert await prober.refusal("a:1", "Socket closed") == "a:1 refused"
-    assert await prober.refusal("a:1", "Socket closed") is None
+    assert await prober.refusal("a:1", "Socket closed") == "a:1 refused"  # kept, not asked
     assert await prober.refusal("b:1", "Socket closed") == "b:1 refused"
     now[0] += 30.0
     assert await prober.refusal("a:1", "Socket closed") == "a:1 refused"
     assert asked == ["a:1", "b:1", "a:1"]
+    assert [a for a, _ in heard] == ["a:1", "b:1", "a:1"], "told once per probe, not per ask"

@@ -288,7 +288,7 @@ class FakeConnector:
     def replication(self, address: str) -> Any:
         raise NotImplementedError
 
-    async def refusal(self, address: str, detail: str) -> str | None:
+    async def refusal(self, address: str, detail: str, budget: float) -> str | None:
         return None  # plaintext fakes: nothing to refuse
 
     async def close(self) -> None:
