@@ -16,6 +16,10 @@ machine, with nothing else running in them:
   and the CPU of both processes (user + system, ``psutil``), hence CPU ms per call.
 * **Replicate round trip**: the same with an empty ``ReplicationService.Replicate`` call (what
   a primary spends per call of its pair stream, both ends, before any append is applied).
+* **Stream message round trip**: one message each way on a long-lived bidirectional stream
+  (a generic echo method, raw bytes of the size of an append batch header), ``--writers``
+  streams with one message in flight each: what a pair stream that carried appends and their
+  acknowledgements as messages — instead of one unary ``Replicate`` call per batch — would pay.
 * **fsync**: latency of ``os.fsync`` after a 4 KiB write in the data directory's file system
   (a sqlite WAL commit with ``synchronous=FULL`` costs one).
 
@@ -35,11 +39,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,10 +70,21 @@ class _Replication(data_pb2_grpc.ReplicationServiceServicer):
         return data_pb2.ReplicateResponse()
 
 
+#: The bench's own bidirectional echo method (raw bytes, no protobuf): ``/{ECHO}/Stream``.
+ECHO = "bench.Echo"
+
+
+async def _echo(messages: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+    async for message in messages:
+        yield message
+
+
 async def serve() -> None:
     server, address = bind_server("127.0.0.1:0")
     data_pb2_grpc.add_DataServiceServicer_to_server(_Data(), server)
     data_pb2_grpc.add_ReplicationServiceServicer_to_server(_Replication(), server)
+    echo = grpc.stream_stream_rpc_method_handler(_echo)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(ECHO, {"Stream": echo}),))
     await server.start()
     print(ANNOUNCE + address, flush=True)
     await server.wait_for_termination()
@@ -145,6 +161,17 @@ async def run(args: argparse.Namespace, address: str, server: psutil.Process) ->
         replication: Any = data_pb2_grpc.ReplicationServiceStub(ch)
         put = data_pb2.PutRequest(key=b"k" * 12, value=b"v" * args.value_size)
         empty = data_pb2.ReplicateRequest(from_node="n1", to_node="n2")
+        open_stream = ch.stream_stream(f"/{ECHO}/Stream")
+        streams = [open_stream() for _ in range(args.writers)]
+
+        async def ping() -> object:
+            stream = streams.pop()
+            try:
+                await stream.write(b"x" * 64)
+                return await stream.read()
+            finally:
+                streams.append(stream)
+
         return [
             await measure(
                 "Put", lambda: data.Put(put, timeout=10), args.writers, args.seconds, server
@@ -156,6 +183,9 @@ async def run(args: argparse.Namespace, address: str, server: psutil.Process) ->
                 args.seconds,
                 server,
             ),
+            await measure(
+                "stream message (64 B each way)", ping, args.writers, args.seconds, server
+            ),
         ]
     finally:
         await ch.close()
@@ -165,9 +195,10 @@ def report(
     args: argparse.Namespace, results: list[Measured], sync: tuple[float, float], load: str
 ) -> str:
     cores = os.cpu_count() or 1
-    put, rep = results
+    put, rep, stream = results
     only_put = 1000 * cores / put.ms_per_call
     with_appends = 1000 * cores / (put.ms_per_call + 2 * rep.ms_per_call)
+    with_messages = 1000 * cores / (put.ms_per_call + 2 * stream.ms_per_call)
     inside = sys.executable.startswith(str(ROOT))
     exe = os.path.relpath(sys.executable, ROOT) if inside else "python"
     command = " ".join(shlex.quote(a) for a in [exe, "bench/grpc_ceiling_bench.py", *sys.argv[1:]])
@@ -199,6 +230,9 @@ def report(
             "- A write that also cost one `Replicate` call to each of two followers (R=3, no"
             " batching across writes), before any storage or replication logic: at most"
             f" **{with_appends:.0f} writes/s**.",
+            "- The same with one stream message each way per follower instead of a `Replicate`"
+            f" call: at most **{with_messages:.0f} writes/s** (a stream message costs"
+            f" ×{stream.ms_per_call / rep.ms_per_call:.2f} of a unary call).",
             "",
             "Compare the CPU per acknowledged write the data plane spends end to end in",
             "`bench/results/data_plane.md` (its quiet window).",
