@@ -16,10 +16,12 @@ machine, with nothing else running in them:
   and the CPU of both processes (user + system, ``psutil``), hence CPU ms per call.
 * **Replicate round trip**: the same with an empty ``ReplicationService.Replicate`` call (what
   a primary spends per call of its pair stream, both ends, before any append is applied).
-* **Stream message round trip**: one message each way on a long-lived bidirectional stream
-  (a generic echo method, raw bytes of the size of an append batch header), ``--writers``
-  streams with one message in flight each: what a pair stream that carried appends and their
-  acknowledgements as messages — instead of one unary ``Replicate`` call per batch — would pay.
+* **Replicate batch, unary and streamed**: a ``ReplicateRequest`` of two appends (one 256-byte
+  entry each, as a primary sends for two partitions' writes) answered with two
+  ``AppendResponse``: once as the unary ``Replicate`` call, once as one message each way on a
+  long-lived bidirectional stream (the bench's own generic method with the same protobuf
+  messages), ``--writers`` streams with one message in flight each — what a pair stream that
+  carried appends and their acknowledgements as messages would pay instead of a call per batch.
 * **fsync**: latency of ``os.fsync`` after a 4 KiB write in the data directory's file system
   (a sqlite WAL commit with ``synchronous=FULL`` costs one).
 
@@ -54,7 +56,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from data_plane_bench import machine  # noqa: E402
 
 from placement.rpc import DATA_PROFILE, bind_server, channel  # noqa: E402
-from placement.v1 import data_pb2, data_pb2_grpc  # noqa: E402
+from placement.v1 import common_pb2, data_pb2, data_pb2_grpc  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "grpc_ceiling.md"
 ANNOUNCE = "ceiling server listening on "
@@ -65,25 +67,40 @@ class _Data(data_pb2_grpc.DataServiceServicer):
         return data_pb2.WriteResponse(index=1, lease_epoch=1)
 
 
+def _replies(request: data_pb2.ReplicateRequest) -> data_pb2.ReplicateResponse:
+    return data_pb2.ReplicateResponse(
+        replies=[
+            data_pb2.AppendResponse(outcome=data_pb2.APPEND_OK, last_index=a.prev_index + 1)
+            for a in request.appends
+        ]
+    )
+
+
 class _Replication(data_pb2_grpc.ReplicationServiceServicer):
     async def Replicate(self, request: Any, context: Any) -> data_pb2.ReplicateResponse:
-        return data_pb2.ReplicateResponse()
+        return _replies(request)
 
 
-#: The bench's own bidirectional echo method (raw bytes, no protobuf): ``/{ECHO}/Stream``.
+#: The bench's own bidirectional method (Replicate's messages on a stream): ``/{ECHO}/Stream``.
 ECHO = "bench.Echo"
 
 
-async def _echo(messages: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
-    async for message in messages:
-        yield message
+async def _stream(
+    requests: AsyncIterator[data_pb2.ReplicateRequest], context: Any
+) -> AsyncIterator[data_pb2.ReplicateResponse]:
+    async for request in requests:
+        yield _replies(request)
 
 
 async def serve() -> None:
     server, address = bind_server("127.0.0.1:0")
     data_pb2_grpc.add_DataServiceServicer_to_server(_Data(), server)
     data_pb2_grpc.add_ReplicationServiceServicer_to_server(_Replication(), server)
-    echo = grpc.stream_stream_rpc_method_handler(_echo)
+    echo = grpc.stream_stream_rpc_method_handler(
+        _stream,
+        request_deserializer=data_pb2.ReplicateRequest.FromString,
+        response_serializer=data_pb2.ReplicateResponse.SerializeToString,
+    )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(ECHO, {"Stream": echo}),))
     await server.start()
     print(ANNOUNCE + address, flush=True)
@@ -161,13 +178,37 @@ async def run(args: argparse.Namespace, address: str, server: psutil.Process) ->
         replication: Any = data_pb2_grpc.ReplicationServiceStub(ch)
         put = data_pb2.PutRequest(key=b"k" * 12, value=b"v" * args.value_size)
         empty = data_pb2.ReplicateRequest(from_node="n1", to_node="n2")
-        open_stream = ch.stream_stream(f"/{ECHO}/Stream")
+        batch = data_pb2.ReplicateRequest(
+            from_node="n1",
+            to_node="n2",
+            appends=[
+                data_pb2.AppendRequest(
+                    partition=common_pb2.PartitionRef(zone="bench", partition=p),
+                    lease_epoch=3,
+                    primary="n1",
+                    prev_index=1000,
+                    prev_epoch=3,
+                    entries=[
+                        data_pb2.LogEntry(
+                            index=1001, epoch=3, key=b"k" * 12, value=b"v" * args.value_size
+                        )
+                    ],
+                    commit_index=999,
+                )
+                for p in (0, 1)
+            ],
+        )
+        open_stream = ch.stream_stream(
+            f"/{ECHO}/Stream",
+            request_serializer=data_pb2.ReplicateRequest.SerializeToString,
+            response_deserializer=data_pb2.ReplicateResponse.FromString,
+        )
         streams = [open_stream() for _ in range(args.writers)]
 
         async def ping() -> object:
             stream = streams.pop()
             try:
-                await stream.write(b"x" * 64)
+                await stream.write(batch)
                 return await stream.read()
             finally:
                 streams.append(stream)
@@ -184,7 +225,14 @@ async def run(args: argparse.Namespace, address: str, server: psutil.Process) ->
                 server,
             ),
             await measure(
-                "stream message (64 B each way)", ping, args.writers, args.seconds, server
+                "Replicate, 2 appends (unary)",
+                lambda: replication.Replicate(batch, timeout=10),
+                args.writers,
+                args.seconds,
+                server,
+            ),
+            await measure(
+                "Replicate, 2 appends (stream message)", ping, args.writers, args.seconds, server
             ),
         ]
     finally:
@@ -195,7 +243,7 @@ def report(
     args: argparse.Namespace, results: list[Measured], sync: tuple[float, float], load: str
 ) -> str:
     cores = os.cpu_count() or 1
-    put, rep, stream = results
+    put, rep, unary_batch, stream = results
     only_put = 1000 * cores / put.ms_per_call
     with_appends = 1000 * cores / (put.ms_per_call + 2 * rep.ms_per_call)
     with_messages = 1000 * cores / (put.ms_per_call + 2 * stream.ms_per_call)
@@ -231,8 +279,9 @@ def report(
             " batching across writes), before any storage or replication logic: at most"
             f" **{with_appends:.0f} writes/s**.",
             "- The same with one stream message each way per follower instead of a `Replicate`"
-            f" call: at most **{with_messages:.0f} writes/s** (a stream message costs"
-            f" ×{stream.ms_per_call / rep.ms_per_call:.2f} of a unary call).",
+            f" call: at most **{with_messages:.0f} writes/s** (a two-append batch as a stream"
+            f" message costs ×{stream.ms_per_call / unary_batch.ms_per_call:.2f} of the same"
+            " batch as a unary call).",
             "",
             "Compare the CPU per acknowledged write the data plane spends end to end in",
             "`bench/results/data_plane.md` (its quiet window).",
