@@ -213,28 +213,13 @@ async def run(args: argparse.Namespace, address: str, server: psutil.Process) ->
             finally:
                 streams.append(stream)
 
-        return [
-            await measure(
-                "Put", lambda: data.Put(put, timeout=10), args.writers, args.seconds, server
-            ),
-            await measure(
-                "Replicate (empty)",
-                lambda: replication.Replicate(empty, timeout=10),
-                args.writers,
-                args.seconds,
-                server,
-            ),
-            await measure(
-                "Replicate, 2 appends (unary)",
-                lambda: replication.Replicate(batch, timeout=10),
-                args.writers,
-                args.seconds,
-                server,
-            ),
-            await measure(
-                "Replicate, 2 appends (stream message)", ping, args.writers, args.seconds, server
-            ),
+        rows: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            ("Put", lambda: data.Put(put, timeout=10)),
+            ("Replicate (empty)", lambda: replication.Replicate(empty, timeout=10)),
+            ("Replicate, 2 appends (unary)", lambda: replication.Replicate(batch, timeout=10)),
+            ("Replicate, 2 appends (stream message)", ping),
         ]
+        return [await measure(w, call, args.writers, args.seconds, server) for w, call in rows]
     finally:
         await ch.close()
 
