@@ -14,14 +14,14 @@ machine, with nothing else running in them:
   (:func:`placement.rpc.channel` with ``DATA_PROFILE``; ``--writers`` tasks, one Put of a
   256-byte value in flight each, as ``bench/data_plane_bench.py`` writes). It records calls/s
   and the CPU of both processes (user + system, ``psutil``), hence CPU ms per call.
-* **Replicate round trip**: the same with an empty ``ReplicationService.Replicate`` call (what
-  a primary spends per call of its pair stream, both ends, before any append is applied).
-* **Replicate batch, unary and streamed**: a ``ReplicateRequest`` of two appends (one 256-byte
-  entry each, as a primary sends for two partitions' writes) answered with two
-  ``AppendResponse``: once as the unary ``Replicate`` call, once as one message each way on a
-  long-lived bidirectional stream (the bench's own generic method with the same protobuf
-  messages), ``--writers`` streams with one message in flight each — what a pair stream that
-  carried appends and their acknowledgements as messages would pay instead of a call per batch.
+* **Replicate as a unary call** (what the pair link paid before it became a stream): an empty
+  ``ReplicateRequest`` answered at once, as one call of the bench's own unary method with
+  ``Replicate``'s messages, both ends, before any append is applied; and a request of two
+  appends (one 256-byte entry each, as a primary sends for two partitions' writes) answered
+  with two ``AppendResponse``.
+* **Replicate as a stream message**: the same two-append request as one message each way on a
+  long-lived ``ReplicationService.Replicate`` stream (the pair stream's method),
+  ``--writers`` streams with one message in flight each.
 * **fsync**: latency of ``os.fsync`` after a 4 KiB write in the data directory's file system
   (a sqlite WAL commit with ``synchronous=FULL`` costs one).
 
@@ -77,31 +77,32 @@ def _replies(request: data_pb2.ReplicateRequest) -> data_pb2.ReplicateResponse:
 
 
 class _Replication(data_pb2_grpc.ReplicationServiceServicer):
-    async def Replicate(self, request: Any, context: Any) -> data_pb2.ReplicateResponse:
-        return _replies(request)
+    async def Replicate(
+        self, requests: AsyncIterator[data_pb2.ReplicateRequest], context: Any
+    ) -> AsyncIterator[data_pb2.ReplicateResponse]:
+        async for request in requests:
+            yield _replies(request)
 
 
-#: The bench's own bidirectional method (Replicate's messages on a stream): ``/{ECHO}/Stream``.
+#: The bench's own unary method with Replicate's messages (the pair link's call before it became
+#: a stream): ``/{ECHO}/Unary``.
 ECHO = "bench.Echo"
 
 
-async def _stream(
-    requests: AsyncIterator[data_pb2.ReplicateRequest], context: Any
-) -> AsyncIterator[data_pb2.ReplicateResponse]:
-    async for request in requests:
-        yield _replies(request)
+async def _unary(request: data_pb2.ReplicateRequest, context: Any) -> data_pb2.ReplicateResponse:
+    return _replies(request)
 
 
 async def serve() -> None:
     server, address = bind_server("127.0.0.1:0")
     data_pb2_grpc.add_DataServiceServicer_to_server(_Data(), server)
     data_pb2_grpc.add_ReplicationServiceServicer_to_server(_Replication(), server)
-    echo = grpc.stream_stream_rpc_method_handler(
-        _stream,
+    echo = grpc.unary_unary_rpc_method_handler(
+        _unary,
         request_deserializer=data_pb2.ReplicateRequest.FromString,
         response_serializer=data_pb2.ReplicateResponse.SerializeToString,
     )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(ECHO, {"Stream": echo}),))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(ECHO, {"Unary": echo}),))
     await server.start()
     print(ANNOUNCE + address, flush=True)
     await server.wait_for_termination()
@@ -198,12 +199,12 @@ async def run(args: argparse.Namespace, address: str, server: psutil.Process) ->
                 for p in (0, 1)
             ],
         )
-        open_stream = ch.stream_stream(
-            f"/{ECHO}/Stream",
+        unary = ch.unary_unary(
+            f"/{ECHO}/Unary",
             request_serializer=data_pb2.ReplicateRequest.SerializeToString,
             response_deserializer=data_pb2.ReplicateResponse.FromString,
         )
-        streams = [open_stream() for _ in range(args.writers)]
+        streams = [replication.Replicate() for _ in range(args.writers)]
 
         async def ping() -> object:
             stream = streams.pop()
@@ -215,8 +216,8 @@ async def run(args: argparse.Namespace, address: str, server: psutil.Process) ->
 
         rows: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("Put", lambda: data.Put(put, timeout=10)),
-            ("Replicate (empty)", lambda: replication.Replicate(empty, timeout=10)),
-            ("Replicate, 2 appends (unary)", lambda: replication.Replicate(batch, timeout=10)),
+            ("Replicate (empty, unary)", lambda: unary(empty, timeout=10)),
+            ("Replicate, 2 appends (unary)", lambda: unary(batch, timeout=10)),
             ("Replicate, 2 appends (stream message)", ping),
         ]
         return [await measure(w, call, args.writers, args.seconds, server) for w, call in rows]
@@ -260,11 +261,12 @@ def report(
             "",
             f"- A write that cost nothing but its Put round trip: at most **{only_put:.0f}"
             f" writes/s** on these {cores} cores.",
-            "- A write that also cost one `Replicate` call to each of two followers (R=3, no"
-            " batching across writes), before any storage or replication logic: at most"
-            f" **{with_appends:.0f} writes/s**.",
-            "- The same with one stream message each way per follower instead of a `Replicate`"
-            f" call: at most **{with_messages:.0f} writes/s** (a two-append batch as a stream"
+            "- A write that also cost one unary `Replicate` call to each of two followers (R=3,"
+            " no batching across writes; the pair link before it became a stream), before any"
+            f" storage or replication logic: at most **{with_appends:.0f} writes/s**.",
+            "- The same with one message each way per follower on the `Replicate` pair stream"
+            f" instead of a call: at most **{with_messages:.0f} writes/s** (a two-append batch as"
+            " a stream"
             f" message costs ×{stream.ms_per_call / unary_batch.ms_per_call:.2f} of the same"
             " batch as a unary call).",
             "",

@@ -257,7 +257,7 @@ class ReplicationServiceStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Replicate = channel.unary_unary(
+        self.Replicate = channel.stream_stream(
                 '/placement.v1.ReplicationService/Replicate',
                 request_serializer=placement_dot_v1_dot_data__pb2.ReplicateRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_data__pb2.ReplicateResponse.FromString,
@@ -278,10 +278,12 @@ class ReplicationServiceServicer:
     """Agent to agent.
     """
 
-    def Replicate(self, request, context):
-        """The pair stream (design/data-plane.md): every Append one agent's primaries have for another
-        agent at this moment travels in one call, answered in one group commit; an empty call is the
-        pair's heartbeat. Sent only by the node named in from_node, to the node named in to_node.
+    def Replicate(self, request_iterator, context):
+        """The pair stream (design/data-plane.md): one long-lived stream from one agent to another.
+        Each request carries every Append the sender's primaries have for the receiver at that moment
+        and is answered in one group commit; responses come in request order, one per request. An
+        empty request is the pair's heartbeat. Sent only by the node named in from_node, to the node
+        named in to_node; a request that breaks either rule ends the stream with its status.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -304,7 +306,7 @@ class ReplicationServiceServicer:
 
 def add_ReplicationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Replicate': grpc.unary_unary_rpc_method_handler(
+            'Replicate': grpc.stream_stream_rpc_method_handler(
                     servicer.Replicate,
                     request_deserializer=placement_dot_v1_dot_data__pb2.ReplicateRequest.FromString,
                     response_serializer=placement_dot_v1_dot_data__pb2.ReplicateResponse.SerializeToString,
@@ -332,7 +334,7 @@ class ReplicationService:
     """
 
     @staticmethod
-    def Replicate(request,
+    def Replicate(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -342,8 +344,8 @@ class ReplicationService:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
+        return grpc.experimental.stream_stream(
+            request_iterator,
             target,
             '/placement.v1.ReplicationService/Replicate',
             placement_dot_v1_dot_data__pb2.ReplicateRequest.SerializeToString,

@@ -117,10 +117,12 @@ class ReplicationServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ReplicationServiceAsyncStub: ...
-    Replicate: _grpc.UnaryUnaryMultiCallable[_data_pb2.ReplicateRequest, _data_pb2.ReplicateResponse]
-    """The pair stream (design/data-plane.md): every Append one agent's primaries have for another
-    agent at this moment travels in one call, answered in one group commit; an empty call is the
-    pair's heartbeat. Sent only by the node named in from_node, to the node named in to_node.
+    Replicate: _grpc.StreamStreamMultiCallable[_data_pb2.ReplicateRequest, _data_pb2.ReplicateResponse]
+    """The pair stream (design/data-plane.md): one long-lived stream from one agent to another.
+    Each request carries every Append the sender's primaries have for the receiver at that moment
+    and is answered in one group commit; responses come in request order, one per request. An
+    empty request is the pair's heartbeat. Sent only by the node named in from_node, to the node
+    named in to_node; a request that breaks either rule ends the stream with its status.
     """
     Fetch: _grpc.UnaryUnaryMultiCallable[_data_pb2.FetchRequest, _data_pb2.FetchResponse]
     """Learner -> primary: pull a snapshot page or committed log entries (catch-up)."""
@@ -132,10 +134,12 @@ class ReplicationServiceAsyncStub(ReplicationServiceStub):
     """Agent to agent."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    Replicate: _aio.UnaryUnaryMultiCallable[_data_pb2.ReplicateRequest, _data_pb2.ReplicateResponse]  # type: ignore[assignment]
-    """The pair stream (design/data-plane.md): every Append one agent's primaries have for another
-    agent at this moment travels in one call, answered in one group commit; an empty call is the
-    pair's heartbeat. Sent only by the node named in from_node, to the node named in to_node.
+    Replicate: _aio.StreamStreamMultiCallable[_data_pb2.ReplicateRequest, _data_pb2.ReplicateResponse]  # type: ignore[assignment]
+    """The pair stream (design/data-plane.md): one long-lived stream from one agent to another.
+    Each request carries every Append the sender's primaries have for the receiver at that moment
+    and is answered in one group commit; responses come in request order, one per request. An
+    empty request is the pair's heartbeat. Sent only by the node named in from_node, to the node
+    named in to_node; a request that breaks either rule ends the stream with its status.
     """
     Fetch: _aio.UnaryUnaryMultiCallable[_data_pb2.FetchRequest, _data_pb2.FetchResponse]  # type: ignore[assignment]
     """Learner -> primary: pull a snapshot page or committed log entries (catch-up)."""
@@ -148,12 +152,14 @@ class ReplicationServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def Replicate(
         self,
-        request: _data_pb2.ReplicateRequest,
+        request_iterator: _MaybeAsyncIterator[_data_pb2.ReplicateRequest],
         context: _ServicerContext,
-    ) -> _typing.Union[_data_pb2.ReplicateResponse, _abc.Awaitable[_data_pb2.ReplicateResponse]]:
-        """The pair stream (design/data-plane.md): every Append one agent's primaries have for another
-        agent at this moment travels in one call, answered in one group commit; an empty call is the
-        pair's heartbeat. Sent only by the node named in from_node, to the node named in to_node.
+    ) -> _typing.Union[_abc.Iterator[_data_pb2.ReplicateResponse], _abc.AsyncIterator[_data_pb2.ReplicateResponse]]:
+        """The pair stream (design/data-plane.md): one long-lived stream from one agent to another.
+        Each request carries every Append the sender's primaries have for the receiver at that moment
+        and is answered in one group commit; responses come in request order, one per request. An
+        empty request is the pair's heartbeat. Sent only by the node named in from_node, to the node
+        named in to_node; a request that breaks either rule ends the stream with its status.
         """
 
     @_abc_1.abstractmethod

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -48,7 +49,7 @@ _FETCH_FROM_PB = {v: k for k, v in _FETCH_OUTCOMES.items()}
 MAX_BATCH_APPENDS = 4096
 #: A batch closes once its entries pass this many bytes (far below the message limit).
 MAX_BATCH_BYTES = 8 << 20
-#: ``Replicate`` calls one link keeps in flight (batches pipeline behind each other).
+#: Requests one link keeps unanswered on its stream (batches pipeline behind each other).
 MAX_IN_FLIGHT = 4
 #: Seconds a link no longer wanted stays open after its last append (a new primary's first
 #: appends, before it knows its members, keep using it).
@@ -69,10 +70,24 @@ class _Pending:
     call: AppendCall
     future: asyncio.Future[AppendReply]
     deadline: float
+    #: Streams this append was written to (a stream that broke is resent once).
+    sent: int = 0
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One ``Replicate`` stream: the batches written to it and not answered yet, oldest first
+    (the receiver answers in order, so each answer is for the oldest)."""
+
+    call: Any
+    batches: deque[list[_Pending]] = field(default_factory=deque)
+    reader: asyncio.Task[None] | None = None
 
 
 class PairLink:
-    """The pair stream from this agent (``me``) to the agent ``peer`` at ``address``.
+    """The pair stream from this agent (``me``) to the agent ``peer`` at ``address``: one
+    long-lived bidirectional ``Replicate`` stream (opened again on the next send after it
+    breaks), every request a batch of appends, every answer in request order.
 
     States: UP (answered within ``down_after``) -> DOWN (no answer for ``down_after``:
     ``on_down(peer)`` is called once, appends fail at once) -> UP (any answer).
@@ -94,20 +109,22 @@ class PairLink:
         self._config = config
         self._on_down = on_down
         self._clock = clock
-        self._queue: list[_Pending] = []
+        self._queue: deque[_Pending] = deque()
         self._wake = asyncio.Event()
-        self._in_flight = 0
-        self._sending: set[asyncio.Task[object]] = set()
+        self._stream: _Stream | None = None
+        self._side: set[asyncio.Task[object]] = set()
         self.last_answer = clock()
         self.last_sent = clock()
         #: When an append was last queued (heartbeats do not count).
         self.last_used = clock()
         self.down = False
+        #: Streams opened (the first, and one after each break).
+        self.streams_opened = 0
         self._task = asyncio.create_task(self._run(), name=f"link {me}->{peer}")
 
     async def append(self, call: AppendCall, timeout: float) -> AppendReply:  # noqa: ASYNC109
         """Send ``call`` in the next batch; raises :class:`PeerUnreachable` when the peer is down
-        or no answer came within ``timeout`` seconds (also the batch's RPC deadline)."""
+        or no answer came within ``timeout`` seconds."""
         if self.down:
             raise PeerUnreachable(
                 f"{self.peer} has not answered for {self._config.down_after:g} s (DOWN)"
@@ -121,39 +138,43 @@ class PairLink:
         except TimeoutError:
             raise PeerUnreachable("DEADLINE_EXCEEDED") from None
 
+    @property
+    def in_flight(self) -> int:
+        """Batches written to the stream and not answered yet."""
+        return len(self._stream.batches) if self._stream is not None else 0
+
     def idle(self, now: float) -> bool:
         """No append queued, in flight or queued for ``LINGER`` seconds (heartbeats aside)."""
-        return not self._queue and self._in_flight <= 1 and now - self.last_used > LINGER
+        return not self._queue and self.in_flight <= 1 and now - self.last_used > LINGER
 
     async def close(self) -> None:
         self._task.cancel()
-        for task in self._sending:
+        for task in self._side:
             task.cancel()
-        await asyncio.gather(self._task, *self._sending, return_exceptions=True)
-        for pending in self._queue:
-            if not pending.future.done():
-                pending.future.set_exception(PeerUnreachable("the link closed"))
-        self._queue.clear()
+        await asyncio.gather(self._task, *self._side, return_exceptions=True)
+        if self._stream is not None:
+            self._break(self._stream, PeerUnreachable("the link closed"), resend=False)
+        self._fail_queue(PeerUnreachable("the link closed"))
 
     async def _run(self) -> None:
         while True:
             await wait_event(self._wake, self._config.heartbeat)
             self._wake.clear()
             # Corked for one event-loop round: the appends of every primary woken in the same
-            # round (by one group commit, say) share the call.
+            # round (by one group commit, say) share the request.
             await asyncio.sleep(0)
             self._check_down()
-            while self._queue and self._in_flight < MAX_IN_FLIGHT:
-                self._spawn(self._take_batch())
+            while self._queue and self.in_flight < MAX_IN_FLIGHT:
+                await self._send(self._take_batch())
             idle = self._clock() - self.last_sent >= self._config.heartbeat
-            if idle and self._in_flight == 0 and not self._queue:
-                self._spawn([])  # the pair's heartbeat
+            if idle and self.in_flight == 0 and not self._queue:
+                await self._send([])  # the pair's heartbeat
 
     def _take_batch(self) -> list[_Pending]:
         batch: list[_Pending] = []
         size = 0
         while self._queue and len(batch) < MAX_BATCH_APPENDS and size < MAX_BATCH_BYTES:
-            pending = self._queue.pop(0)
+            pending = self._queue.popleft()
             if pending.future.done():  # its sender stopped waiting
                 continue
             batch.append(pending)
@@ -163,15 +184,108 @@ class PairLink:
     def _spawn_side(self, work: Coroutine[Any, Any, object]) -> None:
         """Run ``work`` beside the link (cancelled when it closes)."""
         task = asyncio.create_task(work)
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
 
-    def _spawn(self, batch: list[_Pending]) -> None:
-        self._in_flight += 1
+    def _open(self) -> _Stream:
+        stream = _Stream(self._stub.Replicate())
+        stream.reader = asyncio.create_task(self._read(stream), name=f"link {self.peer} answers")
+        self._stream = stream
+        self.streams_opened += 1
+        return stream
+
+    async def _send(self, batch: list[_Pending]) -> None:
+        """Write ``batch`` (empty: a heartbeat) to the stream, opening one if there is none. A
+        write the peer does not take within ``down_after`` (its flow-control window is full)
+        breaks the stream."""
+        stream = self._stream or self._open()
+        request = data_pb2.ReplicateRequest(
+            from_node=self.me, to_node=self.peer, appends=[append_call_to_pb(p.call) for p in batch]
+        )
+        for pending in batch:
+            pending.sent += 1
+        stream.batches.append(batch)
         self.last_sent = self._clock()
-        task = asyncio.create_task(self._send(batch))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        try:
+            async with asyncio.timeout(self._config.down_after):
+                await stream.call.write(request)
+        except TimeoutError:
+            self._break(stream, PeerUnreachable("the peer takes no more data"), resend=False)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the link is closing
+            # else the stream was broken (cancelled) under the write: its batches are dealt with
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass  # the stream ended under the write: its reader breaks it and says why
+
+    async def _read(self, stream: _Stream) -> None:
+        """Answer the stream's batches in order until it ends; then break it."""
+        try:
+            while True:
+                reply = await stream.call.read()
+                if reply is grpc.aio.EOF:
+                    self._break(stream, PeerUnreachable("the peer ended the stream"), True)
+                    return
+                if not stream.batches:
+                    why = "the peer answered a request it was not sent"
+                    self._break(stream, PeerUnreachable(why), resend=False)
+                    return
+                self._answered(stream.batches.popleft(), reply)
+        except grpc.aio.AioRpcError as e:
+            # UNAVAILABLE: the connection broke (a restart, a reset): what it carried is resent
+            # once on a new stream; any other status is the peer's answer to these appends.
+            resend = e.code() == grpc.StatusCode.UNAVAILABLE
+            self._break(stream, PeerUnreachable(f"{e.code()}: {e.details()}"), resend)
+            # A peer refusing this agent's certificate shows only as a closed socket: the pool's
+            # probe says so in the log (ReplicationPeers), off this link's path.
+            self._spawn_side(
+                self._pool.refusal(self.address, e.details() or "", self._config.heartbeat)
+            )
+
+    def _answered(self, batch: list[_Pending], reply: data_pb2.ReplicateResponse) -> None:
+        self.last_answer = self._clock()
+        if self.down:
+            self.down = False
+            log.info("replication link to %s (%s) answers again", self.peer, self.address)
+        replies = reply.replies
+        for i, pending in enumerate(batch):
+            if pending.future.done():
+                continue
+            if i < len(replies):
+                pending.future.set_result(append_reply_from_pb(replies[i]))
+            else:
+                pending.future.set_exception(PeerUnreachable("the reply lacks this append"))
+        if self._queue:
+            self._wake.set()
+
+    def _break(self, stream: _Stream, error: PeerUnreachable, resend: bool) -> None:
+        """End ``stream``: its unanswered appends are queued again (``resend``, first stream
+        only, before their deadline) or fail with ``error``; the next send opens a new one."""
+        if self._stream is stream:
+            self._stream = None
+        stream.call.cancel()
+        if stream.reader is not None and stream.reader is not asyncio.current_task():
+            stream.reader.cancel()
+        now = self._clock()
+        again: list[_Pending] = []
+        while stream.batches:
+            for pending in stream.batches.popleft():
+                if pending.future.done():
+                    continue
+                if resend and pending.sent < 2 and pending.deadline > now and not self.down:
+                    again.append(pending)
+                else:
+                    pending.future.set_exception(error)
+        self._queue.extendleft(reversed(again))
+        if again:
+            self._wake.set()
+
+    def _fail_queue(self, error: PeerUnreachable) -> None:
+        for pending in self._queue:
+            if not pending.future.done():
+                pending.future.set_exception(error)
+        self._queue.clear()
 
     def _check_down(self) -> None:
         if not self.down and self._clock() - self.last_answer > self._config.down_after:
@@ -182,51 +296,8 @@ class PairLink:
                 self.address,
                 self._config.down_after,
             )
-            for pending in self._queue:
-                if not pending.future.done():
-                    pending.future.set_exception(PeerUnreachable(f"{self.peer} is down"))
-            self._queue.clear()
+            self._fail_queue(PeerUnreachable(f"{self.peer} is down"))
             self._on_down(self.peer)
-
-    async def _send(self, batch: list[_Pending]) -> None:
-        now = self._clock()
-        timeout = max((p.deadline for p in batch), default=now + self._config.down_after) - now
-        request = data_pb2.ReplicateRequest(
-            from_node=self.me, to_node=self.peer, appends=[append_call_to_pb(p.call) for p in batch]
-        )
-        try:
-            reply = await self._stub.Replicate(request, timeout=max(timeout, 0.05))
-        except (grpc.aio.AioRpcError, asyncio.CancelledError) as e:
-            error = PeerUnreachable(
-                f"{e.code()}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else "closed"
-            )
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(error)
-            if isinstance(e, grpc.aio.AioRpcError):
-                # A peer refusing this agent's certificate shows only as a closed socket: the
-                # pool's probe says so in the log (ReplicationPeers), off this send's path.
-                probe = self._pool.refusal(self.address, e.details() or "", self._config.heartbeat)
-                self._spawn_side(probe)
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return
-        finally:
-            self._in_flight -= 1
-            if self._queue:
-                self._wake.set()
-        self.last_answer = self._clock()
-        if self.down:
-            self.down = False
-            log.info("replication link to %s (%s) answers again", self.peer, self.address)
-        replies = list(reply.replies)
-        for i, pending in enumerate(batch):
-            if pending.future.done():
-                continue
-            if i < len(replies):
-                pending.future.set_result(append_reply_from_pb(replies[i]))
-            else:
-                pending.future.set_exception(PeerUnreachable("the reply lacks this append"))
 
 
 def _log_refusal(address: str, why: str) -> None:

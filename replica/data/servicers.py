@@ -13,7 +13,8 @@ holds, so clients retry that soon instead of backing off.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
@@ -56,6 +57,10 @@ def _limit(limit: int) -> int:
     return DEFAULT_SCAN_LIMIT if limit == 0 else min(limit, MAX_SCAN_LIMIT)
 
 
+class NotTheCaller(PlacementError):
+    """A replication request names another node than the caller's certificate."""
+
+
 #: The data plane's errors as status codes (any other :class:`PlacementError` is UNAVAILABLE).
 STATUS_OF: StatusTable = (
     (NotPrimary, grpc.StatusCode.FAILED_PRECONDITION),
@@ -64,6 +69,7 @@ STATUS_OF: StatusTable = (
     (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
     (UnknownZone, grpc.StatusCode.NOT_FOUND),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (NotTheCaller, grpc.StatusCode.PERMISSION_DENIED),
 )
 
 
@@ -142,16 +148,20 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
         )
 
 
-async def _speaks_for_itself(context: Context, node: str, field: str) -> None:
+def _speaks_for_itself(context: Context, node: str, field: str) -> None:
     """Over TLS a node speaks only for itself: ``node`` (a replication request's sender, or a
     learner fetching to join the in-sync set) must be the name in the caller's certificate;
-    else PERMISSION_DENIED naming ``field``."""
+    else :class:`NotTheCaller` naming ``field`` (PERMISSION_DENIED)."""
     who = caller_identity(context)
     if who is not None and who.name != node:
-        await context.abort(
-            grpc.StatusCode.PERMISSION_DENIED,
-            f"{field} {node!r} is not the caller: its certificate names {who.name!r}",
+        raise NotTheCaller(
+            f"{field} {node!r} is not the caller: its certificate names {who.name!r}"
         )
+
+
+#: Requests of one ``Replicate`` stream answered at once (the sender keeps fewer unanswered); the
+#: stream is not read further until the oldest is answered.
+STREAM_AHEAD = 8
 
 
 class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
@@ -159,20 +169,48 @@ class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
         self._plane = plane
 
     async def Replicate(
+        self, requests: AsyncIterator[data_pb2.ReplicateRequest], context: Context
+    ) -> AsyncIterator[data_pb2.ReplicateResponse]:
+        """The pair stream: each request's appends are answered in one group commit (an empty
+        request is the pair's heartbeat). Requests are answered concurrently, so batches
+        pipeline, and the answers go out in request order. A request that is not the sender's
+        to make or not for this node ends the stream with its status."""
+        answers: asyncio.Queue[asyncio.Future[data_pb2.ReplicateResponse] | None]
+        answers = asyncio.Queue(STREAM_AHEAD)
+
+        async def read() -> None:
+            try:
+                async for request in requests:
+                    await answers.put(asyncio.ensure_future(self._answer(request, context)))
+            finally:
+                await answers.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                try:
+                    yield await answer
+                except PlacementError as e:
+                    await abort(context, e, STATUS_OF)
+            await reader  # the request stream's own error, if any
+        finally:
+            reader.cancel()
+            while not answers.empty():
+                if (left := answers.get_nowait()) is not None:
+                    left.cancel()
+
+    async def _answer(
         self, request: data_pb2.ReplicateRequest, context: Context
     ) -> data_pb2.ReplicateResponse:
-        """The pair stream's call: answers every append in one group commit (an empty request
-        is the pair's heartbeat)."""
-        try:
-            self._plane.check_replicate(request.from_node, request.to_node, len(request.appends))
-            for i, append in enumerate(request.appends):
-                try:
-                    validate_partition_key(append.partition.zone, append.partition.partition)
-                except InvalidInput as e:
-                    raise InvalidInput(f"appends[{i}].partition.{e.field}", e.problem, e.fix) from e
-        except PlacementError as e:
-            await abort(context, e, STATUS_OF)
-        await _speaks_for_itself(context, request.from_node, "from_node")
+        self._plane.check_replicate(request.from_node, request.to_node, len(request.appends))
+        _speaks_for_itself(context, request.from_node, "from_node")
+        if not request.appends:
+            return data_pb2.ReplicateResponse()
+        for i, append in enumerate(request.appends):
+            try:
+                validate_partition_key(append.partition.zone, append.partition.partition)
+            except InvalidInput as e:
+                raise InvalidInput(f"appends[{i}].partition.{e.field}", e.problem, e.fix) from e
         replies = await self._plane.append_many(
             [append_call_from_pb(append) for append in request.appends], request.from_node
         )
@@ -181,7 +219,10 @@ class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
     async def Fetch(
         self, request: data_pb2.FetchRequest, context: Context
     ) -> data_pb2.FetchResponse:
-        await _speaks_for_itself(context, request.node, "node")
+        try:
+            _speaks_for_itself(context, request.node, "node")
+        except NotTheCaller as e:
+            await abort(context, e, STATUS_OF)
         try:
             reply = await _call(
                 context,

@@ -387,21 +387,18 @@ async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Clu
         stub = data_pb2_grpc.ReplicationServiceStub(channel)
         for request, code, words in cases:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
-                await stub.Replicate(request, timeout=10)
+                await replicate(stub, request)
             assert caught.value.code() == code, caught.value
             assert words in (caught.value.details() or ""), caught.value.details()
         # the pair heartbeat: an empty call is answered with no replies
-        empty = await stub.Replicate(
-            data_pb2.ReplicateRequest(from_node=sender, to_node=node), timeout=10
-        )
+        empty = await replicate(stub, data_pb2.ReplicateRequest(from_node=sender, to_node=node))
         assert list(empty.replies) == []
     # only agents replicate: a client certificate may not call Replicate at all
     async with channel_to(address, data_cluster.tls("client")) as channel:
         stub = data_pb2_grpc.ReplicationServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub.Replicate(
-                data_pb2.ReplicateRequest(from_node=sender, to_node=node, appends=[good]),
-                timeout=10,
+            await replicate(
+                stub, data_pb2.ReplicateRequest(from_node=sender, to_node=node, appends=[good])
             )
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, caught.value
         assert "needs role agent" in (caught.value.details() or "")
@@ -451,17 +448,31 @@ async def test_an_append_its_sender_does_not_hold_the_lease_for_is_refused(
         # each sent with the certificate of the node it names as its sender
         async with channel_to(address, data_cluster.tls(request.from_node)) as channel:
             stub = data_pb2_grpc.ReplicationServiceStub(channel)
-            reply = await stub.Replicate(request, timeout=10)
+            reply = await replicate(stub, request)
             assert [r.outcome for r in reply.replies] == [outcome], request
     # and an agent cannot speak for the lease holder: its certificate names another node
     async with channel_to(address, data_cluster.tls(other)) as channel:
         stub = data_pb2_grpc.ReplicationServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub.Replicate(append(holder, holder, 1 << 40), timeout=10)
+            await replicate(stub, append(holder, holder, 1 << 40))
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, caught.value
     assert await _replica_state(address, data_cluster) == before
     await _partition_0_still_written(data_cluster, "proof")
     assert (await _replica_state(address, data_cluster))[0] > last
+
+
+async def replicate(
+    stub: data_pb2_grpc.ReplicationServiceStub, request: data_pb2.ReplicateRequest
+) -> data_pb2.ReplicateResponse:
+    """``request`` as the one request of a ``Replicate`` stream: its answer, or the status the
+    stream ended with (AioRpcError)."""
+    stream: Any = stub.Replicate(timeout=10)
+    await stream.write(request)
+    await stream.done_writing()
+    reply = await stream.read()
+    if reply is grpc.aio.EOF:
+        raise AssertionError(f"the stream ended with no answer: {await stream.code()}")
+    return reply  # type: ignore[no-any-return]
 
 
 async def _partition_0_still_written(cluster: Cluster, prefix: str) -> None:

@@ -1,9 +1,10 @@
 """The pair stream and hibernation (design/data-plane.md, "The pair stream", "Hibernation").
 
 * a :class:`PairLink` against a real gRPC server: concurrent appends of many partitions travel in
-  few ``Replicate`` calls, each answered in order; an idle link sends only heartbeats; a peer that
-  stops answering is DOWN after ``down_after`` (``on_down`` once, appends fail at once) and UP
-  again when it answers;
+  few requests of one long-lived ``Replicate`` stream, each answered in order; an idle link sends
+  only heartbeats; a peer that stops answering is DOWN after ``down_after`` (``on_down`` once,
+  appends fail at once) and UP again when it answers, on the same stream; a stream that breaks
+  is opened again, what it carried resent once;
 * a READY cluster at rest (real etcd, driver, agents as subprocesses): no replica's database is
   written and no in-sync set changes — idle partitions send nothing; a write wakes its partition;
 * a member SIGKILLed while no client writes: every in-sync set drops it anyway (its registration
@@ -37,29 +38,39 @@ from replica.data.peers import LinkConfig, PairLink, append_reply_to_pb
 
 
 class Follower(data_pb2_grpc.ReplicationServiceServicer):
-    """A real ``ReplicationService`` that records each ``Replicate`` and answers every append
-    OK at its ``prev_index`` + number of entries — or, while ``paused``, does not answer."""
+    """A real ``ReplicationService`` that records each request of its ``Replicate`` streams and
+    answers every append OK at its ``prev_index`` + number of entries — or, while ``paused``,
+    does not answer; ``end_next`` ends the stream with that status on the next request."""
 
     def __init__(self) -> None:
-        self.calls: list[int] = []  # appends per call (0 = heartbeat)
+        self.calls: list[int] = []  # appends per request (0 = heartbeat)
+        self.streams = 0
         self.running = asyncio.Event()
         self.running.set()
+        self.end_next: grpc.StatusCode | None = None
 
     async def Replicate(
-        self, request: data_pb2.ReplicateRequest, context: Any
-    ) -> data_pb2.ReplicateResponse:
-        await self.running.wait()
-        self.calls.append(len(request.appends))
-        assert request.to_node == "b"
-        assert request.from_node == "a"
-        return data_pb2.ReplicateResponse(
-            replies=[
-                append_reply_to_pb(
-                    AppendReply(AppendOutcome.OK, a.prev_index + len(a.entries), 0, a.lease_epoch)
-                )
-                for a in request.appends
-            ]
-        )
+        self, requests: AsyncIterator[data_pb2.ReplicateRequest], context: Any
+    ) -> AsyncIterator[data_pb2.ReplicateResponse]:
+        self.streams += 1
+        async for request in requests:
+            await self.running.wait()
+            self.calls.append(len(request.appends))
+            assert request.to_node == "b"
+            assert request.from_node == "a"
+            if self.end_next is not None and request.appends:
+                code, self.end_next = self.end_next, None
+                await context.abort(code, "ended by the test")
+            yield data_pb2.ReplicateResponse(
+                replies=[
+                    append_reply_to_pb(
+                        AppendReply(
+                            AppendOutcome.OK, a.prev_index + len(a.entries), 0, a.lease_epoch
+                        )
+                    )
+                    for a in request.appends
+                ]
+            )
 
 
 @pytest.fixture
@@ -99,7 +110,8 @@ async def test_a_pair_link_batches_answers_in_order_and_detects_a_silent_peer(
         assert [r.last_index for r in replies] == [p * 10 for p in range(200)]
         data_calls = [n for n in servicer.calls if n]
         assert sum(data_calls) == 200
-        assert len(data_calls) <= 20, data_calls  # batched, not one call per partition
+        assert len(data_calls) <= 20, data_calls  # batched, not one request per partition
+        assert servicer.streams == link.streams_opened == 1  # one long-lived stream
 
         # Idle: only empty calls (heartbeats), about one per heartbeat interval.
         servicer.calls.clear()
@@ -125,6 +137,37 @@ async def test_a_pair_link_batches_answers_in_order_and_detects_a_silent_peer(
         await eventually_true(lambda: not link.down, 5.0)
         assert (await link.append(call(1, 10), 5.0)).last_index == 10
         assert downs == ["b"]
+        assert servicer.streams == link.streams_opened == 1  # the same stream throughout
+    finally:
+        await link.close()
+        await pool.close()
+
+
+async def test_a_broken_pair_stream_is_opened_again_and_its_appends_resent_once(
+    follower: tuple[Follower, str],
+) -> None:
+    """A stream that breaks with UNAVAILABLE (a reset connection) is opened again on the next
+    send, and the appends it carried unanswered are resent once on the new stream; a stream
+    ended with any other status fails its appends with that status, unsent again."""
+    servicer, address = follower
+    pool = ChannelPool(DATA_PROFILE)
+    link = PairLink(pool, "a", "b", address, LinkConfig(heartbeat=0.2, down_after=2.0), print)
+    try:
+        assert (await link.append(call(1, 10), 5.0)).last_index == 10
+        servicer.calls.clear()
+        servicer.end_next = grpc.StatusCode.UNAVAILABLE
+        assert (await link.append(call(2, 20), 5.0)).last_index == 20
+        assert servicer.streams == link.streams_opened == 2
+        assert [n for n in servicer.calls if n] == [1, 1]  # sent, broken, resent: answered
+
+        servicer.calls.clear()
+        servicer.end_next = grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(PeerUnreachable, match="PERMISSION_DENIED"):
+            await link.append(call(3, 30), 5.0)
+        assert [n for n in servicer.calls if n] == [1]  # not resent
+        assert (await link.append(call(4, 40), 5.0)).last_index == 40
+        assert servicer.streams == link.streams_opened == 3
+        assert not link.down
     finally:
         await link.close()
         await pool.close()
