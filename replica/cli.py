@@ -13,7 +13,6 @@ Exit status: 0 after SIGTERM/SIGINT, 1 after a fatal store error or when etcd do
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import NoReturn
 import click
 
 from placement.errors import PlacementError, StoreUnavailable
+from placement.logs import configure_logging
 from placement.security.credentials import EtcdCredentials
 from placement.security.flags import etcd_flags, tls_flags
 from placement.security.tls import TlsMaterial
@@ -67,6 +67,21 @@ PROG = "python -m replica"
     default=3.0,
     help="Seconds a replica may stay silent before its primary drops it from the in-sync set.",
 )
+@click.option(
+    "--log-level", default="INFO", help="Python logging level (DEBUG, INFO, WARNING, ERROR)."
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    help="Log lines as text, or one JSON object per line (design/observability.md).",
+)
+@click.option(
+    "--metrics-listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (off by default).",
+)
 @tls_flags()
 @etcd_flags
 def run(
@@ -81,17 +96,16 @@ def run(
     lease_ttl: int,
     catch_up_mbps: float,
     isr_timeout: float,
+    log_level: str,
+    log_format: str,
+    metrics_listen: str | None,
     tls: TlsMaterial | None,
     etcd_credentials: EtcdCredentials,
 ) -> None:
     """Run a replica agent (until SIGTERM/SIGINT); with --etcd it registers NODE there."""
     try:
         attributes = parse_attributes(attribute)
-        logging.basicConfig(
-            level=logging.INFO,
-            stream=sys.stderr,
-            format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        )
+        configure_logging(log_level, log_format, {"component": "agent", "node": node})
         code = asyncio.run(
             serve(
                 node,
@@ -108,6 +122,7 @@ def run(
                 ),
                 tls=tls,
                 etcd_credentials=etcd_credentials,
+                metrics_listen=metrics_listen,
             )
         )
     except StoreUnavailable as e:

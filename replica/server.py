@@ -10,6 +10,7 @@ close the store.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from placement.errors import CredentialError
 from placement.metastore.codec import NodeRecord, encode_node
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
+from placement.metrics import parse_listen, register_collector, serve_metrics
 from placement.rpc import advertised_address, bind_server, set_serving, start_server
 from placement.security.credentials import EtcdCredentials
 from placement.security.pki import Role, require_identity
@@ -33,6 +35,8 @@ from replica.records import AgentStore, StoreThread
 from replica.registration import Registration
 from replica.service import CatchUp, ReplicaAgent
 from replica.servicer import ReplicaServicer
+
+log = logging.getLogger(__name__)
 
 SERVICE_NAME: str = replica_pb2.DESCRIPTOR.services_by_name["ReplicaService"].full_name
 DATA_SERVICE_NAME: str = data_pb2.DESCRIPTOR.services_by_name["DataService"].full_name
@@ -157,8 +161,10 @@ async def serve(
     advertise: str | None = None,
     tls: TlsMaterial | None = None,
     etcd_credentials: EtcdCredentials | None = None,
+    metrics_listen: str | None = None,
 ) -> int:
-    """Run an agent until SIGTERM/SIGINT (exit status 0) or a fatal store error (1).
+    """Run an agent until SIGTERM/SIGINT (exit status 0) or a fatal store error (1). With
+    ``metrics_listen`` (HOST:PORT) it serves Prometheus metrics at ``/metrics`` there.
 
     With ``etcd`` the agent registers ``{prefix}/nodes/{node}`` (its address and ``attributes``)
     under a lease it keeps alive (:mod:`replica.registration`) once it serves, and revokes the
@@ -170,6 +176,8 @@ async def serve(
     keys = KeySpace(prefix) if etcd is not None else None
     if etcd is not None:  # bad input fails before the data dir is touched
         encode_node(NodeRecord(node, "127.0.0.1:1", dict(attributes or {})))
+    if metrics_listen is not None:
+        parse_listen(metrics_listen)
     stop = asyncio.Event()
     fatal: list[BaseException] = []
 
@@ -197,6 +205,16 @@ async def serve(
         if client is not None:
             await client.close()
         raise
+    collectors = [register_collector(running.plane.gauges)] if running.plane is not None else []
+    try:
+        metrics_server = serve_metrics(metrics_listen, tls) if metrics_listen is not None else None
+    except BaseException:
+        await running.stop(grace)
+        if client is not None:
+            await client.close()
+        raise
+    if metrics_server is not None:
+        log.info("metrics at http://%s/metrics", metrics_server.address)
     registration: Registration | None = None
     if client is not None and keys is not None:
         record = NodeRecord(node, running.address, dict(attributes or {}))
@@ -233,6 +251,10 @@ async def serve(
             try:
                 await running.stop(grace)
             finally:
+                for unregister in collectors:
+                    unregister()
+                if metrics_server is not None:
+                    metrics_server.close()
                 if client is not None:
                     await client.close()
     refused = [e for e in fatal if isinstance(e, CredentialError)]

@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from placement.aio import cancel_and_wait
 from placement.errors import PlacementError
+from placement.logs import set_log_context
 from placement.metastore.codec import MoveReport
 from replica.protocol import (
     CancelOutcome,
@@ -122,6 +123,12 @@ class ReplicaAgent:
 
     async def rebalance(self, request: MoveRequest) -> Decision[RebalanceOutcome]:
         validate_request(request, self.node)
+        set_log_context(
+            zone=request.zone,
+            partition=request.partition,
+            revision=request.revision,
+            epoch=request.epoch,
+        )
         # Unknown (etcd unreachable): not in sync, so a hosted replica catches up first.
         return await self._decide(
             request.key,
@@ -131,6 +138,12 @@ class ReplicaAgent:
 
     async def cancel(self, request: MoveRequest) -> Decision[CancelOutcome]:
         validate_request(request, self.node)
+        set_log_context(
+            zone=request.zone,
+            partition=request.partition,
+            revision=request.revision,
+            epoch=request.epoch,
+        )
         return await self._decide(
             request.key, lambda rec, _named: on_cancel(rec, request, self.node)
         )
@@ -138,6 +151,12 @@ class ReplicaAgent:
     async def retire(self, request: RetireRequest) -> Decision[RetireOutcome]:
         """Drop this node's replica if stable (and every move it knows) no longer names it."""
         validate_retire(request)
+        set_log_context(
+            zone=request.zone,
+            partition=request.partition,
+            revision=request.revision,
+            epoch=request.epoch,
+        )
         # Unknown (etcd unreachable): in sync, so nothing is deleted until etcd answers.
         return await self._decide(
             request.key,

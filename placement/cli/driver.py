@@ -52,8 +52,10 @@ async def serve_driver(
     announce: Callable[[str], None] = lambda line: print(line, flush=True),
     tls: TlsMaterial | None = None,
     etcd_credentials: EtcdCredentials | None = None,
+    metrics_listen: str | None = None,
 ) -> int:
-    """Run one instance until SIGTERM/SIGINT; returns the exit status."""
+    """Run one instance until SIGTERM/SIGINT; returns the exit status. With ``metrics_listen``
+    (HOST:PORT) it serves Prometheus metrics at ``/metrics`` there (design/observability.md)."""
     import asyncio
 
     from placement.aio import cancel_and_wait, first_done, stop_on_signals
@@ -62,9 +64,12 @@ async def serve_driver(
     from placement.driver.leases import LeaseConfig
     from placement.driver.loop import Driver, DriverConfig
     from placement.metastore.etcd import EtcdClient
+    from placement.metrics import parse_listen, register_collector, serve_metrics
     from placement.rpc import advertised_address, bind_server, set_serving, start_server
 
     keys = KeySpace(prefix)
+    if metrics_listen is not None:
+        parse_listen(metrics_listen)  # bad input fails before anything binds
     validate_name(member_id, "member")
     if tls is not None:
         from placement.security.pki import Role, require_identity
@@ -91,6 +96,10 @@ async def serve_driver(
     ):
         await client.check_access(keys.prefix)  # a refused credential ends the process now
         driver = Driver(client, keys, config, tls=tls)
+        unregister = register_collector(driver.gauges)
+        metrics_server = serve_metrics(metrics_listen, tls) if metrics_listen is not None else None
+        if metrics_server is not None:
+            logging.getLogger(__name__).info("metrics at http://%s/metrics", metrics_server.address)
         added = (add_servicers or add_to_server)(server, driver)
         health_servicer = await start_server(server, added)
         stop = asyncio.Event()
@@ -114,6 +123,9 @@ async def serve_driver(
                 await health_servicer.enter_graceful_shutdown()
                 await server.stop(2.0)
                 await driver.agents.close()
+                unregister()
+                if metrics_server is not None:
+                    metrics_server.close()
         if run.done() and not run.cancelled() and run.exception() is not None:
             raise run.exception()  # type: ignore[misc]
     return 0
@@ -153,6 +165,14 @@ def driver() -> None:
     "replaced after it expires.",
 )  # fmt: skip
 @click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    help="Log lines as text, or one JSON object per line (design/observability.md).",
+)  # fmt: skip
+@click.option(
+    "--metrics-listen", default=None, metavar="HOST:PORT",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (off by default).",
+)  # fmt: skip
 @tls_flags()
 @etcd_flags
 def run(
@@ -166,19 +186,19 @@ def run(
     max_moves_per_node: int,
     primary_lease: float,
     log_level: str,
+    log_format: str,
+    metrics_listen: str | None,
     tls: TlsMaterial | None,
     etcd_credentials: EtcdCredentials,
 ) -> None:
     """Run one driver instance until SIGTERM/SIGINT."""
     import asyncio
 
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    from placement.logs import configure_logging
+
     endpoints = [e.strip() for e in etcd.split(",") if e.strip()]
     name = member_id or f"{socket.gethostname()}-{os.getpid()}"
+    configure_logging(log_level, log_format, {"component": "driver", "driver": name})
     with contextlib.suppress(KeyboardInterrupt):
         status = asyncio.run(
             serve_driver(
@@ -193,6 +213,7 @@ def run(
                 primary_lease=primary_lease,
                 tls=tls,
                 etcd_credentials=etcd_credentials,
+                metrics_listen=metrics_listen,
             )
         )
         sys.exit(status)

@@ -35,6 +35,13 @@ import click
     show_default=True,
     help="Members of the etcd cluster it starts on loopback.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log format of every driver and agent (their logs are in DATA_DIR/logs).",
+)
 def up(
     n_nodes: int,
     drivers: int,
@@ -45,6 +52,7 @@ def up(
     no_status: bool,
     insecure: bool,
     etcd_members: str,
+    log_format: str,
 ) -> None:
     """Start a local cluster (etcd, drivers, agents, a demo zone) until Ctrl-C/SIGTERM."""
     from placement.local.cluster import UpOptions, run_up
@@ -60,6 +68,7 @@ def up(
             prefix=prefix,
             insecure=insecure,
             etcd_members=int(etcd_members),
+            log_format=log_format,
         )
     )
     sys.exit(code)

@@ -48,8 +48,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from placement import metrics
 from placement.aio import cancel_and_wait, first_done
-from placement.core.model import Peers
+from placement.core.model import Peers, ZoneSpec
 from placement.core.retry import Clock, RetryPolicy, Sleep, retry
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
 from placement.driver.core import (
@@ -66,6 +67,7 @@ from placement.driver.core import (
     plan_pass,
 )
 from placement.driver.leases import LeaseConfig
+from placement.driver.status import ZoneStatusState, reshard_progress, zone_status
 from placement.errors import (
     Conflict,
     CredentialError,
@@ -73,7 +75,15 @@ from placement.errors import (
     PlacementError,
     StoreUnavailable,
 )
-from placement.metastore.codec import LeaderRecord, MoveReport, decode_leader, encode_leader
+from placement.logs import log_context, set_log_context
+from placement.metastore.codec import (
+    LayoutValue,
+    LeaderRecord,
+    MoveReport,
+    PrimaryLease,
+    decode_leader,
+    encode_leader,
+)
 from placement.metastore.election import Election, Leadership
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
@@ -210,6 +220,63 @@ class Driver:
             raise NotLeader(f"{self.config.member_id} is not the leader")
         await self.store.set_paused(paused, fence, self.now_ms())
 
+    def gauges(self) -> list[metrics.GaugeFamily]:
+        """The leader's state gauges, from its latest view (immutable: safe to read from the
+        metrics thread) — nothing while not leading (a follower's view is not current)."""
+        view = self._view
+        if view is None or self.fence() is None:
+            return []
+        now_ms = self.now_ms()
+        replicas: Counter[str] = Counter({node: 0 for node in view.nodes})
+        primaries: Counter[str] = Counter({node: 0 for node in view.nodes})
+        states: dict[tuple[str, ...], float] = {}
+        for zone in view.zones.values():
+            if not isinstance(zone.spec, ZoneSpec):
+                continue
+            for state in zone.partitions.values():
+                replicas.update(state.peers(AssignField.STABLE) or ())
+            for lease in zone.primaries.values():
+                if isinstance(lease.value, PrimaryLease) and lease.value.expiry > now_ms:
+                    primaries[lease.value.node] += 1
+            progress = None
+            if isinstance(zone.layout, LayoutValue):
+                progress = reshard_progress(zone.layout, zone.reshard_reports, {}, now_ms)
+            status = zone_status(
+                zone.spec, zone.partitions, zone.datanodes, now_ms / 1000, progress
+            )
+            for state_name in ZoneStatusState:
+                states[(zone.name, state_name.value)] = float(status.state is state_name)
+        moving = Counter(zone for zone, _ in list(self._movers))
+        in_flight: dict[tuple[str, ...], float] = {(z,): moving.get(z, 0) for z in view.zones}
+        return [
+            metrics.GaugeFamily(
+                "placement_zone_state",
+                "1 for the zone's current status (READY, HOLDDOWN, REBALANCING, RESHARDING),"
+                " 0 for the others; from the leader's view.",
+                ("zone", "state"),
+                states,
+            ),
+            metrics.GaugeFamily(
+                "placement_driver_moves_in_flight",
+                "Partitions of the zone being rebalanced now (a mover sending Rebalance or"
+                " CancelRebalance).",
+                ("zone",),
+                in_flight,
+            ),
+            metrics.GaugeFamily(
+                "placement_node_replicas",
+                "Replicas the node holds in stable assignments, over every zone.",
+                ("node",),
+                {(n,): float(c) for n, c in replicas.items()},
+            ),
+            metrics.GaugeFamily(
+                "placement_node_primaries",
+                "Unexpired primary leases the node holds, over every zone.",
+                ("node",),
+                {(n,): float(c) for n, c in primaries.items()},
+            ),
+        ]
+
     # -- the instance loop -------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -244,8 +311,12 @@ class Driver:
         self._leadership = leadership
         self._fenced = None
         self.stats["terms"] += 1
+        metrics.DRIVER_TERMS.inc()
+        metrics.DRIVER_LEADER.set(1)
+        metrics.DRIVER_EPOCH.set(leadership.epoch)
         log.info("leader %s epoch %d", self.config.member_id, leadership.epoch)
-        work = asyncio.create_task(self._lead(leadership.fence), name="lead")
+        with log_context(epoch=leadership.epoch):  # the term's tasks log their epoch
+            work = asyncio.create_task(self._lead(leadership.fence), name="lead")
         lost = asyncio.create_task(leadership.wait_lost(), name="wait-lost")
         reason = "stopped"
         try:
@@ -258,6 +329,8 @@ class Driver:
                 reason = "work ended"
         finally:
             self._leadership = None
+            metrics.DRIVER_LEADER.set(0)
+            metrics.DRIVER_EPOCH.set(0)
             for task in (work, lost):
                 task.cancel()
             await asyncio.gather(work, lost, return_exceptions=True)
@@ -312,6 +385,7 @@ class Driver:
             while True:
                 if self._fenced is not None:
                     raise self._fenced
+                started = time.monotonic()
                 view = build_view(self.keys, snapshot.kvs, snapshot.revision, decoded)
                 self._view = view
                 self._notice_reports(view)
@@ -327,6 +401,7 @@ class Driver:
                     log.warning("pass at revision %d failed: %s", view.revision, e)
                     await self._sleep(self.config.store_retry.delay(attempt))
                 self._reconcile(plan.drives, fence)
+                metrics.PASS_SECONDS.observe(time.monotonic() - started)
                 snapshot = await self._next_snapshot(watch, snapshot, self._idle(plan, attempt))
         finally:
             movers = [task for _, task in self._movers.values()]
@@ -473,6 +548,8 @@ class Driver:
         """A lost compare: redone next pass, on a fresh view."""
         written = await self.store.write_primaries(write.zone, write.leases, fence, ts)
         self._written = max(self._written, written.revision)
+        for lease in write.leases.values():
+            metrics.LEASE_WRITES.labels("granted" if lease.moves else "renewed").inc()
         for _ in range(written.raced):
             log.info("zone %s: primary leases raced; redone next pass", write.zone)
 
@@ -536,6 +613,7 @@ class Driver:
         return slots
 
     async def _move(self, drive: Drive, fence: Fence) -> None:
+        set_log_context(zone=drive.zone, partition=drive.partition, revision=drive.revision)
         state = await retry(
             lambda: self.store.read_partition(drive.zone, drive.partition),
             policy=self.config.store_retry,
@@ -606,7 +684,7 @@ class Driver:
     async def _send(self, drive: Drive, address: str, epoch: int) -> AgentAnswer | None:
         self.stats["rpcs"] += 1
         try:
-            return await self.agents.rebalance(
+            answer = await self.agents.rebalance(
                 address,
                 drive.zone,
                 drive.partition,
@@ -618,7 +696,12 @@ class Driver:
             )
         except AgentUnavailable as e:
             log.info("%s/%d: %s", drive.zone, drive.partition, e)
+            metrics.REBALANCE_RPCS.labels("unavailable").inc()
             return None
+        metrics.REBALANCE_RPCS.labels(answer.outcome.lower()).inc()
+        if answer.outcome == "FAILED":
+            metrics.MOVES.labels(drive.zone, "failed").inc()
+        return answer
 
     async def _finish(self, drive: Drive, verdict: Verdict, fence: Fence) -> None:
         async def transition() -> TransitionResult:
@@ -648,6 +731,8 @@ class Driver:
         if outcome is Outcome.APPLIED:
             self._start_retires(drive, result.state, fence)
             self.stats["finished" if verdict is Verdict.FINISH else "cancel_finished"] += 1
+            done = "done" if verdict is Verdict.FINISH else "cancelled"
+            metrics.MOVES.labels(drive.zone, done).inc()
             await self._clear_reports(drive, fence)
         log.info(
             "%s/%d: %s of revision %d -> %s",

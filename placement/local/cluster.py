@@ -111,6 +111,10 @@ class UpOptions:
     insecure: bool = False
     #: Members of the etcd cluster it starts (1 or 3).
     etcd_members: int = 1
+    #: Every driver and agent serves /metrics on a free loopback port (``Cluster.metrics``).
+    metrics: bool = True
+    #: ``--log-format`` of every driver and agent (text or json).
+    log_format: str = "text"
 
 
 @dataclass
@@ -156,6 +160,8 @@ class Cluster:
     etcd_members: list[EtcdMember] = field(default_factory=list)
     #: Whether the etcd it started has TLS and auth on (the product's user: ``ETCD_USER``).
     etcd_secured: bool = False
+    #: Process name -> its metrics address (HOST:PORT; ``/metrics`` there).
+    metrics: dict[str, str] = field(default_factory=dict)
 
     def tls(self, name: str = OPERATOR) -> TlsMaterial | None:
         """The TLS material of operator (or process) ``name``; None when insecure."""
@@ -279,6 +285,17 @@ def launch(
     if opts.etcd is None:
         _start_etcd(cluster, opts, console, stopped)
     tls_flags = cluster.pki.flags if cluster.pki is not None else lambda name: []
+    metrics_ports = iter(free_ports(len(processes)) if opts.metrics else [])
+
+    def observed(name: str) -> list[str]:
+        """A process's --log-format, and --metrics-listen on a port of its own."""
+        flags = ["--log-format", opts.log_format]
+        port = next(metrics_ports, None)
+        if port is not None:
+            cluster.metrics[name] = f"127.0.0.1:{port}"
+            flags += ["--metrics-listen", cluster.metrics[name]]
+        return flags
+
     ports = free_ports(opts.drivers)
     if opts.api_port:
         if port_free(opts.api_port):
@@ -303,6 +320,7 @@ def launch(
                 opts.prefix,
                 "--lease-ttl",
                 str(opts.lease_ttl),
+                *observed(f"driver-{i + 1}"),
                 *tls_flags(f"driver-{i + 1}"),
                 *cluster.etcd_flags(),
             ],
@@ -333,6 +351,7 @@ def launch(
                 f"rack=r{i % 3 + 1}",
                 "--lease-ttl",
                 str(opts.lease_ttl),
+                *observed(node),
                 *tls_flags(node),
                 *cluster.etcd_flags(),
                 *opts.agent_args,
@@ -518,6 +537,13 @@ async def _serve(cluster: Cluster, opts: UpOptions, console: Console) -> None:
     endpoint = ",".join(cluster.driver_apis)
     console.print(f"drivers   {endpoint}")
     console.print(f"agents    {opts.nodes} (logs in {cluster.base / 'logs'})")
+    if cluster.metrics:
+        console.print(
+            "metrics   "
+            + ", ".join(
+                f"{name} http://{address}/metrics" for name, address in cluster.metrics.items()
+            )
+        )
     if cluster.pki is not None:
         pki = cluster.pki
         env_file = write_env_file(cluster, endpoint)

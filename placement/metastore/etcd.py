@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -72,6 +73,7 @@ from placement.metastore.txn import (
     Txn,
     checked_operand,
 )
+from placement.metrics import ETCD_TXN_SECONDS
 from placement.rpc import ChannelProfile, channel
 from placement.security.credentials import (
     ETCD_TLS_OPTIONS,
@@ -688,10 +690,18 @@ class EtcdClient(AsyncClosing):
         """One atomic transaction. A read-only one fails over to the next endpoint on UNAVAILABLE;
         one that writes raises :class:`StoreUnavailable` with an unknown outcome."""
         txn = Txn(tuple(compares), tuple(success), tuple(failure))
-        response = await self._unary(
-            "txn", "kv", "Txn", _txn_pb(txn), idempotent=_is_read_only(txn)
-        )
-        return _txn_result(response)
+        started = time.monotonic()
+        try:
+            response = await self._unary(
+                "txn", "kv", "Txn", _txn_pb(txn), idempotent=_is_read_only(txn)
+            )
+        except StoreUnavailable:
+            ETCD_TXN_SECONDS.labels("unavailable").observe(time.monotonic() - started)
+            raise
+        result = _txn_result(response)
+        outcome = "applied" if result.succeeded else "stale"
+        ETCD_TXN_SECONDS.labels(outcome).observe(time.monotonic() - started)
+        return result
 
     async def compact(self, revision: int, *, physical: bool = True) -> None:
         """Discard history before ``revision`` (``physical``: wait until it is gone from disk)."""

@@ -101,6 +101,7 @@ from placement.metastore.transitions import (
     txn_stats,
 )
 from placement.metastore.txn import MAX_TXN_OPS, Compare, Delete, Get, Op, Put, Txn
+from placement.metrics import ETCD_FENCED
 
 #: Attempts of a transition before a lost race is reported as :class:`Conflict`.
 DEFAULT_MAX_ATTEMPTS = 8
@@ -184,7 +185,7 @@ class Metastore:
         assert isinstance(found, Range)
         assert isinstance(leader, Range)
         if not fence.holds(leader.first()):
-            raise NotLeader(
+            raise _fenced(
                 f"fence {fence.leader_key!r}@{fence.epoch} no longer holds "
                 f"(leader key now {leader.first()!r})"
             )
@@ -434,7 +435,7 @@ class Metastore:
                 assert isinstance(leader, Range)
                 assert isinstance(found, Range)
                 if not fence.holds(leader.first()):
-                    raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+                    raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
                 taken = {
                     parsed.partition
                     for kv in found.kvs
@@ -474,7 +475,7 @@ class Metastore:
         if fresh:  # early out for a deposed writer (the txn compares are the real guard)
             leader = await self.client.get(fence.leader_key, revision=zone_state.revision)
             if not fence.holds(leader.first()):
-                raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+                raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
         results: dict[int, TransitionResult] = {}
         redo: list[int] = []
         units: list[Unit] = []
@@ -512,7 +513,7 @@ class Metastore:
             (held,) = result.responses
             assert isinstance(held, Range)
             if not fence.holds(held.first()):
-                raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+                raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
             redo.extend(unit.partition for unit in batch)
         for p in sorted(redo):
             results[p] = await self.trigger(zone, p, checked[p], trigger_revision, fence, ts)
@@ -547,7 +548,7 @@ class Metastore:
         assert isinstance(current, Range)
         assert isinstance(leader, Range)
         if not fence.holds(leader.first()):
-            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+            raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
         return ZoneWrite(False, result.revision, self._zone_record(name, current.first()))
 
     async def create_zone(self, spec: ZoneSpec, fence: Fence) -> ZoneWrite:
@@ -670,7 +671,7 @@ class Metastore:
         (leader,) = result.responses
         assert isinstance(leader, Range)
         if not fence.holds(leader.first()):
-            raise NotLeader(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+            raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
         return 0
 
     async def write_datanodes(
@@ -761,7 +762,7 @@ class Metastore:
         )
         result = await self.client.txn((fence.compare(),), (op,), ())
         if not result.succeeded:
-            raise NotLeader("lost leadership while writing the pause flag; retry")
+            raise _fenced("lost leadership while writing the pause flag; retry")
 
     async def read_assignment_page(
         self, zone: str, first: int, last: int
@@ -897,6 +898,12 @@ class Metastore:
 
 
 # -- argument checks ---------------------------------------------------------------------------
+
+
+def _fenced(message: str) -> NotLeader:
+    """The error of a write whose fence no longer held (counted: ``placement_etcd_fenced``)."""
+    ETCD_FENCED.inc()
+    return NotLeader(message)
 
 
 def _check_revision(name: str, revision: int) -> None:

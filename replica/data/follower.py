@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 
 from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
 from placement.errors import PlacementError
+from placement.logs import set_log_context
 from placement.metastore.codec import PrimaryLease
+from placement.metrics import CATCH_UP_BYTES
 from replica.data.model import (
     AppendCall,
     AppendOutcome,
@@ -227,6 +229,7 @@ class Learner:
     async def run(self) -> None:
         """Pull until in sync; on an unexpected error log it and end (the roles pass restarts
         it)."""
+        set_log_context(zone=self.key[0], partition=self.key[1])
         try:
             await self._pull()
         except NotHosted as e:  # retired or discarded meanwhile: nothing to copy into
@@ -273,6 +276,7 @@ class Learner:
                 async with deps.bucket.turn(deps.sleep, page=snapshot):
                     reply = await deps.send_fetch(address, call, 10)
                     deps.bucket.charge(reply.size)
+                    CATCH_UP_BYTES.inc(reply.size)
             except PeerUnreachable as e:
                 log.debug("fetch %s from %s: %s", self.key, address, e)
                 await deps.sleep(backoff.next())

@@ -24,6 +24,7 @@ import grpc
 
 from placement.aio import wait_event
 from placement.core.retry import Clock
+from placement.metrics import LINKS_DOWN
 from placement.rpc import DATA_PROFILE, ChannelPool, pb_enum_values
 from placement.security.tls import TlsMaterial
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
@@ -297,6 +298,7 @@ class PairLink:
                 self._config.down_after,
             )
             self._fail_queue(PeerUnreachable(f"{self.peer} is down"))
+            LINKS_DOWN.inc()
             self._on_down(self.peer)
 
 

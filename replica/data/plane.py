@@ -46,6 +46,7 @@ from placement.metastore.keys import KeySpace
 from placement.metastore.kv import KeyValue
 from placement.metastore.listwatch import ListWatch
 from placement.metastore.store import IsrWrite, Metastore
+from placement.metrics import CATCH_UP_SECONDS, LEASES_LOST, GaugeFamily
 from placement.security.tls import TlsMaterial
 from replica.data.follower import (
     Learner,
@@ -413,11 +414,17 @@ class DataPlane:
             primary = self._primaries.get(key)
             if mine and lease is not None:
                 if primary is not None and primary.lease_epoch != lease.lease_epoch:
+                    LEASES_LOST.labels("moved").inc()
                     await primary.stop("a newer lease epoch")
                     primary = None
                 if primary is None or primary.finished:
                     self._primaries[key] = Primary(self._primary_deps, key, lease.lease_epoch)
             elif primary is not None:
+                still_mine = lease is not None and lease.node == self.node
+                expired = (
+                    still_mine and lease is not None and lease.lease_epoch == primary.lease_epoch
+                )
+                LEASES_LOST.labels("expired" if expired else "moved").inc()
                 await primary.stop("the lease moved or expired")
                 del self._primaries[key]
             learn = not mine and not self.in_sync(key) and lease is not None
@@ -438,6 +445,53 @@ class DataPlane:
             if key not in held:
                 self._learners.pop(key).cancel()
 
+    def gauges(self) -> list[GaugeFamily]:
+        """This agent's state gauges (read at scrape time from plain containers: safe from the
+        metrics thread)."""
+        replicas: dict[str, int] = {}
+        for zone, _ in list(self._held):
+            replicas[zone] = replicas.get(zone, 0) + 1
+        primaries: dict[str, int] = {}
+        isr_sizes: dict[tuple[str, ...], float] = {}
+        for key, primary in list(self._primaries.items()):
+            if primary.finished:
+                continue
+            primaries[key[0]] = primaries.get(key[0], 0) + 1
+            isr = self.view.isrs.get(key)
+            size = str(len(isr[0].members)) if isr is not None else "0"
+            isr_sizes[(key[0], size)] = isr_sizes.get((key[0], size), 0) + 1
+        learners: dict[str, int] = {}
+        for key, task in list(self._learners.items()):
+            if not task.done():
+                learners[key[0]] = learners.get(key[0], 0) + 1
+        zones = set(replicas) | set(primaries)
+        return [
+            GaugeFamily(
+                "placement_agent_replicas",
+                "Replicas of the zone this agent hosts.",
+                ("zone",),
+                {(z,): replicas.get(z, 0) for z in zones},
+            ),
+            GaugeFamily(
+                "placement_agent_primaries",
+                "Partitions of the zone this agent leads (holds the primary lease of).",
+                ("zone",),
+                {(z,): primaries.get(z, 0) for z in zones},
+            ),
+            GaugeFamily(
+                "placement_agent_isr_size",
+                "Partitions this agent leads, by the size of their in-sync set (0: none yet).",
+                ("zone", "size"),
+                isr_sizes,
+            ),
+            GaugeFamily(
+                "placement_agent_learners",
+                "Replicas of the zone catching up on this agent (not in the in-sync set yet).",
+                ("zone",),
+                {(z,): learners.get(z, 0) for z in zones | set(learners)},
+            ),
+        ]
+
     async def catch_up(self, job: StartCatchUp, db: StoreThread) -> None:
         """The rebalance catch-up (``replica.service.CatchUp``): create the replica, let the
         learner copy it, return once this node is in the partition's in-sync set."""
@@ -447,11 +501,13 @@ class DataPlane:
         self._held.add(key)
         self._note(Changes(partitions={key}))  # the roles loop starts this replica's learner
         joined = self._joining.setdefault(key, asyncio.Event())
+        started = time.monotonic()
         try:
             if not self.in_sync(key):
                 await joined.wait()
         finally:
             self._joining.pop(key, None)
+        CATCH_UP_SECONDS.observe(time.monotonic() - started)
 
     # -- sizes -------------------------------------------------------------------------------
 

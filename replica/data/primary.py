@@ -28,7 +28,9 @@ from typing import TypeVar
 
 from placement.aio import wait_event
 from placement.data.partitioning import SEAL_KEY, key_moves, selected
+from placement.logs import log_context, set_log_context
 from placement.metastore.codec import InSyncSet, PrimaryLease
+from placement.metrics import ISR_CHANGES
 from replica.data.control import Seal
 from replica.data.model import (
     AppendCall,
@@ -257,6 +259,7 @@ class Primary:
     # -- the replication task ------------------------------------------------------------------
 
     async def _run(self) -> None:
+        set_log_context(zone=self.zone, partition=self.partition, epoch=self.lease_epoch)
         try:
             await self._reconcile()
             self.ready.set()
@@ -437,11 +440,15 @@ class Primary:
         cancelled by its learner must never leave etcd and memory disagreeing — an ISR member
         the primary does not replicate to would break every acknowledgement's promise."""
 
+        before = frozenset(self.members) | {self._deps.node}
+
         async def write() -> None:
             self.isr_revision = await self._deps.write_isr(
                 self.key, self.lease_epoch, members, self.isr_revision
             )
             log.info("%s/%s: in-sync set is now %s", self.zone, self.partition, sorted(members))
+            change = "shrink" if members < before else "expand" if members > before else "other"
+            ISR_CHANGES.labels(change).inc()
             joined_now = joined or {}
             self.members = {
                 m: self.members.get(m, joined_now.get(m, 0))
@@ -449,7 +456,8 @@ class Primary:
                 if m != self._deps.node
             }
 
-        task = asyncio.ensure_future(write())
+        with log_context(zone=self.zone, partition=self.partition, epoch=self.lease_epoch):
+            task = asyncio.ensure_future(write())  # its lines carry the partition, whoever called
         task.add_done_callback(self._isr_write_done)
         await asyncio.shield(task)
 

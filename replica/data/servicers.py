@@ -14,6 +14,7 @@ holds, so clients retry that soon instead of backing off.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
 
@@ -21,6 +22,7 @@ import grpc
 
 from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
+from placement.metrics import DATA_SECONDS
 from placement.rpc import StatusTable, abort, caller_identity
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 from replica.data.model import (
@@ -97,6 +99,7 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
                 ref.generation,
                 _park(context),
             ),
+            op="put",
         )
         return data_pb2.WriteResponse(index=index, lease_epoch=epoch)
 
@@ -115,6 +118,7 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
                 ref.generation,
                 _park(context),
             ),
+            op="delete",
         )
         return data_pb2.WriteResponse(index=index, lease_epoch=epoch, existed=existed)
 
@@ -126,6 +130,7 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
             lambda: self._plane.get(
                 ref.zone, ref.partition, validate_key(request.key), ref.generation
             ),
+            op="get",
         )
         return data_pb2.GetResponse(found=value is not None, value=value or b"")
 
@@ -142,6 +147,7 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
                 _limit(request.limit),
                 ref.generation,
             ),
+            op="scan",
         )
         return data_pb2.ScanResponse(
             items=[data_pb2.KeyValue(key=k, value=v) for k, v in items], more=more
@@ -261,10 +267,28 @@ async def _call(
     work: Callable[[], Awaitable[T]],
     *,
     not_primary_aborts: bool = True,
+    op: str | None = None,
 ) -> T:
     """``work()`` on the partition ``ref`` (validated first), its errors as status codes
     (:data:`STATUS_OF`); NOT-primary also names the primary in ``x-primary`` — or is raised to
-    the caller when not ``not_primary_aborts``."""
+    the caller when not ``not_primary_aborts``. With ``op``, its latency and outcome go to
+    ``placement_data_request_seconds``."""
+    started = time.monotonic()
+    try:
+        return await _answered(context, ref, work, not_primary_aborts)
+    finally:
+        if op is not None:
+            code = context.code()
+            outcome = "ok" if code is None or code == grpc.StatusCode.OK else code.name.lower()
+            DATA_SECONDS.labels(op, outcome).observe(time.monotonic() - started)
+
+
+async def _answered(
+    context: Context,
+    ref: common_pb2.PartitionRef,
+    work: Callable[[], Awaitable[T]],
+    not_primary_aborts: bool,
+) -> T:
     try:
         validate_partition_key(ref.zone, ref.partition)
         return await work()
