@@ -24,7 +24,13 @@ from placement.core.layout import cancel_reshard, check_alter
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
 from placement.core.zonespec import validate_zone_spec
-from placement.driver.status import ReshardProgress, reshard_progress, zone_status
+from placement.driver.core import build_view, zone_outlook
+from placement.driver.status import (
+    RebalanceProgress,
+    ReshardProgress,
+    reshard_progress,
+    zone_status,
+)
 from placement.errors import (
     Conflict,
     InvalidInput,
@@ -38,12 +44,9 @@ from placement.metastore.codec import (
     NodeRecord,
     PrimaryLease,
     ReplicaSize,
-    ReshardReport,
     decode_assignment,
-    decode_datanodes,
     decode_leader,
     decode_primary,
-    decode_reshard_report,
     decode_size,
 )
 from placement.metastore.election import current_leader
@@ -107,7 +110,8 @@ class PartitionView:
 
 @dataclass(frozen=True, slots=True)
 class ZoneStatusView:
-    """``state`` is READY, HOLDDOWN, REBALANCING or RESHARDING (then ``reshard`` is set)."""
+    """``state`` is READY, HOLDDOWN, REBALANCING, RESHARDING (then ``reshard`` is set) or
+    NO_LEADER; ``rebalance``: bytes left and ETA while REBALANCING."""
 
     name: str
     state: str
@@ -116,6 +120,11 @@ class ZoneStatusView:
     holddown_remaining_s: float
     revision: int
     reshard: ReshardProgress | None = None
+    details: tuple[str, ...] = ()
+    eligible_nodes: int = 0
+    under_replicated: bool = False
+    off_target: int = 0
+    rebalance: RebalanceProgress | None = None
 
 
 def make_spec(
@@ -267,51 +276,60 @@ class PlacementAPI:
 
     # -- status, nodes, assignments ----------------------------------------------------------------
 
-    async def _reshard_progress(
-        self, name: str, layout: LayoutValue, now_ms: int
-    ) -> ReshardProgress | None:
-        """The agents' reshard reports and replica sizes of zone ``name`` (one read each)."""
-        reports: dict[int, ReshardReport] = {}
-        for p, raw in await self._per_partition(self.keys.zone_reshard_prefix(name)):
-            if isinstance(report := decode_reshard_report(raw), ReshardReport):
-                reports[p] = report
-        sizes: dict[int, int] = {}
-        for p, raw in await self._per_partition(self.keys.sizes_prefix() + name.encode() + b"/"):
-            if isinstance(size := decode_size(raw), ReplicaSize):
-                sizes[p] = max(sizes.get(p, 0), size.bytes)
-        return reshard_progress(layout, reports, sizes, now_ms)
-
-    async def _per_partition(self, prefix: bytes) -> list[tuple[int, bytes]]:
-        """``(partition, value)`` of every per-partition key under ``prefix``."""
-        found = await self.client.list_prefix(prefix)
-        return [
-            (parsed.partition, kv.value)
-            for kv in found.kvs
-            if (parsed := self.keys.parse(kv.key)) is not None and parsed.partition is not None
-        ]
-
     async def zone_status(self, name: str) -> ZoneStatusView:
-        """`driver.status.zone_status` over the zone's keys (any instance answers)."""
+        """`driver.status.zone_status` of zone ``name`` as the leader would see it (any instance
+        answers): one consistent read of everything a pass decides the zone on, the pass's own
+        rules applied to it (``driver.core.zone_outlook``), so READY means nothing is left to
+        do — and NO_LEADER while no driver leads."""
         record = await self.get_zone(name)
         if isinstance(record.spec, Corrupt):
             raise InvalidInput("name", f"zone {name!r} has a corrupt config", "drop it")
-        zone = await self.store.read_zone(name)
-        found = await self.client.get(self.keys.datanodes(name), revision=zone.revision)
-        kv = found.first()
-        datanodes = decode_datanodes(kv.value) if kv is not None else None
+        revision, kvs = await self.store.read_zone_snapshot(name)
+        view = build_view(self.keys, kvs, revision)
+        zone = view.zones.get(name)
+        if zone is None or not isinstance(zone.spec, ZoneSpec):
+            raise ZoneNotFound(name)  # dropped between the two reads
         now_ms = self._clock_ms()
+        sizes: dict[int, int] = {}
+        sizes_prefix = self.keys.sizes_prefix() + name.encode() + b"/"
+        for key, kv in kvs.items():
+            if not key.startswith(sizes_prefix):
+                continue
+            parsed = self.keys.parse(key)
+            size = decode_size(kv.value)
+            if (
+                parsed is not None
+                and parsed.partition is not None
+                and isinstance(size, ReplicaSize)
+            ):
+                sizes[parsed.partition] = max(sizes.get(parsed.partition, 0), size.bytes)
         progress = None
-        if isinstance(record.layout, LayoutValue) and record.layout.layout.reshard is not None:
-            progress = await self._reshard_progress(name, record.layout, now_ms)
-        status = zone_status(record.spec, zone.partitions, datanodes, now_ms / 1000, progress)
+        if isinstance(zone.layout, LayoutValue) and zone.layout.layout.reshard is not None:
+            progress = reshard_progress(zone.layout, zone.reshard_reports, sizes, now_ms)
+        leader = any(key.startswith(self.keys.leader_prefix()) for key in kvs)
+        status = zone_status(
+            zone.spec,
+            zone.partitions,
+            zone.datanodes,
+            now_ms / 1000,
+            progress,
+            outlook=zone_outlook(view, name, now_ms),
+            leader=leader,
+            sizes=sizes,
+        )
         return ZoneStatusView(
             name,
             status.state.value,
             status.partitions_total,
             status.partitions_done,
             status.holddown_remaining_s,
-            zone.revision,
+            revision,
             status.reshard,
+            status.details,
+            status.eligible_nodes or 0,
+            status.under_replicated,
+            status.off_target,
+            status.rebalance,
         )
 
     async def list_nodes(self) -> tuple[int, tuple[NodeRecord, ...]]:

@@ -279,7 +279,14 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
                 partitions_done=s.partitions_done,
                 holddown_remaining_seconds=s.holddown_remaining_s,
                 revision=s.revision,
+                details=list(s.details),
+                eligible_nodes=s.eligible_nodes,
+                under_replicated=s.under_replicated,
+                partitions_off_target=s.off_target,
             )
+            if s.rebalance is not None:
+                status.bytes_to_move = s.rebalance.bytes_to_move
+                status.eta_seconds = s.rebalance.eta_s
             if s.reshard is not None:
                 r = s.reshard
                 status.reshard.CopyFrom(reshard_pb(r.reshard))

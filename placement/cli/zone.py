@@ -132,6 +132,7 @@ def status_json(status: driver_pb2.ZoneStatus) -> dict[str, Any]:
         driver_pb2.HOLDDOWN: "HOLDDOWN",
         driver_pb2.REBALANCING: "REBALANCING",
         driver_pb2.RESHARDING: "RESHARDING",
+        driver_pb2.NO_LEADER: "NO_LEADER",
     }
     found = {
         "name": status.name,
@@ -140,7 +141,14 @@ def status_json(status: driver_pb2.ZoneStatus) -> dict[str, Any]:
         "partitions_done": status.partitions_done,
         "holddown_remaining_seconds": status.holddown_remaining_seconds,
         "revision": status.revision,
+        "eligible_nodes": status.eligible_nodes,
+        "under_replicated": status.under_replicated,
+        "partitions_off_target": status.partitions_off_target,
+        "details": list(status.details),
     }
+    if status.state == driver_pb2.REBALANCING:
+        found["bytes_to_move"] = status.bytes_to_move
+        found["eta_seconds"] = status.eta_seconds
     if status.HasField("reshard"):
         r = status.reshard
         found["reshard"] = {
@@ -312,7 +320,8 @@ def zone_list(ctx: click.Context, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def zone_status(ctx: click.Context, name: str, watch: bool, interval: float, as_json: bool) -> None:
-    """Show zone NAME's status: READY, HOLDDOWN, REBALANCING or RESHARDING, with progress."""
+    """Show zone NAME's status: READY, HOLDDOWN, REBALANCING, RESHARDING or NO_LEADER, with
+    progress, ETA and why (one line per reason)."""
     from placement.v1 import driver_pb2
 
     if interval <= 0:
@@ -338,6 +347,10 @@ def _status_line(s: Mapping[str, Any]) -> str:
     )
     if s["state"] == "HOLDDOWN":
         line += f", membership change applies in {s['holddown_remaining_seconds']:.1f}s"
+    if s["state"] == "REBALANCING":
+        line += f", {s['bytes_to_move'] / 1e6:.1f} MB to move"
+        if s["eta_seconds"]:
+            line += f", about {s['eta_seconds']:.0f}s left"
     r = s.get("reshard")
     if r is not None:
         line += (
@@ -347,7 +360,22 @@ def _status_line(s: Mapping[str, Any]) -> str:
         )
         if r["eta_seconds"]:
             line += f", about {r['eta_seconds']:.0f}s left"
-    return line
+    return "\n".join([line, *(f"  {d}" for d in s.get("details", ()))])
+
+
+def _eta_text(s: Mapping[str, Any]) -> str:
+    """The progress bar's last column: the ETA and what is left, or why it waits."""
+    eta = s.get("eta_seconds") or (s.get("reshard") or {}).get("eta_seconds") or 0
+    if s["state"] == "REBALANCING":
+        left = f"{s['bytes_to_move'] / 1e6:.1f} MB left"
+        return f"ETA {eta:.0f}s, {left}" if eta else left
+    if s["state"] == "RESHARDING" and eta:
+        return f"ETA {eta:.0f}s"
+    if s["state"] == "HOLDDOWN":
+        return f"applies in {s['holddown_remaining_seconds']:.0f}s"
+    if s["state"] == "NO_LEADER":
+        return "no leader"
+    return ""
 
 
 async def _watch_status(
@@ -376,10 +404,11 @@ async def _watch_status(
             BarColumn(),
             TextColumn("{task.completed}/{task.total}"),
             TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}"),
             console=Console(stderr=True),
             transient=False,
         ) as progress:
-            task = progress.add_task(request.name, total=None)
+            task = progress.add_task(request.name, total=None, eta="")
             while True:
                 status = status_json(
                     await client.call(lambda s, t: s.GetZoneStatus(request, timeout=t))
@@ -389,6 +418,7 @@ async def _watch_status(
                     description=f"{status['name']} {status['state']}",
                     completed=status["partitions_done"],
                     total=status["partitions_total"],
+                    eta=_eta_text(status),
                 )
                 if status["state"] == "READY":
                     break

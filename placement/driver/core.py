@@ -44,6 +44,7 @@ Per zone, in this order:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -613,6 +614,63 @@ def retire_step(zone: ZoneView, spec: ZoneSpec) -> RetirePartitions | None:
                 nodes.update(state.peers(f) or ())
         holders[p] = tuple(sorted(nodes))
     return RetirePartitions(zone.name, MappingProxyType(holders), zone.layout_mod)
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneOutlook:
+    """What the leader would still do for one zone, decided on a view exactly as a pass decides
+    (:func:`zone_outlook`): the input of an honest status (READY only when all is empty).
+
+    ``datanodes_due``: the data-node record would change now (a registered node matching the
+    selector, or one gone, not written yet — e.g. during a leaderless window); ``held_s``:
+    seconds until a held membership change is due (None: none held), with the change counted
+    from now when the record does not show it yet; ``eligible``: the data nodes placement would
+    use; ``off_target``: partitions whose current assignment is not the target (creates and
+    triggers a pass would write — e.g. left off target by a cancel); ``stuck``: moves waiting
+    for a node that left (a pass would cancel them); ``unplaceable``: why the zone cannot be
+    placed ("" when it can)."""
+
+    datanodes_due: bool
+    held_s: float | None
+    eligible: tuple[str, ...]
+    off_target: tuple[int, ...]
+    stuck: int
+    unplaceable: str = ""
+
+
+def zone_outlook(view: ClusterView, name: str, now_ms: int) -> ZoneOutlook | None:
+    """:class:`ZoneOutlook` of zone ``name`` in ``view`` (None: no readable config)."""
+    zone = view.zones.get(name)
+    if zone is None or not isinstance(zone.spec, ZoneSpec):
+        return None
+    spec = zone.spec
+    previous = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
+    record = advance(spec, previous, matching_nodes(spec, view.nodes.values()), now_ms)
+    due = previous is None or record.applied != previous.applied
+    held = holddown_remaining(spec, record, now_ms)
+    applied = record.applied
+    decided = plan_zone_targets(zone, spec, view.nodes, applied, kept_partitions(zone.layout, spec))
+    if isinstance(decided, str):
+        return ZoneOutlook(due, held, applied, (), 0, decided)
+    creates, triggers, _ = decided
+    off = {*creates, *triggers}
+    eligible = [
+        Node(n, dict(view.nodes[n].attributes), view.nodes[n].weight)
+        if n in view.nodes
+        else Node(n)
+        for n in applied
+    ]
+    current = {
+        p: peers
+        for p, state in zone.partitions.items()
+        if p < spec.partitions and (peers := current_peers(state)) is not None
+    }
+    if eligible:
+        with contextlib.suppress(InvalidInput):  # plan_zone_targets placed the same input
+            targets = place(spec, eligible, current).assignments
+            off |= {p for p, t in enumerate(targets) if set(t) != set(current.get(p, ()))}
+    stuck = len(abandoned_moves(zone, applied))
+    return ZoneOutlook(due, held, applied, tuple(sorted(off)), stuck)
 
 
 def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None) -> PassPlan:

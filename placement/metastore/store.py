@@ -171,6 +171,35 @@ class Metastore:
         states = partition_states(self.keys, zone, found.kvs, found.revision)
         return ZoneState(zone, found.revision, MappingProxyType(states))
 
+    async def read_zone_snapshot(self, zone: str) -> tuple[int, dict[bytes, KeyValue]]:
+        """Everything the leader decides ``zone`` on, at one revision, in one read transaction:
+        its config, layout, data nodes, assignments, primary leases, in-sync sets, reshard
+        reports and replica sizes, the registered nodes, the leader keys and the pause flag —
+        ``(revision, key -> KeyValue)``, what :func:`placement.driver.core.build_view` reads."""
+        keys = self.keys
+        prefixes = (
+            keys.zone_assign_prefix(zone),
+            keys.zone_primary_prefix(zone),
+            keys.zone_isr_prefix(zone),
+            keys.zone_reshard_prefix(zone),
+            keys.sizes_prefix() + zone.encode() + b"/",
+            keys.nodes_prefix(),
+            keys.leader_prefix(),
+        )
+        singles = (keys.zone(zone), keys.layout(zone), keys.datanodes(zone), keys.paused())
+        result = await self.client.txn(
+            (),
+            (
+                *(Get(p, prefix_range_end(p)) for p in prefixes),
+                *(Get(k) for k in singles),
+            ),
+        )
+        found: dict[bytes, KeyValue] = {}
+        for response in result.responses:
+            assert isinstance(response, Range)
+            found.update((kv.key, kv) for kv in response.kvs)
+        return result.revision, found
+
     async def _read_fenced(self, zone: str, partition: int, fence: Fence) -> PartitionState:
         """The partition and the leader key at one revision; raises NotLeader if the fence fails."""
         result = await self.client.txn(

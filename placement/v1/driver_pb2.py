@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from placement.v1 import common_pb2 as placement_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19placement/v1/driver.proto\x12\x0cplacement.v1\x1a\x19placement/v1/common.proto\"\x99\x02\n\nZoneConfig\x12\x12\n\npartitions\x18\x01 \x01(\r\x12\x10\n\x08replicas\x18\x02 \x01(\r\x12\x41\n\rnode_selector\x18\x03 \x03(\x0b\x32*.placement.v1.ZoneConfig.NodeSelectorEntry\x12\x16\n\x0e\x66\x61ilure_domain\x18\x04 \x01(\t\x12\x1e\n\x16scale_up_delay_seconds\x18\x05 \x01(\x01\x12 \n\x18scale_down_delay_seconds\x18\x06 \x01(\x01\x12\x13\n\x0bmin_in_sync\x18\x07 \x01(\r\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"z\n\x04Zone\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x18.placement.v1.ZoneConfig\x12\x10\n\x08revision\x18\x03 \x01(\x03\x12(\n\x06layout\x18\x04 \x01(\x0b\x32\x18.placement.v1.ZoneLayout\"\\\n\nZoneLayout\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x12\n\npartitions\x18\x02 \x01(\r\x12&\n\x07reshard\x18\x03 \x01(\x0b\x32\x15.placement.v1.Reshard\"I\n\x07Reshard\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x03\x12\x0e\n\x06source\x18\x02 \x01(\r\x12\x0e\n\x06target\x18\x03 \x01(\r\x12\r\n\x05phase\x18\x04 \x01(\t\"K\n\x11\x43reateZoneRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x18.placement.v1.ZoneConfig\"a\n\x10\x41lterZoneRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x18.placement.v1.ZoneConfig\x12\x15\n\rupdate_fields\x18\x03 \x03(\t\"\x1f\n\x0f\x44ropZoneRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x12\n\x10\x44ropZoneResponse\"\x1e\n\x0eGetZoneRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x12\n\x10ListZonesRequest\"6\n\x11ListZonesResponse\x12!\n\x05zones\x18\x01 \x03(\x0b\x32\x12.placement.v1.Zone\"\xaa\x02\n\nZoneStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.placement.v1.ZoneState\x12\x18\n\x10partitions_total\x18\x03 \x01(\r\x12\x17\n\x0fpartitions_done\x18\x04 \x01(\r\x12\"\n\x1aholddown_remaining_seconds\x18\x05 \x01(\x01\x12\x10\n\x08revision\x18\x06 \x01(\x03\x12&\n\x07reshard\x18\x07 \x01(\x0b\x32\x15.placement.v1.Reshard\x12\x13\n\x0bkeys_copied\x18\x08 \x01(\x04\x12\x14\n\x0c\x62ytes_copied\x18\t \x01(\x04\x12\x15\n\rbytes_to_copy\x18\n \x01(\x04\x12\x13\n\x0b\x65ta_seconds\x18\x0b \x01(\x01\"\xa0\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x36\n\nattributes\x18\x03 \x03(\x0b\x32\".placement.v1.Node.AttributesEntry\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x12\n\x10ListNodesRequest\"6\n\x11ListNodesResponse\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.placement.v1.Node\"\xfa\x01\n\x13PartitionAssignment\x12\x11\n\tpartition\x18\x01 \x01(\r\x12#\n\x06stable\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12$\n\x07pending\x18\x03 \x01(\x0b\x32\x13.placement.v1.Peers\x12$\n\x07planned\x18\x04 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x0f\n\x07primary\x18\x05 \x01(\t\x12$\n\x1cprimary_lease_expiry_unix_ms\x18\x06 \x01(\x03\x12\x13\n\x0bhas_pending\x18\x07 \x01(\x08\x12\x13\n\x0bhas_planned\x18\x08 \x01(\x08\"r\n\x15GetAssignmentsRequest\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\x16\n\tpartition\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\tB\x0c\n\n_partition\"{\n\x16GetAssignmentsResponse\x12\x36\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32!.placement.v1.PartitionAssignment\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\">\n\x17WatchAssignmentsRequest\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\x15\n\rfrom_revision\x18\x02 \x01(\x03\"Z\n\x0f\x41ssignmentEvent\x12\x35\n\nassignment\x18\x01 \x01(\x0b\x32!.placement.v1.PartitionAssignment\x12\x10\n\x08revision\x18\x02 \x01(\x03\"$\n\x14\x43\x61ncelReshardRequest\x12\x0c\n\x04zone\x18\x01 \x01(\t\"8\n\x14\x43\x61ncelRebalanceReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\"\x0e\n\x0cPauseRequest\"\x1c\n\nPauseReply\x12\x0e\n\x06paused\x18\x01 \x01(\x08*a\n\tZoneState\x12\x1a\n\x16ZONE_STATE_UNSPECIFIED\x10\x00\x12\t\n\x05READY\x10\x01\x12\x0c\n\x08HOLDDOWN\x10\x02\x12\x0f\n\x0bREBALANCING\x10\x03\x12\x0e\n\nRESHARDING\x10\x04\x32\xfd\x07\n\x10PlacementService\x12\x41\n\nCreateZone\x12\x1f.placement.v1.CreateZoneRequest\x1a\x12.placement.v1.Zone\x12?\n\tAlterZone\x12\x1e.placement.v1.AlterZoneRequest\x1a\x12.placement.v1.Zone\x12I\n\x08\x44ropZone\x12\x1d.placement.v1.DropZoneRequest\x1a\x1e.placement.v1.DropZoneResponse\x12;\n\x07GetZone\x12\x1c.placement.v1.GetZoneRequest\x1a\x12.placement.v1.Zone\x12L\n\tListZones\x12\x1e.placement.v1.ListZonesRequest\x1a\x1f.placement.v1.ListZonesResponse\x12G\n\rGetZoneStatus\x12\x1c.placement.v1.GetZoneRequest\x1a\x18.placement.v1.ZoneStatus\x12L\n\tListNodes\x12\x1e.placement.v1.ListNodesRequest\x1a\x1f.placement.v1.ListNodesResponse\x12[\n\x0eGetAssignments\x12#.placement.v1.GetAssignmentsRequest\x1a$.placement.v1.GetAssignmentsResponse\x12Z\n\x10WatchAssignments\x12%.placement.v1.WatchAssignmentsRequest\x1a\x1d.placement.v1.AssignmentEvent0\x01\x12Q\n\x0f\x43\x61ncelRebalance\x12\x1a.placement.v1.PartitionRef\x1a\".placement.v1.CancelRebalanceReply\x12W\n\rCancelReshard\x12\".placement.v1.CancelReshardRequest\x1a\".placement.v1.CancelRebalanceReply\x12H\n\x10PauseRebalancing\x12\x1a.placement.v1.PauseRequest\x1a\x18.placement.v1.PauseReply\x12I\n\x11ResumeRebalancing\x12\x1a.placement.v1.PauseRequest\x1a\x18.placement.v1.PauseReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19placement/v1/driver.proto\x12\x0cplacement.v1\x1a\x19placement/v1/common.proto\"\x99\x02\n\nZoneConfig\x12\x12\n\npartitions\x18\x01 \x01(\r\x12\x10\n\x08replicas\x18\x02 \x01(\r\x12\x41\n\rnode_selector\x18\x03 \x03(\x0b\x32*.placement.v1.ZoneConfig.NodeSelectorEntry\x12\x16\n\x0e\x66\x61ilure_domain\x18\x04 \x01(\t\x12\x1e\n\x16scale_up_delay_seconds\x18\x05 \x01(\x01\x12 \n\x18scale_down_delay_seconds\x18\x06 \x01(\x01\x12\x13\n\x0bmin_in_sync\x18\x07 \x01(\r\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"z\n\x04Zone\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x18.placement.v1.ZoneConfig\x12\x10\n\x08revision\x18\x03 \x01(\x03\x12(\n\x06layout\x18\x04 \x01(\x0b\x32\x18.placement.v1.ZoneLayout\"\\\n\nZoneLayout\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x12\n\npartitions\x18\x02 \x01(\r\x12&\n\x07reshard\x18\x03 \x01(\x0b\x32\x15.placement.v1.Reshard\"I\n\x07Reshard\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x03\x12\x0e\n\x06source\x18\x02 \x01(\r\x12\x0e\n\x06target\x18\x03 \x01(\r\x12\r\n\x05phase\x18\x04 \x01(\t\"K\n\x11\x43reateZoneRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x18.placement.v1.ZoneConfig\"a\n\x10\x41lterZoneRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x18.placement.v1.ZoneConfig\x12\x15\n\rupdate_fields\x18\x03 \x03(\t\"\x1f\n\x0f\x44ropZoneRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x12\n\x10\x44ropZoneResponse\"\x1e\n\x0eGetZoneRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x12\n\x10ListZonesRequest\"6\n\x11ListZonesResponse\x12!\n\x05zones\x18\x01 \x03(\x0b\x32\x12.placement.v1.Zone\"\xa3\x03\n\nZoneStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.placement.v1.ZoneState\x12\x18\n\x10partitions_total\x18\x03 \x01(\r\x12\x17\n\x0fpartitions_done\x18\x04 \x01(\r\x12\"\n\x1aholddown_remaining_seconds\x18\x05 \x01(\x01\x12\x10\n\x08revision\x18\x06 \x01(\x03\x12&\n\x07reshard\x18\x07 \x01(\x0b\x32\x15.placement.v1.Reshard\x12\x13\n\x0bkeys_copied\x18\x08 \x01(\x04\x12\x14\n\x0c\x62ytes_copied\x18\t \x01(\x04\x12\x15\n\rbytes_to_copy\x18\n \x01(\x04\x12\x13\n\x0b\x65ta_seconds\x18\x0b \x01(\x01\x12\x0f\n\x07\x64\x65tails\x18\x0c \x03(\t\x12\x16\n\x0e\x65ligible_nodes\x18\r \x01(\r\x12\x18\n\x10under_replicated\x18\x0e \x01(\x08\x12\x1d\n\x15partitions_off_target\x18\x0f \x01(\r\x12\x15\n\rbytes_to_move\x18\x10 \x01(\x04\"\xa0\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x36\n\nattributes\x18\x03 \x03(\x0b\x32\".placement.v1.Node.AttributesEntry\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x12\n\x10ListNodesRequest\"6\n\x11ListNodesResponse\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.placement.v1.Node\"\xfa\x01\n\x13PartitionAssignment\x12\x11\n\tpartition\x18\x01 \x01(\r\x12#\n\x06stable\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12$\n\x07pending\x18\x03 \x01(\x0b\x32\x13.placement.v1.Peers\x12$\n\x07planned\x18\x04 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x0f\n\x07primary\x18\x05 \x01(\t\x12$\n\x1cprimary_lease_expiry_unix_ms\x18\x06 \x01(\x03\x12\x13\n\x0bhas_pending\x18\x07 \x01(\x08\x12\x13\n\x0bhas_planned\x18\x08 \x01(\x08\"r\n\x15GetAssignmentsRequest\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\x16\n\tpartition\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\tB\x0c\n\n_partition\"{\n\x16GetAssignmentsResponse\x12\x36\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32!.placement.v1.PartitionAssignment\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\">\n\x17WatchAssignmentsRequest\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\x15\n\rfrom_revision\x18\x02 \x01(\x03\"Z\n\x0f\x41ssignmentEvent\x12\x35\n\nassignment\x18\x01 \x01(\x0b\x32!.placement.v1.PartitionAssignment\x12\x10\n\x08revision\x18\x02 \x01(\x03\"$\n\x14\x43\x61ncelReshardRequest\x12\x0c\n\x04zone\x18\x01 \x01(\t\"8\n\x14\x43\x61ncelRebalanceReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\"\x0e\n\x0cPauseRequest\"\x1c\n\nPauseReply\x12\x0e\n\x06paused\x18\x01 \x01(\x08*p\n\tZoneState\x12\x1a\n\x16ZONE_STATE_UNSPECIFIED\x10\x00\x12\t\n\x05READY\x10\x01\x12\x0c\n\x08HOLDDOWN\x10\x02\x12\x0f\n\x0bREBALANCING\x10\x03\x12\x0e\n\nRESHARDING\x10\x04\x12\r\n\tNO_LEADER\x10\x05\x32\xfd\x07\n\x10PlacementService\x12\x41\n\nCreateZone\x12\x1f.placement.v1.CreateZoneRequest\x1a\x12.placement.v1.Zone\x12?\n\tAlterZone\x12\x1e.placement.v1.AlterZoneRequest\x1a\x12.placement.v1.Zone\x12I\n\x08\x44ropZone\x12\x1d.placement.v1.DropZoneRequest\x1a\x1e.placement.v1.DropZoneResponse\x12;\n\x07GetZone\x12\x1c.placement.v1.GetZoneRequest\x1a\x12.placement.v1.Zone\x12L\n\tListZones\x12\x1e.placement.v1.ListZonesRequest\x1a\x1f.placement.v1.ListZonesResponse\x12G\n\rGetZoneStatus\x12\x1c.placement.v1.GetZoneRequest\x1a\x18.placement.v1.ZoneStatus\x12L\n\tListNodes\x12\x1e.placement.v1.ListNodesRequest\x1a\x1f.placement.v1.ListNodesResponse\x12[\n\x0eGetAssignments\x12#.placement.v1.GetAssignmentsRequest\x1a$.placement.v1.GetAssignmentsResponse\x12Z\n\x10WatchAssignments\x12%.placement.v1.WatchAssignmentsRequest\x1a\x1d.placement.v1.AssignmentEvent0\x01\x12Q\n\x0f\x43\x61ncelRebalance\x12\x1a.placement.v1.PartitionRef\x1a\".placement.v1.CancelRebalanceReply\x12W\n\rCancelReshard\x12\".placement.v1.CancelReshardRequest\x1a\".placement.v1.CancelRebalanceReply\x12H\n\x10PauseRebalancing\x12\x1a.placement.v1.PauseRequest\x1a\x18.placement.v1.PauseReply\x12I\n\x11ResumeRebalancing\x12\x1a.placement.v1.PauseRequest\x1a\x18.placement.v1.PauseReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,8 +36,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ZONECONFIG_NODESELECTORENTRY']._serialized_options = b'8\001'
   _globals['_NODE_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_NODE_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_ZONESTATE']._serialized_start=2316
-  _globals['_ZONESTATE']._serialized_end=2413
+  _globals['_ZONESTATE']._serialized_start=2437
+  _globals['_ZONESTATE']._serialized_end=2549
   _globals['_ZONECONFIG']._serialized_start=71
   _globals['_ZONECONFIG']._serialized_end=352
   _globals['_ZONECONFIG_NODESELECTORENTRY']._serialized_start=301
@@ -63,33 +63,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTZONESRESPONSE']._serialized_start=928
   _globals['_LISTZONESRESPONSE']._serialized_end=982
   _globals['_ZONESTATUS']._serialized_start=985
-  _globals['_ZONESTATUS']._serialized_end=1283
-  _globals['_NODE']._serialized_start=1286
-  _globals['_NODE']._serialized_end=1446
-  _globals['_NODE_ATTRIBUTESENTRY']._serialized_start=1397
-  _globals['_NODE_ATTRIBUTESENTRY']._serialized_end=1446
-  _globals['_LISTNODESREQUEST']._serialized_start=1448
-  _globals['_LISTNODESREQUEST']._serialized_end=1466
-  _globals['_LISTNODESRESPONSE']._serialized_start=1468
-  _globals['_LISTNODESRESPONSE']._serialized_end=1522
-  _globals['_PARTITIONASSIGNMENT']._serialized_start=1525
-  _globals['_PARTITIONASSIGNMENT']._serialized_end=1775
-  _globals['_GETASSIGNMENTSREQUEST']._serialized_start=1777
-  _globals['_GETASSIGNMENTSREQUEST']._serialized_end=1891
-  _globals['_GETASSIGNMENTSRESPONSE']._serialized_start=1893
-  _globals['_GETASSIGNMENTSRESPONSE']._serialized_end=2016
-  _globals['_WATCHASSIGNMENTSREQUEST']._serialized_start=2018
-  _globals['_WATCHASSIGNMENTSREQUEST']._serialized_end=2080
-  _globals['_ASSIGNMENTEVENT']._serialized_start=2082
-  _globals['_ASSIGNMENTEVENT']._serialized_end=2172
-  _globals['_CANCELRESHARDREQUEST']._serialized_start=2174
-  _globals['_CANCELRESHARDREQUEST']._serialized_end=2210
-  _globals['_CANCELREBALANCEREPLY']._serialized_start=2212
-  _globals['_CANCELREBALANCEREPLY']._serialized_end=2268
-  _globals['_PAUSEREQUEST']._serialized_start=2270
-  _globals['_PAUSEREQUEST']._serialized_end=2284
-  _globals['_PAUSEREPLY']._serialized_start=2286
-  _globals['_PAUSEREPLY']._serialized_end=2314
-  _globals['_PLACEMENTSERVICE']._serialized_start=2416
-  _globals['_PLACEMENTSERVICE']._serialized_end=3437
+  _globals['_ZONESTATUS']._serialized_end=1404
+  _globals['_NODE']._serialized_start=1407
+  _globals['_NODE']._serialized_end=1567
+  _globals['_NODE_ATTRIBUTESENTRY']._serialized_start=1518
+  _globals['_NODE_ATTRIBUTESENTRY']._serialized_end=1567
+  _globals['_LISTNODESREQUEST']._serialized_start=1569
+  _globals['_LISTNODESREQUEST']._serialized_end=1587
+  _globals['_LISTNODESRESPONSE']._serialized_start=1589
+  _globals['_LISTNODESRESPONSE']._serialized_end=1643
+  _globals['_PARTITIONASSIGNMENT']._serialized_start=1646
+  _globals['_PARTITIONASSIGNMENT']._serialized_end=1896
+  _globals['_GETASSIGNMENTSREQUEST']._serialized_start=1898
+  _globals['_GETASSIGNMENTSREQUEST']._serialized_end=2012
+  _globals['_GETASSIGNMENTSRESPONSE']._serialized_start=2014
+  _globals['_GETASSIGNMENTSRESPONSE']._serialized_end=2137
+  _globals['_WATCHASSIGNMENTSREQUEST']._serialized_start=2139
+  _globals['_WATCHASSIGNMENTSREQUEST']._serialized_end=2201
+  _globals['_ASSIGNMENTEVENT']._serialized_start=2203
+  _globals['_ASSIGNMENTEVENT']._serialized_end=2293
+  _globals['_CANCELRESHARDREQUEST']._serialized_start=2295
+  _globals['_CANCELRESHARDREQUEST']._serialized_end=2331
+  _globals['_CANCELREBALANCEREPLY']._serialized_start=2333
+  _globals['_CANCELREBALANCEREPLY']._serialized_end=2389
+  _globals['_PAUSEREQUEST']._serialized_start=2391
+  _globals['_PAUSEREQUEST']._serialized_end=2405
+  _globals['_PAUSEREPLY']._serialized_start=2407
+  _globals['_PAUSEREPLY']._serialized_end=2435
+  _globals['_PLACEMENTSERVICE']._serialized_start=2552
+  _globals['_PLACEMENTSERVICE']._serialized_end=3573
 # @@protoc_insertion_point(module_scope)

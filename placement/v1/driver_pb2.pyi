@@ -32,6 +32,8 @@ class _ZoneStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ZoneState.V
     REBALANCING: _ZoneState.ValueType  # 3
     RESHARDING: _ZoneState.ValueType  # 4
     """The zone's partition count is being changed and its data moved (design/resharding.md)."""
+    NO_LEADER: _ZoneState.ValueType  # 5
+    """No driver leads: nothing moves and no primary lease is renewed until one is elected."""
 
 class ZoneState(_ZoneState, metaclass=_ZoneStateEnumTypeWrapper): ...
 
@@ -41,6 +43,8 @@ HOLDDOWN: ZoneState.ValueType  # 2
 REBALANCING: ZoneState.ValueType  # 3
 RESHARDING: ZoneState.ValueType  # 4
 """The zone's partition count is being changed and its data moved (design/resharding.md)."""
+NO_LEADER: ZoneState.ValueType  # 5
+"""No driver leads: nothing moves and no primary lease is renewed until one is elected."""
 Global___ZoneState: _TypeAlias = ZoneState  # noqa: Y015
 
 @_typing.final
@@ -351,6 +355,11 @@ class ZoneStatus(_message.Message):
     BYTES_COPIED_FIELD_NUMBER: _builtins.int
     BYTES_TO_COPY_FIELD_NUMBER: _builtins.int
     ETA_SECONDS_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_NODES_FIELD_NUMBER: _builtins.int
+    UNDER_REPLICATED_FIELD_NUMBER: _builtins.int
+    PARTITIONS_OFF_TARGET_FIELD_NUMBER: _builtins.int
+    BYTES_TO_MOVE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     state: Global___ZoneState.ValueType
     partitions_total: _builtins.int
@@ -362,11 +371,27 @@ class ZoneStatus(_message.Message):
     bytes_copied: _builtins.int
     bytes_to_copy: _builtins.int
     eta_seconds: _builtins.float
+    """RESHARDING: seconds left at the copy's rate so far; REBALANCING: seconds left at the rate
+    the round's finished moves went (0 = unknown: nothing finished yet).
+    """
+    eligible_nodes: _builtins.int
+    """Data nodes placement uses for the zone (registered, matching its selector, applied)."""
+    under_replicated: _builtins.bool
+    """Fewer eligible data nodes than the zone's replicas."""
+    partitions_off_target: _builtins.int
+    """Partitions whose assignment is not (or not yet) the placement target."""
+    bytes_to_move: _builtins.int
+    """REBALANCING: bytes the joining replicas still copy (their partitions' reported sizes)."""
     @_builtins.property
     def reshard(self) -> Global___Reshard:
         """RESHARDING only: the reshard, what its copy moved so far and what it is expected to move
-        (the sources' reported sizes times the share of keys that move), and an estimate of the
-        seconds left at the copy's rate so far (0 = unknown).
+        (the sources' reported sizes times the share of keys that move).
+        """
+
+    @_builtins.property
+    def details(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Why the state is what it is, or what else an operator should know, one line each: a data-node
+        change not applied yet, partitions off target, under-replication, no leader.
         """
 
     def __init__(
@@ -383,10 +408,15 @@ class ZoneStatus(_message.Message):
         bytes_copied: _builtins.int = ...,
         bytes_to_copy: _builtins.int = ...,
         eta_seconds: _builtins.float = ...,
+        details: _abc.Iterable[_builtins.str] | None = ...,
+        eligible_nodes: _builtins.int = ...,
+        under_replicated: _builtins.bool = ...,
+        partitions_off_target: _builtins.int = ...,
+        bytes_to_move: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["reshard", b"reshard"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_copied", b"bytes_copied", "bytes_to_copy", b"bytes_to_copy", "eta_seconds", b"eta_seconds", "holddown_remaining_seconds", b"holddown_remaining_seconds", "keys_copied", b"keys_copied", "name", b"name", "partitions_done", b"partitions_done", "partitions_total", b"partitions_total", "reshard", b"reshard", "revision", b"revision", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_copied", b"bytes_copied", "bytes_to_copy", b"bytes_to_copy", "bytes_to_move", b"bytes_to_move", "details", b"details", "eligible_nodes", b"eligible_nodes", "eta_seconds", b"eta_seconds", "holddown_remaining_seconds", b"holddown_remaining_seconds", "keys_copied", b"keys_copied", "name", b"name", "partitions_done", b"partitions_done", "partitions_off_target", b"partitions_off_target", "partitions_total", b"partitions_total", "reshard", b"reshard", "revision", b"revision", "state", b"state", "under_replicated", b"under_replicated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -267,3 +267,95 @@ def test_a_bad_metrics_listen_is_one_line_naming_the_option(tmp_path: Path) -> N
             assert len(lines) == 1, result.stderr
             assert "--metrics-listen" in lines[0], lines[0]
             assert words in lines[0], lines[0]
+
+
+def test_zone_status_is_never_ready_early_across_a_leader_kill_and_a_join(
+    cluster: Cluster,
+) -> None:
+    """The failover window of design/observability.md's honest status: the leader SIGKILLed, a
+    node registered right after (scale-up delay 0). Every READY answer is checked against etcd
+    at the revision it reflects: the new node must hold replicas by then."""
+    zone = "failover"
+    placectl(
+        cluster, "zone", "create", zone, "--partitions", "8", "--replicas", "2",
+        "--scale-up-delay", "0",
+    )  # fmt: skip
+    asyncio.run(_until_ready(cluster, zone, "node-4"))
+    leader = leader_of(cluster)
+    child = next(c for c in cluster.children if c.name == leader)
+    assert child.proc is not None
+    child.proc.kill()
+    child.proc.wait()
+    _start_fourth_agent(cluster)
+    seen = asyncio.run(_until_ready(cluster, zone, "node-4", must_hold=True))
+    assert seen - {"READY"}, f"never saw the work pending: {seen}"
+
+
+def _start_fourth_agent(cluster: Cluster) -> None:
+    """node-4, started like the others (its own certificate, data dir and metrics port)."""
+    import datetime as dt
+
+    from placement.local.certs import create_pki
+    from placement.local.cluster import Child
+    from placement.security.pki import Role
+
+    assert cluster.pki is not None
+    create_pki(cluster.pki.directory, {"node-4": Role.AGENT}, dt.datetime.now(dt.UTC))
+    model = next(c for c in cluster.children if c.name == "node-3")
+    (port,) = free_ports(1)
+    argv = [a.replace("node-3", "node-4") for a in model.argv]
+    argv[argv.index("--metrics-listen") + 1] = f"127.0.0.1:{port}"
+    child = Child("node-4", argv, cluster.base / "logs" / "node-4.log")
+    child.start()
+    cluster.children.append(child)
+
+
+async def _until_ready(
+    cluster: Cluster, zone: str, newcomer: str, *, must_hold: bool = False
+) -> set[str]:
+    """Poll the zone's status until READY; every READY is checked in etcd at its revision
+    (``must_hold``: ``newcomer`` holds replicas then). Returns the states seen."""
+    from placement.api.client import ApiError, PlacementClient
+    from placement.metastore.etcd import EtcdClient
+    from placement.metastore.keys import AssignField, KeySpace
+    from placement.metastore.transitions import partition_states
+    from placement.v1 import driver_pb2
+
+    keys = KeySpace(cluster.prefix)
+    seen: set[str] = set()
+    registered = 0
+    deadline = time.monotonic() + EVENTUALLY
+    request = driver_pb2.GetZoneRequest(name=zone)
+    async with (
+        PlacementClient(cluster.driver_apis, tls=cluster.tls("reader")) as api,
+        EtcdClient([cluster.etcd_endpoint], credentials=cluster.etcd_credentials()) as etcd,
+    ):
+        while True:
+            assert time.monotonic() < deadline, f"never READY with {newcomer}; saw {seen}"
+            if must_hold and not registered:
+                node = await etcd.get(keys.node(newcomer))
+                if node.first() is None:
+                    await asyncio.sleep(0.05)
+                    continue
+                registered = node.first().mod_revision  # from here on it must count
+            try:
+                status = await api.call(lambda s, t: s.GetZoneStatus(request, timeout=t))
+            except ApiError as e:
+                if not e.unavailable:
+                    raise
+                await asyncio.sleep(0.05)
+                continue
+            state = driver_pb2.ZoneState.Name(status.state)
+            seen.add(state)
+            if state == "READY":
+                found = await etcd.list_prefix(
+                    keys.zone_assign_prefix(zone), revision=status.revision
+                )
+                states = partition_states(keys, zone, found.kvs, status.revision)
+                holding = {n for s in states.values() for n in s.peers(AssignField.STABLE) or ()}
+                if not must_hold:
+                    return seen
+                assert status.revision >= registered
+                assert newcomer in holding, f"READY at {status.revision} with {newcomer} empty"
+                return seen
+            await asyncio.sleep(0.05)

@@ -4,8 +4,21 @@ from __future__ import annotations
 
 from placement.core.layout import Reshard, ReshardPhase, ZoneLayout
 from placement.core.model import Peers, ZoneSpec
-from placement.driver.status import ZoneStatusState, reshard_progress, zone_status
-from placement.metastore.codec import Assignment, DataNodes, LayoutValue, ReshardReport
+from placement.driver.core import ClusterView, ZoneOutlook, ZoneView, zone_outlook
+from placement.driver.status import (
+    ZoneStatus,
+    ZoneStatusState,
+    rebalance_progress,
+    reshard_progress,
+    zone_status,
+)
+from placement.metastore.codec import (
+    Assignment,
+    DataNodes,
+    LayoutValue,
+    NodeRecord,
+    ReshardReport,
+)
 from placement.metastore.transitions import PartitionState, Versioned
 
 
@@ -87,3 +100,95 @@ def test_a_reshard_is_resharding_with_what_it_copied_and_is_expected_to_copy() -
     assert moved is not None
     assert (moved.bytes_to_copy, moved.eta_s) == (3_000, 0.0)  # the removed 5, 6, 7 move whole
     assert reshard_progress(LayoutValue(ZoneLayout(7, 8)), {}, {}, 0) is None
+
+
+# -- honest status: what a pass would still do (driver.core.zone_outlook) -------------------------
+
+
+def _view(
+    stables: dict[int, Peers], applied: tuple[str, ...], registered: tuple[str, ...]
+) -> ClusterView:
+    zone = ZoneView(
+        "z",
+        SPEC,
+        1,
+        _nodes(applied),
+        2,
+        {p: _state(p, peers) for p, peers in stables.items()},
+        {},
+    )
+    nodes = {n: NodeRecord(n, f"{n}:1", {}) for n in registered}
+    return ClusterView(10, {"z": zone}, nodes, False)
+
+
+def _honest(view: ClusterView, *, leader: bool = True) -> ZoneStatus:
+    zone = view.zones["z"]
+    outlook = zone_outlook(view, "z", 1_000_000)
+    assert outlook is not None
+    return zone_status(
+        SPEC, zone.partitions, zone.datanodes, 1000.0, outlook=outlook, leader=leader
+    )
+
+
+def test_a_registered_node_the_data_nodes_do_not_hold_yet_is_not_ready() -> None:
+    """The leaderless window after a node registers (scale-up delay 0): the data-node record
+    does not name it yet, the stored view alone says READY — the outlook says a change is due."""
+    stored = _view(BALANCED, ("a", "b", "c"), ("a", "b", "c", "d"))
+    status = _honest(stored)
+    assert status.state is ZoneStatusState.REBALANCING
+    assert any("data-node change" in d for d in status.details)
+    settled = _honest(_view(BALANCED, ("a", "b", "c"), ("a", "b", "c")))
+    assert settled.state is ZoneStatusState.READY
+    assert settled.eligible_nodes == 3
+
+
+def test_no_leader_says_so_whatever_else_holds() -> None:
+    status = _honest(_view(BALANCED, ("a", "b", "c"), ("a", "b", "c")), leader=False)
+    assert status.state is ZoneStatusState.NO_LEADER
+    assert "else READY" in status.details[0]
+
+
+def test_off_target_partitions_and_under_replication_are_shown() -> None:
+    # stable fits the data nodes' count but not the placement (a cancelled move left it)
+    skewed = {0: ("a", "b"), 1: ("a", "b"), 2: ("a", "b")}
+    status = _honest(_view(skewed, ("a", "b", "c"), ("a", "b", "c")))
+    assert status.state is ZoneStatusState.REBALANCING
+    assert status.off_target >= 1
+    assert any("off target" in d for d in status.details)
+    lone = _honest(_view({0: ("a",), 1: ("a",), 2: ("a",)}, ("a",), ("a",)))
+    assert lone.under_replicated
+    assert lone.state is ZoneStatusState.READY
+    assert any("under-replicated" in d for d in lone.details)
+
+
+def test_an_outlook_with_a_held_change_not_recorded_yet_is_holddown() -> None:
+    outlook = ZoneOutlook(False, 12.5, ("a", "b", "c"), (), 0)
+    partitions = {p: _state(p, peers) for p, peers in BALANCED.items()}
+    status = zone_status(SPEC, partitions, _nodes(("a", "b", "c")), 0.0, outlook=outlook)
+    assert status.state is ZoneStatusState.HOLDDOWN
+    assert status.holddown_remaining_s == 12.5
+
+
+def test_a_rebalance_eta_from_the_round_s_finished_moves() -> None:
+    def entry(peers: Peers, trigger: int, ts: int) -> Versioned[Assignment]:
+        return Versioned(Assignment(peers, epoch=1, ts=ts, trigger=trigger), b"", 7, 7)
+
+    finished = PartitionState("z", 0, 10, stable=entry(("a", "c"), 9, 20_000))
+    moving = PartitionState(
+        "z", 1, 10, stable=entry(("a", "b"), 1, 0), pending=entry(("a", "c"), 9, 10_000)
+    )
+    waiting = PartitionState(
+        "z", 2, 10, stable=entry(("b", "a"), 1, 0), pending=entry(("c", "b"), 9, 10_000)
+    )
+    parts = {0: finished, 1: moving, 2: waiting}
+    sizes = {0: 1000, 1: 1000, 2: 3000}
+    # 1000 B finished in the 20 s since the round began (t=10 s): 50 B/s; 4000 B left -> 80 s
+    progress = rebalance_progress(parts, sizes, 30_000)
+    assert progress is not None
+    assert progress.bytes_to_move == 1000 * 1 + 3000 * 1
+    assert progress.eta_s == 80.0
+    assert rebalance_progress({0: finished}, sizes, 30_000) is None
+    # nothing finished yet: no estimate
+    unknown = rebalance_progress({1: moving, 2: waiting}, sizes, 30_000)
+    assert unknown is not None
+    assert unknown.eta_s == 0.0
