@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import grpc
@@ -24,7 +24,7 @@ from placement.errors import CredentialError, InvalidInput, PlacementError
 from placement.rpc import API_PROFILE, ChannelPool
 from placement.security.credentials import handshake_refused
 from placement.security.tls import TlsMaterial
-from placement.v1 import driver_pb2_grpc
+from placement.v1 import driver_pb2, driver_pb2_grpc
 
 #: Pause between rounds over every endpoint: 0.1 s, 0.2 s, ... capped at 2 s, no jitter.
 BACKOFF = RetryPolicy(initial=0.1, cap=2.0, floor=1.0)
@@ -91,6 +91,65 @@ class PlacementClient(AsyncClosing):
     def _stub(self, endpoint: str) -> Stub:
         return driver_pb2_grpc.PlacementServiceStub(self._channels.get(endpoint))
 
+    async def _retryable(self, endpoint: str, e: grpc.aio.AioRpcError, budget: float) -> ApiError:
+        """``e`` from ``endpoint`` as an ApiError to retry on the next endpoint (which becomes
+        the active one); raises it instead when retrying cannot help (a refused credential, a
+        status other than unavailable)."""
+        error = ApiError(e.code(), e.details() or "", endpoint)
+        if handshake_refused(error.detail):
+            raise CredentialError(
+                f"the TLS handshake with {endpoint} failed ({error.detail}); check "
+                "--cacert (the CA that signed the drivers' certificates) and that "
+                "the drivers serve TLS"
+            ) from e
+        if e.code() not in RETRYABLE:
+            raise error from e
+        why = await self._channels.refusal(endpoint, error.detail, budget)
+        if why is not None:
+            raise CredentialError(why) from e
+        self._active = (self._active + 1) % len(self.endpoints)
+        return error
+
+    async def watch_assignments(
+        self, zone: str, from_revision: int = 0
+    ) -> AsyncIterator[driver_pb2.AssignmentEvent]:
+        """Zone ``zone``'s assignment and primary changes after ``from_revision`` (0 = from
+        now), for ever: a broken stream is opened again — on the next endpoint while one is
+        unavailable — from the last revision delivered, so nothing is missed or repeated. Gives
+        up like :meth:`call` when no endpoint answers within ``deadline``."""
+        loop = asyncio.get_running_loop()
+        backoff = Backoff(BACKOFF)
+        give_up = loop.time() + self.deadline
+        revision = from_revision
+        sent: set[int] = set()  # partitions delivered at ``revision`` (one revision may hold many)
+        while True:
+            endpoint = self.active_endpoint
+            resume = revision - 1 if sent else revision
+            request = driver_pb2.WatchAssignmentsRequest(zone=zone, from_revision=resume)
+            try:
+                async for event in self._stub(endpoint).WatchAssignments(request):
+                    backoff.reset()
+                    give_up = loop.time() + self.deadline
+                    partition = event.assignment.partition
+                    if event.revision < revision or (
+                        event.revision == revision and partition in sent
+                    ):
+                        continue  # delivered before the stream broke
+                    if event.revision > revision:
+                        revision, sent = event.revision, set()
+                    sent.add(partition)
+                    yield event
+            except grpc.aio.AioRpcError as e:
+                last = await self._retryable(endpoint, e, give_up - loop.time())
+                delay = backoff.next()
+                if loop.time() + delay >= give_up:
+                    raise ApiError(
+                        last.code,
+                        f"no placement driver answered at {','.join(self.endpoints)} "
+                        f"({last.detail or last.code.name.lower()})",
+                    ) from e
+                await self._sleep(delay)
+
     async def call(self, method: Callable[[Stub, float], Awaitable[T]]) -> T:
         """Run ``method(stub, timeout)``, failing over between endpoints while unavailable."""
         loop = asyncio.get_running_loop()
@@ -103,19 +162,7 @@ class PlacementClient(AsyncClosing):
                 try:
                     return await method(self._stub(endpoint), self.call_timeout)
                 except grpc.aio.AioRpcError as e:
-                    last = ApiError(e.code(), e.details() or "", endpoint)
-                    if handshake_refused(last.detail):
-                        raise CredentialError(
-                            f"the TLS handshake with {endpoint} failed ({last.detail}); check "
-                            "--cacert (the CA that signed the drivers' certificates) and that "
-                            "the drivers serve TLS"
-                        ) from e
-                    if e.code() not in RETRYABLE:
-                        raise last from e
-                    why = await self._channels.refusal(endpoint, last.detail, give_up - loop.time())
-                    if why is not None:
-                        raise CredentialError(why) from e
-                    self._active = (self._active + 1) % len(self.endpoints)
+                    last = await self._retryable(endpoint, e, give_up - loop.time())
             delay = backoff.next()
             if loop.time() + delay >= give_up:
                 assert last is not None

@@ -170,6 +170,12 @@ def _primary(raw: bytes | None) -> tuple[str, int]:
     return (lease.node, lease.expiry) if isinstance(lease, PrimaryLease) else ("", 0)
 
 
+def _holder(raw: bytes) -> tuple[str, int] | None:
+    """Who holds a primary lease and at which epoch (None: corrupt)."""
+    lease = decode_primary(raw)
+    return (lease.node, lease.lease_epoch) if isinstance(lease, PrimaryLease) else None
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -397,33 +403,52 @@ class PlacementAPI:
     async def watch_assignments(
         self, zone: str, from_revision: int
     ) -> AsyncIterator[tuple[int, PartitionView]]:
-        """Every change of the zone's assignment keys after ``from_revision`` (0 = from now):
-        the partition as it is at the revision of the change. Raises Compacted (re-read)."""
+        """Every change after ``from_revision`` (0 = from now) of the zone's assignment keys and
+        of its primary leases' holders (a new node or lease epoch — not the renewals, which
+        change only the expiry): the partition as it is at the revision of the change, in
+        revision order, so a client resumes exactly with ``from_revision`` = the last revision
+        it saw. Raises Compacted (re-read).
+
+        One etcd watch on the whole prefix, filtered here: a single stream keeps assignment and
+        lease events in etcd's order (two watches could deliver them out of order)."""
         validate_name(zone, "zone")
         if from_revision < 0:
             raise InvalidInput("from_revision", "is negative", "use 0 (now) or a revision")
-        prefix = self.keys.zone_assign_prefix(zone)
-        start = from_revision + 1 if from_revision else 0
+        base = self.keys.prefix.encode() + b"/"
+        assign = self.keys.zone_assign_prefix(zone)
+        leases = self.keys.zone_primary_prefix(zone)
+        start = from_revision or await self.client.current_revision(self.keys.zone(zone))
+        held = await self.client.range(leases, prefix_range_end(leases), revision=start)
+        holders = {kv.key: _holder(kv.value) for kv in held.kvs}
         async with self.client.watch(
-            prefix, prefix_range_end(prefix), start_revision=start, prev_kv=False
+            base, prefix_range_end(base), start_revision=start + 1, prev_kv=False
         ) as watch:
             async for batch in watch:
-                touched = sorted(
-                    {
-                        parsed.partition
-                        for e in batch.events
-                        if (parsed := self.keys.parse(e.kv.key)) is not None
-                        and parsed.partition is not None
-                    }
-                )
-                for p in touched:
-                    begin = self.keys.partition_prefix(zone, p)
-                    found = await self.client.range(
-                        begin, prefix_range_end(begin), revision=batch.revision
-                    )
-                    empty = Range((), batch.revision)
-                    (view,) = self._views(zone, found, empty, range(p, p + 1))
-                    yield batch.revision, view
+                # One etcd response may carry several revisions (a resumed watch catches up in
+                # one): each change is the partition as it is at its own revision.
+                touched: dict[int, set[int]] = {}
+                for e in batch.events:
+                    key = e.kv.key
+                    if key.startswith(leases):
+                        holder = _holder(e.kv.value) if e.kv.value else None
+                        if holders.get(key) == holder:
+                            continue  # a renewal: same node and epoch
+                        holders[key] = holder
+                    elif not key.startswith(assign):
+                        continue
+                    parsed = self.keys.parse(key)
+                    if parsed is not None and parsed.partition is not None:
+                        touched.setdefault(e.kv.mod_revision, set()).add(parsed.partition)
+                for revision in sorted(touched):
+                    for p in sorted(touched[revision]):
+                        begin = self.keys.partition_prefix(zone, p)
+                        found = await self.client.range(
+                            begin, prefix_range_end(begin), revision=revision
+                        )
+                        lease_key = self.keys.primary(zone, p)
+                        lease = await self.client.get(lease_key, revision=revision)
+                        (view,) = self._views(zone, found, lease, range(p, p + 1))
+                        yield revision, view
 
     # -- rebalance control -----------------------------------------------------------------------
 

@@ -20,12 +20,12 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from placement.api.service import PlacementAPI
 from placement.api.servicer import SERVICE_NAME, register
 from placement.core.model import ZoneSpec, effective_min_in_sync
-from placement.metastore.codec import NodeRecord, decode_zone_spec
+from placement.metastore.codec import NodeRecord, PrimaryLease, decode_zone_spec
 from placement.metastore.election import Election, Leadership
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.metastore.store import Metastore
-from placement.metastore.transitions import Fence
+from placement.metastore.transitions import Fence, LeaseWrite
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
 from replica.registration import Registration
 
@@ -306,6 +306,51 @@ async def test_health_and_reflection(cluster: Cluster) -> None:
         break
     assert SERVICE_NAME in names
     assert "grpc.health.v1.Health" in names
+
+
+async def test_watch_streams_primary_lease_moves_not_renewals_and_resumes(
+    cluster: Cluster,
+) -> None:
+    """WatchAssignments carries the primary: a lease granted or moved is an event with the new
+    holder; a renewal (same node and epoch, later expiry) is not; a watch resumed from the last
+    revision seen continues exactly after it."""
+    c = cluster
+    created = await c.leader.stub.CreateZone(
+        driver_pb2.CreateZoneRequest(name="lw", config=_config(partitions=2, replicas=2)), timeout=5
+    )
+    store = Metastore(c.client, c.keys)
+    fence = c.leader_fence
+    await store.create_partitions("lw", {0: ("a", "b"), 1: ("b", "c")}, created.revision, fence, 1)
+    start = await c.client.current_revision(c.keys.zone("lw"))
+    watch = c.follower.stub.WatchAssignments(
+        driver_pb2.WatchAssignmentsRequest(zone="lw", from_revision=start), timeout=20
+    )
+
+    async def lease(node: str, epoch: int, expiry: int, expected: int, moves: bool) -> int:
+        write = LeaseWrite(PrimaryLease(node, epoch, expiry), expected, 0 if moves else None)
+        done = await store.write_primaries("lw", {0: write}, fence, 1)
+        assert done.raced == 0
+        return done.revision
+
+    granted = await lease("a", 1, 10_000, 0, True)
+    renewed = await lease("a", 1, 20_000, granted, False)
+    moved = await lease("b", 2, 30_000, renewed, True)
+    events = []
+    async for event in watch:
+        events.append((event.revision, event.assignment.partition, event.assignment.primary))
+        if event.revision >= moved:
+            break
+    watch.cancel()
+    assert events == [(granted, 0, "a"), (moved, 0, "b")], (events, start, granted, renewed)
+
+    resumed = c.leader.stub.WatchAssignments(
+        driver_pb2.WatchAssignmentsRequest(zone="lw", from_revision=granted), timeout=20
+    )
+    async for event in resumed:
+        first = (event.revision, event.assignment.primary)
+        break
+    resumed.cancel()
+    assert first == (moved, "b")
 
 
 async def test_watch_and_cancel_a_pending_rebalance(cluster: Cluster) -> None:

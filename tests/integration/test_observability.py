@@ -359,3 +359,42 @@ async def _until_ready(
                 assert newcomer in holding, f"READY at {status.revision} with {newcomer} empty"
                 return seen
             await asyncio.sleep(0.05)
+
+
+def test_assignments_watch_prints_every_change_as_it_happens(cluster: Cluster) -> None:
+    """``placectl assignments ZONE --watch --json``: the current assignments, then a JSON line
+    per change (revision order) — here a replica-count change's pending and new stable."""
+    zone = "watched"
+    placectl(cluster, "zone", "create", zone, "--partitions", "4", "--replicas", "2")
+    asyncio.run(_until_ready(cluster, zone, ""))
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "placement", "--endpoint", ",".join(cluster.driver_apis),
+            "assignments", zone, "--watch", "--json",
+        ],
+        env={**os.environ, **cluster.env("reader")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        first = [json.loads(proc.stdout.readline()) for _ in range(4)]
+        assert sorted(line["partition"] for line in first) == [0, 1, 2, 3]
+        assert all(len(line["stable"]) == 2 and line["primary"] for line in first)
+        placectl(cluster, "zone", "alter", zone, "--replicas", "3")
+        widened: set[int] = set()
+        revisions = []
+        pending = False
+        while widened != {0, 1, 2, 3}:
+            line = json.loads(proc.stdout.readline())
+            revisions.append(line["revision"])
+            pending = pending or line["pending"] is not None
+            if len(line["stable"]) == 3 and line["pending"] is None:
+                widened.add(line["partition"])
+        assert pending, "no change showed the pending assignment"
+        assert revisions == sorted(revisions)
+        assert revisions[0] > first[0]["revision"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
