@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 
 from placement.aio import cancel_and_wait
 from placement.core.model import parse_pairs
@@ -113,6 +114,21 @@ class Registration:
                 if self._on_fatal is not None:
                     self._on_fatal(e)
                 return
+
+    async def mark_stopping(self) -> bool:
+        """Re-put the node record saying the agent stops (``stopping``), under the same lease:
+        the leader hands its primary leases over before the registration goes. False when not
+        registered or etcd does not take it (the stop goes on; leases then move on expiry)."""
+        lease = self._lease
+        if lease is None:
+            return False
+        self.record = replace(self.record, stopping=True)
+        try:
+            await self.store.register_node(self.record, lease)
+        except PlacementError as e:
+            log.warning("node %s: could not say it stops: %s", self.record.name, e)
+            return False
+        return True
 
     async def report(self, zone: str, partition: int, report: MoveReport) -> None:
         """Push a move report: put ``{p}/progress/{zone}/{partition}/{node}`` under the

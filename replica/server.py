@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -145,6 +146,23 @@ async def start_agent(
     return RunningAgent(node, address, server, agent, health_servicer, plane, served)
 
 
+async def _hand_over(registration: Registration, running: RunningAgent, within: float) -> None:
+    """Before the registration goes: say the agent stops, and wait (bounded) until the leader
+    moved its primary leases to other in-sync members — writes then pause only for a redirect,
+    not for a lease's expiry (design/control-plane.md, "Drain")."""
+    if running.plane is None or not running.plane.leases_held():
+        return
+    if not await registration.mark_stopping():
+        return
+    started = time.monotonic()
+    held = await running.plane.hand_over(within)
+    log.info(
+        "stopping: primary leases handed over in %.2fs (%d still held: they move on expiry)",
+        time.monotonic() - started,
+        held,
+    )
+
+
 async def serve(
     node: str,
     listen: str,
@@ -246,6 +264,7 @@ async def serve(
     finally:
         try:
             if registration is not None:
+                await _hand_over(registration, running, grace)
                 await registration.stop()
         finally:
             try:

@@ -109,6 +109,20 @@ class PartitionView:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeStatusView:
+    """A node as the drain sees it: ``safe_to_stop`` when drained and holding nothing."""
+
+    node: str
+    registered: bool
+    draining: bool
+    stopping: bool
+    replicas: int
+    primaries: int
+    safe_to_stop: bool
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
 class ZoneStatusView:
     """``state`` is READY, HOLDDOWN, REBALANCING, RESHARDING (then ``reshard`` is set) or
     NO_LEADER; ``rebalance``: bytes left and ETA while REBALANCING."""
@@ -470,6 +484,44 @@ class PlacementAPI:
         if result.outcome is Outcome.APPLIED:
             return True, f"cancel recorded for pending revision {state.pending.mod_revision}"
         return False, f"not cancelled: {result.outcome.value} (the rebalance finished or changed)"
+
+    async def drain(self, node: str, drain: bool) -> NodeStatusView:
+        """Write (or delete) the node's drain mark through the leader; then its status."""
+        validate_name(node, "node")
+        fence = await self._fence()
+        await self.store.set_drain(node, drain, fence, self._clock_ms())
+        return await self.node_status(node)
+
+    async def node_status(self, node: str) -> NodeStatusView:
+        """What ``node`` still holds over every zone (one consistent read)."""
+        validate_name(node, "node")
+        revision, kvs = await self.store.read_node_snapshot(node)
+        view = build_view(self.keys, kvs, revision)
+        now = self._clock_ms()
+        replicas = primaries = 0
+        for zone in view.zones.values():
+            for state in zone.partitions.values():
+                held = set(state.peers(AssignField.STABLE) or ()) | set(
+                    state.peers(AssignField.PENDING) or ()
+                )
+                replicas += node in held
+            for lease in zone.primaries.values():
+                value = lease.value
+                primaries += (
+                    isinstance(value, PrimaryLease) and value.node == node and (value.expiry > now)
+                )
+        record = view.nodes.get(node)
+        draining = node in view.draining
+        return NodeStatusView(
+            node,
+            record is not None,
+            draining,
+            record is not None and record.stopping,
+            replicas,
+            primaries,
+            draining and replicas == 0 and primaries == 0,
+            revision,
+        )
 
     async def set_paused(self, paused: bool) -> bool:
         fence = await self._fence()

@@ -16,6 +16,7 @@ from placement.api.service import (
     MAX_PAGE_SIZE,
     Forward,
     Leadership,
+    NodeStatusView,
     PartitionView,
     PlacementAPI,
     ZoneExists,
@@ -384,6 +385,22 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
     ) -> driver_pb2.PauseReply:
         return await self._set_paused(request, context, False, "ResumeRebalancing")
 
+    async def DrainNode(
+        self, request: driver_pb2.DrainNodeRequest, context: Any
+    ) -> driver_pb2.NodeStatus:
+        async def work() -> driver_pb2.NodeStatus:
+            return node_status_pb(await self.api.drain(request.node, request.drain))
+
+        return await self._run(context, work, request, "DrainNode")
+
+    async def GetNodeStatus(
+        self, request: driver_pb2.GetNodeStatusRequest, context: Any
+    ) -> driver_pb2.NodeStatus:
+        async def work() -> driver_pb2.NodeStatus:
+            return node_status_pb(await self.api.node_status(request.node))
+
+        return await self._run(context, work)
+
     async def _set_paused(
         self, request: driver_pb2.PauseRequest, context: Any, paused: bool, method: str
     ) -> driver_pb2.PauseReply:
@@ -391,6 +408,19 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
             return driver_pb2.PauseReply(paused=await self.api.set_paused(paused))
 
         return await self._run(context, work, request, method)
+
+
+def node_status_pb(s: NodeStatusView) -> driver_pb2.NodeStatus:
+    return driver_pb2.NodeStatus(
+        node=s.node,
+        registered=s.registered,
+        draining=s.draining,
+        stopping=s.stopping,
+        replicas=s.replicas,
+        primaries=s.primaries,
+        safe_to_stop=s.safe_to_stop,
+        revision=s.revision,
+    )
 
 
 class DriverLike(Leadership, Protocol):

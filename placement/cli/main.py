@@ -32,6 +32,7 @@ COMMANDS: Mapping[str, str] = {
     "data": "placement.cli.data:data",
     "driver": "placement.cli.driver:driver",
     "inspect": "placement.cli.inspect:inspect",
+    "node": "placement.cli.node:node",
     "nodes": "placement.cli.reads:nodes",
     "pipeline": "placement.cli.pipeline:pipeline",
     "plan": "placement.cli.plan:plan",

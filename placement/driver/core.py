@@ -76,6 +76,7 @@ from placement.metastore.codec import (
     NodeRecord,
     PrimaryLease,
     ReshardReport,
+    decode_control,
     decode_datanodes,
     decode_isr,
     decode_layout,
@@ -139,6 +140,13 @@ class ClusterView:
     reports: Mapping[tuple[str, int], Mapping[str, MoveReport]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    #: Nodes an operator drains (``{p}/drain/{node}``): leases, then replicas, move away.
+    draining: frozenset[str] = frozenset()
+
+    @property
+    def leaving(self) -> frozenset[str]:
+        """Nodes whose primary leases are handed over now: drained, or their agent stopping."""
+        return self.draining | {n for n, r in self.nodes.items() if r.stopping}
 
     def reported(self, zone: str, partition: int, revision: int) -> Mapping[str, MoveReport]:
         """node -> report, of the nodes whose catch-up of ``revision`` ended (DONE or FAILED)."""
@@ -188,6 +196,8 @@ def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
         return decode_layout(kv.value)
     if parsed.kind is KeyKind.RESHARD:
         return decode_reshard_report(kv.value)
+    if parsed.kind is KeyKind.DRAIN:
+        return decode_control(kv.value)
     if parsed.kind is KeyKind.PRIMARY:
         return Versioned(decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision)
     if parsed.kind is KeyKind.ISR:
@@ -224,6 +234,7 @@ def build_view(
     nodes: dict[str, NodeRecord] = {}
     reports: dict[tuple[str, int], dict[str, MoveReport]] = {}
     paused = False
+    draining: set[str] = set()
     for key, kv in kvs.items():
         parsed, value = cache.decode(keys, key, kv)
         if parsed is None:
@@ -243,6 +254,8 @@ def build_view(
                 reshard_reports.setdefault(parsed.name, {})[parsed.partition] = value
         elif parsed.kind is KeyKind.CONTROL:
             paused = True
+        elif parsed.kind is KeyKind.DRAIN:
+            draining.add(parsed.name)  # even a corrupt mark: the operator asked for it
         elif parsed.kind is KeyKind.PRIMARY:
             assert parsed.partition is not None
             primaries.setdefault(parsed.name, {})[parsed.partition] = value  # type: ignore[assignment]
@@ -292,6 +305,7 @@ def build_view(
         MappingProxyType(nodes),
         paused,
         MappingProxyType({k: MappingProxyType(v) for k, v in reports.items()}),
+        frozenset(draining),
     )
 
 
@@ -645,7 +659,8 @@ def zone_outlook(view: ClusterView, name: str, now_ms: int) -> ZoneOutlook | Non
         return None
     spec = zone.spec
     previous = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
-    record = advance(spec, previous, matching_nodes(spec, view.nodes.values()), now_ms)
+    observed, drained = observed_nodes(view, zone, spec, now_ms)
+    record = advance(spec, previous, observed, now_ms, drained)
     due = previous is None or record.applied != previous.applied
     held = holddown_remaining(spec, record, now_ms)
     applied = record.applied
@@ -671,6 +686,23 @@ def zone_outlook(view: ClusterView, name: str, now_ms: int) -> ZoneOutlook | Non
             off |= {p for p, t in enumerate(targets) if set(t) != set(current.get(p, ()))}
     stuck = len(abandoned_moves(zone, applied))
     return ZoneOutlook(due, held, applied, tuple(sorted(off)), stuck)
+
+
+def observed_nodes(
+    view: ClusterView, zone: ZoneView, spec: ZoneSpec, now_ms: int
+) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The registered nodes matching the zone's selector that count as its data nodes, and the
+    drained ones to remove at once (no scale-down delay: the operator asked). A drained node
+    stays until it holds no unexpired primary lease of the zone — its leases move first, then
+    its replicas (make-before-break, like every move)."""
+    leading = {
+        lease.value.node
+        for lease in zone.primaries.values()
+        if isinstance(lease.value, PrimaryLease) and lease.value.expiry > now_ms
+    }
+    drained = frozenset(n for n in view.draining if n not in leading)
+    nodes = [r for r in view.nodes.values() if r.name not in drained]
+    return matching_nodes(spec, nodes), drained
 
 
 def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None) -> PassPlan:
@@ -711,8 +743,8 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
             retires.append(retire)
         kept = kept_partitions(zone.layout, spec)
         previous = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
-        observed = matching_nodes(spec, view.nodes.values())
-        record = advance(spec, previous, observed, now_ms)
+        observed, drained = observed_nodes(view, zone, spec, now_ms)
+        record = advance(spec, previous, observed, now_ms, drained)
         if previous is None or not record.same_content(previous):
             datanode_writes.append(WriteDataNodes(name, record, zone.datanodes_mod))
             continue
@@ -737,7 +769,9 @@ def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None)
                 if p < kept and (peers := s.peers(AssignField.STABLE)) is not None
             }
             isrs = {p: isr for p, isr in zone.isrs.items() if p in stables}
-            grants = plan_primaries(stables, zone.primaries, set(view.nodes), now_ms, leases, isrs)
+            grants = plan_primaries(
+                stables, zone.primaries, set(view.nodes), now_ms, leases, isrs, view.leaving
+            )
             if grants:
                 primaries.append(WritePrimaries(name, MappingProxyType(grants)))
             lease_due = next_due_ms(stables, zone.primaries, now_ms, leases)

@@ -19,7 +19,7 @@ protect from flapping before anything was placed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 
 from placement.core.model import ZoneSpec
 from placement.metastore.codec import DataNodes, NodeRecord
@@ -37,9 +37,15 @@ def matching_nodes(spec: ZoneSpec, nodes: Iterable[NodeRecord]) -> tuple[str, ..
 
 
 def advance(
-    spec: ZoneSpec, previous: DataNodes | None, observed: Iterable[str], now_ms: int
+    spec: ZoneSpec,
+    previous: DataNodes | None,
+    observed: Iterable[str],
+    now_ms: int,
+    drained: Set[str] = frozenset(),
 ) -> DataNodes:
-    """The data-node record after looking at the ``observed`` matching set at ``now_ms``.
+    """The data-node record after looking at the ``observed`` matching set at ``now_ms``;
+    removals of ``drained`` nodes (an operator drains them) apply at once, without the
+    scale-down delay.
 
     ``previous`` is the stored record (``None``: none yet, the observed set is applied at once).
     The returned record carries epoch/ts 0; the writer stamps them. Compare with
@@ -61,6 +67,9 @@ def advance(
     if down_since is not None and now_ms - down_since >= spec.scale_down_delay * 1000:
         applied -= removes
         down_since = None
+    elif removes & drained:
+        applied -= removes & drained
+        down_since = down_since if removes - drained else None
     return DataNodes(
         applied=tuple(sorted(applied)), observed=seen, up_since=up_since, down_since=down_since
     )

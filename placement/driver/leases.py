@@ -119,12 +119,16 @@ def plan_primaries(
     now_ms: int,
     config: LeaseConfig,
     isrs: Isrs | None = None,
+    leaving: Set[str] = frozenset(),
 ) -> dict[int, LeaseWrite]:
     """Leases to write, by partition; partitions whose lease is fine (or that nobody can take
     over yet) are not in the result.
 
     ``current``: the partitions' primary keys (a corrupt value counts as no lease); ``isrs``: the
-    partitions' ISR keys (``None`` or a missing partition = no ISR key yet).
+    partitions' ISR keys (``None`` or a missing partition = no ISR key yet); ``leaving``: nodes
+    being drained or stopping — a lease they hold is handed over at once to a candidate that is
+    not leaving (kept, and renewed, while there is none), and they get no new lease while
+    another candidate exists.
     """
     isrs = isrs if isrs is not None else {}
     keep: dict[int, PrimaryLease] = {}
@@ -149,14 +153,28 @@ def plan_primaries(
         lease.expiry - now_ms < config.renew_before_ms for lease in keep.values()
     )
     for p, lease in keep.items():
+        expected = current[p].mod_revision
+        eligible, isr_mod = _in_sync(stables[p], isrs.get(p))
+        if lease.node in leaving:
+            takers = [n for n in stables[p] if n in live and n in eligible and n not in leaving]
+            if takers:
+                taker = min(takers, key=lambda n: (counts[n], stables[p].index(n)))
+                counts[lease.node] -= 1
+                counts[taker] += 1
+                handed = PrimaryLease(taker, lease.lease_epoch + 1, now_ms + config.duration_ms)
+                writes[p] = LeaseWrite(handed, expected, isr_mod)
+                continue
         if lease.expiry - now_ms >= config.renew_before_ms and not (
             renew_all and lease.expiry - now_ms < config.align_below_ms
         ):
             continue
-        expected = current[p].mod_revision
         preferred = stables[p][0]
-        eligible, isr_mod = _in_sync(stables[p], isrs.get(p))
-        if lease.node != preferred and preferred in live and preferred in eligible:
+        if (
+            lease.node != preferred
+            and preferred in live
+            and preferred in eligible
+            and preferred not in leaving
+        ):
             counts[lease.node] -= 1
             counts[preferred] += 1
             handed = PrimaryLease(preferred, lease.lease_epoch + 1, now_ms + config.duration_ms)
@@ -172,6 +190,8 @@ def plan_primaries(
         holding = old.node if isinstance(old, PrimaryLease) else None
         eligible, isr_mod = _in_sync(peers, isr, holding)
         candidates = [n for n in peers if n in live and n in eligible]
+        staying = [n for n in candidates if n not in leaving]
+        candidates = staying or candidates  # a leaving node only when no one else can
         if not candidates:
             continue
         if candidates[0] == peers[0]:

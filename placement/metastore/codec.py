@@ -115,6 +115,8 @@ class NodeRecord:
     address: str
     attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
     weight: float = 1.0
+    #: The agent is shutting down (SIGTERM): its primary leases are handed over before it goes.
+    stopping: bool = False
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -387,6 +389,8 @@ def decode_zone_spec(raw: bytes) -> ZoneSpec:
 # -- node record -------------------------------------------------------------------------------
 
 _NODE_KEYS = frozenset({"v", "name", "address", "attributes", "weight"})
+#: A stopping agent's record also says so (its leases are handed over before it leaves).
+_STOPPING_NODE_KEYS = _NODE_KEYS | {"stopping"}
 
 
 def encode_node(record: NodeRecord) -> bytes:
@@ -408,14 +412,20 @@ def encode_node(record: NodeRecord) -> bytes:
             "address": record.address,
             "attributes": dict(record.attributes),
             "weight": weight,
+            **({"stopping": True} if record.stopping else {}),
         }
     )
 
 
 @_decoder
 def decode_node(raw: bytes) -> NodeRecord:
-    obj = _load_object(raw, _NODE_KEYS)
+    try:
+        obj = _load_object(raw, _NODE_KEYS)
+    except _Bad:
+        obj = _load_object(raw, _STOPPING_NODE_KEYS)
     name, address, weight = obj["name"], obj["address"], obj["weight"]
+    if obj.get("stopping", True) is not True:
+        raise _Bad("stopping is not true")
     if not has_name_form(name):
         raise _Bad("name is not a valid node name")
     if not isinstance(address, str) or not address:
@@ -424,7 +434,7 @@ def decode_node(raw: bytes) -> NodeRecord:
         raise _Bad("weight is not a number")
     if not math.isfinite(weight) or weight <= 0:
         raise _Bad("weight is not positive")
-    return NodeRecord(name, address, _str_map(obj, "attributes"), float(weight))
+    return NodeRecord(name, address, _str_map(obj, "attributes"), float(weight), "stopping" in obj)
 
 
 # -- data nodes of a zone ----------------------------------------------------------------------

@@ -63,6 +63,7 @@ class KeyKind(StrEnum):
     SIZES = "sizes"
     LAYOUT = "layout"
     RESHARD = "reshard"
+    DRAIN = "drain"
 
 
 #: Names of the control keys under ``{p}/control/``.
@@ -208,6 +209,14 @@ class KeySpace:
     def paused(self) -> bytes:
         return self.control(PAUSED)
 
+    def drain_prefix(self) -> bytes:
+        return self._base + b"/drain/"
+
+    def drain(self, node: str) -> bytes:
+        """``{p}/drain/{node}``: an operator drains the node (its leases, then its replicas move
+        away; design/control-plane.md, "Drain")."""
+        return self.drain_prefix() + validate_name(node, "node").encode()
+
     # -- move reports (agents push completion) ------------------------------------------------
 
     def progress_prefix(self) -> bytes:
@@ -285,7 +294,7 @@ class KeySpace:
             if len(rest) != 1 or not is_name(rest[0]):
                 return None
             return ParsedKey(KeyKind(kind_text), rest[0])
-        if kind_text in (KeyKind.DATANODES, KeyKind.LAYOUT):
+        if kind_text in (KeyKind.DATANODES, KeyKind.LAYOUT, KeyKind.DRAIN):
             if len(rest) != 1 or not is_name(rest[0]):
                 return None
             return ParsedKey(KeyKind(kind_text), rest[0])

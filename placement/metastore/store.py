@@ -200,6 +200,24 @@ class Metastore:
             found.update((kv.key, kv) for kv in response.kvs)
         return result.revision, found
 
+    async def read_node_snapshot(self, node: str) -> tuple[int, dict[bytes, KeyValue]]:
+        """What a node holds, at one revision: every zone config, assignment and primary lease,
+        its node record and its drain mark — ``(revision, key -> KeyValue)`` for
+        :func:`placement.driver.core.build_view`. Paged reads pinned to the first one's
+        revision (a fleet's assignments do not fit one answer)."""
+        keys = self.keys
+        zones = await self.client.list_prefix(keys.zones_prefix())
+        revision = zones.revision
+        found = {kv.key: kv for kv in zones.kvs}
+        for prefix in (keys.assign_prefix(), keys.primary_prefix()):
+            page = await self.client.list_prefix(prefix, revision=revision)
+            found.update((kv.key, kv) for kv in page.kvs)
+        for key in (keys.node(node), keys.drain(node)):
+            one = (await self.client.get(key, revision=revision)).first()
+            if one is not None:
+                found[key] = one
+        return revision, found
+
     async def _read_fenced(self, zone: str, partition: int, fence: Fence) -> PartitionState:
         """The partition and the leader key at one revision; raises NotLeader if the fence fails."""
         result = await self.client.txn(
@@ -792,6 +810,16 @@ class Metastore:
         result = await self.client.txn((fence.compare(),), (op,), ())
         if not result.succeeded:
             raise _fenced("lost leadership while writing the pause flag; retry")
+
+    async def set_drain(self, node: str, drain: bool, fence: Fence, ts: int) -> None:
+        """Put (``drain``) or delete ``{p}/drain/{node}``, fenced; raises NotLeader."""
+        key = self.keys.drain(node)
+        op: Put | Delete = (
+            Put(key, encode_control(ControlMark(fence.epoch, ts))) if drain else Delete(key)
+        )
+        result = await self.client.txn((fence.compare(),), (op,), ())
+        if not result.succeeded:
+            raise _fenced("lost leadership while writing the drain mark; retry")
 
     async def read_assignment_page(
         self, zone: str, first: int, last: int

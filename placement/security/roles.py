@@ -44,6 +44,8 @@ TABLE: Mapping[str, frozenset[Role]] = {
     _P + "CancelReshard": _ADMIN,
     _P + "PauseRebalancing": _ADMIN,
     _P + "ResumeRebalancing": _ADMIN,
+    _P + "DrainNode": _ADMIN,
+    _P + "GetNodeStatus": _READS,
     _P + "GetZone": _READS,
     _P + "ListZones": _READS,
     _P + "GetZoneStatus": _READS,

@@ -693,6 +693,93 @@ class CancelRebalanceReply(_message.Message):
 Global___CancelRebalanceReply: _TypeAlias = CancelRebalanceReply  # noqa: Y015
 
 @_typing.final
+class DrainNodeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    DRAIN_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    drain: _builtins.bool
+    """false: undrain (the node takes replicas and leases again)."""
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        drain: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drain", b"drain", "node", b"node"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainNodeRequest: _TypeAlias = DrainNodeRequest  # noqa: Y015
+
+@_typing.final
+class GetNodeStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetNodeStatusRequest: _TypeAlias = GetNodeStatusRequest  # noqa: Y015
+
+@_typing.final
+class NodeStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    REGISTERED_FIELD_NUMBER: _builtins.int
+    DRAINING_FIELD_NUMBER: _builtins.int
+    STOPPING_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    PRIMARIES_FIELD_NUMBER: _builtins.int
+    SAFE_TO_STOP_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    registered: _builtins.bool
+    draining: _builtins.bool
+    """An operator drains it."""
+    stopping: _builtins.bool
+    """Its agent is shutting down (its leases are being handed over)."""
+    replicas: _builtins.int
+    """Replicas it holds in stable or joins in pending, over every zone."""
+    primaries: _builtins.int
+    """Unexpired primary leases it holds, over every zone."""
+    safe_to_stop: _builtins.bool
+    """Draining and holding nothing: its agent may be stopped without moving anything."""
+    revision: _builtins.int
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        registered: _builtins.bool = ...,
+        draining: _builtins.bool = ...,
+        stopping: _builtins.bool = ...,
+        replicas: _builtins.int = ...,
+        primaries: _builtins.int = ...,
+        safe_to_stop: _builtins.bool = ...,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining", "node", b"node", "primaries", b"primaries", "registered", b"registered", "replicas", b"replicas", "revision", b"revision", "safe_to_stop", b"safe_to_stop", "stopping", b"stopping"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeStatus: _TypeAlias = NodeStatus  # noqa: Y015
+
+@_typing.final
 class PauseRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

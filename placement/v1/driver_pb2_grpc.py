@@ -100,6 +100,16 @@ class PlacementServiceStub:
                 request_serializer=placement_dot_v1_dot_driver__pb2.PauseRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_driver__pb2.PauseReply.FromString,
                 _registered_method=True)
+        self.DrainNode = channel.unary_unary(
+                '/placement.v1.PlacementService/DrainNode',
+                request_serializer=placement_dot_v1_dot_driver__pb2.DrainNodeRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_driver__pb2.NodeStatus.FromString,
+                _registered_method=True)
+        self.GetNodeStatus = channel.unary_unary(
+                '/placement.v1.PlacementService/GetNodeStatus',
+                request_serializer=placement_dot_v1_dot_driver__pb2.GetNodeStatusRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_driver__pb2.NodeStatus.FromString,
+                _registered_method=True)
 
 
 class PlacementServiceServicer:
@@ -187,6 +197,21 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DrainNode(self, request, context):
+        """Drain (drain = true) or undrain a node: its primary leases are handed over at once, then
+        its replicas move away, make-before-break (design/control-plane.md, "Drain").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNodeStatus(self, request, context):
+        """A node's state: registered, draining, stopping, what it still holds, whether it may stop.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -254,6 +279,16 @@ def add_PlacementServiceServicer_to_server(servicer, server):
                     servicer.ResumeRebalancing,
                     request_deserializer=placement_dot_v1_dot_driver__pb2.PauseRequest.FromString,
                     response_serializer=placement_dot_v1_dot_driver__pb2.PauseReply.SerializeToString,
+            ),
+            'DrainNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainNode,
+                    request_deserializer=placement_dot_v1_dot_driver__pb2.DrainNodeRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_driver__pb2.NodeStatus.SerializeToString,
+            ),
+            'GetNodeStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNodeStatus,
+                    request_deserializer=placement_dot_v1_dot_driver__pb2.GetNodeStatusRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_driver__pb2.NodeStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -607,6 +642,60 @@ class PlacementService:
             '/placement.v1.PlacementService/ResumeRebalancing',
             placement_dot_v1_dot_driver__pb2.PauseRequest.SerializeToString,
             placement_dot_v1_dot_driver__pb2.PauseReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/DrainNode',
+            placement_dot_v1_dot_driver__pb2.DrainNodeRequest.SerializeToString,
+            placement_dot_v1_dot_driver__pb2.NodeStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNodeStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/GetNodeStatus',
+            placement_dot_v1_dot_driver__pb2.GetNodeStatusRequest.SerializeToString,
+            placement_dot_v1_dot_driver__pb2.NodeStatus.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,6 +50,12 @@ class PlacementServiceStub:
     """
     PauseRebalancing: _grpc.UnaryUnaryMultiCallable[_driver_pb2.PauseRequest, _driver_pb2.PauseReply]
     ResumeRebalancing: _grpc.UnaryUnaryMultiCallable[_driver_pb2.PauseRequest, _driver_pb2.PauseReply]
+    DrainNode: _grpc.UnaryUnaryMultiCallable[_driver_pb2.DrainNodeRequest, _driver_pb2.NodeStatus]
+    """Drain (drain = true) or undrain a node: its primary leases are handed over at once, then
+    its replicas move away, make-before-break (design/control-plane.md, "Drain").
+    """
+    GetNodeStatus: _grpc.UnaryUnaryMultiCallable[_driver_pb2.GetNodeStatusRequest, _driver_pb2.NodeStatus]
+    """A node's state: registered, draining, stopping, what it still holds, whether it may stop."""
 
 @_typing.type_check_only
 class PlacementServiceAsyncStub(PlacementServiceStub):
@@ -72,6 +78,12 @@ class PlacementServiceAsyncStub(PlacementServiceStub):
     """
     PauseRebalancing: _aio.UnaryUnaryMultiCallable[_driver_pb2.PauseRequest, _driver_pb2.PauseReply]  # type: ignore[assignment]
     ResumeRebalancing: _aio.UnaryUnaryMultiCallable[_driver_pb2.PauseRequest, _driver_pb2.PauseReply]  # type: ignore[assignment]
+    DrainNode: _aio.UnaryUnaryMultiCallable[_driver_pb2.DrainNodeRequest, _driver_pb2.NodeStatus]  # type: ignore[assignment]
+    """Drain (drain = true) or undrain a node: its primary leases are handed over at once, then
+    its replicas move away, make-before-break (design/control-plane.md, "Drain").
+    """
+    GetNodeStatus: _aio.UnaryUnaryMultiCallable[_driver_pb2.GetNodeStatusRequest, _driver_pb2.NodeStatus]  # type: ignore[assignment]
+    """A node's state: registered, draining, stopping, what it still holds, whether it may stop."""
 
 class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -169,5 +181,23 @@ class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _driver_pb2.PauseRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_driver_pb2.PauseReply, _abc.Awaitable[_driver_pb2.PauseReply]]: ...
+
+    @_abc_1.abstractmethod
+    def DrainNode(
+        self,
+        request: _driver_pb2.DrainNodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_driver_pb2.NodeStatus, _abc.Awaitable[_driver_pb2.NodeStatus]]:
+        """Drain (drain = true) or undrain a node: its primary leases are handed over at once, then
+        its replicas move away, make-before-break (design/control-plane.md, "Drain").
+        """
+
+    @_abc_1.abstractmethod
+    def GetNodeStatus(
+        self,
+        request: _driver_pb2.GetNodeStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_driver_pb2.NodeStatus, _abc.Awaitable[_driver_pb2.NodeStatus]]:
+        """A node's state: registered, draining, stopping, what it still holds, whether it may stop."""
 
 def add_PlacementServiceServicer_to_server(servicer: PlacementServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -294,6 +294,24 @@ class DataPlane:
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
+    def leases_held(self) -> int:
+        """Unexpired primary leases naming this node, as its view shows them."""
+        now = self.now_ms()
+        return sum(
+            1
+            for lease, _ in self.view.leases.values()
+            if lease.node == self.node and lease.expiry > now
+        )
+
+    async def hand_over(self, within: float) -> int:
+        """Wait (at most ``within`` seconds) until no lease names this node any more — the
+        leader hands them over once the node record says it stops; returns how many it still
+        holds (they move on expiry)."""
+        deadline = time.monotonic() + within
+        while (held := self.leases_held()) and (left := deadline - time.monotonic()) > 0:
+            await wait_event(self._leases_moved, min(left, 0.2))
+        return held
+
     def lease_ok(self, key: Key, lease_epoch: int) -> bool:
         """This node holds lease ``lease_epoch`` of ``key`` by its own clock (with a margin)."""
         entry = self.view.leases.get(key)

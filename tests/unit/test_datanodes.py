@@ -99,3 +99,12 @@ def test_applied_changes_only_after_a_change_was_held_for_its_delay(
             )
             assert not removed & set(observed)
         assert decode_datanodes(encode_datanodes(record)) == record
+
+
+def test_a_drained_node_leaves_at_once_and_other_removals_keep_their_delay() -> None:
+    """An operator's drain is not a failure: no scale-down delay for it."""
+    drained = advance(SPEC, steady(), ["a", "b"], now_ms=1_000, drained={"c"})
+    assert drained == steady(("a", "b"))
+    both = advance(SPEC, steady(("a", "b", "c", "d")), ["a", "b"], now_ms=1_000, drained={"c"})
+    assert both.applied == ("a", "b", "d")  # c at once, d after its delay
+    assert both.down_since == 1_000

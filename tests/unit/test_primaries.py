@@ -72,6 +72,36 @@ def test_a_holder_that_left_stable_moves_at_once_to_an_isr_member() -> None:
     assert moved == {0: LeaseWrite(PrimaryLease("c", 3, 10_000), 5, 40)}
 
 
+def test_a_leaving_holder_hands_its_lease_over_at_once_to_an_in_sync_member() -> None:
+    """Drained or stopping (``leaving``): the lease moves now — long before it is due — to a
+    live ISR member that is not leaving, with the ISR compare; with no such member it stays
+    and is renewed as usual; a leaving node gets no new lease while another can take it."""
+    stables = {0: ("a", "b", "c")}
+    current = {0: lease("a", 3, 20_000, mod=7)}
+    live = {"a", "b", "c"}
+    isrs = {0: isr(("a", "b", "c"), mod=9)}
+    handed = plan_primaries(stables, current, live, 0, CFG, isrs, {"a"})
+    assert handed == {0: LeaseWrite(PrimaryLease("b", 4, 10_000), 7, 9)}
+    not_b = plan_primaries(stables, current, live, 0, CFG, isrs, {"a", "b"})
+    assert not_b == {0: LeaseWrite(PrimaryLease("c", 4, 10_000), 7, 9)}
+    alone = {0: isr(("a",), mod=9)}
+    assert plan_primaries(stables, current, live, 0, CFG, alone, {"a"}) == {}
+    due = plan_primaries(stables, current, live, 16_000, CFG, alone, {"a"})
+    assert due == {0: LeaseWrite(PrimaryLease("a", 3, 26_000), 7)}  # renewed: no one else
+    fresh = plan_primaries({0: ("a", "b")}, {}, {"a", "b"}, 0, CFG, {}, {"a"})
+    assert fresh == {0: LeaseWrite(PrimaryLease("b", 1, 10_000), 0, 0)}
+    only = plan_primaries({0: ("a", "b")}, {}, {"a"}, 0, CFG, {}, {"a"})
+    assert only == {0: LeaseWrite(PrimaryLease("a", 1, 10_000), 0, 0)}
+
+
+def test_the_preferred_primary_gets_no_hand_over_while_it_is_leaving() -> None:
+    stables = {0: ("a", "b")}
+    current = {0: lease("b", 2, 4_000, mod=7)}
+    isrs = {0: isr(("a", "b"), mod=9)}
+    renewed = plan_primaries(stables, current, {"a", "b"}, 0, CFG, isrs, {"a"})
+    assert renewed == {0: LeaseWrite(PrimaryLease("b", 2, 10_000), 7)}
+
+
 def test_no_candidate_leaves_the_lease_as_it_is() -> None:
     current = {0: lease("a", 2, 1_000)}
     # expired, holder gone, and the only in-sync member is down too

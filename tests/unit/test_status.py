@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from placement.core.layout import Reshard, ReshardPhase, ZoneLayout
 from placement.core.model import Peers, ZoneSpec
-from placement.driver.core import ClusterView, ZoneOutlook, ZoneView, zone_outlook
+from placement.driver.core import (
+    ClusterView,
+    ZoneOutlook,
+    ZoneView,
+    observed_nodes,
+    zone_outlook,
+)
 from placement.driver.status import (
     ZoneStatus,
     ZoneStatusState,
@@ -17,6 +25,7 @@ from placement.metastore.codec import (
     DataNodes,
     LayoutValue,
     NodeRecord,
+    PrimaryLease,
     ReshardReport,
 )
 from placement.metastore.transitions import PartitionState, Versioned
@@ -192,3 +201,20 @@ def test_a_rebalance_eta_from_the_round_s_finished_moves() -> None:
     unknown = rebalance_progress({1: moving, 2: waiting}, sizes, 30_000)
     assert unknown is not None
     assert unknown.eta_s == 0.0
+
+
+def test_a_drained_node_stays_a_data_node_until_its_leases_moved() -> None:
+    """Leases first, then replicas: a drained node that still holds an unexpired lease of the
+    zone stays observed; once it holds none it is removed at once (no scale-down delay)."""
+    view = _view(BALANCED, ("a", "b", "c"), ("a", "b", "c"))
+    zone = view.zones["z"]
+    held = Versioned(PrimaryLease("a", 1, 2_000_000), b"", 3, 3)
+    leading = replace(zone, primaries={0: held})
+    draining = replace(view, zones={"z": leading}, draining=frozenset({"a"}))
+    assert observed_nodes(draining, leading, SPEC, 1_000_000) == (("a", "b", "c"), frozenset())
+    handed = replace(draining, zones={"z": zone})
+    assert observed_nodes(handed, zone, SPEC, 1_000_000) == (("b", "c"), frozenset({"a"}))
+    outlook = zone_outlook(handed, "z", 1_000_000)
+    assert outlook is not None
+    assert outlook.datanodes_due
+    assert outlook.eligible == ("b", "c")

@@ -1,0 +1,254 @@
+"""Drain and graceful stop against live processes (design/control-plane.md, "Drain").
+
+One cluster per module, as ``placectl up`` runs it (2 drivers, 4 agents, mutual TLS), on the
+session etcd; a routing client writes throughout, retrying within its deadline:
+
+* ``placectl node drain node-1``: its primary leases move first (every lease change of node-1
+  in etcd comes before the first pending that moves a replica off it), then its replicas, and
+  the command ends saying it may be stopped; node-1 holds nothing; not one write failed and
+  every acknowledged value reads back; ``undrain`` gives it replicas again;
+* SIGTERM of an agent that holds primary leases: they move to other in-sync members before its
+  node record goes (etcd's order), no write fails, and the agent exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from placement.data.client import DataClient
+from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
+from placement.metastore.codec import Assignment as AssignmentValue
+from placement.metastore.codec import PrimaryLease, decode_assignment, decode_primary
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
+
+ZONE = "drained"
+PARTITIONS = 8
+EVENTUALLY = 90.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    prefix = f"/t{uuid.uuid4().hex[:12]}/placement"
+    opts = UpOptions(nodes=4, drivers=2, etcd=etcd.endpoint, api_port=0, prefix=prefix)
+    c = start_cluster(opts, tmp_path_factory.mktemp("drain"), Console(quiet=True))
+    try:
+        asyncio.run(wait_ready(c, opts, demo_zone=False))
+        placectl(c, "zone", "create", ZONE, "--partitions", str(PARTITIONS), "--replicas", "3")
+        asyncio.run(_ready(c))
+        yield c
+    finally:
+        c.stop()
+
+
+def placectl(
+    cluster: Cluster, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "placement", "--endpoint", ",".join(cluster.driver_apis), *args],
+        env={**os.environ, **cluster.env()},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, (args, result.stdout, result.stderr)
+    return result
+
+
+async def _ready(cluster: Cluster) -> None:
+    deadline = time.monotonic() + EVENTUALLY
+    while True:
+        out = await asyncio.to_thread(placectl, cluster, "zone", "status", ZONE, "--json")
+        if json.loads(out.stdout)["state"] == "READY":
+            return
+        assert time.monotonic() < deadline, out.stdout
+        await asyncio.sleep(0.3)
+
+
+class Writers:
+    """Two writer loops through the routing client; every failure is kept."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.acked: dict[bytes, bytes] = {}
+        self.failed: list[str] = []
+        self.slowest = 0.0
+        self._stop = asyncio.Event()
+
+    async def _loop(self, client: DataClient, worker: int) -> None:
+        i = 0
+        while not self._stop.is_set():
+            key, value = f"w{worker}-{i % 64}".encode(), f"{worker}-{i}".encode()
+            started = time.monotonic()
+            try:
+                await client.put(ZONE, key, value)
+            except Exception as e:  # every failure is the test's finding
+                self.failed.append(f"{key!r}: {type(e).__name__}: {e}")
+            else:
+                self.acked[key] = value
+                self.slowest = max(self.slowest, time.monotonic() - started)
+            i += 1
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        tls = self.cluster.tls("client")
+        async with DataClient(self.cluster.driver_apis, tls=tls, deadline=15.0) as client:
+            tasks = [asyncio.create_task(self._loop(client, w)) for w in range(2)]
+            try:
+                yield
+            finally:
+                self._stop.set()
+                await asyncio.gather(*tasks)
+            for key, value in self.acked.items():
+                assert await client.get(ZONE, key) == value, key
+
+
+class History:
+    """Every change of the zone's primary leases and pending keys, and of node keys, in etcd's
+    order: ``(revision, kind, partition or node, value)``."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.keys = KeySpace(cluster.prefix)
+        self.cluster = cluster
+        self.events: list[tuple[int, str, str, Any]] = []
+
+    async def record(self, client: EtcdClient, start: int) -> None:
+        base = self.keys.prefix.encode() + b"/"
+        async with client.watch(base, prefix_range_end(base), start_revision=start) as watch:
+            async for batch in watch:
+                for e in batch.events:
+                    parsed = self.keys.parse(e.kv.key)
+                    if parsed is None:
+                        continue
+                    rev = e.kv.mod_revision
+                    if parsed.kind is KeyKind.PRIMARY and parsed.name == ZONE:
+                        lease = decode_primary(e.kv.value) if e.kv.value else None
+                        node = lease.node if isinstance(lease, PrimaryLease) else None
+                        self.events.append((rev, "lease", str(parsed.partition), node))
+                    elif parsed.kind is KeyKind.ASSIGN and parsed.field is AssignField.PENDING:
+                        value = decode_assignment(e.kv.value) if e.kv.value else None
+                        peers = value.peers if isinstance(value, AssignmentValue) else None
+                        self.events.append((rev, "pending", str(parsed.partition), peers))
+                    elif parsed.kind is KeyKind.NODE:
+                        self.events.append((rev, "node", parsed.name, bool(e.kv.value)))
+
+
+async def _with_history(cluster: Cluster, body: Any) -> History:
+    history = History(cluster)
+    async with EtcdClient([cluster.etcd_endpoint], credentials=cluster.etcd_credentials()) as c:
+        start = await c.current_revision(history.keys.zone(ZONE))
+        task = asyncio.create_task(history.record(c, start + 1))
+        try:
+            await body()
+            await asyncio.sleep(1.0)  # the watch catches up
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return history
+
+
+async def _leases_of(cluster: Cluster, node: str) -> list[int]:
+    keys = KeySpace(cluster.prefix)
+    async with EtcdClient([cluster.etcd_endpoint], credentials=cluster.etcd_credentials()) as c:
+        found = await c.list_prefix(keys.zone_primary_prefix(ZONE))
+    now = time.time() * 1000
+    held = []
+    for kv in found.kvs:
+        lease = decode_primary(kv.value)
+        if isinstance(lease, PrimaryLease) and lease.node == node and lease.expiry > now:
+            parsed = keys.parse(kv.key)
+            assert parsed is not None
+            assert parsed.partition is not None
+            held.append(parsed.partition)
+    return held
+
+
+def test_a_drain_moves_leases_first_then_replicas_and_loses_no_write(cluster: Cluster) -> None:
+    victim = "node-1"
+    assert asyncio.run(_leases_of(cluster, victim)), "node-1 leads nothing: nothing to show"
+    writers = Writers(cluster)
+    lines: list[dict[str, Any]] = []
+
+    async def body() -> None:
+        async with writers.running():
+            await asyncio.sleep(1.0)
+            out = await asyncio.to_thread(placectl, cluster, "node", "drain", victim, "--json")
+            lines.extend(json.loads(line) for line in out.stdout.splitlines())
+            await asyncio.sleep(1.0)
+
+    history = asyncio.run(_with_history(cluster, body))
+    assert not writers.failed, writers.failed[:5]
+    assert writers.acked
+    assert lines[-1]["safe_to_stop"], lines
+    assert (lines[-1]["replicas"], lines[-1]["primaries"]) == (0, 0)
+
+    # Leases first: node-1's last lease change comes before the first pending without it.
+    led = {p for _, kind, p, node in history.events if kind == "lease" and node == victim}
+    handed = [rev for rev, kind, p, node in history.events if kind == "lease" and node != victim]
+    moves = [
+        rev
+        for rev, kind, _, peers in history.events
+        if kind == "pending" and peers is not None and victim not in peers
+    ]
+    assert moves, "no replica moved off the drained node"
+    assert handed, "no lease was handed over"
+    assert not led, f"node-1 got leases while draining: {led}"
+    assert max(handed) < min(moves), (max(handed), min(moves))
+    assert asyncio.run(_leases_of(cluster, victim)) == []
+
+    # Undrain: it takes replicas again.
+    placectl(cluster, "node", "undrain", victim)
+    deadline = time.monotonic() + EVENTUALLY
+    while True:
+        out = placectl(cluster, "node", "status", victim, "--json")
+        status = json.loads(out.stdout)
+        if status["replicas"] > 0 and not status["draining"]:
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(0.3)
+    asyncio.run(_ready(cluster))
+
+
+def test_a_sigterm_hands_the_agent_s_leases_over_before_it_leaves(cluster: Cluster) -> None:
+    leaders = {n: asyncio.run(_leases_of(cluster, n)) for n in ("node-2", "node-3", "node-4")}
+    victim = max(leaders, key=lambda n: len(leaders[n]))
+    assert leaders[victim], leaders
+    child = next(c for c in cluster.children if c.name == victim)
+    assert child.proc is not None
+    writers = Writers(cluster)
+
+    async def body() -> None:
+        async with writers.running():
+            await asyncio.sleep(1.0)
+            assert child.proc is not None
+            child.proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(child.proc.wait, 30)
+            assert code == 0
+            await asyncio.sleep(1.0)
+
+    history = asyncio.run(_with_history(cluster, body))
+    assert not writers.failed, writers.failed[:5]
+    gone = [rev for rev, kind, name, present in history.events if kind == "node" and name == victim]
+    assert gone, "the node record never changed"
+    left = max(gone)  # the record deleted (after it said it stops)
+    first_handed = {}
+    for rev, kind, p, node in history.events:
+        if kind == "lease" and node != victim and int(p) in leaders[victim]:
+            first_handed.setdefault(int(p), rev)
+    assert set(first_handed) == set(leaders[victim]), history.events
+    assert max(first_handed.values()) < left, (first_handed, left)
+    print(f"slowest write across the SIGTERM: {writers.slowest:.3f}s")
