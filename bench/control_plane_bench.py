@@ -723,7 +723,12 @@ async def measure_join(
 
 
 async def create_zone_and_wait(
-    cluster: Cluster, api: PlacementClient, agents: int, partitions: int, replicas: int
+    cluster: Cluster,
+    api: PlacementClient,
+    agents: int,
+    partitions: int,
+    replicas: int,
+    scale_down_delay: float = 0.0,
 ) -> None:
     async def nodes_up() -> bool:
         found = await api.call(lambda s, t: s.ListNodes(driver_pb2.ListNodesRequest(), timeout=t))
@@ -736,7 +741,7 @@ async def create_zone_and_wait(
             partitions=partitions,
             replicas=replicas,
             scale_up_delay_seconds=0.0,
-            scale_down_delay_seconds=0.0,
+            scale_down_delay_seconds=scale_down_delay,
         ),
     )
     while True:

@@ -1,24 +1,31 @@
-"""Failover benchmark: how long a partition takes writes again after its primary's agent is
-SIGKILLed (design/data-plane.md, "A new primary").
+"""Failover benchmark: the write-unavailability window a retrying client sees when a primary's
+agent is SIGKILLed, SIGTERMed, or its node drained (design/data-plane.md, "A new primary";
+design/control-plane.md, "Drain").
 
 One run::
 
-    .venv/bin/python bench/failover_bench.py [--trials 3] [--partitions 8] [--primary-lease 10]
+    .venv/bin/python bench/failover_bench.py [--trials 2] [--partitions 8] [--primary-lease 10]
+        [--events kill,term,drain]
 
 Each trial is a fresh cluster of real processes started the way ``bench/data_plane_bench.py``
 starts them (etcd, one driver with ``--primary-lease``, three agents), zone P×3. One writer per
 partition Puts continuously through the partition's primary (routes from etcd, ``x-primary``
 redirects followed). After 3 s of writes the benchmark SIGKILLs the agent that is primary of
-partition 0; for every partition that agent led it measures the time from the kill to the first
-acknowledged write after it. The goal is at most the primary lease + 1 s (a dead primary's lease
-must expire before anyone else may take it). Afterwards every acknowledged value is read back
-from the new primaries. Writes ``bench/results/failover.md`` and prints it.
+partition 0 — ``kill``: SIGKILL; ``term``: SIGTERM (the agent hands its leases over before it
+deregisters); ``drain``: ``DrainNode`` (leases, then replicas, move away) — and, for every
+partition that agent led, measures the window: the longest time without an acknowledged write
+from the event until 3 s after writes resumed (the kill's: until the first write sent after it
+was acknowledged — a dead primary's lease must expire first; goal ≤ primary lease + 1 s).
+Afterwards every acknowledged value is read back from the new primaries. Writes
+``bench/results/failover.md`` and prints it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import shutil
 import signal
 import statistics
 import sys
@@ -51,9 +58,10 @@ from placement.metastore.codec import PrimaryLease, decode_primary  # noqa: E402
 from placement.metastore.etcd import EtcdClient  # noqa: E402
 from placement.metastore.keys import KeySpace  # noqa: E402
 from placement.metastore.store import Metastore  # noqa: E402
-from placement.v1 import common_pb2, data_pb2  # noqa: E402
+from placement.v1 import common_pb2, data_pb2, driver_pb2  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "failover.md"
+EVENTS = ("kill", "term", "drain")
 
 
 async def leaders(client: EtcdClient, keys: KeySpace) -> dict[int, str]:
@@ -67,8 +75,8 @@ async def leaders(client: EtcdClient, keys: KeySpace) -> dict[int, str]:
     return out
 
 
-async def trial(args: argparse.Namespace, base: Path) -> dict[int, float]:
-    """Seconds from the kill to the first acknowledged write, per partition the victim led."""
+async def trial(args: argparse.Namespace, base: Path, event: str) -> dict[int, float]:
+    """The write-unavailability window per partition the victim led (seconds)."""
     keys = KeySpace(PREFIX)
     cluster = Cluster(base)
     try:
@@ -79,7 +87,7 @@ async def trial(args: argparse.Namespace, base: Path) -> dict[int, float]:
             PlacementClient([cluster.api], deadline=30.0) as api,
             EtcdClient([cluster.etcd], call_timeout=10.0) as client,
         ):
-            await create_zone_and_wait(cluster, api, 3, args.partitions, 3)
+            await create_zone_and_wait(cluster, api, 3, args.partitions, 3, args.scale_down_delay)
             store = Metastore(client, keys)
             await wait_settled(store, client, keys, args.partitions, "ISR = stable", [])
             router = Router(client, keys, args.partitions)
@@ -110,21 +118,24 @@ async def trial(args: argparse.Namespace, base: Path) -> dict[int, float]:
             victim = led[0]
             hit = sorted(p for p, node in led.items() if node == victim)
             killed = time.monotonic()
-            cluster.agents[victim].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+            if event == "drain":
+                request = driver_pb2.DrainNodeRequest(node=victim, drain=True)
+                await api.call(lambda s, t: s.DrainNode(request, timeout=t))
+            else:
+                sig = signal.SIGKILL if event == "kill" else signal.SIGTERM
+                cluster.agents[victim].proc.send_signal(sig)  # type: ignore[union-attr]
             deadline = killed + args.primary_lease * 3 + 30
             while time.monotonic() < deadline and not all(  # noqa: ASYNC110 - polls the writers
                 any(sent > killed for sent, _ in acks[p]) for p in hit
             ):
                 await asyncio.sleep(0.05)
+            # The window closes only once the victim is done: its process exited (kill, term)
+            # or its node holds nothing (drain) — then 3 s more, so a later stall counts too.
+            await victim_done(api, cluster, victim, event, deadline)
+            await asyncio.sleep(3.0)
             stop.set()
             await asyncio.gather(*tasks)
-            # The first write *sent* after the kill: its acknowledgement time (a write in flight
-            # at the kill may be acknowledged by the old primary just before it died).
-            gaps = {
-                p: min((acked for sent, acked in acks[p] if sent > killed), default=float("inf"))
-                - killed
-                for p in hit
-            }
+            gaps = {p: window(acks[p], killed) for p in hit}
             await router.refresh()
             for p, value in last.items():  # every last acknowledged value is still there
                 reply = await router.data(router.addr[p]).Get(
@@ -141,51 +152,104 @@ async def trial(args: argparse.Namespace, base: Path) -> dict[int, float]:
         await cluster.stop()
 
 
-def report(args: argparse.Namespace, trials: list[dict[int, float]]) -> str:
-    worst = [max(g.values()) for g in trials]
+async def victim_done(
+    api: PlacementClient, cluster: Cluster, victim: str, event: str, deadline: float
+) -> None:
+    proc = cluster.agents[victim].proc
+    drain = event == "drain"
+    request = driver_pb2.GetNodeStatusRequest(node=victim) if drain else None
+    while time.monotonic() < deadline:
+        if request is not None:
+            found = await api.call(lambda s, t: s.GetNodeStatus(request, timeout=t))
+            if found.safe_to_stop:
+                return
+        elif proc is None or proc.returncode is not None:
+            return
+        await asyncio.sleep(0.1)
+    raise SystemExit(f"{victim} not done after the {event}")
+
+
+def window(acks: list[tuple[float, float]], event: float) -> float:
+    """The longest time without an acknowledged write from ``event`` on: from the event (or
+    an acknowledgement after it) to the next acknowledgement of a write *sent* after the event
+    (one in flight at the event may be acknowledged by the old primary just before it died)."""
+    times = sorted(acked for sent, acked in acks if sent > event)
+    if not times:
+        return float("inf")
+    edges = [event, *times]
+    return max(b - a for a, b in itertools.pairwise(edges))
+
+
+def report(args: argparse.Namespace, trials: dict[str, list[dict[int, float]]]) -> str:
     goal = args.primary_lease + 1.0
     lines = [
-        "# Failover after a SIGKILLed primary",
+        "# Write unavailability: a primary's agent killed, stopped or drained",
         "",
         f"`python bench/failover_bench.py --trials {args.trials} --partitions {args.partitions}"
-        f" --primary-lease {args.primary_lease:g}`",
+        f" --primary-lease {args.primary_lease:g} --events {args.events}"
+        f" --scale-down-delay {args.scale_down_delay:g}`",
         "",
         *machine(),
         "",
-        f"Three agents, zone P={args.partitions}, R=3, min in-sync 2; one writer per partition;"
-        " the agent leading partition 0 is SIGKILLed after 3 s of writes. Gap = kill → first"
-        " acknowledged write of each partition that agent led (a new primary must wait for the"
-        f" old lease to expire). Goal: ≤ primary lease + 1 s = {goal:g} s.",
+        f"Three agents, zone P={args.partitions}, R=3, min in-sync 2, scale-down delay"
+        f" {args.scale_down_delay:g} s; one writer per partition"
+        " (a retrying client: redirects followed, other errors retried after 50 ms); after 3 s"
+        " of writes the agent leading partition 0 is SIGKILLed (`kill`), SIGTERMed (`term`) or"
+        " its node drained (`drain`). Window = the longest time without an acknowledged write,"
+        " from the event until 3 s after writes resumed, per partition that agent led. After a"
+        " kill a new primary must wait for the old lease to expire: goal ≤ primary lease + 1 s ="
+        f" {goal:g} s; a stop or a drain hands the leases over first.",
         "",
-        "| trial | partitions the victim led | gap per partition (s) | worst (s) |",
-        "|---:|---:|---|---:|",
+        "| event | trial | partitions the victim led | window per partition (s) | worst (s) |",
+        "|---|---:|---:|---|---:|",
     ]
-    for i, gaps in enumerate(trials, 1):
-        per = ", ".join(f"p{p}: {g:.2f}" for p, g in sorted(gaps.items()))
-        lines.append(f"| {i} | {len(gaps)} | {per} | {max(gaps.values()):.2f} |")
-    lines += [
-        "",
-        f"Worst gap: median {statistics.median(worst):.2f} s, max {max(worst):.2f} s"
-        f" ({'within' if max(worst) <= goal else 'OVER'} the {goal:g} s goal). Every last"
-        " acknowledged value read back from the new primaries.",
-        "",
-    ]
+    for event, runs in trials.items():
+        for i, gaps in enumerate(runs, 1):
+            per = ", ".join(f"p{p}: {g:.2f}" for p, g in sorted(gaps.items()))
+            lines.append(f"| {event} | {i} | {len(gaps)} | {per} | {max(gaps.values()):.2f} |")
+    lines.append("")
+    for event, runs in trials.items():
+        worst = [max(g.values()) for g in runs]
+        verdict = (
+            f" ({'within' if max(worst) <= goal else 'OVER'} the {goal:g} s goal)"
+            if event == "kill"
+            else ""
+        )
+        lines.append(
+            f"- `{event}`: worst window median {statistics.median(worst):.2f} s, max"
+            f" {max(worst):.2f} s{verdict}."
+        )
+    lines += ["", "Every last acknowledged value read back from the new primaries.", ""]
     return "\n".join(lines)
 
 
-async def run(args: argparse.Namespace) -> list[dict[int, float]]:
-    out = []
-    for i in range(args.trials):
-        base = Path(tempfile.mkdtemp(prefix=f"failover-bench-{i}-"))
-        gaps = await trial(args, base)
-        print(f"trial {i + 1}: " + ", ".join(f"p{p} {g:.2f}s" for p, g in sorted(gaps.items())))
-        out.append(gaps)
+async def run(args: argparse.Namespace) -> dict[str, list[dict[int, float]]]:
+    out: dict[str, list[dict[int, float]]] = {}
+    for event in args.events.split(","):
+        if event not in EVENTS:
+            raise SystemExit(f"--events: {event!r} is not one of {', '.join(EVENTS)}")
+        for i in range(args.trials):
+            base = Path(tempfile.mkdtemp(prefix=f"failover-bench-{event}-{i}-"))
+            try:
+                gaps = await trial(args, base, event)
+            finally:
+                shutil.rmtree(base, ignore_errors=True)
+            per = ", ".join(f"p{p} {g:.2f}s" for p, g in sorted(gaps.items()))
+            print(f"{event} trial {i + 1}: {per}")
+            out.setdefault(event, []).append(gaps)
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--events", default=",".join(EVENTS))
+    parser.add_argument(
+        "--scale-down-delay",
+        type=float,
+        default=60.0,
+        help="the zone's: a stopped agent's replicas stay (a restart must not move data)",
+    )
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--primary-lease", type=float, default=10.0)
     parser.add_argument("--output", type=Path, default=RESULTS)
