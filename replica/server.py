@@ -24,7 +24,7 @@ from placement.errors import CredentialError
 from placement.metastore.codec import NodeRecord, encode_node
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
-from placement.metrics import parse_listen, register_collector, serve_metrics
+from placement.metrics import MetricsServer, parse_listen, register_collector, serve_metrics
 from placement.rpc import advertised_address, bind_server, set_serving, start_server
 from placement.security.credentials import EtcdCredentials
 from placement.security.pki import Role, require_identity
@@ -56,8 +56,10 @@ class RunningAgent:
         health_servicer: health.aio.HealthServicer,
         plane: DataPlane | None = None,
         services: Sequence[str] = (),
+        replication: ReplicationServicer | None = None,
     ) -> None:
         self.plane = plane
+        self._replication = replication
         self.services = tuple(services)
         self.node = node
         self.address = address
@@ -75,6 +77,8 @@ class RunningAgent:
 
     async def stop(self, grace: float) -> None:
         await self._health.enter_graceful_shutdown()
+        if self._replication is not None:
+            self._replication.close()  # peers' pair streams would hold the stop for its grace
         await self._server.stop(grace)
         if self.plane is not None:
             await self.plane.close()
@@ -126,13 +130,13 @@ async def start_agent(
         isr_names_me=plane.isr_names_me if plane is not None else None,
     )
     served = [SERVICE_NAME]  # the agent's own services: reported SERVING by health checks
+    replication: ReplicationServicer | None = None
     try:
         if plane is not None:
             await plane.start()
             data_pb2_grpc.add_DataServiceServicer_to_server(DataServicer(plane), server)
-            data_pb2_grpc.add_ReplicationServiceServicer_to_server(
-                ReplicationServicer(plane), server
-            )
+            replication = ReplicationServicer(plane)
+            data_pb2_grpc.add_ReplicationServiceServicer_to_server(replication, server)
             served += [DATA_SERVICE_NAME, REPLICATION_SERVICE_NAME]
         await agent.start()
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaServicer(agent), server)
@@ -143,7 +147,7 @@ async def start_agent(
             await plane.close()
         await agent.close()
         raise
-    return RunningAgent(node, address, server, agent, health_servicer, plane, served)
+    return RunningAgent(node, address, server, agent, health_servicer, plane, served, replication)
 
 
 async def _hand_over(registration: Registration, running: RunningAgent, within: float) -> None:
@@ -224,9 +228,18 @@ async def serve(
             await client.close()
         raise
     collectors = [register_collector(running.plane.gauges)] if running.plane is not None else []
+    metrics_server: MetricsServer | None = None
+
+    def close_metrics() -> None:
+        for unregister in collectors:
+            unregister()
+        if metrics_server is not None:
+            metrics_server.close()
+
     try:
         metrics_server = serve_metrics(metrics_listen, tls) if metrics_listen is not None else None
     except BaseException:
+        close_metrics()
         await running.stop(grace)
         if client is not None:
             await client.close()
@@ -247,6 +260,7 @@ async def serve(
         try:
             await registration.start()
         except BaseException:
+            close_metrics()
             await running.stop(grace)
             await client.close()
             raise
@@ -270,10 +284,7 @@ async def serve(
             try:
                 await running.stop(grace)
             finally:
-                for unregister in collectors:
-                    unregister()
-                if metrics_server is not None:
-                    metrics_server.close()
+                close_metrics()
                 if client is not None:
                     await client.close()
     refused = [e for e in fatal if isinstance(e, CredentialError)]

@@ -119,17 +119,24 @@ class PlacementClient(AsyncClosing):
         up like :meth:`call` when no endpoint answers within ``deadline``."""
         loop = asyncio.get_running_loop()
         backoff = Backoff(BACKOFF)
-        give_up = loop.time() + self.deadline
         revision = from_revision
+        if not revision:  # "now", pinned here: a stream that breaks at once must not re-pick it
+            status = await self.call(
+                lambda s, t: s.GetZoneStatus(driver_pb2.GetZoneRequest(name=zone), timeout=t)
+            )
+            revision = status.revision
         sent: set[int] = set()  # partitions delivered at ``revision`` (one revision may hold many)
+        give_up: float | None = None  # set at the first failure since a stream last opened
         while True:
             endpoint = self.active_endpoint
             resume = revision - 1 if sent else revision
             request = driver_pb2.WatchAssignmentsRequest(zone=zone, from_revision=resume)
             try:
-                async for event in self._stub(endpoint).WatchAssignments(request):
-                    backoff.reset()
-                    give_up = loop.time() + self.deadline
+                stream = self._stub(endpoint).WatchAssignments(request)
+                await stream.wait_for_connection()
+                give_up = None  # opened: a quiet zone is not a failure
+                backoff.reset()
+                async for event in stream:
                     partition = event.assignment.partition
                     if event.revision < revision or (
                         event.revision == revision and partition in sent
@@ -140,6 +147,7 @@ class PlacementClient(AsyncClosing):
                     sent.add(partition)
                     yield event
             except grpc.aio.AioRpcError as e:
+                give_up = give_up if give_up is not None else loop.time() + self.deadline
                 last = await self._retryable(endpoint, e, give_up - loop.time())
                 delay = backoff.next()
                 if loop.time() + delay >= give_up:

@@ -89,6 +89,7 @@ async def serve_driver(
         ),
     )
     async with (
+        contextlib.AsyncExitStack() as closing,
         EtcdClient(list(endpoints), credentials=etcd_credentials) as client,
         EtcdClient(
             list(endpoints), credentials=etcd_credentials, call_timeout=2 * PROBE_EVERY
@@ -96,9 +97,10 @@ async def serve_driver(
     ):
         await client.check_access(keys.prefix)  # a refused credential ends the process now
         driver = Driver(client, keys, config, tls=tls)
-        unregister = register_collector(driver.gauges)
-        metrics_server = serve_metrics(metrics_listen, tls) if metrics_listen is not None else None
-        if metrics_server is not None:
+        closing.callback(register_collector(driver.gauges))  # unregistered on the way out
+        if metrics_listen is not None:
+            metrics_server = serve_metrics(metrics_listen, tls)
+            closing.callback(metrics_server.close)
             logging.getLogger(__name__).info("metrics at http://%s/metrics", metrics_server.address)
         added = (add_servicers or add_to_server)(server, driver)
         health_servicer = await start_server(server, added)
@@ -123,9 +125,6 @@ async def serve_driver(
                 await health_servicer.enter_graceful_shutdown()
                 await server.stop(2.0)
                 await driver.agents.close()
-                unregister()
-                if metrics_server is not None:
-                    metrics_server.close()
         if run.done() and not run.cancelled() and run.exception() is not None:
             raise run.exception()  # type: ignore[misc]
     return 0

@@ -693,13 +693,24 @@ def observed_nodes(
 ) -> tuple[tuple[str, ...], frozenset[str]]:
     """The registered nodes matching the zone's selector that count as its data nodes, and the
     drained ones to remove at once (no scale-down delay: the operator asked). A drained node
-    stays until it holds no unexpired primary lease of the zone — its leases move first, then
-    its replicas (make-before-break, like every move)."""
-    leading = {
-        lease.value.node
-        for lease in zone.primaries.values()
-        if isinstance(lease.value, PrimaryLease) and lease.value.expiry > now_ms
-    }
+    stays while it holds an unexpired primary lease of the zone that another live in-sync
+    member of stable could take — its leases move first, then its replicas (make-before-break,
+    like every move). A lease no one can take yet (R=1, or the others not in sync) does not hold
+    it back: the rebalance adds the new members, and the lease follows once they are in sync."""
+    live, leaving = set(view.nodes), view.leaving
+    leading = set()
+    for p, lease in zone.primaries.items():
+        value = lease.value
+        if not isinstance(value, PrimaryLease) or value.expiry <= now_ms:
+            continue
+        state = zone.partitions.get(p)
+        peers = (state.peers(AssignField.STABLE) if state is not None else None) or ()
+        isr = zone.isrs.get(p)
+        members = set(peers)
+        if isr is not None:
+            members &= set(isr.value.members) if isinstance(isr.value, InSyncSet) else set()
+        if members & live - leaving:  # someone can take it: the node waits for the hand-over
+            leading.add(value.node)
     drained = frozenset(n for n in view.draining if n not in leading)
     nodes = [r for r in view.nodes.values() if r.name not in drained]
     return matching_nodes(spec, nodes), drained

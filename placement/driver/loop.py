@@ -65,6 +65,7 @@ from placement.driver.core import (
     build_view,
     drive_action,
     plan_pass,
+    zone_outlook,
 )
 from placement.driver.leases import LeaseConfig
 from placement.driver.status import ZoneStatusState, reshard_progress, zone_status
@@ -242,7 +243,12 @@ class Driver:
             if isinstance(zone.layout, LayoutValue):
                 progress = reshard_progress(zone.layout, zone.reshard_reports, {}, now_ms)
             status = zone_status(
-                zone.spec, zone.partitions, zone.datanodes, now_ms / 1000, progress
+                zone.spec,
+                zone.partitions,
+                zone.datanodes,
+                now_ms / 1000,
+                progress,
+                outlook=zone_outlook(view, zone.name, now_ms),  # what GetZoneStatus says
             )
             for state_name in ZoneStatusState:
                 states[(zone.name, state_name.value)] = float(status.state is state_name)
@@ -548,8 +554,6 @@ class Driver:
         """A lost compare: redone next pass, on a fresh view."""
         written = await self.store.write_primaries(write.zone, write.leases, fence, ts)
         self._written = max(self._written, written.revision)
-        for lease in write.leases.values():
-            metrics.LEASE_WRITES.labels("granted" if lease.moves else "renewed").inc()
         for _ in range(written.raced):
             log.info("zone %s: primary leases raced; redone next pass", write.zone)
 

@@ -285,7 +285,9 @@ def launch(
     if opts.etcd is None:
         _start_etcd(cluster, opts, console, stopped)
     tls_flags = cluster.pki.flags if cluster.pki is not None else lambda name: []
-    metrics_ports = iter(free_ports(len(processes)) if opts.metrics else [])
+    # One call for every port: ports freed by one call may come back from the next.
+    allocated = free_ports(opts.drivers + (len(processes) if opts.metrics else 0))
+    metrics_ports = iter(allocated[opts.drivers :])
 
     def observed(name: str) -> list[str]:
         """A process's --log-format, and --metrics-listen on a port of its own."""
@@ -296,7 +298,7 @@ def launch(
             flags += ["--metrics-listen", cluster.metrics[name]]
         return flags
 
-    ports = free_ports(opts.drivers)
+    ports = allocated[: opts.drivers]
     if opts.api_port:
         if port_free(opts.api_port):
             ports[0] = opts.api_port

@@ -101,7 +101,7 @@ from placement.metastore.transitions import (
     txn_stats,
 )
 from placement.metastore.txn import MAX_TXN_OPS, Compare, Delete, Get, Op, Put, Txn
-from placement.metrics import ETCD_FENCED
+from placement.metrics import ETCD_FENCED, LEASE_WRITES
 
 #: Attempts of a transition before a lost race is reported as :class:`Conflict`.
 DEFAULT_MAX_ATTEMPTS = 8
@@ -174,7 +174,8 @@ class Metastore:
     async def read_zone_snapshot(self, zone: str) -> tuple[int, dict[bytes, KeyValue]]:
         """Everything the leader decides ``zone`` on, at one revision, in one read transaction:
         its config, layout, data nodes, assignments, primary leases, in-sync sets, reshard
-        reports and replica sizes, the registered nodes, the leader keys and the pause flag —
+        reports and replica sizes, the registered nodes and drain marks, the leader keys and the
+        pause flag —
         ``(revision, key -> KeyValue)``, what :func:`placement.driver.core.build_view` reads."""
         keys = self.keys
         prefixes = (
@@ -185,6 +186,7 @@ class Metastore:
             keys.sizes_prefix() + zone.encode() + b"/",
             keys.nodes_prefix(),
             keys.leader_prefix(),
+            keys.drain_prefix(),
         )
         singles = (keys.zone(zone), keys.layout(zone), keys.datanodes(zone), keys.paused())
         result = await self.client.txn(
@@ -740,10 +742,15 @@ class Metastore:
         lost a compare (their leases are not written) and the last applied one's revision."""
         raced = 0
         last = 0
+        renewals = {self.keys.primary(zone, p) for p, w in leases.items() if not w.moves}
         for compares, puts in plan_primary_txns(self.keys, zone, leases, fence.epoch, ts):
             revision = await self._fenced_txn(fence, compares, puts)
             if revision:
                 last = revision
+                # renewals and moves never share a transaction
+                LEASE_WRITES.labels("renewed" if puts[0].key in renewals else "granted").inc(
+                    len(puts)
+                )
             else:
                 raced += 1
         return LeaseWrites(raced, last)

@@ -234,8 +234,10 @@ class PairLink:
                     return
                 self._answered(stream.batches.popleft(), reply)
         except grpc.aio.AioRpcError as e:
-            # UNAVAILABLE: the connection broke (a restart, a reset): what it carried is resent
-            # once on a new stream; any other status is the peer's answer to these appends.
+            # UNAVAILABLE: the connection broke (a restart, a reset) — or the peer answered
+            # with an error it maps to UNAVAILABLE: what the stream carried is resent once on a
+            # new stream (harmless either way: a follower skips entries it holds); any other
+            # status is the peer's answer to these appends.
             resend = e.code() == grpc.StatusCode.UNAVAILABLE
             self._break(stream, PeerUnreachable(f"{e.code()}: {e.details()}"), resend)
             # A peer refusing this agent's certificate shows only as a closed socket: the pool's

@@ -92,6 +92,11 @@ LEASE_LAG_WAIT = 1.0
 PutOwned = Callable[[dict[bytes, bytes]], Awaitable[None]]
 
 
+#: Seconds a stopping agent waits for the next of its leases to be handed over before it gives
+#: up (the leader hands them all over in one pass, a fraction of a second after the request).
+HAND_OVER_STALL = 1.5
+
+
 @dataclass(frozen=True, slots=True)
 class DataConfig:
     """Tunables; times in seconds."""
@@ -303,13 +308,23 @@ class DataPlane:
             if lease.node == self.node and lease.expiry > now
         )
 
-    async def hand_over(self, within: float) -> int:
-        """Wait (at most ``within`` seconds) until no lease names this node any more — the
-        leader hands them over once the node record says it stops; returns how many it still
-        holds (they move on expiry)."""
+    async def hand_over(self, within: float, stall: float = HAND_OVER_STALL) -> int:
+        """Wait until no lease names this node any more — the leader hands them over once the
+        node record says it stops — at most ``within`` seconds, and no longer than ``stall``
+        seconds without one moving (no taker: every other member stopping too, say, or no
+        leader); returns how many it still holds (they move on expiry)."""
         deadline = time.monotonic() + within
-        while (held := self.leases_held()) and (left := deadline - time.monotonic()) > 0:
+        held = self.leases_held()
+        progress = time.monotonic()
+        while held:
+            now = time.monotonic()
+            left = min(deadline - now, progress + stall - now)
+            if left <= 0:
+                break
             await wait_event(self._leases_moved, min(left, 0.2))
+            if (now_held := self.leases_held()) < held:
+                progress = time.monotonic()
+            held = now_held
         return held
 
     def lease_ok(self, key: Key, lease_epoch: int) -> bool:

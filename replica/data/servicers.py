@@ -173,37 +173,57 @@ STREAM_AHEAD = 8
 class ReplicationServicer(data_pb2_grpc.ReplicationServiceServicer):
     def __init__(self, plane: DataPlane) -> None:
         self._plane = plane
+        self._streams: set[asyncio.Queue[asyncio.Task[data_pb2.ReplicateResponse] | None]] = set()
+        self._closing = False
 
     async def Replicate(
         self, requests: AsyncIterator[data_pb2.ReplicateRequest], context: Context
     ) -> AsyncIterator[data_pb2.ReplicateResponse]:
         """The pair stream: each request's appends are answered in one group commit (an empty
-        request is the pair's heartbeat). Requests are answered concurrently, so batches
+        request is the pair's heartbeat). Requests are answered concurrently (at most
+        ``STREAM_AHEAD`` at once: the stream is not read further meanwhile), so batches
         pipeline, and the answers go out in request order. A request that is not the sender's
-        to make or not for this node ends the stream with its status."""
-        answers: asyncio.Queue[asyncio.Future[data_pb2.ReplicateResponse] | None]
-        answers = asyncio.Queue(STREAM_AHEAD)
+        to make or not for this node ends the stream with its status; :meth:`close` (the agent
+        stops) ends every stream, so the server's stop does not wait out its grace for them."""
+        slots = asyncio.Semaphore(STREAM_AHEAD)
+        answers: asyncio.Queue[asyncio.Task[data_pb2.ReplicateResponse] | None] = asyncio.Queue()
+        self._streams.add(answers)
 
         async def read() -> None:
             try:
                 async for request in requests:
-                    await answers.put(asyncio.ensure_future(self._answer(request, context)))
+                    await slots.acquire()  # before the task: none is left unowned
+                    answers.put_nowait(asyncio.create_task(self._answer(request, context)))
             finally:
-                await answers.put(None)
+                answers.put_nowait(None)
 
         reader = asyncio.create_task(read())
         try:
             while (answer := await answers.get()) is not None:
                 try:
-                    yield await answer
+                    reply = await answer
                 except PlacementError as e:
                     await abort(context, e, STATUS_OF)
-            await reader  # the request stream's own error, if any
+                finally:
+                    slots.release()
+                yield reply
+            if not self._closing:
+                await reader  # the request stream's own error, if any
         finally:
+            self._streams.discard(answers)
             reader.cancel()
+            left: list[asyncio.Task[object]] = [reader]
             while not answers.empty():
-                if (left := answers.get_nowait()) is not None:
-                    left.cancel()
+                if (task := answers.get_nowait()) is not None:
+                    task.cancel()
+                    left.append(task)
+            await asyncio.gather(*left, return_exceptions=True)  # retrieved, never logged
+
+    def close(self) -> None:
+        """End every pair stream (the agent stops): the senders see it end and fail over."""
+        self._closing = True
+        for answers in list(self._streams):
+            answers.put_nowait(None)
 
     async def _answer(
         self, request: data_pb2.ReplicateRequest, context: Context
@@ -274,12 +294,18 @@ async def _call(
     the caller when not ``not_primary_aborts``. With ``op``, its latency and outcome go to
     ``placement_data_request_seconds``."""
     started = time.monotonic()
+    outcome = "ok"
     try:
         return await _answered(context, ref, work, not_primary_aborts)
+    except asyncio.CancelledError:
+        outcome = "cancelled"  # the caller went away (or its deadline passed)
+        raise
+    except BaseException:
+        code = context.code()
+        outcome = code.name.lower() if code not in (None, grpc.StatusCode.OK) else "error"
+        raise
     finally:
         if op is not None:
-            code = context.code()
-            outcome = "ok" if code is None or code == grpc.StatusCode.OK else code.name.lower()
             DATA_SECONDS.labels(op, outcome).observe(time.monotonic() - started)
 
 

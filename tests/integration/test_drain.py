@@ -137,12 +137,18 @@ class History:
                     rev = e.kv.mod_revision
                     if parsed.kind is KeyKind.PRIMARY and parsed.name == ZONE:
                         lease = decode_primary(e.kv.value) if e.kv.value else None
-                        node = lease.node if isinstance(lease, PrimaryLease) else None
-                        self.events.append((rev, "lease", str(parsed.partition), node))
+                        held = (
+                            (lease.node, lease.lease_epoch)
+                            if isinstance(lease, PrimaryLease)
+                            else None
+                        )
+                        self.events.append((rev, "lease", str(parsed.partition), held))
                     elif parsed.kind is KeyKind.ASSIGN and parsed.field is AssignField.PENDING:
                         value = decode_assignment(e.kv.value) if e.kv.value else None
                         peers = value.peers if isinstance(value, AssignmentValue) else None
                         self.events.append((rev, "pending", str(parsed.partition), peers))
+                    elif parsed.kind is KeyKind.DRAIN:
+                        self.events.append((rev, "drain", parsed.name, bool(e.kv.value)))
                     elif parsed.kind is KeyKind.NODE:
                         self.events.append((rev, "node", parsed.name, bool(e.kv.value)))
 
@@ -161,25 +167,27 @@ async def _with_history(cluster: Cluster, body: Any) -> History:
     return history
 
 
-async def _leases_of(cluster: Cluster, node: str) -> list[int]:
+async def _leases_of(cluster: Cluster, node: str) -> dict[int, int]:
+    """Partition -> lease epoch of every unexpired primary lease ``node`` holds."""
     keys = KeySpace(cluster.prefix)
     async with EtcdClient([cluster.etcd_endpoint], credentials=cluster.etcd_credentials()) as c:
         found = await c.list_prefix(keys.zone_primary_prefix(ZONE))
     now = time.time() * 1000
-    held = []
+    held = {}
     for kv in found.kvs:
         lease = decode_primary(kv.value)
         if isinstance(lease, PrimaryLease) and lease.node == node and lease.expiry > now:
             parsed = keys.parse(kv.key)
             assert parsed is not None
             assert parsed.partition is not None
-            held.append(parsed.partition)
+            held[parsed.partition] = lease.lease_epoch
     return held
 
 
 def test_a_drain_moves_leases_first_then_replicas_and_loses_no_write(cluster: Cluster) -> None:
     victim = "node-1"
-    assert asyncio.run(_leases_of(cluster, victim)), "node-1 leads nothing: nothing to show"
+    led_before = asyncio.run(_leases_of(cluster, victim))
+    assert led_before, "node-1 leads nothing: nothing to show"
     writers = Writers(cluster)
     lines: list[dict[str, Any]] = []
 
@@ -196,19 +204,27 @@ def test_a_drain_moves_leases_first_then_replicas_and_loses_no_write(cluster: Cl
     assert lines[-1]["safe_to_stop"], lines
     assert (lines[-1]["replicas"], lines[-1]["primaries"]) == (0, 0)
 
-    # Leases first: node-1's last lease change comes before the first pending without it.
-    led = {p for _, kind, p, node in history.events if kind == "lease" and node == victim}
-    handed = [rev for rev, kind, p, node in history.events if kind == "lease" and node != victim]
-    moves = [
-        rev
-        for rev, kind, _, peers in history.events
-        if kind == "pending" and peers is not None and victim not in peers
-    ]
-    assert moves, "no replica moved off the drained node"
-    assert handed, "no lease was handed over"
-    assert not led, f"node-1 got leases while draining: {led}"
-    assert max(handed) < min(moves), (max(handed), min(moves))
-    assert asyncio.run(_leases_of(cluster, victim)) == []
+    # Leases first, per partition node-1 led: its lease went to another node (a new holder, not
+    # a renewal) before the first pending that moves the partition off node-1; and no new lease
+    # went to node-1 once it was drained.
+    drained_at = min(r for r, kind, name, on in history.events if kind == "drain" and on)
+    after = [e for e in history.events if e[0] > drained_at]
+    for p in led_before:
+        handed = [
+            r for r, k, q, h in after if k == "lease" and q == str(p) and h and h[0] != victim
+        ]
+        moved = [
+            r
+            for r, k, q, peers in after
+            if k == "pending" and q == str(p) and peers is not None and victim not in peers
+        ]
+        assert handed, f"p{p}: its lease never left {victim}"
+        assert moved, f"p{p}: no replica moved off {victim}"
+        assert min(handed) < min(moved), (p, handed, moved)
+    to_victim = [(int(q), h[1]) for _, k, q, h in after if k == "lease" and h and h[0] == victim]
+    new = [(p, epoch) for p, epoch in to_victim if led_before.get(p) != epoch]
+    assert not new, f"{victim} was granted leases while drained: {new}"  # renewals only
+    assert asyncio.run(_leases_of(cluster, victim)) == {}
 
     # Undrain: it takes replicas again.
     placectl(cluster, "node", "undrain", victim)
@@ -246,8 +262,8 @@ def test_a_sigterm_hands_the_agent_s_leases_over_before_it_leaves(cluster: Clust
     assert gone, "the node record never changed"
     left = max(gone)  # the record deleted (after it said it stops)
     first_handed = {}
-    for rev, kind, p, node in history.events:
-        if kind == "lease" and node != victim and int(p) in leaders[victim]:
+    for rev, kind, p, held in history.events:
+        if kind == "lease" and held and held[0] != victim and int(p) in leaders[victim]:
             first_handed.setdefault(int(p), rev)
     assert set(first_handed) == set(leaders[victim]), history.events
     assert max(first_handed.values()) < left, (first_handed, left)

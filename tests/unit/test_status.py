@@ -23,6 +23,7 @@ from placement.driver.status import (
 from placement.metastore.codec import (
     Assignment,
     DataNodes,
+    InSyncSet,
     LayoutValue,
     NodeRecord,
     PrimaryLease,
@@ -218,3 +219,15 @@ def test_a_drained_node_stays_a_data_node_until_its_leases_moved() -> None:
     assert outlook is not None
     assert outlook.datanodes_due
     assert outlook.eligible == ("b", "c")
+
+
+def test_a_lease_no_one_can_take_does_not_hold_a_drained_node_back() -> None:
+    """R=1, or the others out of sync: the lease has no taker until the rebalance adds one, so
+    waiting for its hand-over would never end — the node leaves at once and the lease follows."""
+    view = _view(BALANCED, ("a", "b", "c"), ("a", "b", "c"))
+    zone = view.zones["z"]
+    held = Versioned(PrimaryLease("a", 1, 2_000_000), b"", 3, 3)
+    alone = Versioned(InSyncSet(("a",), "a", 1, 0), b"", 4, 4)
+    stuck = replace(zone, primaries={0: held}, isrs={0: alone})
+    draining = replace(view, zones={"z": stuck}, draining=frozenset({"a"}))
+    assert observed_nodes(draining, stuck, SPEC, 1_000_000) == (("b", "c"), frozenset({"a"}))
