@@ -281,8 +281,8 @@ class PairLink:
                 else:
                     pending.future.set_exception(error)
         self._queue.extendleft(reversed(again))
-        if again:
-            self._wake.set()
+        if self._queue:
+            self._wake.set()  # what waits behind the broken stream goes out on a new one
 
     def _fail_queue(self, error: PeerUnreachable) -> None:
         for pending in self._queue:
@@ -300,6 +300,10 @@ class PairLink:
                 self._config.down_after,
             )
             self._fail_queue(PeerUnreachable(f"{self.peer} is down"))
+            if self._stream is not None and self._stream.batches:
+                # a peer that hung with the connection open: its stream would only end by
+                # keep-alive; the next heartbeat opens a new one (a resumed peer answers it)
+                self._break(self._stream, PeerUnreachable(f"{self.peer} is down"), resend=False)
             LINKS_DOWN.inc()
             self._on_down(self.peer)
 
