@@ -582,7 +582,15 @@ def reshard_facts(
     (stable, a live primary lease, an ISR), caught up and drained (their reports), and every
     partition the layout keeps purged with nothing left beyond it."""
     moves = reshard.moves
-    reports = {p: r for p, r in zone.reshard_reports.items() if r.attempt == reshard.attempt}
+
+    def current(p: int, report: ReshardReport) -> bool:
+        """Of this attempt, and from the partition's current primary or a newer one: a report
+        put by a deposed primary that reached etcd late (it overwrites the key) says nothing."""
+        lease = zone.primaries.get(p)
+        held = lease.value.lease_epoch if lease and isinstance(lease.value, PrimaryLease) else 0
+        return report.attempt == reshard.attempt and report.lease_epoch >= held
+
+    reports = {p: r for p, r in zone.reshard_reports.items() if current(p, r)}
 
     def ready(q: int) -> bool:
         state = zone.partitions.get(q)

@@ -483,6 +483,20 @@ class Resharding:
                     },
                 )
         self._forget_ended(primaries)
+        self._forget_reports(primaries, reshards)
+
+    def _forget_reports(
+        self, primaries: dict[Key, Primary], reshards: dict[str, tuple[Reshard | None, int, int]]
+    ) -> None:
+        """Reports are put again every ``PROGRESS_EVERY`` only while they matter: of a
+        partition this agent leads, for the zone's reshard attempt in progress."""
+        led = {key for key, primary in primaries.items() if not primary.finished}
+        for key, report in list(self._reports.items()):
+            found = reshards.get(key[0])
+            reshard = found[0] if found is not None else None
+            if key not in led or reshard is None or report.attempt != reshard.attempt:
+                del self._reports[key]
+                self._sent.pop(key, None)
 
     def _start(
         self, primary: Primary, what: str, attempt: int, work: Callable[[], Awaitable[object]]
@@ -530,7 +544,9 @@ class Resharding:
 
     async def send_reports(self, now: float) -> None:
         """Put the reports whose facts changed (caught up, drained, purged, a new attempt or
-        primary), and the others' progress at most every ``PROGRESS_EVERY`` seconds."""
+        primary), and every report again every ``PROGRESS_EVERY`` seconds: its progress, and a
+        repair — a deposed primary's put that reached etcd late overwrites the key, and the
+        leader ignores that one (its lease epoch is older), waiting for this one."""
         put = self._deps.put_owned
         if put is None:
             return
@@ -538,8 +554,7 @@ class Resharding:
         changed = {
             key: report
             for key, report in self._reports.items()
-            if _facts(self._sent.get(key)) != _facts(report)
-            or (progress_due and self._sent.get(key) != report)
+            if _facts(self._sent.get(key)) != _facts(report) or progress_due
         }
         if not changed:
             return

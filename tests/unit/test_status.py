@@ -11,6 +11,7 @@ from placement.driver.core import (
     ZoneOutlook,
     ZoneView,
     observed_nodes,
+    reshard_facts,
     zone_outlook,
 )
 from placement.driver.status import (
@@ -231,3 +232,20 @@ def test_a_lease_no_one_can_take_does_not_hold_a_drained_node_back() -> None:
     stuck = replace(zone, primaries={0: held}, isrs={0: alone})
     draining = replace(view, zones={"z": stuck}, draining=frozenset({"a"}))
     assert observed_nodes(draining, stuck, SPEC, 1_000_000) == (("b", "c"), frozenset({"a"}))
+
+
+def test_a_reshard_report_from_a_deposed_primary_counts_for_nothing() -> None:
+    """A report put by an older primary that reached etcd late overwrites the key (the
+    re-sharding SIGKILL test caught one): its lease epoch is below the partition's lease, so
+    the leader ignores it and waits for the current primary's (which is put again every 2 s)."""
+    reshard = Reshard(7, 2, 4, ReshardPhase.CLEANUP)
+    stables = {p: ("a", "b") for p in range(4)}
+    view = _view(stables, ("a", "b"), ("a", "b"))
+    zone = view.zones["z"]
+    leases = {p: Versioned(PrimaryLease("a", 2, 2_000_000), b"", 3, 3) for p in range(4)}
+    fresh = {p: ReshardReport(7, 2, purged=True) for p in range(4)}
+    stale = {**fresh, 3: ReshardReport(7, 1, purged=True)}
+    current = replace(zone, primaries=leases, reshard_reports=fresh)
+    late = replace(zone, primaries=leases, reshard_reports=stale)
+    assert reshard_facts(current, reshard, {"a", "b"}, 1_000_000).purged
+    assert not reshard_facts(late, reshard, {"a", "b"}, 1_000_000).purged
