@@ -52,6 +52,9 @@ COMMANDS: Mapping[str, str] = {
     help="Placement driver address(es), HOST:PORT[,HOST:PORT...]; any instance works.",
 )
 @tls_flags(envvar_prefix="PLACECTL")
+@click.version_option(
+    package_name="placement", prog_name="placectl", message="%(prog)s %(version)s"
+)
 @click.pass_context
 def cli(ctx: click.Context, endpoint: str, tls: TlsMaterial | None) -> None:
     """Operate the replica-placement control plane.

@@ -97,6 +97,22 @@ def test_help_loads_no_rpc_stack() -> None:
     assert heavy_modules_after(["--help"], heavy=rpc_stack) == []
 
 
+def test_version_names_the_installed_package_and_loads_no_rpc_stack() -> None:
+    from importlib.metadata import version
+
+    result = subprocess.run(
+        [sys.executable, "-m", "placement", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"placectl {version('placement')}\n"
+    rpc_stack = ("asyncio", "grpc", "google.protobuf", "rich")
+    assert heavy_modules_after(["--version"], heavy=rpc_stack) == []
+
+
 def test_read_commands_load_nothing_heavy(refusing_endpoint: str) -> None:
     endpoint = ["--endpoint", refusing_endpoint]
     loaded = heavy_modules_after(
