@@ -24,12 +24,10 @@ from placement.core.layout import cancel_reshard, check_alter
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
 from placement.core.zonespec import validate_zone_spec
-from placement.driver.core import build_view, zone_outlook
+from placement.driver.core import build_view, view_zone_status
 from placement.driver.status import (
     RebalanceProgress,
     ReshardProgress,
-    reshard_progress,
-    zone_status,
 )
 from placement.errors import (
     Conflict,
@@ -323,20 +321,9 @@ class PlacementAPI:
                 and isinstance(size, ReplicaSize)
             ):
                 sizes[parsed.partition] = max(sizes.get(parsed.partition, 0), size.bytes)
-        progress = None
-        if isinstance(zone.layout, LayoutValue) and zone.layout.layout.reshard is not None:
-            progress = reshard_progress(zone.layout, zone.reshard_reports, sizes, now_ms)
         leader = any(key.startswith(self.keys.leader_prefix()) for key in kvs)
-        status = zone_status(
-            zone.spec,
-            zone.partitions,
-            zone.datanodes,
-            now_ms / 1000,
-            progress,
-            outlook=zone_outlook(view, name, now_ms),
-            leader=leader,
-            sizes=sizes,
-        )
+        status = view_zone_status(view, name, now_ms, leader=leader, sizes=sizes)
+        assert status is not None  # its config is readable (checked above)
         return ZoneStatusView(
             name,
             status.state.value,

@@ -64,6 +64,7 @@ from placement.core.layout import (
 from placement.core.model import Node, PartitionScoped, Peers, ZoneSpec
 from placement.driver.datanodes import advance, holddown_remaining, matching_nodes
 from placement.driver.leases import LeaseConfig, corrupt_isrs, next_due_ms, plan_primaries
+from placement.driver.status import ZoneStatus, reshard_progress, zone_status
 from placement.errors import InvalidInput
 from placement.metastore.codec import (
     Assignment,
@@ -722,6 +723,35 @@ def observed_nodes(
     drained = frozenset(n for n in view.draining if n not in leading)
     nodes = [r for r in view.nodes.values() if r.name not in drained]
     return matching_nodes(spec, nodes), drained
+
+
+def view_zone_status(
+    view: ClusterView,
+    name: str,
+    now_ms: int,
+    *,
+    leader: bool = True,
+    sizes: Mapping[int, int] | None = None,
+) -> ZoneStatus | None:
+    """Zone ``name``'s status on ``view`` by the leader's own rules (its outlook, its reshard's
+    progress): what GetZoneStatus answers and the leader's gauges show. None: no readable
+    config. ``sizes``: partition -> bytes of its largest replica (progress and ETA)."""
+    zone = view.zones.get(name)
+    if zone is None or not isinstance(zone.spec, ZoneSpec):
+        return None
+    progress = None
+    if isinstance(zone.layout, LayoutValue):
+        progress = reshard_progress(zone.layout, zone.reshard_reports, sizes or {}, now_ms)
+    return zone_status(
+        zone.spec,
+        zone.partitions,
+        zone.datanodes,
+        now_ms / 1000,
+        progress,
+        outlook=zone_outlook(view, name, now_ms),
+        leader=leader,
+        sizes=sizes,
+    )
 
 
 def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None) -> PassPlan:

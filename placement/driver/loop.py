@@ -65,10 +65,10 @@ from placement.driver.core import (
     build_view,
     drive_action,
     plan_pass,
-    zone_outlook,
+    view_zone_status,
 )
 from placement.driver.leases import LeaseConfig
-from placement.driver.status import ZoneStatusState, reshard_progress, zone_status
+from placement.driver.status import ZoneStatusState
 from placement.errors import (
     Conflict,
     CredentialError,
@@ -78,7 +78,6 @@ from placement.errors import (
 )
 from placement.logs import log_context, set_log_context
 from placement.metastore.codec import (
-    LayoutValue,
     LeaderRecord,
     MoveReport,
     PrimaryLease,
@@ -239,17 +238,8 @@ class Driver:
             for lease in zone.primaries.values():
                 if isinstance(lease.value, PrimaryLease) and lease.value.expiry > now_ms:
                     primaries[lease.value.node] += 1
-            progress = None
-            if isinstance(zone.layout, LayoutValue):
-                progress = reshard_progress(zone.layout, zone.reshard_reports, {}, now_ms)
-            status = zone_status(
-                zone.spec,
-                zone.partitions,
-                zone.datanodes,
-                now_ms / 1000,
-                progress,
-                outlook=zone_outlook(view, zone.name, now_ms),  # what GetZoneStatus says
-            )
+            status = view_zone_status(view, zone.name, now_ms)  # what GetZoneStatus says
+            assert status is not None  # its config is readable (checked above)
             for state_name in ZoneStatusState:
                 states[(zone.name, state_name.value)] = float(status.state is state_name)
         moving = Counter(zone for zone, _ in list(self._movers))
