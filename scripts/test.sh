@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The README's test command: installs what is missing (etcd, Java 17, the Python dependencies in
-# .venv), checks lint, types and generated code, then runs every test tier with pytest.
+# The README's test command: installs what is missing (etcd, Java 17, Chromium and its driver, the
+# Python dependencies in .venv), checks lint, types and generated code, then runs every test tier
+# with pytest.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh tests/unit -k placement`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --browser  # Chromium for the dashboard's browser test
 export PATH="$PWD/.venv/bin:$PATH"
 ruff check .
 ruff format --check .

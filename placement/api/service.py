@@ -24,7 +24,8 @@ from placement.core.layout import cancel_reshard, check_alter
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
 from placement.core.zonespec import validate_zone_spec
-from placement.driver.core import build_view, view_zone_status
+from placement.driver.core import ClusterView, ZoneView, build_view, view_zone_status
+from placement.driver.preview import Preview, preview
 from placement.driver.status import (
     RebalanceProgress,
     ReshardProgress,
@@ -50,7 +51,7 @@ from placement.metastore.codec import (
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
-from placement.metastore.kv import Range
+from placement.metastore.kv import KeyValue, Range
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome, PartitionState, ZoneRecord
 
@@ -188,8 +189,59 @@ def _holder(raw: bytes) -> tuple[str, int] | None:
     return (lease.node, lease.lease_epoch) if isinstance(lease, PrimaryLease) else None
 
 
+def _holds(zone: ZoneView, node: str) -> bool:
+    """``node`` is a member of some stable or pending of ``zone``."""
+    return any(
+        node in (state.peers(AssignField.STABLE) or ())
+        or node in (state.peers(AssignField.PENDING) or ())
+        for state in zone.partitions.values()
+    )
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def replica_sizes(keys: KeySpace, kvs: Mapping[bytes, KeyValue], zone: str) -> dict[int, int]:
+    """Partition -> bytes of its largest replica, from the agents' size keys in ``kvs``."""
+    sizes: dict[int, int] = {}
+    sizes_prefix = keys.sizes_prefix() + zone.encode() + b"/"
+    for key, kv in kvs.items():
+        if not key.startswith(sizes_prefix):
+            continue
+        parsed = keys.parse(key)
+        size = decode_size(kv.value)
+        if parsed is not None and parsed.partition is not None and isinstance(size, ReplicaSize):
+            sizes[parsed.partition] = max(sizes.get(parsed.partition, 0), size.bytes)
+    return sizes
+
+
+def status_on_view(
+    keys: KeySpace, view: ClusterView, kvs: Mapping[bytes, KeyValue], name: str, now_ms: int
+) -> ZoneStatusView | None:
+    """Zone ``name``'s status as GetZoneStatus answers it, on ``view`` (built from ``kvs``, one
+    read at ``view.revision`` holding at least what ``Metastore.read_zone_snapshot`` reads):
+    ``driver.core.view_zone_status`` with the replicas' sizes and NO_LEADER when no leader key
+    is in ``kvs``. None: no readable config."""
+    leader = any(key.startswith(keys.leader_prefix()) for key in kvs)
+    sizes = replica_sizes(keys, kvs, name)
+    status = view_zone_status(view, name, now_ms, leader=leader, sizes=sizes)
+    if status is None:
+        return None
+    return ZoneStatusView(
+        name,
+        status.state.value,
+        status.partitions_total,
+        status.partitions_done,
+        status.holddown_remaining_s,
+        view.revision,
+        status.reshard,
+        status.details,
+        status.eligible_nodes or 0,
+        status.under_replicated,
+        status.off_target,
+        status.rebalance,
+    )
 
 
 # -- the domain API ----------------------------------------------------------------------------
@@ -304,39 +356,49 @@ class PlacementAPI:
             raise InvalidInput("name", f"zone {name!r} has a corrupt config", "drop it")
         revision, kvs = await self.store.read_zone_snapshot(name)
         view = build_view(self.keys, kvs, revision)
-        zone = view.zones.get(name)
-        if zone is None or not isinstance(zone.spec, ZoneSpec):
+        status = status_on_view(self.keys, view, kvs, name, self._clock_ms())
+        if status is None:
             raise ZoneNotFound(name)  # dropped between the two reads
-        now_ms = self._clock_ms()
-        sizes: dict[int, int] = {}
-        sizes_prefix = self.keys.sizes_prefix() + name.encode() + b"/"
-        for key, kv in kvs.items():
-            if not key.startswith(sizes_prefix):
-                continue
-            parsed = self.keys.parse(key)
-            size = decode_size(kv.value)
-            if (
-                parsed is not None
-                and parsed.partition is not None
-                and isinstance(size, ReplicaSize)
-            ):
-                sizes[parsed.partition] = max(sizes.get(parsed.partition, 0), size.bytes)
-        leader = any(key.startswith(self.keys.leader_prefix()) for key in kvs)
-        status = view_zone_status(view, name, now_ms, leader=leader, sizes=sizes)
-        assert status is not None  # its config is readable (checked above)
-        return ZoneStatusView(
-            name,
-            status.state.value,
-            status.partitions_total,
-            status.partitions_done,
-            status.holddown_remaining_s,
-            revision,
-            status.reshard,
-            status.details,
-            status.eligible_nodes or 0,
-            status.under_replicated,
-            status.off_target,
-            status.rebalance,
+        return status
+
+    async def plan_alter(self, name: str, change: Callable[[ZoneSpec], ZoneSpec]) -> Preview:
+        """What altering zone ``name`` by ``change`` would make the leader do (its moves, loads
+        and bytes; :mod:`placement.driver.preview`), decided on one consistent read of
+        everything a pass decides the zone on. Writes nothing; ``change`` validates, and the
+        running reshard's refusal is raised, exactly as :meth:`alter_zone` would."""
+        record = await self.get_zone(name)
+        if isinstance(record.spec, Corrupt):
+            raise InvalidInput("name", f"zone {name!r} has a corrupt config", "drop it")
+        spec = change(record.spec)
+        layout = record.layout.layout if isinstance(record.layout, LayoutValue) else None
+        check_alter(layout, name, record.spec.partitions, spec.partitions)
+        revision, kvs = await self.store.read_zone_snapshot(name)
+        view = build_view(self.keys, kvs, revision)
+        if name not in view.zones:
+            raise ZoneNotFound(name)  # dropped between the two reads
+        return preview(
+            view,
+            self._clock_ms(),
+            lambda zone: replica_sizes(self.keys, kvs, zone),
+            specs={name: spec},
+        )
+
+    async def plan_drain(self, node: str) -> Preview:
+        """What draining ``node`` would make the leader do over every zone (its leases handed
+        over, its replicas moved away), decided on one consistent read of the whole prefix.
+        Writes nothing."""
+        validate_name(node, "node")
+        revision, kvs = await self.store.read_cluster_snapshot()
+        view = build_view(self.keys, kvs, revision)
+        if node not in view.nodes and not any(_holds(z, node) for z in view.zones.values()):
+            raise InvalidInput(
+                "node", f"{node!r} is not registered and holds nothing", "name a registered node"
+            )
+        return preview(
+            view,
+            self._clock_ms(),
+            lambda zone: replica_sizes(self.keys, kvs, zone),
+            drain={node},
         )
 
     async def list_nodes(self) -> tuple[int, tuple[NodeRecord, ...]]:

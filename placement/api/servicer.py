@@ -27,6 +27,7 @@ from placement.core.layout import Reshard, ReshardRunning, ZoneLayout
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
 from placement.core.zonespec import ALTERABLE
+from placement.driver.preview import Preview
 from placement.errors import (
     Compacted,
     Conflict,
@@ -69,11 +70,8 @@ STATUS_OF: StatusTable = (
 )
 
 
-def zone_pb(record: ZoneRecord) -> driver_pb2.Zone:
-    spec = record.spec
-    if isinstance(spec, Corrupt):
-        return driver_pb2.Zone(name=record.name, revision=record.mod_revision)
-    config = driver_pb2.ZoneConfig(
+def config_pb(spec: ZoneSpec) -> driver_pb2.ZoneConfig:
+    return driver_pb2.ZoneConfig(
         partitions=spec.partitions,
         replicas=spec.replicas,
         node_selector=dict(spec.node_selector),
@@ -82,9 +80,15 @@ def zone_pb(record: ZoneRecord) -> driver_pb2.Zone:
         scale_down_delay_seconds=spec.scale_down_delay,
         min_in_sync=spec.min_in_sync or 0,
     )
+
+
+def zone_pb(record: ZoneRecord) -> driver_pb2.Zone:
+    spec = record.spec
+    if isinstance(spec, Corrupt):
+        return driver_pb2.Zone(name=record.name, revision=record.mod_revision)
     return driver_pb2.Zone(
         name=record.name,
-        config=config,
+        config=config_pb(spec),
         revision=record.mod_revision,
         layout=layout_pb(record.layout.layout) if isinstance(record.layout, LayoutValue) else None,
     )
@@ -401,6 +405,25 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
 
         return await self._run(context, work)
 
+    async def Plan(self, request: driver_pb2.PlanRequest, context: Any) -> driver_pb2.PlanReply:
+        async def work() -> driver_pb2.PlanReply:
+            which = request.WhichOneof("change")
+            if which == "alter_zone":
+                alter = request.alter_zone
+                validate_name(alter.name, "alter_zone.name")
+                fields_ = list(alter.update_fields)
+                altered(ZoneSpec(alter.name, 1, 1), alter.config, fields_)  # validate first
+                found = await self.api.plan_alter(
+                    alter.name, lambda spec: altered(spec, alter.config, fields_)
+                )
+            elif which == "drain_node":
+                found = await self.api.plan_drain(request.drain_node)
+            else:
+                raise InvalidInput("change", "is not set", "set alter_zone or drain_node")
+            return plan_pb(found)
+
+        return await self._run(context, work)
+
     async def _set_paused(
         self, request: driver_pb2.PauseRequest, context: Any, paused: bool, method: str
     ) -> driver_pb2.PauseReply:
@@ -408,6 +431,45 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
             return driver_pb2.PauseReply(paused=await self.api.set_paused(paused))
 
         return await self._run(context, work, request, method)
+
+
+def plan_pb(found: Preview) -> driver_pb2.PlanReply:
+    return driver_pb2.PlanReply(
+        revision=found.revision,
+        zones=[
+            driver_pb2.ZonePlan(
+                zone=z.zone,
+                config=config_pb(z.spec),
+                moves=[
+                    driver_pb2.PlannedMove(
+                        partition=c.partition,
+                        before=common_pb2.Peers(names=c.before),
+                        after=common_pb2.Peers(names=c.after),
+                        bytes=c.bytes,
+                    )
+                    for c in z.changes
+                ],
+                loads=[
+                    driver_pb2.NodeLoad(
+                        node=n.node,
+                        replicas_before=n.replicas_before,
+                        replicas_after=n.replicas_after,
+                        leases_handed_over=n.leases_handed_over,
+                    )
+                    for n in z.loads
+                ],
+                replicas_added=z.replicas_added,
+                replicas_removed=z.replicas_removed,
+                bytes_to_move=z.bytes_to_move,
+                reshard_source=z.reshard[0] if z.reshard else 0,
+                reshard_target=z.reshard[1] if z.reshard else 0,
+                reshard_bytes=z.reshard_bytes,
+                unplaceable=z.unplaceable,
+                notes=z.notes,
+            )
+            for z in found.zones
+        ],
+    )
 
 
 def node_status_pb(s: NodeStatusView) -> driver_pb2.NodeStatus:

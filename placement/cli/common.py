@@ -1,5 +1,7 @@
 """What every ``placectl`` command shares: failing with one line, running a coroutine with the
-error → exit-code table, the driver endpoints and API client, ``--json`` and output helpers.
+error → exit-code table, the driver endpoints and API client, and the output conventions:
+``-o/--output json|yaml|table|wide`` (``--json`` = ``-o json``) with :class:`Output`'s one
+``emit``, and progress bars on stderr (:meth:`Output.progress`).
 
 Exit codes: 2 for bad input (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``ALREADY_EXISTS``,
 ``FAILED_PRECONDITION``, ``OUT_OF_RANGE``, a bad flag, a missing optional extra) and for a refused
@@ -12,20 +14,22 @@ protobuf, rich and the clients are imported only where a command runs (design/ar
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import sys
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import click
 
 from placement.errors import CredentialError, InvalidInput, PlacementError
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, RenderableType
 
     from placement.api.client import PlacementClient
     from placement.security.tls import TlsMaterial
@@ -50,7 +54,8 @@ CLI_DEADLINE = 5.0
 #: Third-party modules that only the ``pipeline`` extra installs.
 PIPELINE_MODULES = frozenset({"pyspark", "pandas", "pyarrow", "matplotlib"})
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+#: ``-o`` values: ``table`` the human output, ``wide`` with more columns, ``json``/``yaml`` data.
+OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
 
 
 def stacked(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
@@ -146,7 +151,149 @@ def pairs_text(pairs: Mapping[str, str]) -> str:
 
 
 def echo_json(data: Any) -> None:
+    """``data`` as one line of JSON, keys sorted."""
     click.echo(json.dumps(data, sort_keys=True))
+
+
+def yaml_text(data: Any, *, document_start: bool = False) -> str:
+    """``data`` as a YAML document (block style, keys sorted): the same data ``echo_json`` prints,
+    ``yaml.safe_load`` gives it back. ``document_start``: begin with ``---`` (one document of a
+    stream)."""
+    import yaml
+
+    return yaml.safe_dump(
+        data,
+        sort_keys=True,
+        default_flow_style=False,
+        allow_unicode=True,
+        explicit_start=document_start,
+        width=1_000_000,  # one value, one line
+    )
+
+
+#: What a human rendering of a command's answer is: a line (or lines) of text, or a rich
+#: renderable (a table); ``wide`` asks for the extra columns.
+Human = Callable[[bool], "str | RenderableType"]
+
+
+class Bars(Protocol):
+    """What a command calls on its progress bars (a ``rich.progress.Progress``, or nothing)."""
+
+    def add_task(self, description: str, *, total: float | None = ..., **fields: Any) -> Any: ...
+
+    def update(self, task_id: Any, **changes: Any) -> None: ...
+
+
+class NoBars:
+    """Progress bars that draw nothing: stderr is not a terminal, or the output is data."""
+
+    def add_task(self, description: str, *, total: float | None = None, **fields: Any) -> int:
+        return 0
+
+    def update(self, task_id: Any, **changes: Any) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """The ``-o`` a command was given; every command prints its answer through :meth:`emit`."""
+
+    format: str = "table"
+
+    @property
+    def structured(self) -> bool:
+        """JSON or YAML: data for a program, no progress bars, no decoration."""
+        return self.format in ("json", "yaml")
+
+    @property
+    def wide(self) -> bool:
+        return self.format == "wide"
+
+    def emit(self, data: Any, human: Human, *, stream: bool = False) -> None:
+        """Print one answer: ``data`` (JSON-able: dicts, lists, str, int, float, bool, None) as one
+        JSON line or a YAML document, else ``human(wide)``. ``stream``: one of many (``--watch``):
+        JSON stays one object per line, each YAML document begins with ``---``."""
+        if self.format == "json":
+            echo_json(data)
+        elif self.format == "yaml":
+            click.echo(yaml_text(data, document_start=stream), nl=False)
+        else:
+            shown = human(self.wide)
+            if isinstance(shown, str):
+                click.echo(shown)
+            else:
+                console().print(shown)
+
+    @contextmanager
+    def progress(self, console: Console | None = None) -> Iterator[Bars]:
+        """Progress bars on stderr (or ``console``) while the block runs — only when that is a
+        terminal and the output is not JSON/YAML, so piped and structured output stay clean.
+        A task's ``detail`` field (pass ``detail=...``) is shown after the bar."""
+        if self.structured:
+            yield NoBars()
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        target = console or Console(stderr=True)
+        if not target.is_terminal:
+            yield NoBars()
+            return
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[detail]}"),
+            console=target,
+            transient=False,
+        ) as bars:
+            yield _Detailed(bars)
+
+
+class _Detailed:
+    """A ``Progress`` whose tasks always have a ``detail`` field (the last column shows it)."""
+
+    def __init__(self, bars: Any) -> None:
+        self.bars = bars
+
+    def add_task(self, description: str, *, total: float | None = None, **fields: Any) -> Any:
+        fields.setdefault("detail", "")
+        return self.bars.add_task(description, total=total, **fields)
+
+    def update(self, task_id: Any, **changes: Any) -> None:
+        self.bars.update(task_id, **changes)
+
+
+def output_option(f: F) -> F:
+    """``-o/--output json|yaml|table|wide`` and ``--json`` (the same as ``-o json``): the command
+    gets one keyword argument, ``output``, an :class:`Output`. Put it after the command's other
+    options; a conflicting pair (``--json -o yaml``) is a usage error (exit 2)."""
+
+    @functools.wraps(f)
+    def command(*args: Any, output: str | None, as_json: bool, **kwargs: Any) -> Any:
+        if as_json and output not in (None, "json"):
+            raise click.UsageError(f"--json is -o json; it cannot go with -o {output}")
+        chosen = "json" if as_json else (output or "table")
+        return f(*args, output=Output(chosen), **kwargs)
+
+    return stacked(  # type: ignore[return-value]
+        click.option(
+            "-o",
+            "--output",
+            "output",
+            type=click.Choice(OUTPUT_FORMATS, case_sensitive=False),
+            default=None,
+            help="Output format: table (default), wide (table with more columns), json, yaml.",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="The same as -o json."),
+    )(command)
 
 
 def console() -> Console:

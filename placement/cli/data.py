@@ -1,11 +1,11 @@
 """``placectl data``: put, get, delete and scan keys of a zone through the routing client.
 
 Keys and values are UTF-8 text, or hex with ``--hex`` (then output is hex too). Output: ``get``
-prints the value alone; ``scan`` prints ``KEY<TAB>VALUE`` lines; ``--json`` prints one JSON
-document. Exit codes: 0 done; 1 ``get`` of an absent key (nothing on stdout, "not found" on
-stderr), no primary or driver answered in time, or ``workload check`` found a violation; 2 bad
-input (one line naming the argument). ``delete`` of an absent key is not an error (exit 0, it says
-so).
+prints the value alone; ``scan`` prints ``KEY<TAB>VALUE`` lines; ``-o json|yaml`` (``--json``)
+prints one JSON or YAML document (``wide`` is the same as ``table`` here). Exit codes: 0 done;
+1 ``get`` of an absent key (nothing on stdout, "not found" on stderr), no primary or driver
+answered in time, or ``workload check`` found a violation; 2 bad input (one line naming the
+argument). ``delete`` of an absent key is not an error (exit 0, it says so).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from placement.cli.common import echo_json, endpoints, json_option, run, stacked, tls
+from placement.cli.common import Output, endpoints, output_option, run, stacked, tls
 from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput
 
@@ -90,13 +90,13 @@ def data() -> None:
 def data_command(
     name: str, *arguments: Callable[[Callable[..., None]], Callable[..., None]]
 ) -> Callable[[Callable[..., None]], click.Command]:
-    """``placectl data NAME ZONE ARGUMENTS... [--hex] [--deadline S] [--json]``."""
+    """``placectl data NAME ZONE ARGUMENTS... [--hex] [--deadline S] [-o FORMAT]``."""
     options = stacked(
         click.argument("zone"),
         *arguments,
         hex_option,
         deadline_option,
-        json_option,
+        output_option,
         click.pass_context,
     )
     return lambda f: data.command(name)(options(f))
@@ -110,21 +110,21 @@ def data_put(
     value: str,
     as_hex: bool,
     deadline: float,
-    as_json: bool,
+    output: Output,
 ) -> None:
     """Write VALUE under KEY in ZONE (acknowledged once every in-sync replica persisted it)."""
     raw_key = parse_key(key, as_hex)
     raw_value = validate_value(decode_arg(value, "VALUE", as_hex), "VALUE")
     result = with_data_client(ctx, lambda c: c.put(zone, raw_key, raw_value), deadline)
-    if as_json:
-        echo_json({"key": key, "index": result.index, "lease_epoch": result.lease_epoch})
-    else:
-        click.echo(f"put {key}: index {result.index}, lease epoch {result.lease_epoch}")
+    output.emit(
+        {"key": key, "index": result.index, "lease_epoch": result.lease_epoch},
+        lambda wide: f"put {key}: index {result.index}, lease epoch {result.lease_epoch}",
+    )
 
 
 @data_command("get", click.argument("key"))
 def data_get(
-    ctx: click.Context, zone: str, key: str, as_hex: bool, deadline: float, as_json: bool
+    ctx: click.Context, zone: str, key: str, as_hex: bool, deadline: float, output: Output
 ) -> None:
     """Print KEY's value in ZONE; exit 1 (and "not found" on stderr) when absent."""
     raw_key = parse_key(key, as_hex)
@@ -132,48 +132,46 @@ def data_get(
     if value is None:
         click.echo(f"placectl: not found: {key} in zone {zone}", err=True)
         sys.exit(1)
-    if as_json:
-        echo_json({"key": key, "value": show(value, as_hex)})
-    else:
-        click.echo(show(value, as_hex))
+    shown = show(value, as_hex)
+    output.emit({"key": key, "value": shown}, lambda wide: shown)
 
 
 @data_command("delete", click.argument("key"))
 def data_delete(
-    ctx: click.Context, zone: str, key: str, as_hex: bool, deadline: float, as_json: bool
+    ctx: click.Context, zone: str, key: str, as_hex: bool, deadline: float, output: Output
 ) -> None:
     """Delete KEY from ZONE (exit 0 also when it did not exist)."""
     raw_key = parse_key(key, as_hex)
     result = with_data_client(ctx, lambda c: c.delete_with_result(zone, raw_key), deadline)
-    if as_json:
-        echo_json(
-            {
-                "key": key,
-                "existed": result.existed,
-                "index": result.index,
-                "lease_epoch": result.lease_epoch,
-            }
-        )
-    else:
-        click.echo(f"deleted {key}" if result.existed else f"{key} did not exist")
+    output.emit(
+        {
+            "key": key,
+            "existed": result.existed,
+            "index": result.index,
+            "lease_epoch": result.lease_epoch,
+        },
+        lambda wide: f"deleted {key}" if result.existed else f"{key} did not exist",
+    )
 
 
 @data_command("scan", click.option("--prefix", default="", help="Only keys starting with this."))
 def data_scan(
-    ctx: click.Context, zone: str, prefix: str, as_hex: bool, deadline: float, as_json: bool
+    ctx: click.Context, zone: str, prefix: str, as_hex: bool, deadline: float, output: Output
 ) -> None:
-    """Every key of ZONE (all partitions, in key order) with its value."""
+    """Every key of ZONE (all partitions, in key order) with its value (table: KEY<TAB>VALUE
+    lines as they arrive; -o json|yaml: one document once the scan is done)."""
     raw_prefix = decode_arg(prefix, "--prefix", as_hex)
 
     async def scan(client: DataClient) -> int:
         items: list[dict[str, str]] = []
         async for k, v in client.scan(zone, raw_prefix):
-            if as_json:
+            if output.structured:
                 items.append({"key": show(k, as_hex), "value": show(v, as_hex)})
             else:
                 click.echo(f"{show(k, as_hex)}\t{show(v, as_hex)}")
-        if as_json:
-            echo_json({"zone": zone, "prefix": prefix, "count": len(items), "items": items})
+        if output.structured:
+            found = {"zone": zone, "prefix": prefix, "count": len(items), "items": items}
+            output.emit(found, lambda wide: "")
         return len(items)
 
     with_data_client(ctx, scan, deadline)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from placement.api.dashboard import CLIENT_CERT_CHOICES, ClientCert
 from placement.core.names import validate_name
 from placement.metastore.keys import DEFAULT_PREFIX, KeySpace
 from placement.security.flags import etcd_flags, tls_flags
@@ -53,9 +54,13 @@ async def serve_driver(
     tls: TlsMaterial | None = None,
     etcd_credentials: EtcdCredentials | None = None,
     metrics_listen: str | None = None,
+    http_listen: str | None = None,
+    http_client_cert: ClientCert = "required",
 ) -> int:
     """Run one instance until SIGTERM/SIGINT; returns the exit status. With ``metrics_listen``
-    (HOST:PORT) it serves Prometheus metrics at ``/metrics`` there (design/observability.md)."""
+    (HOST:PORT) it serves Prometheus metrics at ``/metrics`` there, with ``http_listen`` the web
+    dashboard (``http_client_cert``: whether browsers must present a certificate under TLS) —
+    design/observability.md."""
     import asyncio
 
     from placement.aio import cancel_and_wait, first_done, stop_on_signals
@@ -70,6 +75,8 @@ async def serve_driver(
     keys = KeySpace(prefix)
     if metrics_listen is not None:
         parse_listen(metrics_listen)  # bad input fails before anything binds
+    if http_listen is not None:
+        parse_listen(http_listen, "--http-listen")
     validate_name(member_id, "member")
     if tls is not None:
         from placement.security.pki import Role, require_identity
@@ -102,6 +109,14 @@ async def serve_driver(
             metrics_server = serve_metrics(metrics_listen, tls)
             closing.callback(metrics_server.close)
             logging.getLogger(__name__).info("metrics at http://%s/metrics", metrics_server.address)
+        if http_listen is not None:
+            from placement.api.dashboard.document import DashboardSource
+            from placement.api.dashboard.server import serve_dashboard
+
+            source = DashboardSource(client, keys, member_id, driver)
+            dashboard = await serve_dashboard(http_listen, source, tls, http_client_cert)
+            closing.push_async_callback(dashboard.close)
+            logging.getLogger(__name__).info("dashboard at %s", dashboard.url)
         added = (add_servicers or add_to_server)(server, driver)
         health_servicer = await start_server(server, added)
         stop = asyncio.Event()
@@ -172,6 +187,16 @@ def driver() -> None:
     "--metrics-listen", default=None, metavar="HOST:PORT",
     help="Serve Prometheus metrics at http://HOST:PORT/metrics (off by default).",
 )  # fmt: skip
+@click.option(
+    "--http-listen", default=None, metavar="HOST:PORT",
+    help="Serve the read-only web dashboard at HOST:PORT (HTTPS under TLS; off by default).",
+)  # fmt: skip
+@click.option(
+    "--http-client-cert", type=click.Choice(CLIENT_CERT_CHOICES), default="required",
+    show_default=True,
+    help="Under TLS, whether the dashboard requires a client certificate of the cluster's CA "
+    "(a role the read commands allow) or serves any browser (design/observability.md).",
+)  # fmt: skip
 @tls_flags()
 @etcd_flags
 def run(
@@ -187,6 +212,8 @@ def run(
     log_level: str,
     log_format: str,
     metrics_listen: str | None,
+    http_listen: str | None,
+    http_client_cert: ClientCert,
     tls: TlsMaterial | None,
     etcd_credentials: EtcdCredentials,
 ) -> None:
@@ -213,6 +240,8 @@ def run(
                 tls=tls,
                 etcd_credentials=etcd_credentials,
                 metrics_listen=metrics_listen,
+                http_listen=http_listen,
+                http_client_cert=http_client_cert,
             )
         )
         sys.exit(status)

@@ -1,17 +1,20 @@
 """``placectl inspect``: decode every metastore key under a prefix, straight from etcd
-(read-only)."""
+(read-only). ``-o wide`` adds each key's kind and lease; ``-o json|yaml`` the same data."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import console, echo_json, json_option, run
+from placement.cli.common import Output, output_option, run
 from placement.security.credentials import EtcdCredentials
 from placement.security.flags import etcd_flags
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def decode_entry(kind: str, field: str | None, raw: bytes) -> Any:
@@ -60,10 +63,10 @@ def _plain(value: Any) -> Any:
 @click.command("inspect")
 @click.option("--etcd", "etcd_endpoints", required=True, help="etcd HOST:PORT[,...]")
 @click.option("--prefix", default="/placement", show_default=True, help="Metastore key prefix.")
-@json_option
+@output_option
 @etcd_flags
 def inspect(
-    etcd_endpoints: str, prefix: str, as_json: bool, etcd_credentials: EtcdCredentials
+    etcd_endpoints: str, prefix: str, output: Output, etcd_credentials: EtcdCredentials
 ) -> None:
     """Decode every metastore key under the prefix (read-only)."""
     from placement.metastore.etcd import EtcdClient
@@ -93,14 +96,23 @@ def inspect(
         return found.revision, rows
 
     revision, rows = run(read())
-    if as_json:
-        echo_json({"prefix": prefix, "revision": revision, "keys": rows})
-        return
+    output.emit(
+        {"prefix": prefix, "revision": revision, "keys": rows},
+        lambda wide: keys_table(prefix, revision, rows, wide),
+    )
+
+
+def keys_table(
+    prefix: str, revision: int, rows: Sequence[Mapping[str, Any]], wide: bool = False
+) -> Table:
+    """The decoded keys as a table; ``wide`` adds each key's kind and lease."""
     from rich.table import Table
 
-    table = Table("key", "mod rev", "value", title=f"{prefix} at revision {revision}")
+    columns = ["key", *(["kind"] if wide else []), "mod rev", *(["lease"] if wide else [])]
+    table = Table(*columns, "value", title=f"{prefix} at revision {revision}")
     for row in rows:
-        table.add_row(
-            row["key"], str(row["mod_revision"]), json.dumps(row["value"], sort_keys=True)
-        )
-    console().print(table)
+        lease = [str(row["lease"] or "-")] if wide else []
+        kind = [row["kind"]] if wide else []
+        value = json.dumps(row["value"], sort_keys=True)
+        table.add_row(row["key"], *kind, str(row["mod_revision"]), *lease, value)
+    return table

@@ -29,6 +29,7 @@ COMMANDS: Mapping[str, str] = {
     "agent": "placement.cli.agent:agent",
     "assignments": "placement.cli.reads:assignments",
     "certs": "placement.cli.certs:certs",
+    "completion": "placement.cli.completion:completion",
     "data": "placement.cli.data:data",
     "driver": "placement.cli.driver:driver",
     "inspect": "placement.cli.inspect:inspect",

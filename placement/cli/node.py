@@ -4,17 +4,20 @@
 its replicas move away, make-before-break — and follows it until the node holds nothing (a
 progress line per change), then says it may be stopped; ``--no-wait`` returns at once.
 ``undrain NODE`` takes the mark away. ``status NODE`` shows what it still holds. Each takes
-``--json``.
+``-o json|yaml|table|wide`` (``--json``): what the driver answered (``drain``: one per change);
+``wide`` adds the revision.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import api_call, api_client, echo_json, json_option, run
+from placement.cli.common import Output, api_call, api_client, output_option, run
+from placement.cli.dryrun import show_dry_run
 from placement.errors import InvalidInput, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -32,6 +35,11 @@ def node_status_json(s: driver_pb2.NodeStatus) -> dict[str, Any]:
         "safe_to_stop": s.safe_to_stop,
         "revision": s.revision,
     }
+
+
+def node_text(s: dict[str, Any], wide: bool = False) -> str:
+    """The node's state in a line; ``wide`` adds the revision it was read at."""
+    return _line(s) + (f" (revision {s['revision']})" if wide else "")
 
 
 def _line(s: dict[str, Any]) -> str:
@@ -57,22 +65,33 @@ def node() -> None:
 @click.option(
     "--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for it."
 )
-@json_option
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Show what the drain would move (the leader's own plan); change nothing.",
+)
+@output_option
 @click.pass_context
-def drain(ctx: click.Context, name: str, no_wait: bool, timeout: float, as_json: bool) -> None:
-    """Drain node NAME: leases first, then replicas move away; waits until it holds nothing."""
+def drain(
+    ctx: click.Context, name: str, no_wait: bool, timeout: float, dry_run: bool, output: Output
+) -> None:
+    """Drain node NAME: leases first, then replicas move away; waits until it holds nothing
+    (a line per change; -o json: one JSON object per line)."""
     from placement.v1 import driver_pb2
 
     if timeout <= 0:
         raise InvalidInput("--timeout", f"{timeout} is not positive", "e.g. 600")
+    if dry_run:
+        show_dry_run(ctx, driver_pb2.PlanRequest(drain_node=name), f"node drain {name}", output)
+        return
     status = api_call(ctx, "DrainNode", driver_pb2.DrainNodeRequest(node=name, drain=True))
     if no_wait or status.safe_to_stop:
-        _show(node_status_json(status), as_json)
+        _show(node_status_json(status), output)
         return
-    run(_follow(ctx, name, timeout, as_json))
+    run(_follow(ctx, name, timeout, output))
 
 
-async def _follow(ctx: click.Context, name: str, within: float, as_json: bool) -> None:
+async def _follow(ctx: click.Context, name: str, within: float, output: Output) -> None:
     import asyncio
 
     from placement.v1 import driver_pb2
@@ -86,7 +105,7 @@ async def _follow(ctx: click.Context, name: str, within: float, as_json: bool) -
             status = node_status_json(found)
             shown = {k: v for k, v in status.items() if k != "revision"}
             if last != shown:
-                _show(status, as_json)
+                _show(status, output, stream=True)
                 last = shown
             if status["safe_to_stop"]:
                 return
@@ -101,30 +120,27 @@ async def _follow(ctx: click.Context, name: str, within: float, as_json: bool) -
 
 @node.command("undrain")
 @click.argument("name")
-@json_option
+@output_option
 @click.pass_context
-def undrain(ctx: click.Context, name: str, as_json: bool) -> None:
+def undrain(ctx: click.Context, name: str, output: Output) -> None:
     """Take node NAME's drain mark away: it takes replicas and leases again."""
     from placement.v1 import driver_pb2
 
     status = api_call(ctx, "DrainNode", driver_pb2.DrainNodeRequest(node=name, drain=False))
-    _show(node_status_json(status), as_json)
+    _show(node_status_json(status), output)
 
 
 @node.command("status")
 @click.argument("name")
-@json_option
+@output_option
 @click.pass_context
-def status(ctx: click.Context, name: str, as_json: bool) -> None:
+def status(ctx: click.Context, name: str, output: Output) -> None:
     """What node NAME holds, and whether it may be stopped."""
     from placement.v1 import driver_pb2
 
     found = api_call(ctx, "GetNodeStatus", driver_pb2.GetNodeStatusRequest(node=name))
-    _show(node_status_json(found), as_json)
+    _show(node_status_json(found), output)
 
 
-def _show(status: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        echo_json(status)
-    else:
-        click.echo(_line(status))
+def _show(status: dict[str, Any], output: Output, *, stream: bool = False) -> None:
+    output.emit(status, functools.partial(node_text, status), stream=stream)

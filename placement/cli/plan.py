@@ -2,22 +2,29 @@
 planned locally or on Spark (both give byte-identical plans), optionally under what-if changes.
 
 Every check that can fail on bad input runs before any output is opened; the plan is written to a
-temporary file and renamed at the end (:mod:`placement.pipeline.outputs`).
+temporary file and renamed at the end (:mod:`placement.pipeline.outputs`). On Spark, a progress bar
+per running stage (its tasks done) is drawn on stderr while the plan runs, when that is a terminal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import path_option, pipeline_extra
+from placement.cli.common import Bars, NoBars, Output, path_option, pipeline_extra
 from placement.errors import InvalidInput
 from placement.pipeline.outputs import check_target, write_text_parts
 from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
 from placement.pipeline.whatif import parse_whatif, split_setting
+
+if TYPE_CHECKING:
+    from placement.pipeline.spark_progress import StageProgress
+
+StageReport = Callable[[Sequence["StageProgress"]], None]
 
 
 def parse_conf(items: Sequence[str]) -> dict[str, str]:
@@ -36,8 +43,10 @@ def run_plan(
     remove_nodes: Sequence[str] = (),
     set_replicas: Sequence[str] = (),
     set_partitions: Sequence[str] = (),
+    stages: StageReport | None = None,
 ) -> dict[str, Any]:
-    """Validates everything, plans with ``engine``, writes the plan; returns its fleet summary."""
+    """Validates everything, plans with ``engine``, writes the plan; returns its fleet summary.
+    On Spark, ``stages`` is told the active stages while it runs (from another thread)."""
     from placement.pipeline.engines import plan_local
     from placement.pipeline.inputs import load_plan_input
     from placement.pipeline.planning import FleetTotals, plan_text_parts
@@ -56,14 +65,38 @@ def run_plan(
         )
         return totals.summary()
     from placement.pipeline.spark_plan import plan_spark, start_spark
+    from placement.pipeline.spark_progress import StageWatcher
 
     spark = start_spark(parsed_master, conf)
-    totals, fragments, result = plan_spark(spark, plan_input)
-    try:
-        write_text_parts(output_path, "--output", plan_text_parts(fragments, totals.summary))
-    finally:
-        result.unpersist()
+    with StageWatcher(spark.sparkContext.statusTracker(), stages or (lambda found: None)):
+        totals, fragments, result = plan_spark(spark, plan_input)
+        try:
+            write_text_parts(output_path, "--output", plan_text_parts(fragments, totals.summary))
+        finally:
+            result.unpersist()
     return totals.summary()
+
+
+def stage_bars(bars: Bars) -> StageReport:
+    """A ``run_plan(stages=...)`` report drawing a bar per Spark stage: tasks done of its tasks;
+    a stage no longer active is shown complete."""
+    shown: dict[int, tuple[Any, int]] = {}  # stage id -> (bar, tasks)
+
+    def report(active: Sequence[StageProgress]) -> None:
+        running = {s.stage_id for s in active}
+        for stage_id, (task, tasks) in shown.items():
+            if stage_id not in running:
+                bars.update(task, completed=tasks)
+        for s in active:
+            if s.stage_id not in shown:
+                name = s.name if len(s.name) <= 40 else s.name[:39] + "…"
+                task = bars.add_task(f"spark stage {s.stage_id}", total=s.tasks, detail=name)
+                shown[s.stage_id] = (task, s.tasks)
+            task, _ = shown[s.stage_id]
+            shown[s.stage_id] = (task, s.tasks)
+            bars.update(task, completed=s.completed, total=s.tasks)
+
+    return report
 
 
 @click.command("plan")
@@ -105,8 +138,12 @@ def plan(input_path: Path, output_path: Path, engine: str, **options: Any) -> No
     # the other options are run_plan's keyword arguments (Spark and what-if), named alike
     from placement.pipeline.planning import reshard_line
 
-    with pipeline_extra(f"placectl plan --engine {engine}"):
-        summary = run_plan(input_path, output_path, engine=engine, **options)
+    bars_shown: AbstractContextManager[Bars]
+    bars_shown = Output().progress() if engine == "spark" else nullcontext(NoBars())
+    with pipeline_extra(f"placectl plan --engine {engine}"), bars_shown as bars:
+        summary = run_plan(
+            input_path, output_path, engine=engine, stages=stage_bars(bars), **options
+        )
     click.echo(
         f"planned {summary['zones']} zone(s): {summary['moves']} move(s), "
         f"{summary['bytes_to_move']} byte(s) to move, node load spread "

@@ -1,26 +1,30 @@
 """``placectl assignments`` and ``placectl nodes``: what the drivers hold, as tables or
-``--json``."""
+``-o json|yaml`` (``--json``). ``-o wide`` adds the primary lease's expiry to the assignments, and
+each node's drain state and what it holds to the nodes."""
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from placement.cli.common import (
+    Output,
     api_call,
     api_client,
-    console,
-    echo_json,
-    json_option,
+    output_option,
     pairs_text,
     run,
 )
 from placement.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from placement.api.client import PlacementClient
     from placement.v1 import driver_pb2
 
@@ -49,6 +53,58 @@ def _peers(names: Sequence[str] | None) -> str:
     return ",".join(names) if names else "-"
 
 
+def lease_text(expiry_unix_ms: int | None, now: float | None = None) -> str:
+    """A primary lease's expiry as ``in 4.2s`` / ``expired 1.0s ago``, or ``-`` without one."""
+    if not expiry_unix_ms:
+        return "-"
+    left = expiry_unix_ms / 1000 - (time.time() if now is None else now)
+    return f"in {left:.1f}s" if left >= 0 else f"expired {-left:.1f}s ago"
+
+
+def assignments_table(found: Sequence[Mapping[str, Any]], wide: bool = False) -> Table:
+    """``assignment_json`` rows as a table; ``wide`` adds when the primary's lease expires."""
+    from rich.table import Table
+
+    table = Table("partition", "stable", "pending", "planned", "primary")
+    if wide:
+        table.add_column("lease expires")
+    for a in found:
+        row = [
+            str(a["partition"]),
+            _peers(a["stable"]),
+            _peers(a["pending"]),
+            _peers(a["planned"]),
+            a["primary"] or "-",
+        ]
+        table.add_row(*row, *([lease_text(a["primary_lease_expiry_unix_ms"])] if wide else []))
+    return table
+
+
+def nodes_table(
+    found: Sequence[Mapping[str, Any]],
+    statuses: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Table:
+    """``node_json`` rows as a table; with ``statuses`` (``-o wide``: ``node_status_json`` by
+    node) also each node's drain state, replicas and primary leases."""
+    from rich.table import Table
+
+    table = Table("node", "address", "attributes", "weight")
+    if statuses is not None:
+        for column in ("state", "replicas", "primaries"):
+            table.add_column(column)
+    for n in found:
+        row = [n["name"], n["address"], pairs_text(n["attributes"]), f"{n['weight']:g}"]
+        if statuses is not None:
+            s = statuses.get(n["name"])
+            if s is None:
+                row += ["-", "-", "-"]
+            else:
+                state = "draining" if s["draining"] else "stopping" if s["stopping"] else "active"
+                row += [state, str(s["replicas"]), str(s["primaries"])]
+        table.add_row(*row)
+    return table
+
+
 @click.command("assignments")
 @click.argument("zone_name", metavar="ZONE")
 @click.option("--partition", type=click.IntRange(min=0), help="Only this partition.")
@@ -63,7 +119,7 @@ def _peers(names: Sequence[str] | None) -> str:
     default=None,
     help="With --watch: no table; every change after this etcd revision (resume a watch).",
 )
-@json_option
+@output_option
 @click.pass_context
 def assignments(
     ctx: click.Context,
@@ -71,16 +127,16 @@ def assignments(
     partition: int | None,
     watch: bool,
     from_revision: int | None,
-    as_json: bool,
+    output: Output,
 ) -> None:
     """Stable, pending, planned and primary of every partition of ZONE (--watch: and then every
-    change; with --json one JSON line per change)."""
+    change, a line each; -o json: one JSON object per line)."""
 
     if from_revision is not None and not watch:
         raise InvalidInput("--from-revision", "needs --watch", "add --watch")
     if watch:
         try:
-            run(_watch(ctx, zone_name, partition, from_revision, as_json))
+            run(_watch(ctx, zone_name, partition, from_revision, output))
         except KeyboardInterrupt:
             sys.exit(130)
         return
@@ -90,47 +146,44 @@ def assignments(
             return await _all(client, zone_name, partition)
 
     revision, found = run(fetch())
-    if as_json:
-        echo_json(
-            {
-                "zone": zone_name,
-                "revision": revision,
-                "partitions": [assignment_json(a) for a in found],
-            }
-        )
-        return
-    from rich.table import Table
-
-    table = Table("partition", "stable", "pending", "planned", "primary")
-    for a in found:
-        table.add_row(
-            str(a.partition),
-            _peers(a.stable.names),
-            _peers(a.pending.names) if a.has_pending else "-",
-            _peers(a.planned.names) if a.has_planned else "-",
-            a.primary or "-",
-        )
-    console().print(table)
+    rows = [assignment_json(a) for a in found]
+    output.emit(
+        {"zone": zone_name, "revision": revision, "partitions": rows},
+        lambda wide: assignments_table(rows, wide),
+    )
 
 
 @click.command("nodes")
-@json_option
+@output_option
 @click.pass_context
-def nodes(ctx: click.Context, as_json: bool) -> None:
-    """Registered nodes (agents), their addresses and attributes."""
+def nodes(ctx: click.Context, output: Output) -> None:
+    """Registered nodes (agents), their addresses and attributes (-o wide: and each one's drain
+    state, replicas and primary leases)."""
     from placement.v1 import driver_pb2
 
     request = driver_pb2.ListNodesRequest()
-    found = api_call(ctx, "ListNodes", request)
-    if as_json:
-        echo_json({"nodes": [node_json(n) for n in found.nodes]})
-        return
-    from rich.table import Table
+    found = [node_json(n) for n in api_call(ctx, "ListNodes", request).nodes]
+    statuses = run(_node_statuses(ctx, [n["name"] for n in found])) if output.wide else None
+    output.emit({"nodes": found}, lambda wide: nodes_table(found, statuses))
 
-    table = Table("node", "address", "attributes", "weight")
-    for n in found.nodes:
-        table.add_row(n.name, n.address, pairs_text(n.attributes), f"{n.weight:g}")
-    console().print(table)
+
+async def _node_statuses(ctx: click.Context, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``node_status_json`` of every node in ``names``, asked at once."""
+    import asyncio
+
+    from placement.cli.node import node_status_json
+    from placement.v1 import driver_pb2
+
+    async with api_client(ctx) as client:
+
+        async def one(name: str) -> dict[str, Any]:
+            request = driver_pb2.GetNodeStatusRequest(node=name)
+            return node_status_json(
+                await client.call(lambda s, t: s.GetNodeStatus(request, timeout=t))
+            )
+
+        found = await asyncio.gather(*(one(name) for name in names))
+    return {s["node"]: s for s in found}
 
 
 async def _all(
@@ -156,33 +209,38 @@ async def _all(
             return revision, found
 
 
-def _change_line(revision: int, a: driver_pb2.PartitionAssignment) -> str:
-    line = f"revision {revision} partition {a.partition}: stable {_peers(a.stable.names)}"
-    if a.has_pending:
-        line += f" pending {_peers(a.pending.names)}"
-    if a.has_planned:
-        line += f" planned {_peers(a.planned.names)}"
-    return line + f" primary {a.primary or '-'}"
+def change_line(change: Mapping[str, Any], wide: bool = False) -> str:
+    """One change of a watch (``revision`` + ``assignment_json``) as a line; ``wide`` adds the
+    primary lease's expiry."""
+    line = f"revision {change['revision']} partition {change['partition']}: stable "
+    line += _peers(change["stable"])
+    if change["pending"] is not None:
+        line += f" pending {_peers(change['pending'])}"
+    if change["planned"] is not None:
+        line += f" planned {_peers(change['planned'])}"
+    line += f" primary {change['primary'] or '-'}"
+    if wide:
+        line += f" lease {lease_text(change['primary_lease_expiry_unix_ms'])}"
+    return line
 
 
 async def _watch(
-    ctx: click.Context, zone: str, partition: int | None, from_revision: int | None, as_json: bool
+    ctx: click.Context, zone: str, partition: int | None, from_revision: int | None, output: Output
 ) -> None:
     """The current assignments (unless resuming), then every change after them, a line each."""
+
+    def emit(revision: int, a: driver_pb2.PartitionAssignment) -> None:
+        change = {"revision": revision, **assignment_json(a)}
+        output.emit(change, functools.partial(change_line, change), stream=True)
+
     async with api_client(ctx) as client:
         revision = from_revision or 0
         if from_revision is None:
             revision, found = await _all(client, zone, partition)
             for a in found:
-                if as_json:
-                    echo_json({"revision": revision, **assignment_json(a)})
-                else:
-                    click.echo(_change_line(revision, a))
+                emit(revision, a)
         async for event in client.watch_assignments(zone, revision):
             a = event.assignment
             if partition is not None and a.partition != partition:
                 continue
-            if as_json:
-                echo_json({"revision": event.revision, **assignment_json(a)})
-            else:
-                click.echo(_change_line(event.revision, a))
+            emit(event.revision, a)

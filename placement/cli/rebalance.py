@@ -1,5 +1,6 @@
 """``placectl rebalance``: cancel one partition's rebalance or a zone's re-sharding, pause and
-resume all driving."""
+resume all driving. Each takes ``-o json|yaml|table|wide`` (``--json``): what the leader answered.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 import click
 
-from placement.cli.common import api_call
+from placement.cli.common import Output, api_call, output_option
 
 
 @click.group()
@@ -18,8 +19,11 @@ def rebalance() -> None:
 @rebalance.command("cancel")
 @click.argument("zone_name", metavar="ZONE")
 @click.argument("partition", type=click.IntRange(min=0), required=False)
+@output_option
 @click.pass_context
-def rebalance_cancel(ctx: click.Context, zone_name: str, partition: int | None) -> None:
+def rebalance_cancel(
+    ctx: click.Context, zone_name: str, partition: int | None, output: Output
+) -> None:
     """Cancel the rebalance in progress of PARTITION of ZONE (its replicas return to stable);
     without PARTITION, abort ZONE's re-sharding (it keeps its old partition count)."""
     from placement.v1 import common_pb2, driver_pb2
@@ -29,26 +33,36 @@ def rebalance_cancel(ctx: click.Context, zone_name: str, partition: int | None) 
     else:
         request = common_pb2.PartitionRef(zone=zone_name, partition=partition)
         reply = api_call(ctx, "CancelRebalance", request)
-    click.echo(f"{'cancelled' if reply.accepted else 'not cancelled'}: {reply.detail}")
+    output.emit(
+        {
+            "zone": zone_name,
+            "partition": partition,
+            "accepted": reply.accepted,
+            "detail": reply.detail,
+        },
+        lambda wide: f"{'cancelled' if reply.accepted else 'not cancelled'}: {reply.detail}",
+    )
     if not reply.accepted:
         sys.exit(1)
 
 
 @rebalance.command("pause")
+@output_option
 @click.pass_context
-def rebalance_pause(ctx: click.Context) -> None:
+def rebalance_pause(ctx: click.Context, output: Output) -> None:
     """Pause all driving (no new moves start; in-flight ones finish)."""
     from placement.v1 import driver_pb2
 
-    api_call(ctx, "PauseRebalancing", driver_pb2.PauseRequest())
-    click.echo("rebalancing paused")
+    reply = api_call(ctx, "PauseRebalancing", driver_pb2.PauseRequest())
+    output.emit({"paused": reply.paused}, lambda wide: "rebalancing paused")
 
 
 @rebalance.command("resume")
+@output_option
 @click.pass_context
-def rebalance_resume(ctx: click.Context) -> None:
+def rebalance_resume(ctx: click.Context, output: Output) -> None:
     """Resume driving after a pause."""
     from placement.v1 import driver_pb2
 
-    api_call(ctx, "ResumeRebalancing", driver_pb2.PauseRequest())
-    click.echo("rebalancing resumed")
+    reply = api_call(ctx, "ResumeRebalancing", driver_pb2.PauseRequest())
+    output.emit({"paused": reply.paused}, lambda wide: "rebalancing resumed")

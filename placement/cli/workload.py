@@ -1,21 +1,40 @@
-"""``placectl workload``: recorded writers (``run``), and the checker (``check``) that no
-acknowledged write was lost. Exit 1 when ``check`` finds a violation, 2 on bad input.
+"""``placectl workload``: recorded writers (``run``, with a progress bar on a terminal), and the
+checker (``check``) that no acknowledged write was lost. Exit 1 when ``check`` finds a violation,
+2 on bad input. Both take ``-o json|yaml|table|wide`` (``--json``; ``wide`` is ``table``).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import echo_json, json_option, path_option
+from placement.cli.common import Bars, Output, output_option, path_option
 from placement.cli.data import with_data_client
 from placement.errors import InvalidInput
 
 if TYPE_CHECKING:
     from placement.data.client import DataClient
+    from placement.data.workload import WorkloadStats
+
+
+def workload_progress(bars: Bars, duration: float) -> Callable[[WorkloadStats, float], None]:
+    """A ``run_writers`` progress callback drawing ``bars``: seconds of ``duration`` done, with
+    acknowledged, attempted and failed writes."""
+    task = bars.add_task("writing", total=duration)
+
+    def report(stats: WorkloadStats, elapsed: float) -> None:
+        failed = sum(stats.failures.values())
+        bars.update(
+            task,
+            completed=min(elapsed, duration),
+            detail=f"{stats.acked}/{stats.attempted} acknowledged, {failed} failed",
+        )
+
+    return report
 
 
 @click.group("workload")
@@ -40,7 +59,7 @@ def workload() -> None:
     "--delete-ratio", type=float, default=0.1, show_default=True, help="Share of deletes (0..1)."
 )
 @click.option("--seed", type=int, help="Seed of the writers' key and op choices.")
-@json_option
+@output_option
 @click.pass_context
 def workload_run(
     ctx: click.Context,
@@ -51,10 +70,11 @@ def workload_run(
     record_path: Path,
     delete_ratio: float,
     seed: int | None,
-    as_json: bool,
+    output: Output,
 ) -> None:
     """Run writers against ZONE for --duration seconds (Ctrl-C/SIGTERM stop early), recording
-    every write to --record; prints acks, failures and latency."""
+    every write to --record; prints acks, failures and latency (a progress bar on stderr while it
+    runs, when that is a terminal)."""
     import asyncio
 
     from placement.aio import stop_on_signals
@@ -65,7 +85,7 @@ def workload_run(
 
     async def body(client: DataClient) -> Any:
         stop = asyncio.Event()
-        with stop_on_signals(stop):
+        with stop_on_signals(stop), output.progress() as bars:
             return await run_writers(
                 client,
                 zone,
@@ -76,17 +96,19 @@ def workload_run(
                 stop,
                 delete_ratio=delete_ratio,
                 seed=seed,
+                progress=workload_progress(bars, duration),
             )
 
     stats = with_data_client(ctx, body)
-    if as_json:
-        echo_json({"zone": zone, "record": str(record_path), **stats.as_json()})
-        return
     failures = ", ".join(f"{k} {v}" for k, v in sorted(stats.failures.items())) or "none"
-    click.echo(
-        f"run {stats.run} on {zone}: {stats.acked}/{stats.attempted} writes acknowledged in "
-        f"{stats.elapsed:.1f}s ({stats.throughput:.0f}/s), failures: {failures}; "
-        f"latency p50 {stats.p50 * 1000:.1f} ms, p99 {stats.p99 * 1000:.1f} ms -> {record_path}"
+    output.emit(
+        {"zone": zone, "record": str(record_path), **stats.as_json()},
+        lambda wide: (
+            f"run {stats.run} on {zone}: {stats.acked}/{stats.attempted} writes acknowledged in "
+            f"{stats.elapsed:.1f}s ({stats.throughput:.0f}/s), failures: {failures}; "
+            f"latency p50 {stats.p50 * 1000:.1f} ms, p99 {stats.p99 * 1000:.1f} ms"
+            f" -> {record_path}"
+        ),
     )
 
 
@@ -100,10 +122,10 @@ def workload_run(
     show_default=True,
     help="Seconds to re-read replicas while they disagree (catch-up in progress).",
 )
-@json_option
+@output_option
 @click.pass_context
 def workload_check(
-    ctx: click.Context, zone: str, record_path: Path, settle: float, as_json: bool
+    ctx: click.Context, zone: str, record_path: Path, settle: float, output: Output
 ) -> None:
     """Check ZONE against a record: the API and every stable replica hold every acknowledged
     write, and replicas agree. Exit 1 on any violation."""
@@ -112,18 +134,19 @@ def workload_check(
     if not settle >= 0:
         raise InvalidInput("--settle", f"{settle} is negative", "seconds, e.g. 10")
     result = with_data_client(ctx, lambda c: check_workload(c, zone, record_path, settle=settle))
-    if as_json:
-        echo_json(result.as_json())
-    else:
-        click.echo(
-            f"{'OK' if result.ok else 'FAILED'}: zone {zone} run {result.run}: "
-            f"{result.acked_writes}/{result.attempted_writes} writes acknowledged over "
-            f"{result.keys} keys; lost {result.lost}, wrong {result.wrong}; replicas: "
-            f"{result.replicas_checked} checked in {result.partitions_checked} partitions, "
-            f"divergent {result.divergent_replicas}, lost {result.replica_lost}, "
-            f"wrong {result.replica_wrong}, unreadable {result.unreachable_replicas}"
-        )
-        for example in result.examples:
-            click.echo(f"  {example}")
+    output.emit(
+        result.as_json(),
+        lambda wide: "\n".join(
+            [
+                f"{'OK' if result.ok else 'FAILED'}: zone {zone} run {result.run}: "
+                f"{result.acked_writes}/{result.attempted_writes} writes acknowledged over "
+                f"{result.keys} keys; lost {result.lost}, wrong {result.wrong}; replicas: "
+                f"{result.replicas_checked} checked in {result.partitions_checked} partitions, "
+                f"divergent {result.divergent_replicas}, lost {result.replica_lost}, "
+                f"wrong {result.replica_wrong}, unreadable {result.unreachable_replicas}",
+                *(f"  {example}" for example in result.examples),
+            ]
+        ),
+    )
     if not result.ok:
         sys.exit(1)

@@ -1,12 +1,15 @@
 """``placectl zone``: create, alter, drop, get, list and status (``--watch`` follows it).
 
 Every command talks to the drivers named by the global ``--endpoint`` (any instance; the client
-fails over between them). ``get``, ``list`` and ``status`` take ``--json`` and then print one JSON
-document (``status --watch --json``: one per line).
+fails over between them). Every command takes ``-o json|yaml|table|wide`` (``--json``): one JSON
+or YAML document of what the driver answered (``status --watch -o json``: one per line);
+``wide`` adds the config revision and re-shard attempt to the zone table and the counts behind
+the state to ``status``.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -14,21 +17,24 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from placement.cli.common import (
+    NoBars,
+    Output,
     api_call,
     api_client,
-    console,
-    echo_json,
-    json_option,
+    output_option,
     pairs_text,
     run,
     stacked,
 )
+from placement.cli.dryrun import show_dry_run
 from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import DEFAULT_MIN_IN_SYNC, parse_pairs
 from placement.core.zonespec import check_count, check_min_in_sync
 from placement.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from placement.v1 import driver_pb2
 
 
@@ -196,9 +202,9 @@ def _zone_options(required: bool) -> Callable[[Callable[..., Any]], Callable[...
     )
 
 
-def _print_zone(z: driver_pb2.Zone, verb: str) -> None:
+def _zone_line(z: driver_pb2.Zone, verb: str) -> str:
     c = z.config
-    click.echo(
+    return (
         f"zone {z.name} {verb}: partitions={c.partitions} replicas={c.replicas} "
         f"selector={pairs_text(c.node_selector)} failure-domain={c.failure_domain or '-'} "
         f"scale-up-delay={c.scale_up_delay_seconds:g}s "
@@ -210,22 +216,31 @@ def _print_zone(z: driver_pb2.Zone, verb: str) -> None:
 @zone.command("create")
 @click.argument("name")
 @_zone_options(required=True)
+@output_option
 @click.pass_context
-def zone_create(ctx: click.Context, /, name: str, **options: Any) -> None:
+def zone_create(ctx: click.Context, /, name: str, output: Output, **options: Any) -> None:
     """Create zone NAME."""
     from placement.v1 import driver_pb2
 
     config, _ = zone_config(**options)
     request = driver_pb2.CreateZoneRequest(name=name, config=config)
     created = api_call(ctx, "CreateZone", request)
-    _print_zone(created, "created")
+    output.emit(zone_json(created), lambda wide: _zone_line(created, "created"))
 
 
 @zone.command("alter")
 @click.argument("name")
 @_zone_options(required=False)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Show what the change would move (the leader's own plan); change nothing.",
+)
+@output_option
 @click.pass_context
-def zone_alter(ctx: click.Context, /, name: str, **options: Any) -> None:
+def zone_alter(
+    ctx: click.Context, /, name: str, dry_run: bool, output: Output, **options: Any
+) -> None:
     """Change the given settings of zone NAME (others stay as they are)."""
     from placement.v1 import driver_pb2
 
@@ -233,50 +248,47 @@ def zone_alter(ctx: click.Context, /, name: str, **options: Any) -> None:
     if not given:
         raise InvalidInput("zone alter", "no setting given", "pass e.g. --replicas 5")
     request = driver_pb2.AlterZoneRequest(name=name, config=config, update_fields=given)
+    if dry_run:
+        show_dry_run(ctx, driver_pb2.PlanRequest(alter_zone=request), f"zone alter {name}", output)
+        return
     altered = api_call(ctx, "AlterZone", request)
-    _print_zone(altered, "altered")
+    output.emit(zone_json(altered), lambda wide: _zone_line(altered, "altered"))
 
 
 @zone.command("drop")
 @click.argument("name")
+@output_option
 @click.pass_context
-def zone_drop(ctx: click.Context, name: str) -> None:
+def zone_drop(ctx: click.Context, name: str, output: Output) -> None:
     """Drop zone NAME and all its assignments."""
     from placement.v1 import driver_pb2
 
     request = driver_pb2.DropZoneRequest(name=name)
     api_call(ctx, "DropZone", request)
-    click.echo(f"zone {name} dropped")
+    output.emit({"name": name, "dropped": True}, lambda wide: f"zone {name} dropped")
 
 
 @zone.command("get")
 @click.argument("name")
-@json_option
+@output_option
 @click.pass_context
-def zone_get(ctx: click.Context, name: str, as_json: bool) -> None:
+def zone_get(ctx: click.Context, name: str, output: Output) -> None:
     """Show zone NAME's configuration."""
     from placement.v1 import driver_pb2
 
     request = driver_pb2.GetZoneRequest(name=name)
     z = api_call(ctx, "GetZone", request)
-    if as_json:
-        echo_json(zone_json(z))
-    else:
-        _zone_table([z])
+    output.emit(zone_json(z), lambda wide: zone_table([z], wide))
 
 
-def _zone_table(zones: Sequence[driver_pb2.Zone]) -> None:
+def zone_table(zones: Sequence[driver_pb2.Zone], wide: bool = False) -> Table:
+    """The zones as a table; ``wide`` adds the config's revision and the re-shard attempt."""
     from rich.table import Table
 
+    columns = ["zone", "partitions", "in force", "replicas", "selector", "domain", "delays"]
+    columns += ["min ISR", *(["revision", "reshard attempt"] if wide else [])]
     table = Table(
-        "zone",
-        "partitions",
-        "in force",
-        "replicas",
-        "selector",
-        "domain",
-        "delays",
-        "min ISR",
+        *columns,
         caption=(
             "in force: the data layout keys are routed by (generation; a re-shard in progress); "
             "domain: failure domain; delays: scale-up / scale-down; min ISR: fewest in-sync "
@@ -285,7 +297,7 @@ def _zone_table(zones: Sequence[driver_pb2.Zone]) -> None:
     )
     for z in zones:
         c = z.config
-        table.add_row(
+        row = [
             z.name,
             str(c.partitions),
             _layout_text(z),
@@ -294,50 +306,64 @@ def _zone_table(zones: Sequence[driver_pb2.Zone]) -> None:
             c.failure_domain or "-",
             f"{c.scale_up_delay_seconds:g}s / {c.scale_down_delay_seconds:g}s",
             str(_effective_min_in_sync(c)) + ("" if c.min_in_sync else "*"),
-        )
-    console().print(table)
+        ]
+        if wide:
+            reshard = (_layout_json(z) or {}).get("reshard")
+            row += [str(z.revision), str(reshard["attempt"]) if reshard else "-"]
+        table.add_row(*row)
+    return table
 
 
 @zone.command("list")
-@json_option
+@output_option
 @click.pass_context
-def zone_list(ctx: click.Context, as_json: bool) -> None:
+def zone_list(ctx: click.Context, output: Output) -> None:
     """List every zone."""
     from placement.v1 import driver_pb2
 
     request = driver_pb2.ListZonesRequest()
     found = api_call(ctx, "ListZones", request)
-    if as_json:
-        echo_json({"zones": [zone_json(z) for z in found.zones]})
-    else:
-        _zone_table(list(found.zones))
+    zones = list(found.zones)
+    output.emit({"zones": [zone_json(z) for z in zones]}, lambda wide: zone_table(zones, wide))
 
 
 @zone.command("status")
 @click.argument("name")
 @click.option("--watch", is_flag=True, help="Follow the status until READY (Ctrl-C stops).")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Poll seconds.")
-@json_option
+@output_option
 @click.pass_context
-def zone_status(ctx: click.Context, name: str, watch: bool, interval: float, as_json: bool) -> None:
+def zone_status(
+    ctx: click.Context, name: str, watch: bool, interval: float, output: Output
+) -> None:
     """Show zone NAME's status: READY, HOLDDOWN, REBALANCING, RESHARDING or NO_LEADER, with
-    progress, ETA and why (one line per reason)."""
+    progress, ETA and why (one line per reason). --watch: a progress bar on a terminal, else a
+    status each time it changes (-o json: one JSON object per line)."""
     from placement.v1 import driver_pb2
 
     if interval <= 0:
         raise InvalidInput("--interval", f"{interval} is not positive", "e.g. 1")
     request = driver_pb2.GetZoneRequest(name=name)
     if not watch:
-        status = api_call(ctx, "GetZoneStatus", request)
-        if as_json:
-            echo_json(status_json(status))
-        else:
-            click.echo(_status_line(status_json(status)))
+        status = status_json(api_call(ctx, "GetZoneStatus", request))
+        output.emit(status, lambda wide: status_text(status, wide))
         return
     try:
-        run(_watch_status(ctx, request, interval, as_json))
+        run(_watch_status(ctx, request, interval, output))
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def status_text(s: Mapping[str, Any], wide: bool = False) -> str:
+    """The status line and one line per reason; ``wide`` adds the counts behind the state."""
+    text = _status_line(s)
+    if wide:
+        text += (
+            f"\n  eligible nodes {s['eligible_nodes']}, partitions off target"
+            f" {s['partitions_off_target']}, under-replicated"
+            f" {'yes' if s['under_replicated'] else 'no'}, revision {s['revision']}"
+        )
+    return text
 
 
 def _status_line(s: Mapping[str, Any]) -> str:
@@ -379,48 +405,32 @@ def _eta_text(s: Mapping[str, Any]) -> str:
 
 
 async def _watch_status(
-    ctx: click.Context, request: driver_pb2.GetZoneRequest, interval: float, as_json: bool
+    ctx: click.Context, request: driver_pb2.GetZoneRequest, interval: float, output: Output
 ) -> None:
+    """Until READY: a bar on a terminal (then the last status), else every change printed."""
     import asyncio
 
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     async with api_client(ctx) as client:
-        last: dict[str, Any] | None = None
-        if as_json:
+        with output.progress() as bars:
+            last: dict[str, Any] | None = None
+            task = bars.add_task(request.name, total=None)
+            printing = isinstance(bars, NoBars)
             while True:
                 status = status_json(
                     await client.call(lambda s, t: s.GetZoneStatus(request, timeout=t))
                 )
-                if status != last:
-                    echo_json(status)
-                    last = status
-                if status["state"] == "READY":
-                    return
-                await asyncio.sleep(interval)
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[eta]}"),
-            console=Console(stderr=True),
-            transient=False,
-        ) as progress:
-            task = progress.add_task(request.name, total=None, eta="")
-            while True:
-                status = status_json(
-                    await client.call(lambda s, t: s.GetZoneStatus(request, timeout=t))
-                )
-                progress.update(
+                if printing and status != last:
+                    output.emit(status, functools.partial(status_text, status), stream=True)
+                last = status
+                bars.update(
                     task,
                     description=f"{status['name']} {status['state']}",
                     completed=status["partitions_done"],
                     total=status["partitions_total"],
-                    eta=_eta_text(status),
+                    detail=_eta_text(status),
                 )
                 if status["state"] == "READY":
                     break
                 await asyncio.sleep(interval)
-        click.echo(_status_line(status))
+    if not printing:
+        click.echo(status_text(status, output.wide))

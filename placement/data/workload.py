@@ -25,7 +25,7 @@ import math
 import random
 import secrets
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -247,10 +247,12 @@ async def run_writers(
     run_id: str | None = None,
     seed: int | None = None,
     clock: Clock = time.monotonic,
+    progress: Callable[[WorkloadStats, float], None] | None = None,
 ) -> WorkloadStats:
     """Run ``writers`` sequential writers for ``duration`` seconds (or until ``stop_event`` is
     set, or each did ``max_ops_per_writer`` operations), recording every attempt and outcome to
-    ``record_path`` (overwritten). An operation in flight when time is up is let finish."""
+    ``record_path`` (overwritten). An operation in flight when time is up is let finish.
+    ``progress(stats, elapsed)`` is called after every operation with the live counts."""
     if writers < 1:
         raise InvalidInput("--writers", f"{writers} is not positive", "e.g. 8")
     if keys_per_writer < 1:
@@ -296,10 +298,12 @@ async def run_writers(
                     kind = type(e).__name__
                     stats.failures[kind] = stats.failures.get(kind, 0) + 1
                     recorder.fail(w, seq, kind, str(e))
-                    continue
-                stats.latencies.append(clock() - began)
-                stats.acked += 1
-                recorder.ack(w, seq, result.index, result.lease_epoch)
+                else:
+                    stats.latencies.append(clock() - began)
+                    stats.acked += 1
+                    recorder.ack(w, seq, result.index, result.lease_epoch)
+                if progress is not None:
+                    progress(stats, clock() - start)
 
         async with asyncio.TaskGroup() as group:
             for w in range(writers):

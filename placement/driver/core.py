@@ -44,7 +44,6 @@ Per zone, in this order:
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -454,6 +453,50 @@ def plan_zone_targets(
     they hold keys until its clean-up, so one whose members include a node that is no longer a
     data node is re-placed — by the placement of all ``kept`` partitions, which replaces only
     the lost members — and the others stay where they are (design/resharding.md, PREPARE)."""
+    targets = zone_targets(zone, spec, nodes, applied, kept)
+    if isinstance(targets, str):
+        return targets
+    return (*target_writes(zone, targets), max(zone.zone_mod, zone.datanodes_mod))
+
+
+def target_writes(
+    zone: ZoneView, targets: Mapping[int, Peers]
+) -> tuple[dict[int, Peers], dict[int, Peers]]:
+    """``(creates, triggers)``: the partitions of ``targets`` with no assignment key yet, and
+    those where rule 2 would write (pending or planned, or delete planned) at the zone's trigger
+    revision — the writes a pass makes to reach ``targets``."""
+    revision = max(zone.zone_mod, zone.datanodes_mod)
+    creates: dict[int, Peers] = {}
+    triggers: dict[int, Peers] = {}
+    for p, target in targets.items():
+        found = zone.partitions.get(p)
+        if found is None:
+            creates[p] = target
+            continue
+        state = found
+        action = decide_trigger(state, target, revision)
+        if action is TriggerAction.WRITE_PLANNED and state.peers(AssignField.PLANNED) == target:
+            continue  # already queued: rewriting it would move nothing
+        if action in (
+            TriggerAction.WRITE_PENDING,
+            TriggerAction.WRITE_PLANNED,
+            TriggerAction.DELETE_PLANNED,
+        ):
+            triggers[p] = target
+    return creates, triggers
+
+
+def zone_targets(
+    zone: ZoneView,
+    spec: ZoneSpec,
+    nodes: Mapping[str, NodeRecord],
+    applied: tuple[str, ...],
+    kept: int = 0,
+) -> dict[int, Peers] | str:
+    """The placement target of every partition ``0..P-1`` of one zone on the data nodes
+    ``applied`` (and of a shrink's removed partitions that lost a member, see
+    :func:`plan_zone_targets`), or why it cannot be placed. Every caller that asks "where should
+    the replicas be" — a pass, the status outlook, a dry-run plan — asks it here."""
     eligible = [
         Node(n, dict(nodes[n].attributes), nodes[n].weight) if n in nodes else Node(n)
         for n in applied
@@ -483,25 +526,7 @@ def plan_zone_targets(
         except InvalidInput as e:
             return f"placement refused: {e}"
         targets.update((p, wide.assignments[p]) for p in lost)
-    revision = max(zone.zone_mod, zone.datanodes_mod)
-    creates: dict[int, Peers] = {}
-    triggers: dict[int, Peers] = {}
-    for p, target in targets.items():
-        found = zone.partitions.get(p)
-        if found is None:
-            creates[p] = target
-            continue
-        state = found
-        action = decide_trigger(state, target, revision)
-        if action is TriggerAction.WRITE_PLANNED and state.peers(AssignField.PLANNED) == target:
-            continue  # already queued: rewriting it would move nothing
-        if action in (
-            TriggerAction.WRITE_PENDING,
-            TriggerAction.WRITE_PLANNED,
-            TriggerAction.DELETE_PLANNED,
-        ):
-            triggers[p] = target
-    return creates, triggers, revision
+    return targets
 
 
 def abandoned_moves(zone: ZoneView, applied: tuple[str, ...]) -> list[CancelMove]:
@@ -673,26 +698,18 @@ def zone_outlook(view: ClusterView, name: str, now_ms: int) -> ZoneOutlook | Non
     due = previous is None or record.applied != previous.applied
     held = holddown_remaining(spec, record, now_ms)
     applied = record.applied
-    decided = plan_zone_targets(zone, spec, view.nodes, applied, kept_partitions(zone.layout, spec))
-    if isinstance(decided, str):
-        return ZoneOutlook(due, held, applied, (), 0, decided)
-    creates, triggers, _ = decided
+    kept = kept_partitions(zone.layout, spec)
+    targets = zone_targets(zone, spec, view.nodes, applied, kept)
+    if isinstance(targets, str):
+        return ZoneOutlook(due, held, applied, (), 0, targets)
+    creates, triggers = target_writes(zone, targets)
     off = {*creates, *triggers}
-    eligible = [
-        Node(n, dict(view.nodes[n].attributes), view.nodes[n].weight)
-        if n in view.nodes
-        else Node(n)
-        for n in applied
-    ]
-    current = {
-        p: peers
-        for p, state in zone.partitions.items()
-        if p < spec.partitions and (peers := current_peers(state)) is not None
-    }
-    if eligible:
-        with contextlib.suppress(InvalidInput):  # plan_zone_targets placed the same input
-            targets = place(spec, eligible, current).assignments
-            off |= {p for p, t in enumerate(targets) if set(t) != set(current.get(p, ()))}
+    for p, target in targets.items():
+        found = zone.partitions.get(p)
+        if p < spec.partitions and (
+            found is None or set(target) != set(current_peers(found) or ())
+        ):
+            off.add(p)
     stuck = len(abandoned_moves(zone, applied))
     return ZoneOutlook(due, held, applied, tuple(sorted(off)), stuck)
 

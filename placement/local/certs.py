@@ -7,7 +7,10 @@ driver (role ``driver``) and agent (role ``agent``) by its name — one per oper
 ``etcd-client`` (common name = the etcd user the product runs as) and ``etcd-root`` (common
 name ``root``, etcd's administrator). etcd's carry no role, so the product's servers refuse
 them. A directory that already holds a CA is reused (a restart with the same ``--data-dir``
-keeps every certificate); missing certificates are issued.
+keeps every certificate); missing certificates are issued. ``reader.p12`` holds the reader's
+certificate and key as a PKCS#12 bundle a browser imports to open the drivers' dashboard
+(password :data:`BROWSER_PASSWORD`: some browsers refuse a bundle without one; the file is
+mode 0600 like the keys beside it).
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
 
 from placement.security.pki import Pair, Role, issue, issue_ca, write_pair
 from placement.security.tls import TlsMaterial, load_tls
@@ -26,6 +34,9 @@ ETCD_USER = "placement"
 OPERATORS: Mapping[str, Role] = {"admin": Role.ADMIN, "reader": Role.READER, "client": Role.CLIENT}
 #: etcd's certificates (no role), by file stem -> common name.
 ETCD_NAMES: Mapping[str, str] = {"etcd": "etcd", "etcd-client": ETCD_USER, "etcd-root": "root"}
+#: The operator certificate bundled for browsers (``{stem}.p12``) and the bundle's password.
+BROWSER_OPERATOR = "reader"
+BROWSER_PASSWORD = "placement"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,10 @@ class LocalPki:
             "--etcd-key", str(self.key("etcd-client")),
         ]  # fmt: skip
 
+    def bundle(self, name: str = BROWSER_OPERATOR) -> Path:
+        """``{name}.p12``: certificate and key for a browser (password ``BROWSER_PASSWORD``)."""
+        return self.directory / f"{name}.p12"
+
     def env(self, name: str) -> dict[str, str]:
         """``PLACECTL_CACERT``, ``PLACECTL_CERT``, ``PLACECTL_KEY`` for operator ``name``."""
         return {
@@ -97,4 +112,31 @@ def create_pki(
     for stem, (common_name, role) in wanted.items():
         if not (pki.cert(stem).exists() and pki.key(stem).exists()):
             write_pair(directory, stem, issue(ca, common_name, role, now, hosts=hosts))
+    if not pki.bundle().exists():
+        write_bundle(pki, BROWSER_OPERATOR)
     return pki
+
+
+def write_bundle(pki: LocalPki, name: str) -> Path:
+    """``{name}.p12`` (mode 0600): ``name``'s certificate, key and the CA, encrypted with
+    :data:`BROWSER_PASSWORD` in the algorithms every browser's importer reads."""
+    key = serialization.load_pem_private_key(pki.key(name).read_bytes(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)  # pki.py issues ECDSA P-256 keys
+    encryption = (
+        serialization.PrivateFormat.PKCS12.encryption_builder()
+        .kdf_rounds(50_000)
+        .key_cert_algorithm(pkcs12.PBES.PBESv2SHA256AndAES256CBC)
+        .build(BROWSER_PASSWORD.encode())
+    )
+    data = pkcs12.serialize_key_and_certificates(
+        name.encode(),
+        key,
+        x509.load_pem_x509_certificate(pki.cert(name).read_bytes()),
+        [x509.load_pem_x509_certificate(pki.ca.read_bytes())],
+        encryption,
+    )
+    path = pki.bundle(name)
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_bytes(data)
+    return path

@@ -56,7 +56,7 @@ from rich.table import Table
 
 from placement.api.client import ApiError, PlacementClient
 from placement.errors import PlacementError
-from placement.local.certs import ETCD_USER, LocalPki, create_pki
+from placement.local.certs import BROWSER_PASSWORD, ETCD_USER, LocalPki, create_pki
 from placement.local.etcd import EtcdMember, EtcdTls, etcd_binary, member_group
 from placement.metastore.codec import LeaderRecord, decode_leader
 from placement.metastore.election import current_leader
@@ -115,6 +115,8 @@ class UpOptions:
     metrics: bool = True
     #: ``--log-format`` of every driver and agent (text or json).
     log_format: str = "text"
+    #: Every driver serves the web dashboard on a free loopback port (``Cluster.dashboards``).
+    dashboard: bool = True
 
 
 @dataclass
@@ -162,6 +164,13 @@ class Cluster:
     etcd_secured: bool = False
     #: Process name -> its metrics address (HOST:PORT; ``/metrics`` there).
     metrics: dict[str, str] = field(default_factory=dict)
+    #: Driver name -> its dashboard's URL.
+    dashboards: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def scheme(self) -> str:
+        """``https`` (every HTTP endpoint of a secure cluster), or ``http``."""
+        return "https" if self.pki is not None else "http"
 
     def tls(self, name: str = OPERATOR) -> TlsMaterial | None:
         """The TLS material of operator (or process) ``name``; None when insecure."""
@@ -286,8 +295,19 @@ def launch(
         _start_etcd(cluster, opts, console, stopped)
     tls_flags = cluster.pki.flags if cluster.pki is not None else lambda name: []
     # One call for every port: ports freed by one call may come back from the next.
-    allocated = free_ports(opts.drivers + (len(processes) if opts.metrics else 0))
-    metrics_ports = iter(allocated[opts.drivers :])
+    n_metrics = len(processes) if opts.metrics else 0
+    n_dashboards = opts.drivers if opts.dashboard else 0
+    allocated = free_ports(opts.drivers + n_metrics + n_dashboards)
+    metrics_ports = iter(allocated[opts.drivers : opts.drivers + n_metrics])
+    dashboard_ports = iter(allocated[opts.drivers + n_metrics :])
+
+    def dashboard(name: str) -> list[str]:
+        """A driver's --http-listen on a port of its own."""
+        port = next(dashboard_ports, None)
+        if port is None:
+            return []
+        cluster.dashboards[name] = f"{cluster.scheme}://127.0.0.1:{port}/"
+        return ["--http-listen", f"127.0.0.1:{port}"]
 
     def observed(name: str) -> list[str]:
         """A process's --log-format, and --metrics-listen on a port of its own."""
@@ -323,6 +343,7 @@ def launch(
                 "--lease-ttl",
                 str(opts.lease_ttl),
                 *observed(f"driver-{i + 1}"),
+                *dashboard(f"driver-{i + 1}"),
                 *tls_flags(f"driver-{i + 1}"),
                 *cluster.etcd_flags(),
             ],
@@ -543,9 +564,19 @@ async def _serve(cluster: Cluster, opts: UpOptions, console: Console) -> None:
         console.print(
             "metrics   "
             + ", ".join(
-                f"{name} http://{address}/metrics" for name, address in cluster.metrics.items()
+                f"{name} {cluster.scheme}://{address}/metrics"
+                for name, address in cluster.metrics.items()
             )
         )
+    if cluster.dashboards:
+        console.print(
+            "dashboard " + ", ".join(f"{url} ({name})" for name, url in cluster.dashboards.items())
+        )
+        if cluster.pki is not None:
+            console.print(
+                f"  a browser presents {cluster.pki.bundle()} (import it; password"
+                f" {BROWSER_PASSWORD}) and trusts {cluster.pki.ca}"
+            )
     if cluster.pki is not None:
         pki = cluster.pki
         env_file = write_env_file(cluster, endpoint)

@@ -202,6 +202,13 @@ class Metastore:
             found.update((kv.key, kv) for kv in response.kvs)
         return result.revision, found
 
+    async def read_cluster_snapshot(self) -> tuple[int, dict[bytes, KeyValue]]:
+        """Every key under the prefix at one revision (paged reads pinned to the first one's) —
+        ``(revision, key -> KeyValue)`` for :func:`placement.driver.core.build_view`: what the
+        leader's list-watch holds, for a decision over every zone (a drain's dry run)."""
+        found = await self.client.list_prefix(self.keys.prefix.encode() + b"/")
+        return found.revision, {kv.key: kv for kv in found.kvs}
+
     async def read_node_snapshot(self, node: str) -> tuple[int, dict[bytes, KeyValue]]:
         """What a node holds, at one revision: every zone config, assignment and primary lease,
         its node record and its drain mark — ``(revision, key -> KeyValue)`` for

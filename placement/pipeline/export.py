@@ -10,7 +10,7 @@ null payload (``peers``) or are skipped, never a crash.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,17 @@ from placement.security.credentials import EtcdCredentials
 ROW_GROUP_SIZE = 65_536
 
 _PEER_FIELDS = (AssignField.STABLE, AssignField.PENDING, AssignField.PLANNED)
+
+#: Told each step of an export once it is done: ``(what was done, steps done, steps in all)``.
+Progress = Callable[[str, int, int], None]
+#: The snapshot's key ranges, read in this order at one revision.
+_SNAPSHOT_RANGES = ("zones", "nodes", "assignments", "primaries", "sizes")
+#: Steps of an export: each snapshot range, the history, each table written.
+EXPORT_STEPS = len(_SNAPSHOT_RANGES) + 1 + len(TABLES)
+
+
+def _no_progress(what: str, done: int, total: int) -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,23 +172,23 @@ def history_rows(keys: KeySpace, events: Iterable[WatchEvent]) -> list[dict[str,
 
 
 async def read_export(
-    client: EtcdClient, keys: KeySpace
+    client: EtcdClient, keys: KeySpace, progress: Progress = _no_progress
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
     """Reads the snapshot at one revision and the retained history of the assignment keys."""
     first = await client.list_prefix(keys.zones_prefix())
     revision = first.revision
     kvs = list(first.kvs)
-    for prefix in (
-        keys.nodes_prefix(),
-        keys.assign_prefix(),
-        keys.primary_prefix(),
-        keys.sizes_prefix(),
+    progress(f"read {_SNAPSHOT_RANGES[0]}", 1, EXPORT_STEPS)
+    for n, prefix in enumerate(
+        (keys.nodes_prefix(), keys.assign_prefix(), keys.primary_prefix(), keys.sizes_prefix()), 2
     ):
         kvs.extend((await client.list_prefix(prefix, revision=revision)).kvs)
+        progress(f"read {_SNAPSHOT_RANGES[n - 1]}", n, EXPORT_STEPS)
     tables = snapshot_tables(keys, kvs)
     assign = keys.assign_prefix()
     history = await read_history(client, assign, prefix_range_end(assign))
     tables["history"] = history_rows(keys, history.events)
+    progress("read history", len(_SNAPSHOT_RANGES) + 1, EXPORT_STEPS)
     meta = {
         "revision": revision,
         "history_from": history.from_revision,
@@ -191,23 +202,34 @@ def write_parquet(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> 
 
 
 def write_tables(
-    out: Path, tables: Mapping[str, list[dict[str, Any]]], meta: Mapping[str, Any]
+    out: Path,
+    tables: Mapping[str, list[dict[str, Any]]],
+    meta: Mapping[str, Any],
+    progress: Progress = _no_progress,
 ) -> None:
     """An export directory: ``<table>.parquet`` for every table, plus ``meta.json``."""
+    done = EXPORT_STEPS - len(TABLES)
     with atomic_directory(out, "--out") as tmp:
         for name, rows in tables.items():
             write_parquet(tmp / f"{name}.parquet", rows, TABLES[name])
+            done += 1
+            progress(f"wrote {name}.parquet", done, EXPORT_STEPS)
         (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=1, sort_keys=True) + "\n")
 
 
 async def export(
-    endpoints: str, prefix: str, out: Path, credentials: EtcdCredentials | None = None
+    endpoints: str,
+    prefix: str,
+    out: Path,
+    credentials: EtcdCredentials | None = None,
+    progress: Progress = _no_progress,
 ) -> ExportSummary:
-    """``placectl pipeline export``: read everything first, then write the directory atomically."""
+    """``placectl pipeline export``: read everything first, then write the directory atomically;
+    ``progress`` is told of every step (:data:`EXPORT_STEPS` in all)."""
     keys = KeySpace(prefix)
     async with EtcdClient(endpoints, credentials=credentials) as client:
-        tables, meta = await read_export(client, keys)
-    write_tables(out, tables, {**meta, "prefix": prefix})
+        tables, meta = await read_export(client, keys, progress)
+    write_tables(out, tables, {**meta, "prefix": prefix}, progress)
     return ExportSummary(
         revision=meta["revision"],
         history_from=meta["history_from"],

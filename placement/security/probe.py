@@ -17,18 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import os
 import ssl
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
-from placement.security.tls import TlsMaterial
+from placement.security.tls import TlsMaterial, key_files
 
 #: The longest a probe takes (connect, handshake, first bytes), unless the caller has less.
 PROBE_TIMEOUT = 2.0
@@ -61,19 +58,6 @@ def worth_probing(details: str) -> bool:
     return any(fragment in text for fragment in _CLOSED)
 
 
-@contextlib.contextmanager
-def _key_files(tls: TlsMaterial) -> Iterator[tuple[str, str]]:
-    """``ssl`` loads a certificate chain only from files: the two, readable by this user only,
-    for as long as the context is being built."""
-    with tempfile.TemporaryDirectory(prefix="placement-probe-") as d:
-        cert, key = Path(d) / "cert.pem", Path(d) / "key.pem"
-        for path, data in ((cert, tls.cert), (key, tls.key)):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        yield str(cert), str(key)
-
-
 def probe_context(tls: TlsMaterial | None) -> ssl.SSLContext:
     """The client context a probe speaks with: ``tls``'s CA, certificate and key (``None``:
     any server certificate, none of ours — only "does it speak TLS?"). Raises ``ssl.SSLError``
@@ -84,7 +68,7 @@ def probe_context(tls: TlsMaterial | None) -> ssl.SSLContext:
         context.verify_mode = ssl.CERT_NONE
     else:
         context = ssl.create_default_context(cadata=tls.ca.decode("ascii", "replace"))
-        with _key_files(tls) as (cert, key):
+        with key_files(tls) as (cert, key):
             context.load_cert_chain(cert, key)
     context.set_alpn_protocols(["h2"])
     return context

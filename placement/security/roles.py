@@ -46,6 +46,7 @@ TABLE: Mapping[str, frozenset[Role]] = {
     _P + "ResumeRebalancing": _ADMIN,
     _P + "DrainNode": _ADMIN,
     _P + "GetNodeStatus": _READS,
+    _P + "Plan": _READS,
     _P + "GetZone": _READS,
     _P + "ListZones": _READS,
     _P + "GetZoneStatus": _READS,

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,3 +49,16 @@ def load_tls(
         _read(cert, options[1], "certificate"),
         _read(key, options[2], "private key"),
     )
+
+
+@contextlib.contextmanager
+def key_files(tls: TlsMaterial) -> Iterator[tuple[str, str]]:
+    """``ssl`` loads a certificate chain only from files: the certificate and key, readable by
+    this user only, for as long as a context is being built (``ssl.SSLContext.load_cert_chain``)."""
+    with tempfile.TemporaryDirectory(prefix="placement-tls-") as d:
+        cert, key = Path(d) / "cert.pem", Path(d) / "key.pem"
+        for path, data in ((cert, tls.cert), (key, tls.key)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        yield str(cert), str(key)

@@ -812,3 +812,184 @@ class PauseReply(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PauseReply: _TypeAlias = PauseReply  # noqa: Y015
+
+@_typing.final
+class PlanRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALTER_ZONE_FIELD_NUMBER: _builtins.int
+    DRAIN_NODE_FIELD_NUMBER: _builtins.int
+    drain_node: _builtins.str
+    """The node whose drain to preview."""
+    @_builtins.property
+    def alter_zone(self) -> Global___AlterZoneRequest:
+        """The alter to preview (the same request AlterZone takes)."""
+
+    def __init__(
+        self,
+        *,
+        alter_zone: Global___AlterZoneRequest | None = ...,
+        drain_node: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alter_zone", b"alter_zone", "change", b"change", "drain_node", b"drain_node"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alter_zone", b"alter_zone", "change", b"change", "drain_node", b"drain_node"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_change: _TypeAlias = _typing.Literal["alter_zone", "drain_node"]  # noqa: Y015
+    _WhichOneofArgType_change: _TypeAlias = _typing.Literal["change", b"change"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_change) -> _WhichOneofReturnType_change | None: ...
+
+Global___PlanRequest: _TypeAlias = PlanRequest  # noqa: Y015
+
+@_typing.final
+class PlannedMove(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    BEFORE_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    bytes: _builtins.int
+    """Bytes its joining replicas copy (its reported size, once per joining replica)."""
+    @_builtins.property
+    def before(self) -> _common_pb2.Peers:
+        """The replica set in force now (empty: the change creates the partition)."""
+
+    @_builtins.property
+    def after(self) -> _common_pb2.Peers:
+        """Its target, preferred primary first (empty: the change removes the partition)."""
+
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        before: _common_pb2.Peers | None = ...,
+        after: _common_pb2.Peers | None = ...,
+        bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "bytes", b"bytes", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlannedMove: _TypeAlias = PlannedMove  # noqa: Y015
+
+@_typing.final
+class NodeLoad(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    REPLICAS_BEFORE_FIELD_NUMBER: _builtins.int
+    REPLICAS_AFTER_FIELD_NUMBER: _builtins.int
+    LEASES_HANDED_OVER_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    replicas_before: _builtins.int
+    replicas_after: _builtins.int
+    leases_handed_over: _builtins.int
+    """Unexpired primary leases it hands over first (a drained node's)."""
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        replicas_before: _builtins.int = ...,
+        replicas_after: _builtins.int = ...,
+        leases_handed_over: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leases_handed_over", b"leases_handed_over", "node", b"node", "replicas_after", b"replicas_after", "replicas_before", b"replicas_before"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeLoad: _TypeAlias = NodeLoad  # noqa: Y015
+
+@_typing.final
+class ZonePlan(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ZONE_FIELD_NUMBER: _builtins.int
+    CONFIG_FIELD_NUMBER: _builtins.int
+    MOVES_FIELD_NUMBER: _builtins.int
+    LOADS_FIELD_NUMBER: _builtins.int
+    REPLICAS_ADDED_FIELD_NUMBER: _builtins.int
+    REPLICAS_REMOVED_FIELD_NUMBER: _builtins.int
+    BYTES_TO_MOVE_FIELD_NUMBER: _builtins.int
+    RESHARD_SOURCE_FIELD_NUMBER: _builtins.int
+    RESHARD_TARGET_FIELD_NUMBER: _builtins.int
+    RESHARD_BYTES_FIELD_NUMBER: _builtins.int
+    UNPLACEABLE_FIELD_NUMBER: _builtins.int
+    NOTES_FIELD_NUMBER: _builtins.int
+    zone: _builtins.str
+    replicas_added: _builtins.int
+    replicas_removed: _builtins.int
+    bytes_to_move: _builtins.int
+    """Rebalance bytes plus a re-sharding's copy."""
+    reshard_source: _builtins.int
+    """Set when the change re-shards the zone: partition counts before and after."""
+    reshard_target: _builtins.int
+    reshard_bytes: _builtins.int
+    unplaceable: _builtins.str
+    """Why the zone cannot be placed (nothing moves); empty when it can."""
+    @_builtins.property
+    def config(self) -> Global___ZoneConfig:
+        """The config the plan applies."""
+
+    @_builtins.property
+    def moves(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlannedMove]:
+        """Every partition whose replica set changes; the others keep theirs."""
+
+    @_builtins.property
+    def loads(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeLoad]: ...
+    @_builtins.property
+    def notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What else an operator should know (a held data-node change, under-replication), one line each."""
+
+    def __init__(
+        self,
+        *,
+        zone: _builtins.str = ...,
+        config: Global___ZoneConfig | None = ...,
+        moves: _abc.Iterable[Global___PlannedMove] | None = ...,
+        loads: _abc.Iterable[Global___NodeLoad] | None = ...,
+        replicas_added: _builtins.int = ...,
+        replicas_removed: _builtins.int = ...,
+        bytes_to_move: _builtins.int = ...,
+        reshard_source: _builtins.int = ...,
+        reshard_target: _builtins.int = ...,
+        reshard_bytes: _builtins.int = ...,
+        unplaceable: _builtins.str = ...,
+        notes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_to_move", b"bytes_to_move", "config", b"config", "loads", b"loads", "moves", b"moves", "notes", b"notes", "replicas_added", b"replicas_added", "replicas_removed", b"replicas_removed", "reshard_bytes", b"reshard_bytes", "reshard_source", b"reshard_source", "reshard_target", b"reshard_target", "unplaceable", b"unplaceable", "zone", b"zone"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ZonePlan: _TypeAlias = ZonePlan  # noqa: Y015
+
+@_typing.final
+class PlanReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISION_FIELD_NUMBER: _builtins.int
+    ZONES_FIELD_NUMBER: _builtins.int
+    revision: _builtins.int
+    """The etcd revision of the read it was decided on."""
+    @_builtins.property
+    def zones(self) -> _containers.RepeatedCompositeFieldContainer[Global___ZonePlan]: ...
+    def __init__(
+        self,
+        *,
+        revision: _builtins.int = ...,
+        zones: _abc.Iterable[Global___ZonePlan] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["revision", b"revision", "zones", b"zones"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanReply: _TypeAlias = PlanReply  # noqa: Y015

@@ -110,6 +110,11 @@ class PlacementServiceStub:
                 request_serializer=placement_dot_v1_dot_driver__pb2.GetNodeStatusRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_driver__pb2.NodeStatus.FromString,
                 _registered_method=True)
+        self.Plan = channel.unary_unary(
+                '/placement.v1.PlacementService/Plan',
+                request_serializer=placement_dot_v1_dot_driver__pb2.PlanRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_driver__pb2.PlanReply.FromString,
+                _registered_method=True)
 
 
 class PlacementServiceServicer:
@@ -212,6 +217,15 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Plan(self, request, context):
+        """A dry run: what the leader would do for a zone alter or a node drain — the moves, each
+        node's load before and after, the bytes to copy — decided on its own rules and a consistent
+        read of what it decides on. Writes nothing (design/control-plane.md, "Dry run").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -289,6 +303,11 @@ def add_PlacementServiceServicer_to_server(servicer, server):
                     servicer.GetNodeStatus,
                     request_deserializer=placement_dot_v1_dot_driver__pb2.GetNodeStatusRequest.FromString,
                     response_serializer=placement_dot_v1_dot_driver__pb2.NodeStatus.SerializeToString,
+            ),
+            'Plan': grpc.unary_unary_rpc_method_handler(
+                    servicer.Plan,
+                    request_deserializer=placement_dot_v1_dot_driver__pb2.PlanRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_driver__pb2.PlanReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -696,6 +715,33 @@ class PlacementService:
             '/placement.v1.PlacementService/GetNodeStatus',
             placement_dot_v1_dot_driver__pb2.GetNodeStatusRequest.SerializeToString,
             placement_dot_v1_dot_driver__pb2.NodeStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Plan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/Plan',
+            placement_dot_v1_dot_driver__pb2.PlanRequest.SerializeToString,
+            placement_dot_v1_dot_driver__pb2.PlanReply.FromString,
             options,
             channel_credentials,
             insecure,

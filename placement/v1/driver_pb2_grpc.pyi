@@ -56,6 +56,11 @@ class PlacementServiceStub:
     """
     GetNodeStatus: _grpc.UnaryUnaryMultiCallable[_driver_pb2.GetNodeStatusRequest, _driver_pb2.NodeStatus]
     """A node's state: registered, draining, stopping, what it still holds, whether it may stop."""
+    Plan: _grpc.UnaryUnaryMultiCallable[_driver_pb2.PlanRequest, _driver_pb2.PlanReply]
+    """A dry run: what the leader would do for a zone alter or a node drain — the moves, each
+    node's load before and after, the bytes to copy — decided on its own rules and a consistent
+    read of what it decides on. Writes nothing (design/control-plane.md, "Dry run").
+    """
 
 @_typing.type_check_only
 class PlacementServiceAsyncStub(PlacementServiceStub):
@@ -84,6 +89,11 @@ class PlacementServiceAsyncStub(PlacementServiceStub):
     """
     GetNodeStatus: _aio.UnaryUnaryMultiCallable[_driver_pb2.GetNodeStatusRequest, _driver_pb2.NodeStatus]  # type: ignore[assignment]
     """A node's state: registered, draining, stopping, what it still holds, whether it may stop."""
+    Plan: _aio.UnaryUnaryMultiCallable[_driver_pb2.PlanRequest, _driver_pb2.PlanReply]  # type: ignore[assignment]
+    """A dry run: what the leader would do for a zone alter or a node drain — the moves, each
+    node's load before and after, the bytes to copy — decided on its own rules and a consistent
+    read of what it decides on. Writes nothing (design/control-plane.md, "Dry run").
+    """
 
 class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -199,5 +209,16 @@ class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_driver_pb2.NodeStatus, _abc.Awaitable[_driver_pb2.NodeStatus]]:
         """A node's state: registered, draining, stopping, what it still holds, whether it may stop."""
+
+    @_abc_1.abstractmethod
+    def Plan(
+        self,
+        request: _driver_pb2.PlanRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_driver_pb2.PlanReply, _abc.Awaitable[_driver_pb2.PlanReply]]:
+        """A dry run: what the leader would do for a zone alter or a node drain — the moves, each
+        node's load before and after, the bytes to copy — decided on its own rules and a consistent
+        read of what it decides on. Writes nothing (design/control-plane.md, "Dry run").
+        """
 
 def add_PlacementServiceServicer_to_server(servicer: PlacementServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -11,10 +11,12 @@ import asyncio
 import datetime as dt
 import json
 import os
+import pty
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from rich.console import Console
 
 from placement.local.certs import create_pki
@@ -79,6 +82,57 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: int, *words: 
     assert "Traceback" not in result.stderr
     for word in words:
         assert word in lines[0]
+
+
+def with_terminal_stderr(
+    argv: list[str], env: dict[str, str], timeout: float = 120
+) -> tuple[int, str, str]:
+    """Runs ``argv`` with stdout a pipe and stderr a terminal (a pty): ``(code, stdout,
+    stderr)``."""
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+        env={**env, "TERM": "xterm-256color", "COLUMNS": "200"},
+    )
+    os.close(secondary)
+    drawn = bytearray()
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: the child closed its end
+                return
+            if not chunk:
+                return
+            drawn.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    out, _ = proc.communicate(timeout=timeout)
+    reader.join(timeout=10)
+    os.close(primary)
+    return proc.returncode, out.decode(), drawn.decode(errors="replace")
+
+
+def same_answer_as_json_and_yaml(cluster: Cluster, *args: str) -> Any:
+    """``args`` with ``-o json``, ``-o yaml``, ``--json`` and ``-o json`` again, until the first
+    and last JSON answers are equal (the cluster did not change between them; its lease renewals
+    change revisions and expiries): then the YAML answer must be that same data."""
+    deadline = time.monotonic() + EVENTUALLY
+    while True:
+        before = ok_json(cluster, *args, "-o", "json")
+        as_yaml = placectl(cluster, *args, "-o", "yaml")
+        assert as_yaml.returncode == 0, as_yaml.stderr
+        alias = ok_json(cluster, *args, "--json")
+        after = ok_json(cluster, *args, "-o", "json")
+        if before == after:
+            assert yaml.safe_load(as_yaml.stdout) == before, args
+            assert alias == before, args
+            return before
+        assert time.monotonic() < deadline, f"{args}: the answer kept changing"
 
 
 def wait_status(cluster: Cluster, zone: str, check: Any) -> dict[str, Any]:
@@ -161,6 +215,116 @@ def test_nodes_pause_resume_inspect(ops_cluster: Cluster) -> None:
     assert not [k for k in keys["keys"] if k["kind"] == "control"]
     kinds = {k["kind"] for k in keys["keys"]}
     assert {"nodes", "leader"} <= kinds
+
+
+def test_output_formats_on_a_live_cluster(
+    ops_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read's ``-o json`` and ``-o yaml`` are the same data (``--json`` too), ``-o wide``
+    adds its columns, writes answer as data, and progress bars stay off stdout."""
+    c = ops_cluster
+    monkeypatch.setenv("COLUMNS", "250")  # wide tables are not wrapped
+    created = ok_json(c, *shlex.split("zone create fmt --partitions 3 --replicas 2 -o json"))
+    assert (created["name"], created["partitions"], created["replicas"]) == ("fmt", 3, 2)
+    altered = placectl(c, *shlex.split("zone alter fmt --scale-up-delay 0 -o yaml"))
+    assert altered.returncode == 0, altered.stderr
+    assert yaml.safe_load(altered.stdout)["scale_up_delay"] == 0
+    wait_status(c, "fmt", lambda s: s["state"] == "READY" and s["partitions_done"] == 3)
+
+    reads = [
+        ("zone", "get", "fmt"),
+        ("zone", "list"),
+        ("zone", "status", "fmt"),
+        ("assignments", "fmt"),
+        ("assignments", "fmt", "--partition", "1"),
+        ("nodes",),
+        ("node", "status", "node-1"),
+        ("inspect", "--etcd", c.etcd_endpoint, "--prefix", c.prefix),
+    ]
+    found = {args: same_answer_as_json_and_yaml(c, *args) for args in reads}
+    assert found[("zone", "get", "fmt")]["name"] == "fmt"
+    assert [p["partition"] for p in found[("assignments", "fmt", "--partition", "1")][
+        "partitions"
+    ]] == [1]  # fmt: skip
+    assert found[("node", "status", "node-1")]["registered"] is True
+
+    wide = {
+        ("zone", "get", "fmt"): ["revision", "reshard attempt"],
+        ("zone", "status", "fmt"): ["eligible nodes 3"],
+        ("assignments", "fmt"): ["lease expires", " in "],
+        ("nodes",): ["state", "replicas", "primaries", "active"],
+        ("node", "status", "node-1"): ["(revision "],
+    }
+    for args, words in wide.items():
+        shown = placectl(c, *args, "-o", "wide")
+        assert shown.returncode == 0, shown.stderr
+        table = placectl(c, *args)
+        for word in words:
+            assert word in shown.stdout, (args, word, shown.stdout)
+            assert word not in table.stdout, (args, word, table.stdout)
+
+    inspect = ("inspect", "--etcd", c.etcd_endpoint, "--prefix", c.prefix)
+    assert _header(placectl(c, *inspect).stdout) == ["key", "mod rev", "value"]
+    assert _header(placectl(c, *inspect, "-o", "wide").stdout) == [
+        "key", "kind", "mod rev", "lease", "value",
+    ]  # fmt: skip
+
+    bad = placectl(c, "zone", "get", "fmt", "-o", "xml")
+    assert bad.returncode == 2
+    assert "'-o' / '--output'" in bad.stderr
+    assert bad.stdout == ""
+
+    # a piped watch prints each status, no bar; -o yaml: a document each
+    piped = placectl(c, "zone", "status", "fmt", "--watch", "--interval", "0.2")
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.startswith("zone fmt: READY")
+    assert piped.stderr == ""
+    documents = list(
+        yaml.safe_load_all(placectl(c, "zone", "status", "fmt", "--watch", "-o", "yaml").stdout)
+    )
+    assert [d["state"] for d in documents] == ["READY"]
+
+    assert ok_json(c, "rebalance", "pause", "-o", "json") == {"paused": True}
+    assert ok_json(c, "rebalance", "resume", "--json") == {"paused": False}
+    undrained = ok_json(c, "node", "undrain", "node-1", "-o", "json")
+    assert (undrained["node"], undrained["draining"]) == ("node-1", False)
+
+    # pipeline export: the summary as data; its bar only on a terminal's stderr
+    export = [
+        "pipeline", "export", "--etcd", c.etcd_endpoint, "--prefix", c.prefix,
+        "--out", str(tmp_path / "export"),
+    ]  # fmt: skip
+    summary = ok_json(c, *export, "-o", "json")
+    assert summary["rows"]["zones"] >= 1
+    assert summary["out"] == str(tmp_path / "export")
+    piped_export = placectl(c, *export)
+    assert piped_export.returncode == 0, piped_export.stderr
+    assert piped_export.stderr == ""
+    code, out, drawn = with_terminal_stderr(
+        [sys.executable, "-m", "placement", *export], {**os.environ, **c.env()}
+    )
+    assert code == 0, drawn
+    assert out.startswith("exported revision ")
+    assert len(out.splitlines()) == 1  # the bar never reaches stdout
+    assert "exporting" in drawn
+    assert "12/12" in drawn  # every step: the 5 snapshot ranges, the history, 6 tables
+    assert "wrote history.parquet" in drawn
+    report = ["pipeline", "report", "--input", str(tmp_path / "export")]
+    as_json = ok_json(c, *report, "--out", str(tmp_path / "r1"), "-o", "json")
+    as_yaml = placectl(c, *report, "--out", str(tmp_path / "r2"), "-o", "yaml")
+    assert as_yaml.returncode == 0, as_yaml.stderr
+    assert yaml.safe_load(as_yaml.stdout) == {**as_json, "report": str(tmp_path / "r2/report.html")}
+    assert as_json["report"] == str(tmp_path / "r1/report.html")
+
+    dropped = placectl(c, "zone", "drop", "fmt", "-o", "yaml")
+    assert dropped.returncode == 0, dropped.stderr
+    assert yaml.safe_load(dropped.stdout) == {"name": "fmt", "dropped": True}
+
+
+def _header(table: str) -> list[str]:
+    """The column names of a rich table's header row."""
+    row = next(line for line in table.splitlines() if line.startswith("┃"))
+    return [cell.strip() for cell in row.strip("┃").split("┃")]
 
 
 def test_bad_input_one_line_exit_2_nothing_written(ops_cluster: Cluster) -> None:

@@ -21,7 +21,9 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 from rich.console import Console
+from test_cli_ops import with_terminal_stderr
 
 from placement.data.checker import check_workload
 from placement.data.client import (
@@ -167,6 +169,62 @@ def test_put_get_delete_scan_through_the_cli(data_cluster: Cluster) -> None:
     assert ok(placectl(c, "data", "get", ZONE, "00ff10", "--hex")) == "deadbeef00\n"
     hexed = json.loads(ok(placectl(c, "data", "scan", ZONE, "--prefix", "00ff", "--hex", "--json")))
     assert hexed["items"] == [{"key": "00ff10", "value": "deadbeef00"}]
+
+
+def test_data_and_workload_answer_as_json_or_yaml(data_cluster: Cluster, tmp_path: Path) -> None:
+    """``-o json`` and ``-o yaml`` give the same data; ``workload run`` draws its bar on a
+    terminal's stderr only, never on stdout."""
+    c = data_cluster
+
+    def both(*args: str) -> Any:
+        as_json = json.loads(ok(placectl(c, *args, "-o", "json")))
+        assert yaml.safe_load(ok(placectl(c, *args, "-o", "yaml"))) == as_json, args
+        return as_json
+
+    put = json.loads(ok(placectl(c, "data", "put", ZONE, "fmt-1", "yes", "-o", "json")))
+    assert (put["key"], put["index"] > 0) == ("fmt-1", True)
+    put = yaml.safe_load(ok(placectl(c, "data", "put", ZONE, "fmt-2", "1.0", "-o", "yaml")))
+    assert put["key"] == "fmt-2"
+    assert both("data", "get", ZONE, "fmt-1") == {"key": "fmt-1", "value": "yes"}
+    scanned = both("data", "scan", ZONE, "--prefix", "fmt-")
+    assert scanned["items"] == [
+        {"key": "fmt-1", "value": "yes"},
+        {"key": "fmt-2", "value": "1.0"},  # a YAML number-looking string stays a string
+    ]
+    assert ok(placectl(c, "data", "get", ZONE, "fmt-1", "-o", "wide")) == "yes\n"
+    deleted = yaml.safe_load(ok(placectl(c, "data", "delete", ZONE, "fmt-2", "-o", "yaml")))
+    assert deleted["existed"] is True
+
+    record = tmp_path / "fmt.jsonl"
+    run = [
+        "workload", "run", "--zone", ZONE, "--writers", "2", "--keys-per-writer", "5",
+        "--duration", "2", "--record", str(record),
+    ]  # fmt: skip
+    stats = yaml.safe_load(ok(placectl(c, *run, "-o", "yaml")))
+    assert stats["acked"] > 0
+    assert stats["zone"] == ZONE
+    piped = placectl(c, *run)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stderr == ""  # stderr is a pipe: no bar
+    code, out, drawn = with_terminal_stderr(
+        [sys.executable, "-m", "placement", "--endpoint", ",".join(c.driver_apis), *run],
+        {**os.environ, **c.env("client")},
+    )
+    assert code == 0, drawn
+    assert out.startswith("run ")
+    assert len(out.splitlines()) == 1  # the bar never reaches stdout
+    assert "writing" in drawn
+    assert "2/2" in drawn  # the seconds of --duration, all done
+    assert " acknowledged, 0 failed" in drawn
+    code, out, drawn = with_terminal_stderr(
+        [sys.executable, "-m", "placement", "--endpoint", ",".join(c.driver_apis), *run, "--json"],
+        {**os.environ, **c.env("client")},
+    )
+    assert code == 0, drawn
+    assert json.loads(out)["acked"] > 0
+    assert drawn == ""  # -o json: no bar even on a terminal
+    verdict = both("workload", "check", "--zone", ZONE, "--record", str(record))
+    assert verdict["ok"] is True, verdict
 
 
 def test_bad_cli_input_is_one_line_and_exit_2(data_cluster: Cluster, tmp_path: Path) -> None:

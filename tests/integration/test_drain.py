@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -31,7 +32,13 @@ from rich.console import Console
 from placement.data.client import DataClient
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
 from placement.metastore.codec import Assignment as AssignmentValue
-from placement.metastore.codec import PrimaryLease, decode_assignment, decode_primary
+from placement.metastore.codec import (
+    PrimaryLease,
+    ReplicaSize,
+    decode_assignment,
+    decode_primary,
+    decode_size,
+)
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
 
@@ -184,10 +191,81 @@ async def _leases_of(cluster: Cluster, node: str) -> dict[int, int]:
     return held
 
 
+async def _stables(cluster: Cluster) -> dict[int, tuple[str, ...]]:
+    """Partition -> its stable replica set, as etcd holds it now."""
+    keys = KeySpace(cluster.prefix)
+    async with EtcdClient([cluster.etcd_endpoint], credentials=cluster.etcd_credentials()) as c:
+        found = await c.list_prefix(keys.zone_assign_prefix(ZONE))
+    stables = {}
+    for kv in found.kvs:
+        parsed = keys.parse(kv.key)
+        if parsed is not None and parsed.field is AssignField.STABLE:
+            value = decode_assignment(kv.value)
+            assert isinstance(value, AssignmentValue)
+            assert parsed.partition is not None
+            stables[parsed.partition] = tuple(value.peers)
+    return stables
+
+
+async def _sizes_reported(cluster: Cluster) -> None:
+    """Until every partition of the zone has a replica whose reported size is not 0 (agents
+    report sizes every 10 s): the writers' data, which a grow's dry run counts."""
+    keys = KeySpace(cluster.prefix)
+    prefix = keys.sizes_prefix() + ZONE.encode() + b"/"
+    deadline = time.monotonic() + EVENTUALLY
+    async with EtcdClient([cluster.etcd_endpoint], credentials=cluster.etcd_credentials()) as c:
+        while True:
+            found = await c.list_prefix(prefix)
+            sized = set()
+            for kv in found.kvs:
+                parsed = keys.parse(kv.key)
+                size = decode_size(kv.value)
+                if parsed is not None and isinstance(size, ReplicaSize) and size.bytes > 0:
+                    sized.add(parsed.partition)
+            if len(sized) == PARTITIONS:
+                return
+            assert time.monotonic() < deadline, sorted(sized)
+            await asyncio.sleep(0.5)
+
+
+def _planned(
+    before: dict[int, tuple[str, ...]], zone: dict[str, Any]
+) -> dict[int, tuple[str, ...]]:
+    """The final assignment a dry run's zone answer says: its moves' targets, the rest as is."""
+    final = dict(before)
+    final.update((m["partition"], tuple(m["after"])) for m in zone["moves"])
+    return {p: peers for p, peers in final.items() if peers}
+
+
+def _moved(history: History) -> set[int]:
+    return {int(q) for _, kind, q, peers in history.events if kind == "pending" and peers}
+
+
+def _check_loads(zone: dict[str, Any], final: dict[int, tuple[str, ...]]) -> None:
+    counted = Counter(n for peers in final.values() for n in peers)
+    planned = {n["node"]: n["replicas_after"] for n in zone["loads"] if n["replicas_after"]}
+    assert planned == dict(counted), (planned, counted)
+
+
 def test_a_drain_moves_leases_first_then_replicas_and_loses_no_write(cluster: Cluster) -> None:
     victim = "node-1"
     led_before = asyncio.run(_leases_of(cluster, victim))
     assert led_before, "node-1 leads nothing: nothing to show"
+    # The dry run first: it writes nothing, and says what the drain then does.
+    before = asyncio.run(_stables(cluster))
+    out = placectl(cluster, "node", "drain", victim, "--dry-run", "--json")
+    (planned,) = json.loads(out.stdout)["zones"]
+    assert planned["zone"] == ZONE
+    status = json.loads(placectl(cluster, "node", "status", victim, "--json").stdout)
+    assert not status["draining"]
+    assert asyncio.run(_stables(cluster)) == before
+    loads = {n["node"]: n for n in planned["loads"]}
+    assert loads[victim]["replicas_after"] == 0
+    assert loads[victim]["replicas_before"] == sum(victim in p for p in before.values())
+    assert loads[victim]["leases_handed_over"] == len(led_before)
+    assert {m["partition"] for m in planned["moves"]} == {
+        p for p, peers in before.items() if victim in peers
+    }
     writers = Writers(cluster)
     lines: list[dict[str, Any]] = []
 
@@ -225,6 +303,11 @@ def test_a_drain_moves_leases_first_then_replicas_and_loses_no_write(cluster: Cl
     new = [(p, epoch) for p, epoch in to_victim if led_before.get(p) != epoch]
     assert not new, f"{victim} was granted leases while drained: {new}"  # renewals only
     assert asyncio.run(_leases_of(cluster, victim)) == {}
+    # What the dry run said: the same partitions moved, to the same final assignment.
+    final = asyncio.run(_stables(cluster))
+    assert final == _planned(before, planned)
+    assert _moved(history) == {m["partition"] for m in planned["moves"]}
+    _check_loads(planned, final)
 
     # Undrain: it takes replicas again.
     placectl(cluster, "node", "undrain", victim)
@@ -237,6 +320,55 @@ def test_a_drain_moves_leases_first_then_replicas_and_loses_no_write(cluster: Cl
         assert time.monotonic() < deadline, status
         time.sleep(0.3)
     asyncio.run(_ready(cluster))
+
+
+def test_a_zone_alter_dry_run_is_what_the_alter_then_does(cluster: Cluster) -> None:
+    asyncio.run(_ready(cluster))
+    asyncio.run(_sizes_reported(cluster))
+    for replicas in (2, 3):
+        before = asyncio.run(_stables(cluster))
+        out = placectl(
+            cluster, "zone", "alter", ZONE, "--replicas", str(replicas), "--dry-run", "--json"
+        )
+        (planned,) = json.loads(out.stdout)["zones"]
+        assert planned["replicas"] == replicas
+        zone = json.loads(placectl(cluster, "zone", "get", ZONE, "--json").stdout)
+        assert zone["replicas"] == 5 - replicas  # the dry run wrote nothing
+        assert asyncio.run(_stables(cluster)) == before
+        assert len(planned["moves"]) == PARTITIONS  # every partition gains or loses one
+        if replicas == 3:  # a grow copies each partition once more: the writers' data
+            assert planned["bytes_to_move"] == sum(m["bytes"] for m in planned["moves"]) > 0
+
+        async def body(count: int = replicas) -> None:
+            await asyncio.to_thread(
+                placectl, cluster, "zone", "alter", ZONE, "--replicas", str(count)
+            )
+            await _ready(cluster)
+
+        history = asyncio.run(_with_history(cluster, body))
+        final = asyncio.run(_stables(cluster))
+        assert final == _planned(before, planned), replicas
+        assert _moved(history) == {m["partition"] for m in planned["moves"]}
+        _check_loads(planned, final)
+
+
+def test_a_dry_run_of_bad_input_is_one_line_naming_it(cluster: Cluster) -> None:
+    for args, field in (
+        (("node", "drain", "no-such-node", "--dry-run"), "node"),
+        (("zone", "alter", "no-such-zone", "--replicas", "2", "--dry-run"), "no-such-zone"),
+        (("zone", "alter", ZONE, "--replicas", "0", "--dry-run"), "replicas"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "placement", "--endpoint", ",".join(cluster.driver_apis), *args],
+            env={**os.environ, **cluster.env()},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert field in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
 
 
 def test_a_sigterm_hands_the_agent_s_leases_over_before_it_leaves(cluster: Cluster) -> None:

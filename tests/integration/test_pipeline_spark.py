@@ -4,6 +4,7 @@ for JSON and Parquet input, with every what-if option; bad rows found by the exe
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from placement.pipeline.export import export, write_tables
 from placement.pipeline.schemas import ASSIGNMENTS
 from placement.pipeline.spark_master import parse_master
 from placement.pipeline.spark_plan import start_spark
+from placement.pipeline.spark_progress import StageProgress, StageWatcher
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "snapshot.json"
@@ -170,3 +172,27 @@ async def test_export_then_plan_on_spark(
     # orders: stable p0 = n1,n3 (size 150), p1 = n2,n3 (size 70); n3 leaves -> one new replica
     # of each partition
     assert (orders["moves"], orders["bytes_to_move"]) == (2, 220)
+
+
+def test_stage_watcher_reads_the_real_status_tracker(spark: SparkSession, tmp_path: Path) -> None:
+    """``placectl plan --engine spark``'s bars come from Spark's own status tracker: a stage of
+    six half-second tasks on two cores is seen running (its task counts read), then done."""
+    seen: list[list[StageProgress]] = []
+    with StageWatcher(spark.sparkContext.statusTracker(), seen.append, interval=0.05):
+        # a lambda: pickled by value (the workers cannot import this test module)
+        slow = spark.sparkContext.parallelize(range(6), 6).map(lambda x: time.sleep(0.5) or x)
+        assert slow.count() == 6
+    stages = [s for poll in seen for s in poll]
+    assert stages, "no active stage seen"
+    assert {s.tasks for s in stages} == {6}
+    done = [s.completed for s in stages]
+    # (how many are seen done depends on how late Spark's listener bus runs on a busy machine)
+    assert done == sorted(done)
+    assert all(0 <= n <= 6 for n in done)
+    assert all("count" in s.name for s in stages), stages[0].name
+    assert seen[-1] == []  # polled once more on the way out
+
+    reports: list[list[StageProgress]] = []
+    run_plan(EXAMPLE, tmp_path / "plan.json", engine="spark", master="local[2]",
+             stages=lambda found: reports.append(list(found)))  # fmt: skip
+    assert reports[-1] == []  # the plan ran under a watcher reporting to ``stages``
