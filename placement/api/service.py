@@ -16,7 +16,7 @@ Bad input is rejected with ``INVALID_ARGUMENT`` naming the field *before* anythi
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -24,7 +24,13 @@ from placement.core.layout import cancel_reshard, check_alter
 from placement.core.model import ZoneSpec
 from placement.core.names import validate_name
 from placement.core.zonespec import validate_zone_spec
-from placement.driver.core import ClusterView, ZoneView, build_view, view_zone_status
+from placement.driver.core import (
+    ClusterView,
+    DecodeCache,
+    ZoneView,
+    build_view,
+    view_zone_status,
+)
 from placement.driver.preview import Preview, preview
 from placement.driver.status import (
     RebalanceProgress,
@@ -45,13 +51,16 @@ from placement.metastore.codec import (
     ReplicaSize,
     decode_assignment,
     decode_leader,
+    decode_node,
     decode_primary,
     decode_size,
+    decode_zone_spec,
 )
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
-from placement.metastore.kv import KeyValue, Range
+from placement.metastore.kv import KeyValue
+from placement.metastore.readcache import ReadCache
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome, PartitionState, ZoneRecord
 
@@ -189,6 +198,40 @@ def _holder(raw: bytes) -> tuple[str, int] | None:
     return (lease.node, lease.lease_epoch) if isinstance(lease, PrimaryLease) else None
 
 
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """How fresh a read must be (design/control-plane.md, "Reads from memory"): at least
+    ``min_revision``; ``linearizable``: every write committed before the call."""
+
+    min_revision: int = 0
+    linearizable: bool = False
+
+
+#: The assignment keys a partition's view shows.
+VIEWED_FIELDS = (AssignField.STABLE, AssignField.PENDING, AssignField.PLANNED)
+
+
+def _readable(zone: str, kv: KeyValue | None, strict: bool = True) -> ZoneSpec | Corrupt:
+    """Zone ``zone``'s config from its key (ZoneNotFound when absent); ``strict``: a corrupt
+    one is InvalidInput."""
+    if kv is None:
+        raise ZoneNotFound(zone)
+    spec = decode_zone_spec(kv.value)
+    if strict and isinstance(spec, Corrupt):
+        raise InvalidInput("name", f"zone {zone!r} has a corrupt config", "drop it")
+    return spec
+
+
+def _check_revision(revision: int, read: ReadOptions) -> None:
+    """A read from etcd at ``revision`` cannot answer a ``min_revision`` beyond it."""
+    if read.min_revision > revision:
+        raise InvalidInput(
+            "read.min_revision",
+            f"{read.min_revision} is ahead of the store's revision {revision}",
+            "use a revision an answer or a write returned",
+        )
+
+
 def _holds(zone: ZoneView, node: str) -> bool:
     """``node`` is a member of some stable or pending of ``zone``."""
     return any(
@@ -257,12 +300,15 @@ class PlacementAPI:
         leadership: Leadership | None = None,
         *,
         clock_ms: Callable[[], int] = now_ms,
+        cache: ReadCache | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
         self.store = Metastore(client, keys)
         self.leadership = leadership
+        self.cache = cache
         self._clock_ms = clock_ms
+        self._decoded: dict[str, DecodeCache] = {}  # per zone: only changed keys decoded again
 
     # -- leadership ------------------------------------------------------------------------------
 
@@ -346,16 +392,24 @@ class PlacementAPI:
 
     # -- status, nodes, assignments ----------------------------------------------------------------
 
-    async def zone_status(self, name: str) -> ZoneStatusView:
+    async def zone_status(self, name: str, read: ReadOptions = ReadOptions()) -> ZoneStatusView:
         """`driver.status.zone_status` of zone ``name`` as the leader would see it (any instance
         answers): one consistent read of everything a pass decides the zone on, the pass's own
         rules applied to it (``driver.core.zone_outlook``), so READY means nothing is left to
-        do — and NO_LEADER while no driver leads."""
-        record = await self.get_zone(name)
-        if isinstance(record.spec, Corrupt):
-            raise InvalidInput("name", f"zone {name!r} has a corrupt config", "drop it")
-        revision, kvs = await self.store.read_zone_snapshot(name)
-        view = build_view(self.keys, kvs, revision)
+        do — and NO_LEADER while no driver leads. From the read cache when it can answer
+        ``read``, else from etcd."""
+        validate_name(name, "zone")
+        cache = await self._cache(read, name)
+        if cache is not None:
+            revision, kvs = cache.revision, cache.zone_kvs(name)
+            _readable(name, kvs.get(self.keys.zone(name)))
+        else:
+            record = await self.get_zone(name)
+            if isinstance(record.spec, Corrupt):
+                raise InvalidInput("name", f"zone {name!r} has a corrupt config", "drop it")
+            revision, kvs = await self.store.read_zone_snapshot(name)
+            _check_revision(revision, read)
+        view = build_view(self.keys, kvs, revision, self._decoded.setdefault(name, DecodeCache()))
         status = status_on_view(self.keys, view, kvs, name, self._clock_ms())
         if status is None:
             raise ZoneNotFound(name)  # dropped between the two reads
@@ -401,16 +455,53 @@ class PlacementAPI:
             drain={node},
         )
 
-    async def list_nodes(self) -> tuple[int, tuple[NodeRecord, ...]]:
+    async def list_nodes(
+        self, read: ReadOptions = ReadOptions()
+    ) -> tuple[int, tuple[NodeRecord, ...]]:
+        """Every registered node (name order) and the revision the answer reflects."""
+        cache = await self._cache(read)
+        if cache is not None:
+            prefix = self.keys.nodes_prefix()
+            found = sorted(
+                (key, kv) for key, kv in cache.global_kvs().items() if key.startswith(prefix)
+            )
+            records = (decode_node(kv.value) for _, kv in found)
+            return cache.revision, tuple(r for r in records if isinstance(r, NodeRecord))
         revision, entries = await self.store.list_nodes()
+        _check_revision(revision, read)
         return revision, tuple(e.record for e in entries if isinstance(e.record, NodeRecord))
 
+    async def _cache(self, read: ReadOptions, zone: str | None = None) -> ReadCache | None:
+        """The read cache when it may answer ``read`` now (None: read etcd). A ``zone`` it does
+        not hold is read from etcd, which says for sure: a client that created it a moment ago
+        on another instance finds it."""
+        if read.min_revision < 0:
+            raise InvalidInput("read.min_revision", "is negative", "use 0 or a revision")
+        cache = self.cache
+        if cache is None or not await cache.ready(read.min_revision, read.linearizable):
+            return None
+        if zone is not None and cache.get(self.keys.zone(zone)) is None:
+            return None
+        return cache
+
     async def assignments(
-        self, zone: str, *, partition: int | None = None, start: int = 0, limit: int = 0
+        self,
+        zone: str,
+        *,
+        partition: int | None = None,
+        start: int = 0,
+        limit: int = 0,
+        read: ReadOptions = ReadOptions(),
     ) -> tuple[int, list[PartitionView], int | None]:
-        """Partitions ``start..`` (at most ``limit``) at one revision, and the next start."""
-        record = await self.get_zone(zone)
-        total = record.spec.partitions if isinstance(record.spec, ZoneSpec) else 0
+        """Partitions ``start..`` (at most ``limit``) at one revision, and the next start; from
+        the read cache when it can answer ``read``, else from etcd."""
+        validate_name(zone, "zone")
+        cache = await self._cache(read, zone)
+        if cache is not None:
+            spec = _readable(zone, cache.get(self.keys.zone(zone)), strict=False)
+        else:
+            spec = (await self.get_zone(zone)).spec
+        total = spec.partitions if isinstance(spec, ZoneSpec) else 0
         limit = limit or DEFAULT_PAGE_SIZE
         if partition is not None:
             if partition >= max(total, 1):
@@ -423,18 +514,38 @@ class PlacementAPI:
         else:
             first, last = start, min(total, start + limit)
         if first >= last:
+            if cache is not None:
+                return cache.revision, [], None
             revision = await self.client.current_revision(self.keys.zone(zone))
             return revision, [], None
-        revision, assign, primaries = await self.store.read_assignment_page(zone, first, last)
-        views = self._views(zone, assign, primaries, range(first, last))
+        partitions = range(first, last)
+        if cache is not None:
+            keys, get = self.keys, cache.get
+            assign = [
+                kv
+                for p in partitions
+                for f in VIEWED_FIELDS
+                if (kv := get(keys.assign(zone, p, f))) is not None
+            ]
+            leases = [kv for p in partitions if (kv := get(keys.primary(zone, p))) is not None]
+            revision = cache.revision
+        else:
+            revision, found, held = await self.store.read_assignment_page(zone, first, last)
+            _check_revision(revision, read)
+            assign, leases = list(found.kvs), list(held.kvs)
+        views = self._views(zone, assign, leases, partitions)
         following = last if partition is None and last < total else None
         return revision, views, following
 
     def _views(
-        self, zone: str, assign: Range, primaries: Range, partitions: range
+        self,
+        zone: str,
+        assign: Iterable[KeyValue],
+        primaries: Iterable[KeyValue],
+        partitions: range,
     ) -> list[PartitionView]:
         by_partition: dict[int, dict[AssignField, bytes]] = {}
-        for kv in assign.kvs:
+        for kv in assign:
             parsed = self.keys.parse(kv.key)
             if parsed is None or parsed.kind is not KeyKind.ASSIGN or parsed.name != zone:
                 continue
@@ -443,7 +554,7 @@ class PlacementAPI:
             by_partition.setdefault(parsed.partition, {})[parsed.field] = kv.value
         primary_of: dict[int, bytes] = {}
         base = self.keys.zone_primary_prefix(zone)
-        for kv in primaries.kvs:
+        for kv in primaries:
             tail = kv.key[len(base) :]
             if tail.isdigit():
                 primary_of[int(tail)] = kv.value
@@ -510,7 +621,7 @@ class PlacementAPI:
                         )
                         lease_key = self.keys.primary(zone, p)
                         lease = await self.client.get(lease_key, revision=revision)
-                        (view,) = self._views(zone, found, lease, range(p, p + 1))
+                        (view,) = self._views(zone, found.kvs, lease.kvs, range(p, p + 1))
                         yield revision, view
 
     # -- rebalance control -----------------------------------------------------------------------

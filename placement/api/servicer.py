@@ -19,6 +19,7 @@ from placement.api.service import (
     NodeStatusView,
     PartitionView,
     PlacementAPI,
+    ReadOptions,
     ZoneExists,
     ZoneNotFound,
     make_spec,
@@ -39,6 +40,7 @@ from placement.errors import (
 from placement.metastore.codec import Corrupt, LayoutValue
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
+from placement.metastore.readcache import ReadCache
 from placement.metastore.transitions import ZoneRecord
 from placement.rpc import API_PROFILE, ChannelPool, StatusTable, abort, add_health
 from placement.security.tls import TlsMaterial
@@ -276,7 +278,7 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
         self, request: driver_pb2.GetZoneRequest, context: Any
     ) -> driver_pb2.ZoneStatus:
         async def work() -> driver_pb2.ZoneStatus:
-            s = await self.api.zone_status(request.name)
+            s = await self.api.zone_status(request.name, read_options(request.read))
             status = driver_pb2.ZoneStatus(
                 name=s.name,
                 state=driver_pb2.ZoneState.Value(s.state),
@@ -307,8 +309,9 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
         self, request: driver_pb2.ListNodesRequest, context: Any
     ) -> driver_pb2.ListNodesResponse:
         async def work() -> driver_pb2.ListNodesResponse:
-            _, nodes = await self.api.list_nodes()
+            revision, nodes = await self.api.list_nodes(read_options(request.read))
             return driver_pb2.ListNodesResponse(
+                revision=revision,
                 nodes=[
                     driver_pb2.Node(
                         name=n.name,
@@ -317,7 +320,7 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
                         weight=n.weight,
                     )
                     for n in nodes
-                ]
+                ],
             )
 
         return await self._run(context, work)
@@ -336,6 +339,7 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
                 partition=request.partition if request.HasField("partition") else None,
                 start=int(token or 0),
                 limit=request.page_size,
+                read=read_options(request.read),
             )
             return driver_pb2.GetAssignmentsResponse(
                 assignments=[partition_pb(v) for v in views],
@@ -433,6 +437,10 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
         return await self._run(context, work, request, method)
 
 
+def read_options(read: driver_pb2.ReadOptions) -> ReadOptions:
+    return ReadOptions(read.min_revision, read.linearizable)
+
+
 def plan_pb(found: Preview) -> driver_pb2.PlanReply:
     return driver_pb2.PlanReply(
         revision=found.revision,
@@ -509,11 +517,14 @@ def add_servicer(
     return servicer
 
 
-def add_to_server(server: grpc.aio.Server, driver: DriverLike) -> Sequence[str]:
+def add_to_server(
+    server: grpc.aio.Server, driver: DriverLike, cache: ReadCache | None = None
+) -> Sequence[str]:
     """The hook ``placectl driver run`` calls (health and reflection come from
     :mod:`placement.rpc`): adds PlacementService on ``driver``'s client, key space and
-    leadership; returns its full name."""
-    add_servicer(server, PlacementAPI(driver.client, driver.keys, driver), driver.tls)
+    leadership, answering reads from ``cache`` when given; returns its full name."""
+    api = PlacementAPI(driver.client, driver.keys, driver, cache=cache)
+    add_servicer(server, api, driver.tls)
     return [SERVICE_NAME]
 
 

@@ -69,6 +69,7 @@ async def serve_driver(
     from placement.driver.leases import LeaseConfig
     from placement.driver.loop import Driver, DriverConfig
     from placement.metastore.etcd import EtcdClient
+    from placement.metastore.readcache import ReadCache
     from placement.metrics import parse_listen, register_collector, serve_metrics
     from placement.rpc import advertised_address, bind_server, set_serving, start_server
 
@@ -104,6 +105,9 @@ async def serve_driver(
     ):
         await client.check_access(keys.prefix)  # a refused credential ends the process now
         driver = Driver(client, keys, config, tls=tls)
+        reads = ReadCache(client, keys)  # GetAssignments, GetZoneStatus, ListNodes, dashboard
+        reads.start()
+        closing.push_async_callback(reads.close)
         closing.callback(register_collector(driver.gauges))  # unregistered on the way out
         if metrics_listen is not None:
             metrics_server = serve_metrics(metrics_listen, tls)
@@ -113,11 +117,14 @@ async def serve_driver(
             from placement.api.dashboard.document import DashboardSource
             from placement.api.dashboard.server import serve_dashboard
 
-            source = DashboardSource(client, keys, member_id, driver)
+            source = DashboardSource(client, keys, member_id, driver, cache=reads)
             dashboard = await serve_dashboard(http_listen, source, tls, http_client_cert)
             closing.push_async_callback(dashboard.close)
             logging.getLogger(__name__).info("dashboard at %s", dashboard.url)
-        added = (add_servicers or add_to_server)(server, driver)
+        if add_servicers is None:
+            added = add_to_server(server, driver, reads)
+        else:
+            added = add_servicers(server, driver)
         health_servicer = await start_server(server, added)
         stop = asyncio.Event()
 

@@ -79,10 +79,15 @@ class ListWatch(AsyncClosing):
         sleep: Sleep = asyncio.sleep,
         backoff: Backoff | None = None,
         quiet: Callable[[bytes], bool] | None = None,
+        group: Callable[[bytes], str | None] | None = None,
     ) -> None:
         """``quiet(key)`` true: a change of that key is applied but wakes nobody — it shows in
-        the next snapshot made for another change (e.g. the driver and replica-size reports)."""
+        the next snapshot made for another change (e.g. the driver and replica-size reports).
+        ``group(key)``: the name of the group the key is kept in as well (None: none), read
+        with :meth:`group` without copying the prefix (e.g. one zone's keys)."""
         self._quiet = quiet
+        self._group_of = group
+        self._groups: dict[str, dict[bytes, KeyValue]] = {}
         self._client = client
         self._prefix = prefix
         self._end = prefix_range_end(prefix)
@@ -132,6 +137,19 @@ class ListWatch(AsyncClosing):
     async def __aenter__(self) -> Self:
         await self.start()
         return self
+
+    def get(self, key: bytes) -> KeyValue | None:
+        """``key`` as of :attr:`revision` (no copy: read it before the next ``await``)."""
+        return self._kvs.get(key)
+
+    def group(self, name: str) -> Mapping[bytes, KeyValue]:
+        """The keys of group ``name`` as of :attr:`revision` — live, not a copy: read it before
+        the next ``await`` (every change is applied between two awaits, never during one)."""
+        return MappingProxyType(self._groups.get(name, {}))
+
+    def live(self) -> Mapping[bytes, KeyValue]:
+        """Every key as of :attr:`revision`, live like :meth:`group`."""
+        return MappingProxyType(self._kvs)
 
     def snapshot(self) -> Snapshot:
         """The current snapshot (built once per change, then shared)."""
@@ -191,6 +209,13 @@ class ListWatch(AsyncClosing):
     async def _list(self) -> None:
         listed = await self._client.list_prefix(self._prefix, page_size=self._page_size)
         self._kvs = {kv.key: kv for kv in listed.kvs}
+        self._groups = {}
+        group_of = self._group_of
+        if group_of is not None:
+            for key, kv in self._kvs.items():
+                name = group_of(key)
+                if name is not None:
+                    self._groups.setdefault(name, {})[key] = kv
         self._revision = listed.revision
         self._generation += 1
         self._changes += 1
@@ -207,10 +232,16 @@ class ListWatch(AsyncClosing):
         for event in batch.events:
             if event.kv.mod_revision <= self._revision:
                 continue  # already in the list (cannot happen with start = R + 1; kept as a guard)
+            key = event.kv.key
+            name = self._group_of(key) if self._group_of is not None else None
             if event.kind is EventKind.DELETE:
-                self._kvs.pop(event.kv.key, None)
+                self._kvs.pop(key, None)
+                if name is not None:
+                    self._groups.get(name, {}).pop(key, None)
             else:
-                self._kvs[event.kv.key] = event.kv
+                self._kvs[key] = event.kv
+                if name is not None:
+                    self._groups.setdefault(name, {})[key] = event.kv
         quiet = self._quiet
         changed = any(quiet is None or not quiet(e.kv.key) for e in batch.events)
         self._revision = max(self._revision, batch.revision)

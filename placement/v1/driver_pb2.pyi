@@ -291,19 +291,58 @@ class GetZoneRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
+    READ_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    @_builtins.property
+    def read(self) -> Global___ReadOptions:
+        """GetZoneStatus only: how fresh the answer must be (GetZone always reads etcd)."""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
+        read: Global___ReadOptions | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["read", b"read"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "read", b"read"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetZoneRequest: _TypeAlias = GetZoneRequest  # noqa: Y015
+
+@_typing.final
+class ReadOptions(_message.Message):
+    """How fresh a read must be. Every instance answers GetZoneStatus, GetAssignments and ListNodes
+    from memory (a watch of the prefix); the answer's revision says what it reflects
+    (design/control-plane.md, "Reads from memory").
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MIN_REVISION_FIELD_NUMBER: _builtins.int
+    LINEARIZABLE_FIELD_NUMBER: _builtins.int
+    min_revision: _builtins.int
+    """Reflect at least this revision (e.g. the one a write's answer carried); 0 = any. A revision
+    beyond the store's is INVALID_ARGUMENT.
+    """
+    linearizable: _builtins.bool
+    """Reflect every write committed before the call (etcd's current revision, then the cache
+    catches up to it, or etcd is read).
+    """
+    def __init__(
+        self,
+        *,
+        min_revision: _builtins.int = ...,
+        linearizable: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["linearizable", b"linearizable", "min_revision", b"min_revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadOptions: _TypeAlias = ReadOptions  # noqa: Y015
 
 @_typing.final
 class ListZonesRequest(_message.Message):
@@ -475,12 +514,17 @@ Global___Node: _TypeAlias = Node  # noqa: Y015
 class ListNodesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    READ_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def read(self) -> Global___ReadOptions: ...
     def __init__(
         self,
+        *,
+        read: Global___ReadOptions | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["read", b"read"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["read", b"read"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -491,16 +535,20 @@ class ListNodesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODES_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    revision: _builtins.int
+    """The revision the answer reflects."""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Node]: ...
     def __init__(
         self,
         *,
         nodes: _abc.Iterable[Global___Node] | None = ...,
+        revision: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes", b"nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes", b"nodes", "revision", b"revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -557,11 +605,14 @@ class GetAssignmentsRequest(_message.Message):
     PARTITION_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    READ_FIELD_NUMBER: _builtins.int
     zone: _builtins.str
     partition: _builtins.int
     """Only this partition when set."""
     page_size: _builtins.int
     page_token: _builtins.str
+    @_builtins.property
+    def read(self) -> Global___ReadOptions: ...
     def __init__(
         self,
         *,
@@ -569,10 +620,11 @@ class GetAssignmentsRequest(_message.Message):
         partition: _builtins.int | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        read: Global___ReadOptions | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "partition", b"partition"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "partition", b"partition", "read", b"read"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "page_size", b"page_size", "page_token", b"page_token", "partition", b"partition", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "page_size", b"page_size", "page_token", b"page_token", "partition", b"partition", "read", b"read", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__partition: _TypeAlias = _typing.Literal["partition"]  # noqa: Y015
     _WhichOneofArgType__partition: _TypeAlias = _typing.Literal["_partition", b"_partition"]  # noqa: Y015

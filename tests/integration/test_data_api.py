@@ -525,8 +525,14 @@ async def replicate(
     """``request`` as the one request of a ``Replicate`` stream: its answer, or the status the
     stream ended with (AioRpcError)."""
     stream: Any = stub.Replicate(timeout=10)
-    await stream.write(request)
-    await stream.done_writing()
+    try:
+        await stream.write(request)
+        await stream.done_writing()
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        # The server ended the stream first (e.g. refused the caller at once): the write fails
+        # with a transport error; the status it ended with comes from the read, as for
+        # ``replica.data.peers`` (the agent's own stream).
+        pass
     reply = await stream.read()
     if reply is grpc.aio.EOF:
         raise AssertionError(f"the stream ended with no answer: {await stream.code()}")

@@ -39,6 +39,7 @@ from placement.metastore.codec import (
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeyKind, KeySpace
 from placement.metastore.kv import KeyValue
+from placement.metastore.readcache import ReadCache
 from placement.metastore.transitions import PartitionState
 
 #: Rows of in-flight rebalances the document carries (the page says how many more there are).
@@ -395,8 +396,9 @@ def build_document(
 
 
 class DashboardSource:
-    """Reads the whole prefix at one revision and builds the document; a document younger
-    than ``min_interval`` seconds is served again (concurrent requests share one read)."""
+    """Takes the whole prefix at one revision — from the driver's read cache when it is
+    watching, else one paged etcd read — and builds the document; a document younger than
+    ``min_interval`` seconds is served again (concurrent requests share one build)."""
 
     def __init__(
         self,
@@ -408,8 +410,10 @@ class DashboardSource:
         min_interval: float = 1.0,
         clock_ms: Callable[[], int] = now_ms,
         monotonic: Callable[[], float] = time.monotonic,
+        cache: ReadCache | None = None,
     ) -> None:
         self.client = client
+        self.cache = cache
         self.keys = keys
         self.driver = driver
         self.leadership = leadership
@@ -425,9 +429,13 @@ class DashboardSource:
             last = self._last
             if last is not None and self._monotonic() - last[0] < self.min_interval:
                 return last[1]
-            found = await self.client.list_prefix(self.keys.prefix.encode() + b"/")
-            kvs = {kv.key: kv for kv in found.kvs}
-            view = build_view(self.keys, kvs, found.revision, self._cache)
+            cache = self.cache
+            if cache is not None and await cache.ready():
+                revision, kvs = cache.revision, cache.all_kvs()  # live: no await below
+            else:
+                found = await self.client.list_prefix(self.keys.prefix.encode() + b"/")
+                revision, kvs = found.revision, {kv.key: kv for kv in found.kvs}
+            view = build_view(self.keys, kvs, revision, self._cache)
             leading = self.leadership is not None and self.leadership.fence() is not None
             document = build_document(
                 self.keys, view, kvs, self._clock_ms(), driver=self.driver, leading=leading
