@@ -309,6 +309,11 @@ class PlacementAPI:
         self.cache = cache
         self._clock_ms = clock_ms
         self._decoded: dict[str, DecodeCache] = {}  # per zone: only changed keys decoded again
+        # Per zone and partition: the view made from the cache and its keys' mod revisions,
+        # and the partition's keys (see _cached_views). A zone the cache no longer holds is
+        # forgotten when it is next asked for.
+        self._memo: dict[str, dict[int, tuple[tuple[int, ...], PartitionView]]] = {}
+        self._partition_keys: dict[str, dict[int, tuple[bytes, ...]]] = {}
 
     # -- leadership ------------------------------------------------------------------------------
 
@@ -481,6 +486,8 @@ class PlacementAPI:
         if cache is None or not await cache.ready(read.min_revision, read.linearizable):
             return None
         if zone is not None and cache.get(self.keys.zone(zone)) is None:
+            for memo in (self._memo, self._partition_keys, self._decoded):
+                memo.pop(zone, None)
             return None
         return cache
 
@@ -520,22 +527,42 @@ class PlacementAPI:
             return revision, [], None
         partitions = range(first, last)
         if cache is not None:
-            keys, get = self.keys, cache.get
-            assign = [
-                kv
-                for p in partitions
-                for f in VIEWED_FIELDS
-                if (kv := get(keys.assign(zone, p, f))) is not None
-            ]
-            leases = [kv for p in partitions if (kv := get(keys.primary(zone, p))) is not None]
-            revision = cache.revision
+            revision, views = cache.revision, self._cached_views(cache, zone, partitions)
         else:
             revision, found, held = await self.store.read_assignment_page(zone, first, last)
             _check_revision(revision, read)
-            assign, leases = list(found.kvs), list(held.kvs)
-        views = self._views(zone, assign, leases, partitions)
+            views = self._views(zone, found.kvs, held.kvs, partitions)
         following = last if partition is None and last < total else None
         return revision, views, following
+
+    def _cached_views(self, cache: ReadCache, zone: str, partitions: range) -> list[PartitionView]:
+        """The partitions' views from the read cache. Each view is kept with the mod revisions
+        of the four keys it was made from and reused while they are unchanged (the same object:
+        the servicer reuses its protobuf too), so a read decodes only what changed since the
+        last one — typically the primary leases renewed meanwhile."""
+        memo = self._memo.setdefault(zone, {})
+        key_memo = self._partition_keys.setdefault(zone, {})
+        get = cache.get
+        views = []
+        for p in partitions:
+            keys = key_memo.get(p)
+            if keys is None:
+                keys = key_memo[p] = (
+                    *(self.keys.assign(zone, p, f) for f in VIEWED_FIELDS),
+                    self.keys.primary(zone, p),
+                )
+            kvs = [get(k) for k in keys]
+            stamp = tuple(kv.mod_revision if kv is not None else 0 for kv in kvs)
+            hit = memo.get(p)
+            if hit is not None and hit[0] == stamp:
+                views.append(hit[1])
+                continue
+            raw = [kv.value if kv is not None else None for kv in kvs]
+            stable, pending, planned = (_peers(r) for r in raw[:3])
+            view = PartitionView(p, stable, pending, planned, *_primary(raw[3]))
+            memo[p] = (stamp, view)
+            views.append(view)
+        return views
 
     def _views(
         self,

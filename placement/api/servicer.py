@@ -175,9 +175,23 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
         self.api = api
         self.forward_timeout = forward_timeout
         self._channels = ChannelPool(API_PROFILE, tls)
+        # (zone, partition) -> the last view converted and its message: the API hands out the
+        # same view object while the partition is unchanged (PlacementAPI._cached_views).
+        self._messages: dict[
+            tuple[str, int], tuple[PartitionView, driver_pb2.PartitionAssignment]
+        ] = {}
 
     async def close(self) -> None:
         await self._channels.close()
+
+    def _partition_pb(self, zone: str, view: PartitionView) -> driver_pb2.PartitionAssignment:
+        at = (zone, view.partition)
+        hit = self._messages.get(at)
+        if hit is None or hit[0] is not view:
+            if len(self._messages) > MESSAGE_MEMO:
+                self._messages.clear()  # a bound, not a policy: rebuilt on the next reads
+            hit = self._messages[at] = (view, partition_pb(view))
+        return hit[1]
 
     @staticmethod
     async def _abort(
@@ -342,7 +356,7 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
                 read=read_options(request.read),
             )
             return driver_pb2.GetAssignmentsResponse(
-                assignments=[partition_pb(v) for v in views],
+                assignments=[self._partition_pb(request.zone, v) for v in views],
                 revision=revision,
                 next_page_token="" if following is None else str(following),
             )
@@ -435,6 +449,11 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
             return driver_pb2.PauseReply(paused=await self.api.set_paused(paused))
 
         return await self._run(context, work, request, method)
+
+
+#: Converted partition messages kept at most (a fleet's worth of partitions read through one
+#: instance); beyond it the memo starts over.
+MESSAGE_MEMO = 1_000_000
 
 
 def read_options(read: driver_pb2.ReadOptions) -> ReadOptions:
