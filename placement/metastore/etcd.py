@@ -957,6 +957,17 @@ class Watch(AsyncClosing):
     def __aiter__(self) -> Watch:
         return self
 
+    async def request_progress(self) -> None:
+        """Ask etcd for a progress notification on this stream: a batch with no events whose
+        revision is etcd's current one, sent after every event up to it (what a cache needs to
+        know it is current). Nothing when the stream is not open; a write that fails is left to
+        the reader, which sees the stream break."""
+        call = self._call
+        if call is None:
+            return
+        with contextlib.suppress(rpc.AioRpcError, asyncio.InvalidStateError):
+            await call.write(rpc.WatchRequest(progress_request=rpc.WatchProgressRequest()))
+
     def _drop(self) -> None:
         call, self._call = self._call, None
         if call is not None:
@@ -989,7 +1000,9 @@ class Watch(AsyncClosing):
         if response.compact_revision:
             self._drop()
             raise Compacted(int(response.compact_revision))
-        if response.canceled or response.watch_id == -1:
+        # watch id -1 without ``canceled`` and ``created`` is a progress notification for every
+        # watch of the stream (etcd 3.4's answer to a progress request), not a refusal.
+        if response.canceled or (response.watch_id == -1 and response.created):
             self._drop()
             reason = response.cancel_reason or "no reason given"
             if self._client.forget_token(reason):

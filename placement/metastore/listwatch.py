@@ -32,7 +32,7 @@ from placement.aio import cancel_and_wait
 from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, Sleep
 from placement.errors import Compacted, StoreUnavailable
-from placement.metastore.etcd import EtcdClient
+from placement.metastore.etcd import EtcdClient, Watch
 from placement.metastore.keys import prefix_range_end
 from placement.metastore.kv import EventKind, KeyValue, WatchBatch
 
@@ -102,6 +102,7 @@ class ListWatch(AsyncClosing):
         self._snapshot_changes = -1
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._watch: Watch | None = None
         self._failure: BaseException | None = None
         self.state = WatchState.RETRYING
         self.resets = 0
@@ -189,6 +190,13 @@ class ListWatch(AsyncClosing):
                     raise StoreUnavailable("list-watch closed")
                 await self._changed.wait()
 
+    async def request_progress(self) -> None:
+        """Ask etcd to tell the watch its current revision (a progress notification, applied
+        like an empty batch): :meth:`wait_revision` of a revision written outside the prefix,
+        or not delivered yet, then returns without waiting for the next change."""
+        if self._watch is not None:
+            await self._watch.request_progress()
+
     async def updates(self) -> AsyncIterator[Update]:
         """Every distinct snapshot from now on (coalesced), flagged ``reset`` when it is the
         consumer's first or comes from a re-list; ends when closed."""
@@ -261,6 +269,7 @@ class ListWatch(AsyncClosing):
                         self._prefix, self._end, start_revision=self._revision + 1
                     ) as watch:
                         self.state = WatchState.SYNCED
+                        self._watch = watch
                         async for batch in watch:
                             await self._apply(batch)
                             self._backoff.reset()

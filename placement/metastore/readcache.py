@@ -118,6 +118,7 @@ class ReadCache(AsyncClosing):
             needed = max(needed, await self.client.current_revision(self.keys.paused()))
         if self._watch.revision >= needed:
             return True
+        await self._watch.request_progress()  # etcd answers once all up to now is sent
         with contextlib.suppress(TimeoutError, StoreUnavailable):
             await asyncio.wait_for(self._watch.wait_revision(needed), self.lag_wait)
         return self.synced and self._watch.revision >= needed
