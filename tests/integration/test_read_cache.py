@@ -190,3 +190,25 @@ async def test_read_options_reach_the_cache_over_grpc(etcd: Any, keys: KeySpace)
             await server.stop(None)
             await servicer.close()
             await cache.close()
+
+
+async def test_a_linearizable_read_is_not_held_up_by_a_write_outside_the_prefix(
+    etcd: Any, keys: KeySpace
+) -> None:
+    """etcd's revision also moves for keys the cache does not watch: the read index asks the
+    watch for a progress notification (etcd answers with its revision once everything up to it
+    is sent) instead of waiting for the next change under the prefix, which may never come."""
+    async with EtcdClient([etcd.endpoint]) as client:
+        await _populate(client, keys)
+        cache = ReadCache(client, keys, lag_wait=30.0)
+        cache.start()
+        await asyncio.wait_for(cache.wait_started(), 10)
+        try:
+            for i in range(3):
+                elsewhere = await client.put(f"/elsewhere/{keys.prefix}/{i}".encode(), b"x")
+                assert cache.revision < elsewhere
+                assert await asyncio.wait_for(cache.ready(linearizable=True), 20)
+                assert cache.revision >= elsewhere
+            assert cache.synced
+        finally:
+            await cache.close()
