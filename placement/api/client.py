@@ -122,7 +122,12 @@ class PlacementClient(AsyncClosing):
         revision = from_revision
         if not revision:  # "now", pinned here: a stream that breaks at once must not re-pick it
             status = await self.call(
-                lambda s, t: s.GetZoneStatus(driver_pb2.GetZoneRequest(name=zone), timeout=t)
+                lambda s, t: s.GetZoneStatus(
+                    driver_pb2.GetZoneRequest(
+                        name=zone, read=driver_pb2.ReadOptions(linearizable=True)
+                    ),
+                    timeout=t,
+                )
             )
             revision = status.revision
         sent: set[int] = set()  # partitions delivered at ``revision`` (one revision may hold many)

@@ -409,11 +409,9 @@ class PlacementAPI:
             revision, kvs = cache.revision, cache.zone_kvs(name)
             _readable(name, kvs.get(self.keys.zone(name)))
         else:
-            record = await self.get_zone(name)
-            if isinstance(record.spec, Corrupt):
-                raise InvalidInput("name", f"zone {name!r} has a corrupt config", "drop it")
             revision, kvs = await self.store.read_zone_snapshot(name)
             _check_revision(revision, read)
+            _readable(name, kvs.get(self.keys.zone(name)))
         view = build_view(self.keys, kvs, revision, self._decoded.setdefault(name, DecodeCache()))
         status = status_on_view(self.keys, view, kvs, name, self._clock_ms())
         if status is None:
@@ -425,16 +423,15 @@ class PlacementAPI:
         and bytes; :mod:`placement.driver.preview`), decided on one consistent read of
         everything a pass decides the zone on. Writes nothing; ``change`` validates, and the
         running reshard's refusal is raised, exactly as :meth:`alter_zone` would."""
-        record = await self.get_zone(name)
-        if isinstance(record.spec, Corrupt):
-            raise InvalidInput("name", f"zone {name!r} has a corrupt config", "drop it")
-        spec = change(record.spec)
-        layout = record.layout.layout if isinstance(record.layout, LayoutValue) else None
-        check_alter(layout, name, record.spec.partitions, spec.partitions)
-        revision, kvs = await self.store.read_zone_snapshot(name)
+        validate_name(name, "zone")
+        revision, kvs = await self.store.read_zone_snapshot(name)  # one read decides it all
+        current = _readable(name, kvs.get(self.keys.zone(name)))
+        assert isinstance(current, ZoneSpec)  # strict: a corrupt one raised
         view = build_view(self.keys, kvs, revision)
-        if name not in view.zones:
-            raise ZoneNotFound(name)  # dropped between the two reads
+        spec = change(current)
+        stored = view.zones[name].layout
+        layout = stored.layout if isinstance(stored, LayoutValue) else None
+        check_alter(layout, name, current.partitions, spec.partitions)
         return preview(
             view,
             self._clock_ms(),
@@ -446,12 +443,14 @@ class PlacementAPI:
         """What draining ``node`` would make the leader do over every zone (its leases handed
         over, its replicas moved away), decided on one consistent read of the whole prefix.
         Writes nothing."""
-        validate_name(node, "node")
+        validate_name(node, "drain_node")
         revision, kvs = await self.store.read_cluster_snapshot()
         view = build_view(self.keys, kvs, revision)
         if node not in view.nodes and not any(_holds(z, node) for z in view.zones.values()):
             raise InvalidInput(
-                "node", f"{node!r} is not registered and holds nothing", "name a registered node"
+                "drain_node",
+                f"{node!r} is not registered and holds nothing",
+                "name a registered node",
             )
         return preview(
             view,
@@ -524,6 +523,7 @@ class PlacementAPI:
             if cache is not None:
                 return cache.revision, [], None
             revision = await self.client.current_revision(self.keys.zone(zone))
+            _check_revision(revision, read)
             return revision, [], None
         partitions = range(first, last)
         if cache is not None:

@@ -453,7 +453,7 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
 
 #: Converted partition messages kept at most (a fleet's worth of partitions read through one
 #: instance); beyond it the memo starts over.
-MESSAGE_MEMO = 1_000_000
+MESSAGE_MEMO = 200_000
 
 
 def read_options(read: driver_pb2.ReadOptions) -> ReadOptions:

@@ -105,9 +105,11 @@ async def serve_driver(
     ):
         await client.check_access(keys.prefix)  # a refused credential ends the process now
         driver = Driver(client, keys, config, tls=tls)
-        reads = ReadCache(client, keys)  # GetAssignments, GetZoneStatus, ListNodes, dashboard
-        reads.start()
-        closing.push_async_callback(reads.close)
+        reads = None
+        if add_servicers is None or http_listen is not None:  # someone answers from it
+            reads = ReadCache(client, keys)  # GetAssignments, GetZoneStatus, ListNodes, dashboard
+            reads.start()
+            closing.push_async_callback(reads.close)
         closing.callback(register_collector(driver.gauges))  # unregistered on the way out
         if metrics_listen is not None:
             metrics_server = serve_metrics(metrics_listen, tls)

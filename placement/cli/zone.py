@@ -343,7 +343,9 @@ def zone_status(
 
     if interval <= 0:
         raise InvalidInput("--interval", f"{interval} is not positive", "e.g. 1")
-    request = driver_pb2.GetZoneRequest(name=name)
+    # Linearizable: a status asked right after a change (`zone alter ... && zone status`)
+    # reflects it, whichever driver answers (design/control-plane.md, "Reads from memory").
+    request = driver_pb2.GetZoneRequest(name=name, read=driver_pb2.ReadOptions(linearizable=True))
     if not watch:
         status = status_json(api_call(ctx, "GetZoneStatus", request))
         output.emit(status, lambda wide: status_text(status, wide))

@@ -169,9 +169,15 @@ def _zone_preview(
         loads = tuple(NodeLoad(n, before[n], before[n]) for n in sorted(before))
         return ZonePreview(zone.name, spec, (), loads, 0, reshard, 0, targets, tuple(notes))
     final = dict(targets)
-    if reshard is not None and spec.partitions < old_count:
-        for p in range(spec.partitions, old_count):
-            final[p] = ()  # retired after the re-sharding's clean-up
+    for p in set(stable) | set(final):
+        if p >= spec.partitions:
+            final[p] = ()  # retired: a shrink's after its clean-up, an aborted grow's new ones
+    running = zone.layout.layout.reshard if isinstance(zone.layout, LayoutValue) else None
+    if running is not None and reshard is None and spec.partitions == running.source:
+        notes.append(
+            f"aborts the re-sharding {running.source} -> {running.target}: the zone keeps"
+            f" {running.source} partitions"
+        )
     changes = []
     for p in sorted(set(final) | set(stable)):
         before_peers = stable.get(p, ())

@@ -941,6 +941,7 @@ class Watch(AsyncClosing):
         self._next_revision = start_revision
         self._call: Any = None
         self._call_index = 0
+        self._created = False
         self._closed = False
         self.resumes = 0
 
@@ -957,18 +958,14 @@ class Watch(AsyncClosing):
     def __aiter__(self) -> Watch:
         return self
 
-    async def request_progress(self) -> None:
-        """Ask etcd for a progress notification on this stream: a batch with no events whose
-        revision is etcd's current one, sent after every event up to it (what a cache needs to
-        know it is current). Nothing when the stream is not open; a write that fails is left to
-        the reader, which sees the stream break."""
-        call = self._call
-        if call is None:
-            return
-        with contextlib.suppress(rpc.AioRpcError, asyncio.InvalidStateError):
-            await call.write(rpc.WatchRequest(progress_request=rpc.WatchProgressRequest()))
+    @property
+    def connected(self) -> bool:
+        """The stream is open and etcd confirmed the watch; false from the first break until
+        it is open again (the watch then resumes where it left off)."""
+        return self._created
 
     def _drop(self) -> None:
+        self._created = False
         call, self._call = self._call, None
         if call is not None:
             call.cancel()
@@ -995,6 +992,7 @@ class Watch(AsyncClosing):
             raise _StreamBroken("first watch response is not 'created'")
         if self._next_revision == 0:
             self._next_revision = int(response.header.revision) + 1
+        self._created = True
 
     def _check_cancelled(self, response: Any) -> None:
         if response.compact_revision:

@@ -190,12 +190,17 @@ class ListWatch(AsyncClosing):
                     raise StoreUnavailable("list-watch closed")
                 await self._changed.wait()
 
-    async def request_progress(self) -> None:
-        """Ask etcd to tell the watch its current revision (a progress notification, applied
-        like an empty batch): :meth:`wait_revision` of a revision written outside the prefix,
-        or not delivered yet, then returns without waiting for the next change."""
-        if self._watch is not None:
-            await self._watch.request_progress()
+    @property
+    def connected(self) -> bool:
+        """Watching right now: its stream open and confirmed by etcd, and nothing failed
+        (:attr:`state` stays SYNCED while the watch resumes a broken stream by itself)."""
+        watch = self._watch
+        return (
+            self.state is WatchState.SYNCED
+            and self._failure is None
+            and watch is not None
+            and watch.connected
+        )
 
     async def updates(self) -> AsyncIterator[Update]:
         """Every distinct snapshot from now on (coalesced), flagged ``reset`` when it is the

@@ -3,15 +3,19 @@ GetAssignments, GetZoneStatus, ListNodes and the dashboard answer from (design/c
 "Reads from memory").
 
 Every answer carries the revision the cache reflects. A caller may ask for at least a revision
-(``min_revision``: e.g. the revision its own write returned) or for a linearizable read: the
-cache then asks etcd for its current revision (one key, ``keys_only``) and waits until the watch
-has applied it — etcd's read-index idea — so the answer reflects every write committed before
-the call. A cache that is not watching (not started yet, or etcd unreachable: its list-watch
-retries) or that does not catch up within ``lag_wait`` answers nothing; the caller reads etcd
-directly, as every read did before the cache.
+(``min_revision``: e.g. the revision its own write returned; the cache waits up to ``lag_wait``
+for its watch to apply it) or for a linearizable read: the cache asks etcd for its current
+revision (one key, ``keys_only``) and answers only if its watch has applied it already — etcd's
+read-index idea without the wait, since the revision also moves for writes outside the prefix
+that no event would confirm (etcd's progress notifications could, but etcd before 3.4.25/3.5.8
+may send one ahead of events still unsent, issue etcd-io/etcd#15220, which would make the cache
+skip them). A cache that is not watching right now (not started yet, its stream broken and
+resuming, its watch failed), that is behind, or that does not hold the zone asked for answers
+nothing: the caller reads etcd directly, as every read did before the cache.
 
-States: STARTING (listing; retried with backoff while etcd is unreachable) -> SYNCED (watching)
-<-> RETRYING (the watch broke; its snapshot is kept, but not served) -> CLOSED.
+States: STARTING (listing; retried with backoff while etcd is unreachable) -> watching (the
+stream open and confirmed) <-> resuming (the stream broke: its snapshot is kept, not served)
+-> CLOSED.
 """
 
 from __future__ import annotations
@@ -23,11 +27,11 @@ from collections.abc import Mapping
 
 from placement.aio import cancel_and_wait
 from placement.core.closing import AsyncClosing
-from placement.errors import StoreUnavailable
+from placement.errors import PlacementError, StoreUnavailable
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeyKind, KeySpace
 from placement.metastore.kv import KeyValue
-from placement.metastore.listwatch import ListWatch, WatchState
+from placement.metastore.listwatch import ListWatch
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +95,24 @@ class ReadCache(AsyncClosing):
 
     async def close(self) -> None:
         self._closed = True
-        await cancel_and_wait(self._task)
-        await self._watch.close()
+        try:
+            with contextlib.suppress(PlacementError):  # its first list's failure: nothing to add
+                await cancel_and_wait(self._task)
+        finally:
+            await self._watch.close()
 
     @property
     def synced(self) -> bool:
-        return self._started.is_set() and self._watch.state is WatchState.SYNCED
+        return self._started.is_set() and self._watch.connected
 
-    async def wait_started(self) -> None:
-        """Return once the first list is done (the cache has been watching since)."""
+    async def wait_synced(self) -> None:
+        """Return once the cache answers: listed, and its watch stream open (polled: the
+        stream opens a moment after the list, inside the list-watch's task)."""
         await self._started.wait()
+        while True:
+            if self.synced:
+                return
+            await asyncio.sleep(0.01)
 
     @property
     def revision(self) -> int:
@@ -109,19 +121,19 @@ class ReadCache(AsyncClosing):
 
     async def ready(self, min_revision: int = 0, linearizable: bool = False) -> bool:
         """Whether an answer from the cache may be given now: it watches, and it has applied
-        ``min_revision`` — and, when ``linearizable``, etcd's current revision — or does so
-        within ``lag_wait``. False: read etcd instead."""
+        ``min_revision`` (waiting up to ``lag_wait`` for it) — and, when ``linearizable``,
+        etcd's current revision, without waiting: the revision also moves for writes the watch
+        does not carry, which no event would ever confirm. False: read etcd instead."""
         if not self.synced:
             return False
-        needed = min_revision
         if linearizable:
-            needed = max(needed, await self.client.current_revision(self.keys.paused()))
-        if self._watch.revision >= needed:
+            current = await self.client.current_revision(self.keys.paused())
+            return self.synced and self._watch.revision >= max(current, min_revision)
+        if self._watch.revision >= min_revision:
             return True
-        await self._watch.request_progress()  # etcd answers once all up to now is sent
-        with contextlib.suppress(TimeoutError, StoreUnavailable):
-            await asyncio.wait_for(self._watch.wait_revision(needed), self.lag_wait)
-        return self.synced and self._watch.revision >= needed
+        with contextlib.suppress(TimeoutError, PlacementError):
+            await asyncio.wait_for(self._watch.wait_revision(min_revision), self.lag_wait)
+        return self.synced and self._watch.revision >= min_revision
 
     # -- reads: call them after ready(), before the next await --------------------------------
 

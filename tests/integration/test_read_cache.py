@@ -6,7 +6,7 @@ when it cannot answer, and the options reach it over gRPC."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -15,7 +15,7 @@ import pytest
 from placement.api.service import PlacementAPI, ReadOptions
 from placement.api.servicer import register
 from placement.core.model import ZoneSpec
-from placement.errors import InvalidInput
+from placement.errors import InvalidInput, StoreUnavailable
 from placement.metastore.codec import (
     Assignment,
     NodeRecord,
@@ -53,6 +53,14 @@ async def _populate(client: EtcdClient, keys: KeySpace) -> int:
     return revision
 
 
+async def _until(condition: Callable[[], bool], within: float) -> None:
+    for _ in range(int(within / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not within {within}s")
+
+
 @pytest.fixture
 async def apis(etcd: Any, keys: KeySpace) -> AsyncIterator[tuple[PlacementAPI, PlacementAPI]]:
     """(cached, direct): the same API with and without a read cache."""
@@ -60,7 +68,7 @@ async def apis(etcd: Any, keys: KeySpace) -> AsyncIterator[tuple[PlacementAPI, P
         await _populate(client, keys)
         cache = ReadCache(client, keys)
         cache.start()
-        await asyncio.wait_for(cache.wait_started(), 10)
+        await asyncio.wait_for(cache.wait_synced(), 10)
         try:
             yield PlacementAPI(client, keys, cache=cache), PlacementAPI(client, keys)
         finally:
@@ -136,7 +144,7 @@ async def test_a_cache_that_is_not_watching_reads_etcd(etcd: Any, keys: KeySpace
         # A zone the cache does not hold (created a moment ago elsewhere) is read from etcd.
         cache = ReadCache(client, keys)
         cache.start()
-        await asyncio.wait_for(cache.wait_started(), 10)
+        await asyncio.wait_for(cache.wait_synced(), 10)
         try:
             assert await cache.ready(linearizable=True)
             other = "fresh"
@@ -153,7 +161,7 @@ async def test_read_options_reach_the_cache_over_grpc(etcd: Any, keys: KeySpace)
         last = await _populate(client, keys)
         cache = ReadCache(client, keys)
         cache.start()
-        await asyncio.wait_for(cache.wait_started(), 10)
+        await asyncio.wait_for(cache.wait_synced(), 10)
         server = grpc.aio.server()
         port = server.add_insecure_port("127.0.0.1:0")
         servicer, _ = await register(server, PlacementAPI(client, keys, cache=cache))
@@ -192,23 +200,59 @@ async def test_read_options_reach_the_cache_over_grpc(etcd: Any, keys: KeySpace)
             await cache.close()
 
 
-async def test_a_linearizable_read_is_not_held_up_by_a_write_outside_the_prefix(
+async def test_a_linearizable_read_reflects_every_write_before_it(
     etcd: Any, keys: KeySpace
 ) -> None:
-    """etcd's revision also moves for keys the cache does not watch: the read index asks the
-    watch for a progress notification (etcd answers with its revision once everything up to it
-    is sent) instead of waiting for the next change under the prefix, which may never come."""
+    """etcd's revision also moves for keys the cache does not watch: a linearizable read the
+    cache cannot prove current (it has not applied etcd's revision) is read from etcd, never
+    answered from a cache that may miss a write."""
     async with EtcdClient([etcd.endpoint]) as client:
         await _populate(client, keys)
         cache = ReadCache(client, keys, lag_wait=30.0)
         cache.start()
-        await asyncio.wait_for(cache.wait_started(), 10)
+        await asyncio.wait_for(cache.wait_synced(), 10)
+        api = PlacementAPI(client, keys, cache=cache)
         try:
-            for i in range(3):
-                elsewhere = await client.put(f"/elsewhere/{keys.prefix}/{i}".encode(), b"x")
-                assert cache.revision < elsewhere
-                assert await asyncio.wait_for(cache.ready(linearizable=True), 20)
-                assert cache.revision >= elsewhere
+            assert await cache.ready(linearizable=True)  # caught up: from memory
+            elsewhere = await client.put(f"/elsewhere/{keys.prefix}".encode(), b"x")
+            assert not await asyncio.wait_for(cache.ready(linearizable=True), 5)
+            revision, views, _ = await api.assignments(
+                ZONE, limit=1000, read=ReadOptions(linearizable=True)
+            )
+            assert revision >= elsewhere  # etcd answered
+            assert len(views) == PARTITIONS
+            moved = encode_assignment(Assignment(("n4", "n1", "n2"), 1, 0, 9))
+            written = await client.put(keys.assign(ZONE, 0, AssignField.PENDING), moved)
+            revision, (view,), _ = await api.assignments(
+                ZONE, partition=0, read=ReadOptions(linearizable=True)
+            )
+            assert revision >= written
+            assert view.pending == ("n4", "n1", "n2")
+        finally:
+            await cache.close()
+
+
+async def test_a_cache_cut_off_from_etcd_stops_answering(etcd_factory: Any) -> None:
+    """Its watch resumes a broken stream by itself for a while: meanwhile the cache does not
+    answer (a read goes to etcd and fails like any read there), and answers again once the
+    stream is back."""
+    server = etcd_factory()
+    keys = KeySpace("/cut")
+    async with EtcdClient([server.endpoint], watch_resume_window=120.0, call_timeout=2.0) as client:
+        await _populate(client, keys)
+        cache = ReadCache(client, keys)
+        cache.start()
+        await asyncio.wait_for(cache.wait_synced(), 10)
+        api = PlacementAPI(client, keys, cache=cache)
+        try:
             assert cache.synced
+            server.kill()
+            await _until(lambda: not cache.synced, 30)
+            with pytest.raises(StoreUnavailable):
+                await api.list_nodes()
+            await asyncio.to_thread(server.start)
+            await _until(lambda: cache.synced, 60)
+            _, nodes = await api.list_nodes()
+            assert [n.name for n in nodes] == list(NODES)
         finally:
             await cache.close()

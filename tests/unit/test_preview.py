@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_driver_core import KEYS, NODES, cluster, write_stables
 
-from placement.core.layout import ZoneLayout
+from placement.core.layout import Reshard, ReshardPhase, ZoneLayout
 from placement.core.model import ZoneSpec
 from placement.driver.core import plan_pass
 from placement.driver.preview import preview
@@ -150,3 +150,16 @@ def test_a_held_membership_change_and_under_replication_are_noted() -> None:
     (zone,) = preview(store.view(), 1000, _sizes, specs={"z": spec}).zones
     assert any("held for 59s more" in note for note in zone.notes)
     assert any("under-replicated: 4 eligible node(s) for 5 replicas" in n for n in zone.notes)
+
+
+def test_altering_back_during_a_grow_aborts_it_and_removes_the_new_partitions() -> None:
+    spec = ZoneSpec("z", 8, 2)
+    store = cluster(spec)
+    write_stables(store, spec)  # partitions 0..7: the grow created 4..7
+    running = Reshard(attempt=5, source=4, target=8, phase=ReshardPhase.COPY)
+    store.put(KEYS.layout("z"), encode_layout(LayoutValue(ZoneLayout(2, 4, running), 1, 0)))
+    (zone,) = preview(store.view(), 0, _sizes, specs={"z": ZoneSpec("z", 4, 2)}).zones
+    assert {c.partition for c in zone.changes if not c.after} == {4, 5, 6, 7}
+    assert sum(n.replicas_after for n in zone.loads) == 4 * 2
+    assert zone.reshard is None
+    assert any("aborts the re-sharding 4 -> 8" in note for note in zone.notes)
