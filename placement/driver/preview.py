@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from placement.core.layout import Moves
 from placement.core.model import Peers, ZoneSpec
 from placement.driver.core import ClusterView, ZoneView, kept_partitions, zone_targets
-from placement.driver.datanodes import holddown_remaining, matching_nodes
+from placement.driver.datanodes import advance, holddown_remaining, matching_nodes
 from placement.metastore.codec import DataNodes, LayoutValue, PrimaryLease
 from placement.metastore.keys import AssignField
 from placement.metastore.transitions import PartitionState
@@ -139,23 +139,21 @@ def _zone_preview(
     """``zone`` (its config as stored) under config ``spec`` with ``draining`` out."""
     assert isinstance(zone.spec, ZoneSpec)
     old_count = _layout_count(zone, zone.spec)
-    zone_spec = zone.spec
     zone = replace(zone, spec=spec)
     notes: list[str] = []
     record = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
     eligible = matching_nodes(spec, (r for r in view.nodes.values() if r.name not in draining))
     if record is not None:
-        held = holddown_remaining(spec, record, now_ms)
+        # What the next pass makes of the membership under the new config: a change it holds
+        # back (scale-up/scale-down delay) moves nothing until then — the alter's own, or one
+        # already waiting. Drained nodes leave at once (no delay: the operator asked).
+        membership = advance(spec, record, eligible, now_ms, frozenset(draining))
+        held = holddown_remaining(spec, membership, now_ms)
         if held is not None:
             notes.append(
-                f"a data-node change is held for {held:.0f}s more; the plan takes it as applied"
+                f"a data-node change waits {held:.0f}s more (scale-up/scale-down delay) before"
+                " it moves anything; the plan takes it as applied"
             )
-        elif set(record.applied) != set(
-            matching_nodes(
-                zone_spec, (r for r in view.nodes.values() if r.name not in view.draining)
-            )
-        ):
-            notes.append("a data-node change is not applied yet; the plan takes it as applied")
     stable = {
         p: peers
         for p, state in zone.partitions.items()

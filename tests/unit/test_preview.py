@@ -17,10 +17,12 @@ from placement.metastore.codec import (
     ControlMark,
     DataNodes,
     LayoutValue,
+    NodeRecord,
     PrimaryLease,
     encode_control,
     encode_datanodes,
     encode_layout,
+    encode_node,
     encode_primary,
     encode_zone_spec,
 )
@@ -148,7 +150,7 @@ def test_a_held_membership_change_and_under_replication_are_noted() -> None:
     held = DataNodes(NODES[:3], NODES, up_since=0, down_since=None)
     store.put(KEYS.datanodes("z"), encode_datanodes(held))
     (zone,) = preview(store.view(), 1000, _sizes, specs={"z": spec}).zones
-    assert any("held for 59s more" in note for note in zone.notes)
+    assert any("waits 59s more" in note for note in zone.notes)
     assert any("under-replicated: 4 eligible node(s) for 5 replicas" in n for n in zone.notes)
 
 
@@ -163,3 +165,17 @@ def test_altering_back_during_a_grow_aborts_it_and_removes_the_new_partitions() 
     assert sum(n.replicas_after for n in zone.loads) == 4 * 2
     assert zone.reshard is None
     assert any("aborts the re-sharding 4 -> 8" in note for note in zone.notes)
+
+
+def test_a_selector_change_notes_the_delay_it_starts() -> None:
+    spec = ZoneSpec("z", 4, 2, scale_down_delay=300)
+    store = cluster(spec)
+    write_stables(store, spec)
+    narrower = ZoneSpec("z", 4, 2, node_selector={"rack": "r1"}, scale_down_delay=300)
+    store.put(KEYS.node("n3"), encode_node(NodeRecord("n3", "127.0.0.1:3", {"rack": "r1"})))
+    store.put(KEYS.node("n2"), encode_node(NodeRecord("n2", "127.0.0.1:2", {"rack": "r1"})))
+    (zone,) = preview(store.view(), 0, _sizes, specs={"z": narrower}).zones
+    assert all(set(c.after) <= {"n2", "n3"} for c in zone.changes)
+    assert any("waits 300s more" in note for note in zone.notes), zone.notes
+    (drained,) = preview(store.view(), 0, _sizes, drain={"n0"}).zones
+    assert not any("waits" in note for note in drained.notes)  # a drain has no delay
