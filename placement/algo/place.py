@@ -29,7 +29,7 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import NDArray
 
-from placement.algo.hashing import mix64, name_key
+from placement.algo.hashing import mix64, name_key, name_keys
 from placement.algo.preferred import choose_primaries
 from placement.algo.solver import (
     CoreProblem,
@@ -95,7 +95,10 @@ def count_moves(current: Mapping[int, Sequence[str]], new: Sequence[Peers]) -> i
     """Number of (partition, node) pairs of ``new`` that ``current`` does not have."""
     moves = 0
     for partition, peers in enumerate(new):
-        before = set(current.get(partition, ()))
+        now = current.get(partition, ())
+        if peers == now:  # unchanged (often the very tuple given): nothing new
+            continue
+        before = set(now)
         moves += sum(1 for name in set(peers) if name not in before)
     return moves
 
@@ -201,7 +204,7 @@ class _Context:
             partitions=zone.partitions,
             width=min(zone.replicas, len(eligible)),
             row_key=mix64(np.arange(zone.partitions, dtype=np.uint64), name_key(zone.name)),
-            node_key=np.asarray([name_key(zone.name, n) for n in names], dtype=np.uint64),
+            node_key=name_keys((zone.name,), names),
             cur_row=rows,
             cur_node=nodes,
             cur_first=firsts,
@@ -478,6 +481,10 @@ class _Domains:
     of_node: I64
     nodes: list[I64]
     weights: list[float]
+    #: Each node's index among its domain's nodes.
+    local: I64
+    #: The weights of each domain's nodes.
+    node_weights: list[list[float]]
 
     @staticmethod
     def build(ctx: _Context, attribute: str) -> _Domains:
@@ -489,8 +496,12 @@ class _Domains:
         position = {label: d for d, label in enumerate(labels)}
         of_node = np.asarray([position[label] for label in labels_of], dtype=np.int64)
         nodes = [np.flatnonzero(of_node == d) for d in range(len(labels))]
-        weights = [sum(ctx.weights[i] for i in members.tolist()) for members in nodes]
-        return _Domains(labels, of_node, nodes, weights)
+        node_weights = [[ctx.weights[i] for i in members.tolist()] for members in nodes]
+        weights = [sum(w) for w in node_weights]
+        local = np.empty(len(of_node), dtype=np.int64)
+        for members in nodes:
+            local[members] = np.arange(len(members))
+        return _Domains(labels, of_node, nodes, weights, local, node_weights)
 
 
 def _solve_domains(ctx: _Context, attribute: str) -> Pairs:
@@ -505,11 +516,22 @@ def _solve_domains(ctx: _Context, attribute: str) -> Pairs:
         rows, doms = _domains_distinct(ctx, dom)
     else:
         rows, doms = _domains_all(ctx, dom)
+    # Every domain's partitions (sorted) with its replicas of each, in one pass: the codes
+    # ``domain · P + row`` sorted are the domains in order, each with its sorted rows.
+    n_dom, p = len(dom.labels), ctx.partitions
+    codes, demand = np.unique(doms * p + rows, return_counts=True)
+    bounds = np.searchsorted(codes, np.arange(n_dom + 1, dtype=np.int64) * p).tolist()
+    # The current pairs whose partition level 1 gives to their node's domain.
+    assigned = np.zeros(n_dom * p, dtype=np.bool_)
+    assigned[codes] = True
+    cur_dom = dom.of_node[ctx.cur_node]
+    placed = assigned[cur_dom * p + ctx.cur_row]
     out_rows: list[I64] = []
     out_nodes: list[I64] = []
-    for d in range(len(dom.labels)):
-        mine = doms == d
-        r, n = _inside_domain(ctx, dom, d, rows[mine])
+    for d in range(n_dom):
+        lo, hi = bounds[d], bounds[d + 1]
+        mine = placed & (cur_dom == d)
+        r, n = _inside_domain(ctx, dom, d, codes[lo:hi] - d * p, demand[lo:hi], mine)
         out_rows.append(r)
         out_nodes.append(n)
     return np.concatenate(out_rows), np.concatenate(out_nodes)
@@ -523,8 +545,9 @@ def _domain_pairs(ctx: _Context, dom: _Domains) -> tuple[I64, I64, NDArray[np.bo
     """Current (row, domain) pairs with their multiplicity, and which hold the row's primary."""
     code = ctx.cur_row * len(dom.labels) + dom.of_node[ctx.cur_node]
     codes, counts = np.unique(code, return_counts=True)
-    first = np.isin(codes, code[ctx.cur_first])
-    return codes // len(dom.labels), codes % len(dom.labels), first, counts
+    primary = np.zeros(ctx.partitions * len(dom.labels), dtype=np.bool_)
+    primary[code[ctx.cur_first]] = True
+    return codes // len(dom.labels), codes % len(dom.labels), primary[codes], counts
 
 
 def _domains_distinct(ctx: _Context, dom: _Domains) -> Pairs:
@@ -617,24 +640,23 @@ def _split_sticky(total: int, held: list[int], cap: int) -> list[int]:
     return split
 
 
-def _inside_domain(ctx: _Context, dom: _Domains, d: int, rows: I64) -> Pairs:
-    """Level 2: the domain's replicas of ``rows`` (a repeated row = more replicas) on its nodes."""
+def _inside_domain(
+    ctx: _Context, dom: _Domains, d: int, part_rows: I64, demand: I64, mine: NDArray[np.bool_]
+) -> Pairs:
+    """Level 2: the domain's replicas of ``part_rows`` (sorted; ``demand`` replicas each) on
+    its nodes; ``mine`` marks the current pairs on its nodes whose row is in ``part_rows``."""
     nodes = dom.nodes[d]
-    part_rows, demand = np.unique(rows, return_counts=True)
     if part_rows.size == 0:
         return part_rows, part_rows
-    weights = [ctx.weights[i] for i in nodes.tolist()]
+    weights = dom.node_weights[d]
     cap = len(part_rows)
     _, targets = weighted_targets(weights, int(demand.sum()), hi=[cap] * len(weights))
-    local_node = np.full(len(ctx.names), -1, dtype=np.int64)
-    local_node[nodes] = np.arange(len(nodes))
-    mine = (dom.of_node[ctx.cur_node] == d) & np.isin(ctx.cur_row, part_rows)
     out_rows, out_nodes = solve(
         CoreProblem(
             demand=demand.astype(np.int64),
             targets=targets,
             cur_row=np.searchsorted(part_rows, ctx.cur_row[mine]).astype(np.int64),
-            cur_node=local_node[ctx.cur_node[mine]],
+            cur_node=dom.local[ctx.cur_node[mine]],
             cur_first=ctx.cur_first[mine],
             row_key=mix64(ctx.row_key[part_rows], name_key(ctx.zone, dom.labels[d])),
             node_key=ctx.node_key[nodes],

@@ -9,6 +9,7 @@ the extra replica.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -117,6 +118,20 @@ def weighted_targets(
             extra=total - n * floor,
         )
         return [share] * n, targets
-    fractions = [Fraction(w) for w in weights]
-    shares = water_fill(fractions, lo if lo is not None else [0] * len(weights), hi, total)
-    return shares, round_shares(shares, total)
+    shares, floors, eligible, extra = _water_filled(tuple(weights), total, tuple(hi), tuple(lows))
+    targets = Targets(
+        np.asarray(floors, dtype=np.int64), np.asarray(eligible, dtype=np.bool_), extra=extra
+    )
+    return list(shares), targets
+
+
+@functools.lru_cache(maxsize=256)
+def _water_filled(
+    weights: tuple[float, ...], total: int, hi: tuple[int, ...], lo: tuple[int, ...]
+) -> tuple[tuple[Fraction, ...], tuple[int, ...], tuple[bool, ...], int]:
+    """:func:`water_fill` and :func:`round_shares` of float weights, memoised (a pure
+    function): the zones of a fleet share their nodes, hence these exact computations."""
+    shares = water_fill([Fraction(w) for w in weights], lo, hi, total)
+    floor = tuple(s.numerator // s.denominator for s in shares)
+    eligible = tuple(s.denominator != 1 for s in shares)
+    return tuple(shares), floor, eligible, total - sum(floor)

@@ -1,7 +1,8 @@
 """The local engine, and what both engines share: one zone in, rows of results out (pure).
 
-:func:`zone_rows` is the unit of work: the Spark engine runs it inside ``applyInPandas`` (one
-call per zone), the local engine in a loop. Its rows carry the zone's JSON fragment and its
+:func:`zone_rows` is the unit of work: the Spark engine runs it inside ``applyInArrow`` (one
+call per zone, as :func:`zone_rows_and_counters`, which keeps the counters as one mapping per
+kind), the local engine in a loop. Its rows carry the zone's JSON fragment and its
 contribution to the fleet totals, or the error that stops the plan; :func:`totals_from_sums`
 turns the rows summed per kind (and key) back into the fleet totals.
 """
@@ -50,17 +51,30 @@ def zone_rows(
     zone: PlannedZone, make_input: Callable[[], ZoneInput], nodes: Sequence[Node]
 ) -> list[ResultRow]:
     """Plans one zone; bad input becomes one ERROR row (Spark cannot raise our errors across)."""
+    rows, counters = zone_rows_and_counters(zone, make_input, nodes)
+    counted = [
+        ResultRow(zone.index, kind, key, value)
+        for kind, values in counters.items()
+        for key, value in values.items()
+    ]
+    return rows[:2] + counted + rows[2:]
+
+
+def zone_rows_and_counters(
+    zone: PlannedZone, make_input: Callable[[], ZoneInput], nodes: Sequence[Node]
+) -> tuple[list[ResultRow], dict[str, dict[str, int]]]:
+    """:func:`zone_rows` with the counter rows left as the zone's counters (kind -> key ->
+    value), which the Spark engine sends as one row of arrays per kind (thousands of nodes
+    make thousands of counter rows per zone)."""
     try:
         result = plan_zone_input(make_input(), nodes)
     except InvalidInput as e:
-        return [ResultRow(zone.index, ERROR, zone.spec.name, 0, str(e))]
+        return [ResultRow(zone.index, ERROR, zone.spec.name, 0, str(e))], {}
     i = zone.index
     rows = [
         ResultRow(i, ZONE, zone.spec.name, result.plan.moves, zone_fragment(result)),
         ResultRow(i, BYTES, zone.spec.name, result.bytes_to_move),
     ]
-    for kind, values in result.counters().items():
-        rows.extend(ResultRow(i, kind, key, value) for key, value in values.items())
     r = result.reshard
     if r is not None:
         rows.append(ResultRow(i, RESHARD, zone.spec.name, 1))
@@ -69,7 +83,7 @@ def zone_rows(
         else:
             rows.append(ResultRow(i, RESHARD_KEYS, zone.spec.name, r.keys))
             rows.append(ResultRow(i, RESHARD_BYTES, zone.spec.name, r.bytes))
-    return rows
+    return rows, result.counters()
 
 
 def totals_from_sums(sums: Iterable[tuple[str, str, int, int]]) -> FleetTotals:

@@ -31,13 +31,8 @@ class ZonePlan:
 def plan_zone(zone: ZoneSnapshot, nodes: Sequence[Node]) -> ZonePlan:
     """Places one zone starting from its stable assignment."""
     result = place(zone.spec, nodes, zone.stable)
-    eligible = [n.name for n in nodes if n.matches(zone.spec.node_selector)]
-    load: Counter[str] = Counter(dict.fromkeys(eligible, 0))
-    primaries: Counter[str] = Counter(dict.fromkeys(eligible, 0))
-    for peers in result.assignments:
-        load.update(peers)
-        if peers:
-            primaries[peers[0]] += 1
+    # replicas and preferred primaries per eligible node, zeros included, in name order
+    load, primaries = dict(result.loads), dict(result.primary_loads)
     domain_load: Counter[str] = Counter()
     attribute = zone.spec.failure_domain
     if attribute:
@@ -48,8 +43,8 @@ def plan_zone(zone: ZoneSnapshot, nodes: Sequence[Node]) -> ZonePlan:
         name=zone.spec.name,
         assignments=result.assignments,
         moves=count_moves(zone.stable, result.assignments),
-        load=dict(sorted(load.items())),
-        primaries=dict(sorted(primaries.items())),
+        load=load,
+        primaries=primaries,
         domain_load=dict(sorted(domain_load.items())),
     )
 

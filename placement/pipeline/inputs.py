@@ -9,12 +9,14 @@ large ones (assignments, sizes) are read by the engine: whole by the local engin
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from placement.core.model import Node, ZoneSpec
+from placement.core.names import is_name
 from placement.errors import InvalidInput
 from placement.pipeline.planning import PartitionSize, ZoneInput, partition_size
 from placement.pipeline.rows import REQUIRED_FOR_PLAN, skeleton, stable_from_rows
@@ -109,10 +111,83 @@ def _column_rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
     return zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True)
 
 
-def read_stable_rows(directory: Path) -> dict[str, list[tuple[int, Sequence[str] | None]]]:
+#: zone -> its stable rows ``(partition, peers)``, in table order.
+StableRows = dict[str, list[tuple[int, Sequence[str] | None]]]
+
+
+def read_stable_rows(directory: Path) -> StableRows:
     """zone -> ``(partition, peers)`` of every stable row (local engine)."""
+    return read_stable(directory)[0]
+
+
+def read_stable(directory: Path) -> tuple[StableRows, frozenset[str]]:
+    """:func:`read_stable_rows`, and the distinct node names of those rows that are valid names
+    (for :func:`~placement.pipeline.rows.stable_from_rows`).
+
+    Columnar: the rows are filtered in Arrow, and the peers' names are dictionary-encoded, so
+    each distinct name becomes one Python string (not one per replica) and is validated once.
+    A table with nulls where the columnar path does not expect them is read row by row.
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+
     table = read_table(directory, "assignments", ["zone", "partition", "field", "peers"])
-    out: dict[str, list[tuple[int, Sequence[str] | None]]] = defaultdict(list)
+    table = table.filter(pc.equal(table.column("field"), "stable"))
+    zone, partition = table.column("zone"), table.column("partition")
+    decoded = peer_lists(table.column("peers"))
+    if zone.null_count or partition.null_count or decoded is None:
+        return _read_stable_by_row(table), frozenset()
+    lists, distinct = decoded
+    zones = zone.combine_chunks().dictionary_encode()
+    zone_names = zones.dictionary.to_pylist()
+    codes = zones.indices.to_numpy()
+    rows = list(zip(partition.to_pylist(), lists, strict=True))
+    grouped: list[list[tuple[int, Sequence[str] | None]]]
+    if (np.diff(codes) >= 0).all():  # each zone's rows together: codes are 0, 0, 1, 1, 2, …
+        cuts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(rows)]
+        grouped = [rows[a:b] for a, b in pairwise(cuts)] if rows else []
+    else:
+        grouped = [[] for _ in zone_names]
+        for z, row in zip(codes.tolist(), rows, strict=True):
+            grouped[z].append(row)
+    out: StableRows = defaultdict(list)
+    out.update((name, group) for name, group in zip(zone_names, grouped, strict=True) if group)
+    return out, frozenset(name for name in distinct if is_name(name))
+
+
+def peer_lists(
+    column: pa.ChunkedArray | pa.Array,
+) -> tuple[list[Sequence[str] | None], list[str]] | None:
+    """A ``peers`` column (list<string>) as Python lists (None for a null list) whose names are
+    one string object per distinct name, and those distinct names; None when a name is null
+    (read such rows one by one). Dictionary-encoded in Arrow, the usual column (every list of
+    the same length) in one reshape."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    peers = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    names = pc.list_flatten(peers)
+    if names.null_count:
+        return None
+    encoded = names.dictionary_encode()
+    distinct: list[str] = encoded.dictionary.to_pylist()
+    flat = np.asarray(distinct, dtype=object)[encoded.indices.to_numpy()]
+    lengths = pc.list_value_length(peers).fill_null(0).to_numpy()
+    lists: list[Sequence[str] | None]
+    if not peers.null_count and len(lengths) and (lengths == lengths[0]).all() and lengths[0]:
+        lists = flat.reshape(len(lengths), int(lengths[0])).tolist()  # the usual: R names each
+    else:
+        start, lists, names_list = 0, [], flat.tolist()
+        present = peers.is_valid().to_numpy(zero_copy_only=False).tolist()
+        for end, valid in zip(np.cumsum(lengths).tolist(), present, strict=True):
+            lists.append(names_list[start:end] if valid else None)
+            start = end
+    return lists, distinct
+
+
+def _read_stable_by_row(table: pa.Table) -> StableRows:
+    out: StableRows = defaultdict(list)
     for zone, partition, field, peers in _column_rows(table):
         if field == "stable":
             out[zone].append((partition, peers))
@@ -121,16 +196,32 @@ def read_stable_rows(directory: Path) -> dict[str, list[tuple[int, Sequence[str]
 
 def read_partition_sizes(directory: Path) -> dict[str, dict[int, PartitionSize]]:
     """zone -> partition -> size: the largest bytes and the largest key count its replicas
-    report (:func:`~placement.pipeline.planning.partition_size`); empty without sizes.parquet."""
+    report (:func:`~placement.pipeline.planning.partition_size`); empty without sizes.parquet.
+
+    Aggregated in Arrow (a group-by); a table with null zones or partitions is read row by row.
+    """
     if not (directory / "sizes.parquet").exists():
         return {}
+    import pyarrow.compute as pc
+
     table = read_table(directory, "sizes", ["zone", "partition", "bytes", "keys"])
-    replicas: dict[tuple[str, int], list[tuple[int | None, int | None]]] = defaultdict(list)
-    for zone, partition, size, keys in _column_rows(table):
-        replicas[(zone, partition)].append((size, keys))
     out: dict[str, dict[int, PartitionSize]] = defaultdict(dict)
-    for (zone, partition), reports in replicas.items():
-        out[zone][partition] = partition_size(reports)
+    if table.column("zone").null_count or table.column("partition").null_count:
+        replicas: dict[tuple[str, int], list[tuple[int | None, int | None]]] = defaultdict(list)
+        for zone, partition, size, keys in _column_rows(table):
+            replicas[(zone, partition)].append((size, keys))
+        for (zone, partition), reports in replicas.items():
+            out[zone][partition] = partition_size(reports)
+        return out
+    # partition_size: the largest report, a null counting 0, and 0 without reports
+    largest = table.group_by(["zone", "partition"], use_threads=False).aggregate(
+        [("bytes", "max"), ("keys", "max")]
+    )
+    columns = [largest.column(c) for c in ("zone", "partition", "bytes_max", "keys_max")]
+    zones, partitions = columns[0].to_pylist(), columns[1].to_pylist()
+    sizes = [pc.max_element_wise(c.fill_null(0), 0).to_pylist() for c in columns[2:]]
+    for zone, partition, size, keys in zip(zones, partitions, *sizes, strict=True):
+        out[zone][partition] = PartitionSize(size, keys)
     return out
 
 
@@ -138,9 +229,11 @@ def zone_input(
     zone: PlannedZone,
     rows: Sequence[tuple[int, Sequence[str] | None]],
     sizes: Mapping[int, PartitionSize],
+    valid_names: Collection[str] = frozenset(),
 ) -> ZoneInput:
-    """The planner's input for one zone from its stable rows (validated) and partition sizes."""
-    stable = stable_from_rows(zone.spec.name, zone.partitions_now, rows)
+    """The planner's input for one zone from its stable rows (validated; ``valid_names`` are
+    known to be valid node names) and partition sizes."""
+    stable = stable_from_rows(zone.spec.name, zone.partitions_now, rows, valid_names)
     return ZoneInput(zone.spec, stable, dict(sizes), zone.partitions_now)
 
 
@@ -150,8 +243,8 @@ def local_zone_inputs(plan_input: PlanInput) -> Iterator[tuple[PlannedZone, Zone
         for zone, snap in zip(plan_input.zones, plan_input.snapshot.zones, strict=True):
             yield zone, ZoneInput(zone.spec, snap.stable, {}, zone.partitions_now)
         return
-    stable = read_stable_rows(plan_input.parquet_dir)
+    stable, valid_names = read_stable(plan_input.parquet_dir)
     sizes = read_partition_sizes(plan_input.parquet_dir)
     for zone in plan_input.zones:
         name = zone.spec.name
-        yield zone, zone_input(zone, stable.get(name, []), sizes.get(name, {}))
+        yield zone, zone_input(zone, stable.pop(name, []), sizes.pop(name, {}), valid_names)

@@ -11,10 +11,12 @@ byte-identical files however the work was split (design/formats.md, "Plan").
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from placement.core.layout import Moves
@@ -120,7 +122,10 @@ def bytes_to_move(
     """Sum over new (partition, node) pairs of the partition's size."""
     total = 0
     for partition, peers in enumerate(target):
-        before = set(stable.get(partition, ()))
+        now = stable.get(partition, ())
+        if peers == now:  # unchanged (often the same tuple): nothing new
+            continue
+        before = set(now)
         total += sizes.get(partition, 0) * sum(1 for n in set(peers) if n not in before)
     return total
 
@@ -129,11 +134,9 @@ def load_before(
     stable: Mapping[int, Peers], nodes: Sequence[Node], spec: ZoneSpec
 ) -> dict[str, int]:
     """Replicas per node in ``stable``: every node it names plus every eligible node (at 0)."""
-    load: Counter[str] = Counter(
-        dict.fromkeys((n.name for n in nodes if n.matches(spec.node_selector)), 0)
-    )
-    for peers in stable.values():
-        load.update(peers)
+    selector = spec.node_selector
+    load = dict.fromkeys((n.name for n in nodes if not selector or n.matches(selector)), 0)
+    load.update(Counter(chain.from_iterable(stable.values())))
     return dict(sorted(load.items()))
 
 
@@ -183,13 +186,55 @@ def zone_json(result: ZoneResult) -> dict[str, Any]:
     return out
 
 
-def _indent(text: str, by: str) -> str:
-    return "\n".join(by + line for line in text.split("\n"))
+_quote = json.encoder.encode_basestring_ascii  # what json.dumps prints for a str (C)
+
+
+def indented_json(value: Any, pad: str = "") -> str:
+    """``json.dumps(value, indent=1)`` with ``pad`` after every line break: the text of
+    ``value`` where it sits in a document at the indentation ``pad``.
+
+    The standard library indents with its pure-Python encoder (its C encoder does not indent);
+    this builds the same text with joins, a list of strings or a dict of ``int`` values in one
+    ``map`` each. Dicts with ``str`` keys, lists, tuples, ``str`` and ``int`` are rendered here,
+    anything else (``None``, floats, bools, other keys or types) by ``json.dumps`` itself.
+    """
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if kind is int:
+        return int.__repr__(value)
+    inner = pad + " "
+    sep = ",\n" + inner
+    if kind is dict:
+        if not value:
+            return "{}"
+        try:
+            keys = list(map(_quote, value))  # TypeError: a key that is not a str
+        except TypeError:
+            return json.dumps(value, indent=1).replace("\n", "\n" + pad)
+        values = list(value.values())
+        body = None
+        if bool not in set(map(type, values)):  # int.__repr__ takes bools (json: true/false)
+            with contextlib.suppress(TypeError):  # a value that is not an int
+                body = sep.join(map("{}: {}".format, keys, map(int.__repr__, values)))
+        if body is None:
+            items = zip(keys, values, strict=True)
+            body = sep.join([key + ": " + indented_json(item, inner) for key, item in items])
+        return "{\n" + inner + body + "\n" + pad + "}"
+    if kind is list or kind is tuple:
+        if not value:
+            return "[]"
+        try:
+            body = sep.join(map(_quote, value))
+        except TypeError:  # not only strings
+            body = sep.join([indented_json(item, inner) for item in value])
+        return "[\n" + inner + body + "\n" + pad + "]"
+    return json.dumps(value, indent=1).replace("\n", "\n" + pad)
 
 
 def zone_fragment(result: ZoneResult) -> str:
     """The zone's text exactly as ``json.dump(plan, indent=1)`` prints it inside ``"zones"``."""
-    return _indent(json.dumps(zone_json(result), indent=1), "  ")
+    return "  " + indented_json(zone_json(result), "  ")
 
 
 @dataclass(slots=True)
@@ -287,5 +332,5 @@ def plan_text_parts(
         yield ("\n" if first else ",\n") + fragment
         first = False
     yield "]" if first else "\n ]"
-    yield ',\n "summary": ' + _indent(json.dumps(dict(summary()), indent=1), " ").lstrip(" ")
+    yield ',\n "summary": ' + indented_json(dict(summary()), " ")
     yield "\n}\n"

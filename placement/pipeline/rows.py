@@ -7,7 +7,7 @@ columns). Rows read back are validated here, for both engines, and problems are 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from placement.core.model import Peers
@@ -65,34 +65,56 @@ def skeleton(
 
 
 def stable_from_rows(
-    zone: str, partitions: int, rows: Iterable[tuple[int, Sequence[str] | None]]
+    zone: str,
+    partitions: int,
+    rows: Iterable[tuple[int, Sequence[str] | None]],
+    valid_names: Collection[str] = frozenset(),
 ) -> dict[int, Peers]:
     """A zone's stable rows ``(partition, peers)`` -> partition -> peers, validated against the
     zone's (current) partition count. Rows with null peers (undecodable in etcd) are unknown and
-    skipped: their partition is placed afresh."""
+    skipped: their partition is placed afresh.
+
+    ``valid_names`` (optional) are names already known to be valid node names: only the others
+    are checked one by one (the local engine checks the distinct names of the whole table once).
+    """
     stable: dict[int, Peers] = {}
+    known = valid_names if isinstance(valid_names, (set, frozenset)) else frozenset(valid_names)
     for partition, peers in rows:
-        where = f"assignments.parquet[zone={zone},partition={partition}]"
         if not 0 <= partition < partitions:
             raise InvalidInput(
-                where,
+                _where(zone, partition),
                 f"partition {partition} is not one of zone {zone}'s {partitions} partitions",
                 "re-export the cluster or fix the row",
             )
         if partition in stable:
-            raise InvalidInput(where, "a second stable row", "keep one stable row per partition")
+            raise InvalidInput(
+                _where(zone, partition), "a second stable row", "keep one stable row per partition"
+            )
         if peers is None:
             continue
-        names = tuple(str(p) for p in peers)
-        for name in names:
-            try:
-                validate_name(name, "node")
-            except InvalidInput as e:
-                raise InvalidInput(f"{where}.peers", e.problem, e.fix) from e
-        if len(set(names)) != len(names):
-            raise InvalidInput(f"{where}.peers", "a node is listed twice", "list each node once")
+        names = tuple(map(str, peers))
+        if len(set(names)) != len(names) or not known.issuperset(names):
+            _check_peers(zone, partition, names)
         stable[partition] = names
     return stable
+
+
+def _where(zone: str, partition: int) -> str:
+    return f"assignments.parquet[zone={zone},partition={partition}]"
+
+
+def _check_peers(zone: str, partition: int, names: Peers) -> None:
+    """Raises :class:`InvalidInput` for the first invalid name of a row, then for a name listed
+    twice."""
+    for name in names:
+        try:
+            validate_name(name, "node")
+        except InvalidInput as e:
+            raise InvalidInput(f"{_where(zone, partition)}.peers", e.problem, e.fix) from e
+    if len(set(names)) != len(names):
+        raise InvalidInput(
+            f"{_where(zone, partition)}.peers", "a node is listed twice", "list each node once"
+        )
 
 
 def snapshot_rows(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:

@@ -5,12 +5,13 @@ Shape of the job (design/pipeline.md has the why):
 1. the stable rows (Parquet read by the executors, or the JSON snapshot's rows) are joined to the
    list of zones to plan and co-grouped by zone with the partition sizes (bytes and keys, each
    the max over replicas);
-2. ``applyInPandas`` runs :func:`placement.pipeline.engines.zone_rows` once per zone — the same
-   pure code the local engine runs, hence the same placement function as the driver;
-3. the result (one fragment row per zone, plus per-node / per-domain counter rows) is persisted;
-   the fleet totals are a group-by whose few thousand rows come back to the driver, and the zone
-   fragments are streamed to the output file in zone order with ``toLocalIterator`` — one Spark
-   partition at a time, so the fleet is never held by the driver.
+2. ``applyInArrow`` runs :func:`placement.pipeline.engines.zone_rows_and_counters` once per zone
+   — the same pure code the local engine runs, hence the same placement function as the driver;
+3. the result (one fragment row per zone, plus a row of per-node / per-domain counter arrays per
+   counter kind) is persisted; the fleet totals are a group-by of the exploded counters whose few
+   thousand rows come back to the driver, and the zone fragments are streamed to the output file
+   in zone order with ``toLocalIterator`` — one range partition of a few MiB at a time, so the
+   fleet is never held by the driver.
 """
 
 from __future__ import annotations
@@ -22,27 +23,32 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from placement.core.model import Node
+from placement.core.names import is_name
 from placement.errors import InvalidInput
 from placement.pipeline.engines import (
     ERROR,
     FLEET_KINDS,
     ZONE,
     totals_from_sums,
-    zone_rows,
+    zone_rows_and_counters,
 )
-from placement.pipeline.inputs import PlanInput, PlannedZone, zone_input
+from placement.pipeline.inputs import PlanInput, PlannedZone, peer_lists, zone_input
 from placement.pipeline.planning import COUNTER_KINDS, FleetTotals, partition_size
 from placement.pipeline.rows import snapshot_rows
 from placement.pipeline.spark_master import Master, probe_master
 
-RESULT_SCHEMA = "zone_index int, kind string, key string, value long, fragment string"
+#: A zone's rows; a counter kind's row carries the zone's counters as ``keys`` / ``values``.
+RESULT_SCHEMA = (
+    "zone_index int, kind string, key string, value long, fragment string, "
+    "keys array<string>, values array<long>"
+)
 _STABLE_SCHEMA = pa.schema(
     [("zone", pa.string()), ("partition", pa.int32()), ("peers", pa.list_(pa.string()))]
 )
@@ -51,6 +57,10 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # A partition of zone fragments (a few MiB, see _fragment_partitions) goes straight to the
+    # driver rather than through the block manager, which lost such results now and then
+    # (TaskResultLost) on the 2,000-zone fleet; Spark caps this at its message size (128 MiB).
+    "spark.task.maxDirectResultSize": "128m",
 }
 _LOG4J = """rootLogger.level = error
 logger.repl.name = org.apache.spark.repl.Main
@@ -119,31 +129,58 @@ def _sizes_frame(spark: SparkSession, plan_input: PlanInput) -> DataFrame:
     )
 
 
-def _planner(zones: Mapping[str, PlannedZone], nodes: Sequence[Node]) -> Any:
-    """The function ``applyInPandas`` calls per zone (pickled to the Python workers)."""
+_RESULT_ARROW = pa.schema(
+    [
+        ("zone_index", pa.int32()),
+        ("kind", pa.string()),
+        ("key", pa.string()),
+        ("value", pa.int64()),
+        ("fragment", pa.string()),
+        ("keys", pa.list_(pa.string())),
+        ("values", pa.list_(pa.int64())),
+    ]
+)
 
-    def plan_group(key: tuple[Any, ...], stable: pd.DataFrame, sizes: pd.DataFrame) -> pd.DataFrame:
-        zone = zones.get(str(key[0]))
-        if zone is None or stable.empty:
-            return pd.DataFrame({c: [] for c in ("zone_index", "kind", "key", "value", "fragment")})
-        present = stable[stable["partition"].notna()]
-        rows = [
-            (int(p), None if peers is None else [str(x) for x in peers])
-            for p, peers in zip(present["partition"], present["peers"], strict=True)
-        ]
+
+def _planner(zones: Mapping[str, PlannedZone], nodes: Sequence[Node]) -> Any:
+    """The function ``applyInArrow`` calls per zone (pickled to the Python workers): Arrow
+    tables in and out, the peers decoded column-wise as the local engine reads them."""
+    valid: set[str] = set()  # node names found valid so far by this worker
+
+    def plan_group(key: tuple[Any, ...], stable: pa.Table, sizes: pa.Table) -> pa.Table:
+        zone = zones.get(str(key[0].as_py()))
+        if zone is None or stable.num_rows == 0:
+            return _RESULT_ARROW.empty_table()
+        present = stable.filter(pc.is_valid(stable.column("partition")))
+        decoded = peer_lists(present.column("peers"))
+        names: list[str] = []
+        if decoded is None:  # a null name: the rows as they are (stable_from_rows checks them)
+            lists = present.column("peers").to_pylist()
+        else:
+            lists, names = decoded
+        rows = list(zip(present.column("partition").to_pylist(), lists, strict=True))
+        valid.update(name for name in names if name not in valid and is_name(name))
+        # one row per partition (the largest report of each, aggregated in Spark)
         by_partition: dict[int, list[tuple[int, int]]] = {}
-        for p, size, keys in zip(sizes["partition"], sizes["bytes"], sizes["keys"], strict=True):
-            by_partition.setdefault(int(p), []).append((int(size), int(keys)))
+        columns = (sizes.column(c).to_pylist() for c in ("partition", "bytes", "keys"))
+        for p, size, keys in zip(*columns, strict=True):
+            by_partition.setdefault(p, []).append((size, keys))
         part_sizes = {p: partition_size(v) for p, v in by_partition.items()}
-        out = zone_rows(zone, lambda: zone_input(zone, rows, part_sizes), nodes)
-        return pd.DataFrame(
+        out, counters = zone_rows_and_counters(
+            zone, lambda: zone_input(zone, rows, part_sizes, valid), nodes
+        )
+        kinds = list(counters)
+        return pa.Table.from_pydict(
             {
-                "zone_index": [r.zone_index for r in out],
-                "kind": [r.kind for r in out],
-                "key": [r.key for r in out],
-                "value": [r.value for r in out],
-                "fragment": [r.fragment for r in out],
-            }
+                "zone_index": [r.zone_index for r in out] + [zone.index] * len(kinds),
+                "kind": [r.kind for r in out] + kinds,
+                "key": [r.key for r in out] + [""] * len(kinds),
+                "value": [r.value for r in out] + [0] * len(kinds),
+                "fragment": [r.fragment for r in out] + [None] * len(kinds),
+                "keys": [None] * len(out) + [list(counters[k]) for k in kinds],
+                "values": [None] * len(out) + [list(counters[k].values()) for k in kinds],
+            },
+            schema=_RESULT_ARROW,
         )
 
     return plan_group
@@ -163,7 +200,7 @@ def plan_spark(
     result = (
         stable.groupBy("zone")
         .cogroup(_sizes_frame(spark, plan_input).groupBy("zone"))
-        .applyInPandas(_planner(zones, plan_input.nodes), RESULT_SCHEMA)
+        .applyInArrow(_planner(zones, plan_input.nodes), RESULT_SCHEMA)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     try:
@@ -177,21 +214,45 @@ def plan_spark(
     fragments = (
         str(row["fragment"])
         for row in result.where(F.col("kind") == ZONE)
-        .orderBy("zone_index")
+        .select("zone_index", "fragment")
+        .repartitionByRange(_fragment_partitions(plan_input), "zone_index")
+        .sortWithinPartitions("zone_index")
         .select("fragment")
         .toLocalIterator()
     )
     return totals, fragments, result
 
 
+#: Zone fragment text per Spark partition streamed to the driver (an estimate: see below).
+FRAGMENT_PARTITION_BYTES = 8 << 20
+
+
+def _fragment_partitions(plan_input: PlanInput) -> int:
+    """How many range partitions the zone fragments are streamed in: about
+    :data:`FRAGMENT_PARTITION_BYTES` of text each, estimated at 24 bytes per replica and 80
+    per node (four per-node tables) of a zone. ``orderBy`` left the count to Spark (the 8
+    shuffle partitions, which adaptive execution may merge): 20 MiB or more each of the
+    158 MiB of the 2,000-zone benchmark fleet, and streaming those failed in most runs
+    (``TaskResultLost``, or ``Java heap space`` in the driver once they were direct results)."""
+    per_node = 80 * len(plan_input.nodes)
+    size = sum(24 * z.spec.partitions * z.spec.replicas + per_node for z in plan_input.zones)
+    return max(1, min(len(plan_input.zones), -(-size // FRAGMENT_PARTITION_BYTES)))
+
+
 def _totals(result: DataFrame) -> FleetTotals:
-    """Fleet totals by a group-by in Spark: only the aggregates reach the driver."""
+    """Fleet totals by a group-by in Spark (the counters' arrays exploded into one row per
+    key first): only the aggregates reach the driver."""
+    fleet = result.where(F.col("kind").isin(*FLEET_KINDS)).select(
+        "kind", F.lit("").alias("key"), "value"
+    )
+    counters = (
+        result.where(F.col("kind").isin(*COUNTER_KINDS))
+        .select("kind", F.explode(F.arrays_zip("keys", "values")).alias("kv"))
+        .select("kind", F.col("kv.keys").alias("key"), F.col("kv.values").alias("value"))
+    )
     summed = (
-        result.where(F.col("kind").isin(*FLEET_KINDS, *COUNTER_KINDS))
-        .groupBy(
-            "kind",
-            F.when(F.col("kind").isin(*FLEET_KINDS), "").otherwise(F.col("key")).alias("key"),
-        )
+        fleet.unionByName(counters)
+        .groupBy("kind", "key")
         .agg(F.sum("value").alias("value"), F.count("*").alias("n"))
         .collect()
     )

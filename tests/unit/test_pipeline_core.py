@@ -20,20 +20,22 @@ from placement.metastore.codec import Assignment, ReplicaSize, encode_assignment
 from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import EventKind, KeyValue, WatchEvent
 from placement.pipeline.engines import FLEET_KINDS, ResultRow, totals_from_sums, zone_rows
-from placement.pipeline.export import history_rows, snapshot_tables
+from placement.pipeline.export import history_rows, snapshot_tables, write_tables
 from placement.pipeline.fleet import ZonePlan, plan_zone, zone_plan_json
 from placement.pipeline.fleet import spread as _spread
-from placement.pipeline.inputs import PlannedZone
+from placement.pipeline.inputs import PlannedZone, read_stable, read_stable_rows
 from placement.pipeline.planning import (
     COUNTER_KINDS,
     FleetTotals,
     PartitionSize,
     ZoneInput,
     bytes_to_move,
+    indented_json,
     load_before,
     plan_text_parts,
     plan_zone_input,
     zone_fragment,
+    zone_json,
 )
 from placement.pipeline.rows import skeleton, stable_from_rows
 from placement.pipeline.snapshot import ClusterSnapshot, load_snapshot
@@ -206,6 +208,71 @@ def test_streamed_plan_text_equals_json_dump(
     ]
     text = "".join(plan_text_parts(iter(fragments), lambda: summary))
     assert text == json.dumps({"zones": zones, "summary": summary}, indent=1) + "\n"
+
+
+_any_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+        | st.dictionaries(st.text(max_size=3), st.integers(), max_size=4)
+        | st.dictionaries(st.integers() | st.booleans() | st.none(), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200)
+@given(_any_json, st.sampled_from(["", " ", "  "]))
+def test_indented_json_is_json_dumps_text(value: Any, pad: str) -> None:
+    assert indented_json(value, pad) == json.dumps(value, indent=1).replace("\n", "\n" + pad)
+
+
+def test_zone_fragment_is_the_zone_as_json_dump_prints_it() -> None:
+    snapshot = load_snapshot(EXAMPLE)
+    whatif = WhatIf(remove_nodes=(snapshot.nodes[0].name,), set_partitions={"orders": 20})
+    nodes = apply_to_nodes(snapshot.nodes, whatif)
+    for z in snapshot.zones:
+        spec = apply_to_spec(z.spec, whatif)
+        sizes = {0: PartitionSize(5, 2)}
+        result = plan_zone_input(ZoneInput(spec, z.stable, sizes, z.spec.partitions), nodes)
+        text = json.dumps(zone_json(result), indent=1)
+        assert zone_fragment(result) == "\n".join("  " + line for line in text.split("\n"))
+
+
+def test_stable_rows_read_by_column_equal_rows_read_one_by_one(tmp_path: Path) -> None:
+    rows = [
+        ("z", 0, "stable", ["a", "b"]),
+        ("y", 1, "stable", ["c"]),
+        ("z", 1, "pending", ["a", "c"]),
+        ("z", 2, "stable", None),
+        ("y", 0, "stable", ["b", "bad name", "a"]),
+        ("z", 1, "stable", []),
+        ("x", 0, "planned", ["a"]),
+    ]
+    tables = {
+        "assignments": [
+            {"zone": z, "partition": p, "field": f, "peers": peers, "epoch": 1, "ts": 0,
+             "trigger": 1, "mod_revision": 1}
+            for z, p, f, peers in rows
+        ]
+    }  # fmt: skip
+    write_tables(tmp_path / "a", tables, {})
+    stable, valid = read_stable(tmp_path / "a")
+    expected = {
+        "z": [(0, ["a", "b"]), (2, None), (1, [])],
+        "y": [(1, ["c"]), (0, ["b", "bad name", "a"])],
+    }
+    assert stable == expected
+    assert valid == {"a", "b", "c"}
+    assert read_stable_rows(tmp_path / "a") == expected
+    with pytest.raises(InvalidInput, match=r"zone=y,partition=0\]\.peers"):
+        stable_from_rows("y", 2, stable["y"], valid)
+    # a null inside a list: read row by row (as before: the name "None")
+    tables["assignments"][0]["peers"] = ["a", None]
+    write_tables(tmp_path / "b", tables, {})
+    assert read_stable(tmp_path / "b")[0]["z"][0] == (0, ["a", None])
 
 
 # -- Parquet rows -------------------------------------------------------------------------------
