@@ -27,7 +27,6 @@ from placement.core.zonespec import validate_zone_spec
 from placement.driver.core import (
     ClusterView,
     DecodeCache,
-    ZoneView,
     build_view,
     view_zone_status,
 )
@@ -230,15 +229,6 @@ def _check_revision(revision: int, read: ReadOptions) -> None:
             f"{read.min_revision} is ahead of the store's revision {revision}",
             "use a revision an answer or a write returned",
         )
-
-
-def _holds(zone: ZoneView, node: str) -> bool:
-    """``node`` is a member of some stable or pending of ``zone``."""
-    return any(
-        node in (state.peers(AssignField.STABLE) or ())
-        or node in (state.peers(AssignField.PENDING) or ())
-        for state in zone.partitions.values()
-    )
 
 
 def now_ms() -> int:
@@ -446,7 +436,9 @@ class PlacementAPI:
         validate_name(node, "drain_node")
         revision, kvs = await self.store.read_cluster_snapshot()
         view = build_view(self.keys, kvs, revision)
-        if node not in view.nodes and not any(_holds(z, node) for z in view.zones.values()):
+        if node not in view.nodes and not any(
+            node in state.holders() for z in view.zones.values() for state in z.partitions.values()
+        ):
             raise InvalidInput(
                 "drain_node",
                 f"{node!r} is not registered and holds nothing",
@@ -688,10 +680,7 @@ class PlacementAPI:
         replicas = primaries = 0
         for zone in view.zones.values():
             for state in zone.partitions.values():
-                held = set(state.peers(AssignField.STABLE) or ()) | set(
-                    state.peers(AssignField.PENDING) or ()
-                )
-                replicas += node in held
+                replicas += node in state.holders()
             for lease in zone.primaries.values():
                 value = lease.value
                 primaries += (

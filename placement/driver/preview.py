@@ -34,7 +34,6 @@ from placement.driver.core import ClusterView, ZoneView, kept_partitions, zone_t
 from placement.driver.datanodes import advance, holddown_remaining, matching_nodes
 from placement.metastore.codec import DataNodes, LayoutValue, PrimaryLease
 from placement.metastore.keys import AssignField
-from placement.metastore.transitions import PartitionState
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,11 +120,7 @@ def _touches(zone: ZoneView, nodes: Set[str]) -> bool:
     applied = zone.datanodes.applied if isinstance(zone.datanodes, DataNodes) else ()
     if nodes & set(applied):
         return True
-    return any(nodes & _held(state) for state in zone.partitions.values())
-
-
-def _held(state: PartitionState) -> set[str]:
-    return set(state.peers(AssignField.STABLE) or ()) | set(state.peers(AssignField.PENDING) or ())
+    return any(nodes & state.holders() for state in zone.partitions.values())
 
 
 def _zone_preview(

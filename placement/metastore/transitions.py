@@ -125,6 +125,12 @@ class PartitionState:
             return None
         return entry.value.peers
 
+    def holders(self) -> frozenset[str]:
+        """The nodes that hold a replica (stable) or are taking one (pending)."""
+        return frozenset(self.peers(AssignField.STABLE) or ()) | frozenset(
+            self.peers(AssignField.PENDING) or ()
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ZoneState:
