@@ -25,6 +25,11 @@ import click
 
 from placement.api.dashboard import CLIENT_CERT_CHOICES, ClientCert
 from placement.core.names import validate_name
+from placement.driver.throttles import (
+    DEFAULT_MAX_BYTES_PER_NODE,
+    DEFAULT_MAX_MOVES,
+    DEFAULT_MAX_MOVES_PER_NODE,
+)
 from placement.metastore.keys import DEFAULT_PREFIX, KeySpace
 from placement.security.flags import etcd_flags, tls_flags
 
@@ -46,8 +51,9 @@ async def serve_driver(
     advertise: str | None = None,
     prefix: str = DEFAULT_PREFIX,
     lease_ttl: int = 5,
-    max_moves_global: int = 64,
-    max_moves_per_node: int = 8,
+    max_moves_global: int = DEFAULT_MAX_MOVES,
+    max_moves_per_node: int = DEFAULT_MAX_MOVES_PER_NODE,
+    max_bytes_per_node: int = DEFAULT_MAX_BYTES_PER_NODE,
     primary_lease: float = 10.0,
     add_servicers: AddServicers | None = None,
     announce: Callable[[str], None] = lambda line: print(line, flush=True),
@@ -92,6 +98,7 @@ async def serve_driver(
         lease_ttl=lease_ttl,
         max_moves_global=max_moves_global,
         max_moves_per_node=max_moves_per_node,
+        max_bytes_per_node=max_bytes_per_node,
         leases=LeaseConfig(
             duration_ms=int(primary_lease * 1000), renew_before_ms=int(primary_lease * 500)
         ),
@@ -175,12 +182,18 @@ def driver() -> None:
 )  # fmt: skip
 @click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help="etcd key prefix.")
 @click.option(
-    "--max-moves", default=64, show_default=True, type=click.IntRange(1, 100_000),
-    help="Partitions being moved at once, in total.",
+    "--max-moves", default=DEFAULT_MAX_MOVES, show_default=True,
+    type=click.IntRange(1, 100_000), help="Partitions being moved at once, in total.",
 )  # fmt: skip
 @click.option(
-    "--max-moves-per-node", default=8, show_default=True, type=click.IntRange(1, 100_000),
-    help="Partitions being moved at once onto one node.",
+    "--max-moves-per-node", default=DEFAULT_MAX_MOVES_PER_NODE, show_default=True,
+    type=click.IntRange(1, 100_000), help="Partitions being moved at once onto one node.",
+)  # fmt: skip
+@click.option(
+    "--max-mib-per-node", "max_mib_per_node", default=DEFAULT_MAX_BYTES_PER_NODE // 2**20,
+    show_default=True, type=click.IntRange(1, 10**7),
+    help="MiB being copied at once onto one node (a move counts its partition's largest "
+    "replica, at least 1 MiB; a larger one runs alone).",
 )  # fmt: skip
 @click.option(
     "--primary-lease", default=10.0, show_default=True, type=click.FloatRange(1.0, 3600.0),
@@ -217,6 +230,7 @@ def run(
     prefix: str,
     max_moves: int,
     max_moves_per_node: int,
+    max_mib_per_node: int,
     primary_lease: float,
     log_level: str,
     log_format: str,
@@ -245,6 +259,7 @@ def run(
                 lease_ttl=lease_ttl,
                 max_moves_global=max_moves,
                 max_moves_per_node=max_moves_per_node,
+                max_bytes_per_node=max_mib_per_node * 2**20,
                 primary_lease=primary_lease,
                 tls=tls,
                 etcd_credentials=etcd_credentials,

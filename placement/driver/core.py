@@ -771,92 +771,182 @@ def view_zone_status(
     )
 
 
-def plan_pass(view: ClusterView, now_ms: int, leases: LeaseConfig | None = None) -> PassPlan:
-    """Everything the leader should do now, decided on ``view`` alone."""
-    datanode_writes: list[WriteDataNodes] = []
-    creates: list[CreatePartitions] = []
-    triggers: list[ApplyTriggers] = []
-    drives: list[Drive] = []
-    primaries: list[WritePrimaries] = []
-    skipped: dict[str, str] = {}
-    drops: list[DropLeftovers] = []
-    cancels: list[CancelMove] = []
-    unreadable: dict[str, tuple[int, ...]] = {}
-    layouts: list[WriteLayout] = []
-    retires: list[RetirePartitions] = []
-    due: list[int] = []
-    for name, zone in view.zones.items():
-        spec = zone.spec
-        if not view.paused:
-            for state in zone.partitions.values():
-                drive = drive_action(state)
-                if drive is not None:
-                    drives.append(drive)
-        if not isinstance(spec, ZoneSpec):
-            skipped[name] = "zone config absent" if spec is None else "zone config corrupt"
-            if (
-                spec is None
-                and not zone.partitions
-                and (zone.datanodes or zone.primaries or zone.isrs or zone.has_sizes or zone.layout)
-            ):
-                drops.append(DropLeftovers(name))
-            continue
-        step = layout_step(zone, spec, set(view.nodes), now_ms)
-        if step is not None:
-            layouts.append(step)
-        retire = retire_step(zone, spec)
-        if retire is not None:
-            retires.append(retire)
-        kept = kept_partitions(zone.layout, spec)
-        previous = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
-        observed, drained = observed_nodes(view, zone, spec, now_ms)
-        record = advance(spec, previous, observed, now_ms, drained)
-        if previous is None or not record.same_content(previous):
-            datanode_writes.append(WriteDataNodes(name, record, zone.datanodes_mod))
-            continue
-        held = holddown_remaining(spec, previous, now_ms)
-        if held is not None:
-            due.append(now_ms + max(1, math.ceil(held * 1000)))
-        if not view.paused:
-            cancels.extend(abandoned_moves(zone, previous.applied))
-        decided = plan_zone_targets(zone, spec, view.nodes, previous.applied, kept)
-        if isinstance(decided, str):
-            skipped[name] = decided
+@dataclass(slots=True)
+class ZonePlan:
+    """One zone's part of a :class:`PassPlan` (see there); ``due``: its next due time."""
+
+    datanodes: list[WriteDataNodes] = field(default_factory=list)
+    creates: list[CreatePartitions] = field(default_factory=list)
+    triggers: list[ApplyTriggers] = field(default_factory=list)
+    drives: list[Drive] = field(default_factory=list)
+    primaries: list[WritePrimaries] = field(default_factory=list)
+    skipped: str | None = None
+    drops: list[DropLeftovers] = field(default_factory=list)
+    cancels: list[CancelMove] = field(default_factory=list)
+    corrupt_isrs: tuple[int, ...] = ()
+    layouts: list[WriteLayout] = field(default_factory=list)
+    retires: list[RetirePartitions] = field(default_factory=list)
+    due: list[int] = field(default_factory=list)
+
+    @property
+    def writes(self) -> bool:
+        return bool(
+            self.datanodes
+            or self.creates
+            or self.triggers
+            or self.primaries
+            or self.drops
+            or self.cancels
+            or self.layouts
+            or self.retires
+        )
+
+
+def plan_zone(
+    view: ClusterView, name: str, zone: ZoneView, now_ms: int, leases: LeaseConfig | None
+) -> ZonePlan:
+    """Everything the leader should do now for zone ``name``, decided on ``view`` alone."""
+    plan = ZonePlan()
+    spec = zone.spec
+    if not view.paused:
+        for state in zone.partitions.values():
+            drive = drive_action(state)
+            if drive is not None:
+                plan.drives.append(drive)
+    if not isinstance(spec, ZoneSpec):
+        plan.skipped = "zone config absent" if spec is None else "zone config corrupt"
+        if (
+            spec is None
+            and not zone.partitions
+            and (zone.datanodes or zone.primaries or zone.isrs or zone.has_sizes or zone.layout)
+        ):
+            plan.drops.append(DropLeftovers(name))
+        return plan
+    # a lease expiring changes what observed_nodes and reshard_facts see
+    expiries = [
+        lease.value.expiry
+        for lease in zone.primaries.values()
+        if isinstance(lease.value, PrimaryLease) and lease.value.expiry > now_ms
+    ]
+    if expiries:
+        plan.due.append(min(expiries))
+    step = layout_step(zone, spec, set(view.nodes), now_ms)
+    if step is not None:
+        plan.layouts.append(step)
+    retire = retire_step(zone, spec)
+    if retire is not None:
+        plan.retires.append(retire)
+    kept = kept_partitions(zone.layout, spec)
+    previous = zone.datanodes if isinstance(zone.datanodes, DataNodes) else None
+    observed, drained = observed_nodes(view, zone, spec, now_ms)
+    record = advance(spec, previous, observed, now_ms, drained)
+    if previous is None or not record.same_content(previous):
+        plan.datanodes.append(WriteDataNodes(name, record, zone.datanodes_mod))
+        return plan
+    held = holddown_remaining(spec, previous, now_ms)
+    if held is not None:
+        plan.due.append(now_ms + max(1, math.ceil(held * 1000)))
+    if not view.paused:
+        plan.cancels.extend(abandoned_moves(zone, previous.applied))
+    decided = plan_zone_targets(zone, spec, view.nodes, previous.applied, kept)
+    if isinstance(decided, str):
+        plan.skipped = decided
+    else:
+        create, trigger, revision = decided
+        if create:
+            plan.creates.append(CreatePartitions(name, MappingProxyType(create), revision))
+        if trigger:
+            plan.triggers.append(ApplyTriggers(name, MappingProxyType(trigger), revision))
+    if leases is not None:
+        stables = {
+            p: peers
+            for p, s in zone.partitions.items()
+            if p < kept and (peers := s.peers(AssignField.STABLE)) is not None
+        }
+        isrs = {p: isr for p, isr in zone.isrs.items() if p in stables}
+        grants = plan_primaries(
+            stables, zone.primaries, set(view.nodes), now_ms, leases, isrs, view.leaving
+        )
+        if grants:
+            plan.primaries.append(WritePrimaries(name, MappingProxyType(grants)))
+        lease_due = next_due_ms(stables, zone.primaries, now_ms, leases)
+        if lease_due is not None:
+            plan.due.append(lease_due)
+        plan.corrupt_isrs = tuple(corrupt_isrs(isrs))
+    return plan
+
+
+class PlanMemo:
+    """Zone plans kept between passes (the incremental pass, design/control-plane.md): a zone
+    whose plan writes nothing is not decided again while its view, the registered nodes, the
+    drain marks and the pause flag are the same objects and its next due time has not come —
+    :func:`plan_zone` would decide exactly the same (it depends on time only through what its
+    due times cover). A plan that writes is always decided again: its writes carry times."""
+
+    def __init__(self) -> None:
+        self._plans: dict[
+            str, tuple[tuple[object, ...], ZonePlan, int | None, LeaseConfig | None]
+        ] = {}
+        #: zones decided and zones reused, over the memo's life (for tests and benchmarks)
+        self.decided = 0
+        self.reused = 0
+
+    def plan(
+        self, view: ClusterView, name: str, zone: ZoneView, now_ms: int, leases: LeaseConfig | None
+    ) -> ZonePlan:
+        inputs = (zone, view.nodes, view.draining, view.paused)
+        held = self._plans.get(name)
+        if (
+            held is not None
+            and all(a is b for a, b in zip(held[0], inputs, strict=True))
+            and held[3] == leases
+            and (held[2] is None or now_ms < held[2])
+        ):
+            self.reused += 1
+            return held[1]
+        self.decided += 1
+        plan = plan_zone(view, name, zone, now_ms, leases)
+        if plan.writes:
+            self._plans.pop(name, None)
         else:
-            create, trigger, revision = decided
-            if create:
-                creates.append(CreatePartitions(name, MappingProxyType(create), revision))
-            if trigger:
-                triggers.append(ApplyTriggers(name, MappingProxyType(trigger), revision))
-        if leases is not None:
-            stables = {
-                p: peers
-                for p, s in zone.partitions.items()
-                if p < kept and (peers := s.peers(AssignField.STABLE)) is not None
-            }
-            isrs = {p: isr for p, isr in zone.isrs.items() if p in stables}
-            grants = plan_primaries(
-                stables, zone.primaries, set(view.nodes), now_ms, leases, isrs, view.leaving
-            )
-            if grants:
-                primaries.append(WritePrimaries(name, MappingProxyType(grants)))
-            lease_due = next_due_ms(stables, zone.primaries, now_ms, leases)
-            if lease_due is not None:
-                due.append(lease_due)
-            if bad := corrupt_isrs(isrs):
-                unreadable[name] = tuple(bad)
+            self._plans[name] = (inputs, plan, min(plan.due, default=None), leases)
+        return plan
+
+    def retain(self, zones: Mapping[str, ZoneView]) -> None:
+        """Forget zones no longer in the view."""
+        for name in [n for n in self._plans if n not in zones]:
+            del self._plans[name]
+
+
+def plan_pass(
+    view: ClusterView,
+    now_ms: int,
+    leases: LeaseConfig | None = None,
+    memo: PlanMemo | None = None,
+) -> PassPlan:
+    """Everything the leader should do now, decided on ``view`` alone (``memo``: reusing the
+    plans of zones nothing happened to; the result is the same)."""
+    if memo is not None:
+        memo.retain(view.zones)
+    plans = {
+        name: memo.plan(view, name, zone, now_ms, leases)
+        if memo is not None
+        else plan_zone(view, name, zone, now_ms, leases)
+        for name, zone in view.zones.items()
+    }
+    due = [t for plan in plans.values() for t in plan.due]
     return PassPlan(
-        tuple(datanode_writes),
-        tuple(creates),
-        tuple(triggers),
-        tuple(drives),
-        tuple(primaries),
-        MappingProxyType(skipped),
-        tuple(drops),
-        tuple(cancels),
-        MappingProxyType(unreadable),
-        tuple(layouts),
-        tuple(retires),
+        tuple(w for plan in plans.values() for w in plan.datanodes),
+        tuple(c for plan in plans.values() for c in plan.creates),
+        tuple(t for plan in plans.values() for t in plan.triggers),
+        tuple(d for plan in plans.values() for d in plan.drives),
+        tuple(p for plan in plans.values() for p in plan.primaries),
+        MappingProxyType({n: p.skipped for n, p in plans.items() if p.skipped is not None}),
+        tuple(d for plan in plans.values() for d in plan.drops),
+        tuple(c for plan in plans.values() for c in plan.cancels),
+        MappingProxyType({n: p.corrupt_isrs for n, p in plans.items() if p.corrupt_isrs}),
+        tuple(lay for plan in plans.values() for lay in plan.layouts),
+        tuple(r for plan in plans.values() for r in plan.retires),
         min(due, default=None),
     )
 

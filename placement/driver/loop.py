@@ -49,26 +49,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placement import metrics
-from placement.aio import cancel_and_wait, first_done
+from placement.aio import ByteBudget, Coalescer, cancel_and_wait, first_done
 from placement.core.model import Peers, ZoneSpec
 from placement.core.retry import Clock, RetryPolicy, Sleep, retry
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
 from placement.driver.core import (
     ClusterView,
-    DecodeCache,
     Drive,
     PassPlan,
+    PlanMemo,
     Verdict,
     WriteDataNodes,
     WritePrimaries,
     aggregate,
-    build_view,
     drive_action,
     plan_pass,
     view_zone_status,
 )
+from placement.driver.incremental import ViewBuilder, view_group
 from placement.driver.leases import LeaseConfig
 from placement.driver.status import ZoneStatusState
+from placement.driver.throttles import (
+    DEFAULT_MAX_BYTES_PER_NODE,
+    DEFAULT_MAX_MOVES,
+    DEFAULT_MAX_MOVES_PER_NODE,
+    MOVE_FLOOR_BYTES,
+)
 from placement.errors import (
     Conflict,
     CredentialError,
@@ -81,15 +87,23 @@ from placement.metastore.codec import (
     LeaderRecord,
     MoveReport,
     PrimaryLease,
+    ReplicaSize,
     decode_leader,
+    decode_size,
     encode_leader,
 )
 from placement.metastore.election import Election, Leadership
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
-from placement.metastore.listwatch import ListWatch, Snapshot
+from placement.metastore.listwatch import ListWatch
 from placement.metastore.store import Metastore
-from placement.metastore.transitions import Fence, Outcome, PartitionState, TransitionResult
+from placement.metastore.transitions import (
+    Ending,
+    Fence,
+    Outcome,
+    PartitionState,
+    TransitionResult,
+)
 from placement.security.tls import TlsMaterial
 
 log = logging.getLogger(__name__)
@@ -105,6 +119,11 @@ class _Reports:
     event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+#: Finishes per ``Metastore.end_moves`` call (it packs them into transactions within etcd's
+#: limits, about 30 per transaction).
+ENDINGS_PER_FLUSH = 512
+
+
 @dataclass(frozen=True, slots=True)
 class DriverConfig:
     """Options of one driver instance (``placectl driver run`` flags)."""
@@ -112,9 +131,12 @@ class DriverConfig:
     member_id: str
     api_address: str
     lease_ttl: int = 5
-    #: Moves (partitions being rebalanced) at once, in total and per joining node.
-    max_moves_global: int = 64
-    max_moves_per_node: int = 8
+    #: Moves (partitions being rebalanced) at once, in total and per joining node, and the bytes
+    #: a joining node copies at once (each move counts its partition's largest replica, at least
+    #: ``MOVE_FLOOR_BYTES``; a move larger than the whole budget runs alone on its node).
+    max_moves_global: int = DEFAULT_MAX_MOVES
+    max_moves_per_node: int = DEFAULT_MAX_MOVES_PER_NODE
+    max_bytes_per_node: int = DEFAULT_MAX_BYTES_PER_NODE
     #: Polling period while paused, and the longest wait before a pass that failed is redone.
     tick: float = 0.5
     #: Longest wait between passes when nothing changes in etcd and nothing falls due (a safety
@@ -161,6 +183,8 @@ class Driver:
         self._leadership: Leadership | None = None
         self._leader_api: str | None = None
         self._view: ClusterView | None = None
+        #: This term's list-watch of the whole prefix (the replica sizes a move's bytes count).
+        self._watch: ListWatch | None = None
         self._movers: dict[tuple[str, int], tuple[Drive, asyncio.Task[None]]] = {}
         #: Per running mover (sending), the move reports it has seen: (zone, partition) -> ...
         self._reports: dict[tuple[str, int], _Reports] = {}
@@ -171,11 +195,14 @@ class Driver:
         self._adopt_zones: set[str] = set()
         self._adopt_slots = asyncio.Semaphore(config.adopt_concurrency)
         self._wake = asyncio.Event()
+        #: This term's batcher of finishes (design/control-plane.md, "Batched finishes").
+        self._endings: Coalescer[Ending, TransitionResult] | None = None
         #: Revision of the leader's last applied lease write (the next pass waits to see it).
         self._written = 0
         self._fenced: NotLeader | None = None
         self._global_slots = asyncio.Semaphore(config.max_moves_global)
         self._node_slots: dict[str, asyncio.Semaphore] = {}
+        self._node_bytes: dict[str, ByteBudget] = {}
         #: Counters for tests and the benchmark.
         self.stats: dict[str, int] = {
             "finished": 0,
@@ -365,9 +392,12 @@ class Driver:
         sizes = self.keys.sizes_prefix()
         # Replica-size reports (agents, every few seconds) inform nothing the leader decides.
         watch = ListWatch(
-            self.client, self.keys.prefix.encode() + b"/", quiet=lambda key: key.startswith(sizes)
+            self.client,
+            self.keys.prefix.encode() + b"/",
+            quiet=lambda key: key.startswith(sizes),
+            group=view_group(self.keys),
         )
-        snapshot = await retry(
+        await retry(
             watch.start,
             policy=self.config.store_retry,
             retry_on=(StoreUnavailable,),
@@ -376,19 +406,30 @@ class Driver:
         )
         attempt = 0
         sweep: asyncio.Task[None] | None = None
-        decoded = DecodeCache()
+        # Incremental passes (design/control-plane.md): only the groups of keys that changed
+        # are decoded again, and only the zones they belong to are decided again.
+        self._watch = watch
+        builder = ViewBuilder(self.keys)
+        memo = PlanMemo()
+        seen = watch.changes
+        self._endings = Coalescer(
+            lambda endings: self.store.end_moves(endings, fence, self.now_ms()),
+            limit=ENDINGS_PER_FLUSH,
+            name="end-moves",
+            key=lambda e: (e.zone, e.partition),
+        )
         try:
             while True:
                 if self._fenced is not None:
                     raise self._fenced
                 started = time.monotonic()
-                view = build_view(self.keys, snapshot.kvs, snapshot.revision, decoded)
+                view = builder.build(watch.revision, watch.groups(), watch.stamps())
                 self._view = view
                 self._notice_reports(view)
                 if sweep is None:
                     sweep = asyncio.create_task(self._retire_sweep(view, fence), name="sweep")
                 self._adopt_created(view, fence)
-                plan = plan_pass(view, self.now_ms(), self.config.leases)
+                plan = plan_pass(view, self.now_ms(), self.config.leases, memo)
                 try:
                     await self._execute(plan, fence)
                     attempt = 0
@@ -398,7 +439,7 @@ class Driver:
                     await self._sleep(self.config.store_retry.delay(attempt))
                 self._reconcile(plan.drives, fence)
                 metrics.PASS_SECONDS.observe(time.monotonic() - started)
-                snapshot = await self._next_snapshot(watch, snapshot, self._idle(plan, attempt))
+                seen = await self._next_change(watch, seen, self._idle(plan, attempt))
         finally:
             movers = [task for _, task in self._movers.values()]
             movers.extend(self._retires.values())
@@ -411,6 +452,9 @@ class Driver:
             for task in movers:
                 task.cancel()
             await asyncio.gather(*movers, return_exceptions=True)
+            self._watch = None
+            endings, self._endings = self._endings, None
+            await endings.close()
             await watch.close()
 
     def _idle(self, plan: PassPlan, failed: int) -> float:
@@ -424,17 +468,17 @@ class Driver:
         wait = (plan.next_due_ms - self.now_ms() + 1) / 1000
         return min(max(wait, 0.0), self.config.max_idle)
 
-    async def _next_snapshot(self, watch: ListWatch, snapshot: Snapshot, idle: float) -> Snapshot:
+    async def _next_change(self, watch: ListWatch, seen: int, idle: float) -> int:
         if watch.revision < self._written:
             # The next pass decides on a view that shows this pass's lease writes: one taken
             # half-way through their echo would find the rest still due and renew them again
             # (with stale compares that fail). Bounded: a stalled watch only delays the pass.
             await first_done(watch.wait_revision(self._written), at_most=self.config.tick)
-        newer, _ = await first_done(watch.wait_newer(snapshot), self._wake.wait(), at_most=idle)
+        newer, _ = await first_done(watch.wait_change(seen), self._wake.wait(), at_most=idle)
         self._wake.clear()
         if newer.done() and not newer.cancelled() and newer.exception() is not None:
             raise newer.exception()  # type: ignore[misc]
-        return watch.snapshot()
+        return watch.changes
 
     async def _execute(self, plan: PassPlan, fence: Fence) -> None:
         ts = self.now_ms()
@@ -594,17 +638,36 @@ class Driver:
     def _paused(self) -> bool:
         return self._view is not None and self._view.paused
 
-    def _slots(self, drive: Drive) -> list[asyncio.Semaphore]:
+    def _slots(self, drive: Drive) -> list[contextlib.AbstractAsyncContextManager[Any]]:
+        """The throttles a move holds while it runs: a global slot, then per *joining* node (in
+        name order — no deadlock) a slot and its bytes. Cancels are not throttled."""
         if drive.cancel:
             return []
         joining = sorted(set(drive.new) - set(drive.old))
-        slots = [self._global_slots]
+        cost = self._move_bytes(drive)
+        slots: list[contextlib.AbstractAsyncContextManager[Any]] = [self._global_slots]
         for node in joining:
             slot = self._node_slots.get(node)
             if slot is None:
                 slot = self._node_slots[node] = asyncio.Semaphore(self.config.max_moves_per_node)
-            slots.append(slot)
+            budget = self._node_bytes.get(node)
+            if budget is None:
+                budget = self._node_bytes[node] = ByteBudget(self.config.max_bytes_per_node)
+            slots.extend((slot, budget.hold(cost)))
         return slots
+
+    def _move_bytes(self, drive: Drive) -> int:
+        """What the move copies onto each joining node: the partition's largest replica among
+        the agents' size reports (``{p}/sizes/``), at least ``MOVE_FLOOR_BYTES``."""
+        watch = self._watch
+        largest = 0
+        if watch is not None:
+            for node in drive.old:
+                kv = watch.get(self.keys.size(drive.zone, drive.partition, node))
+                size = decode_size(kv.value) if kv is not None else None
+                if isinstance(size, ReplicaSize):
+                    largest = max(largest, size.bytes)
+        return max(largest, MOVE_FLOOR_BYTES)
 
     async def _move(self, drive: Drive, fence: Fence) -> None:
         set_log_context(zone=drive.zone, partition=drive.partition, revision=drive.revision)
@@ -698,25 +761,21 @@ class Driver:
         return answer
 
     async def _finish(self, drive: Drive, verdict: Verdict, fence: Fence) -> None:
-        async def transition() -> TransitionResult:
-            ts = self.now_ms()
-            if verdict is Verdict.FINISH:
-                result = await self.store.finish(
-                    drive.zone, drive.partition, drive.revision, fence, ts
-                )
-            else:
-                result = await self.store.finish_cancel(
-                    drive.zone,
-                    drive.partition,
-                    drive.revision,
-                    fence,
-                    ts,
-                    already_done=verdict is Verdict.CANCEL_ALREADY_DONE,
-                )
-            return result
-
+        """End the move as ``verdict`` says, batched with the other movers ending at the same
+        moment (``Metastore.end_moves``: their switches, and their move reports deleted, in
+        few transactions)."""
+        ending = Ending(
+            drive.zone,
+            drive.partition,
+            drive.revision,
+            cancelled=verdict is not Verdict.FINISH,
+            already_done=verdict is Verdict.CANCEL_ALREADY_DONE,
+        )
+        endings = self._endings
+        if endings is None:
+            return  # the term is ending
         result = await retry(
-            transition,
+            lambda: endings.submit(ending),
             policy=self.config.store_retry,
             retry_on=(StoreUnavailable, Conflict),
             sleep=self._sleep,
@@ -727,7 +786,6 @@ class Driver:
             self.stats["finished" if verdict is Verdict.FINISH else "cancel_finished"] += 1
             done = "done" if verdict is Verdict.FINISH else "cancelled"
             metrics.MOVES.labels(drive.zone, done).inc()
-            await self._clear_reports(drive, fence)
         log.info(
             "%s/%d: %s of revision %d -> %s",
             drive.zone,
@@ -737,16 +795,6 @@ class Driver:
             outcome.value,
         )
         self._wake.set()
-
-    async def _clear_reports(self, drive: Drive, fence: Fence) -> None:
-        """Delete the partition's move reports after its move ended (fenced, best effort: one
-        left behind names an old revision no drive waits for, and goes with its agent's lease).
-        No newer drive of the partition runs yet: its mover starts after this one returns."""
-        view = self._view
-        if view is None or not view.reports.get(drive.key):
-            return
-        with contextlib.suppress(StoreUnavailable):
-            await self.store.clear_progress(drive.zone, drive.partition, fence)
 
     # -- retire (make-before-break cleanup) -----------------------------------------------------
 

@@ -88,6 +88,9 @@ class ListWatch(AsyncClosing):
         self._quiet = quiet
         self._group_of = group
         self._groups: dict[str, dict[bytes, KeyValue]] = {}
+        #: group -> the number of the applied batch (or list) that last changed it
+        self._stamps: dict[str, int] = {}
+        self._batches = 0
         self._client = client
         self._prefix = prefix
         self._end = prefix_range_end(prefix)
@@ -148,6 +151,21 @@ class ListWatch(AsyncClosing):
         the next ``await`` (every change is applied between two awaits, never during one)."""
         return MappingProxyType(self._groups.get(name, {}))
 
+    def groups(self) -> Mapping[str, Mapping[bytes, KeyValue]]:
+        """Every group's keys, live like :meth:`group` (read before the next ``await``)."""
+        return MappingProxyType(self._groups)
+
+    def stamps(self) -> Mapping[str, int]:
+        """group -> a number that changes whenever a key of the group changes (quiet keys too),
+        live like :meth:`group`: a consumer re-reads only the groups whose stamp moved."""
+        return MappingProxyType(self._stamps)
+
+    @property
+    def changes(self) -> int:
+        """A number that changes with every applied change that is not quiet, and every list
+        (:meth:`wait_change` waits for it to move)."""
+        return self._changes
+
     def live(self) -> Mapping[bytes, KeyValue]:
         """Every key as of :attr:`revision`, live like :meth:`group`."""
         return MappingProxyType(self._kvs)
@@ -177,6 +195,20 @@ class ListWatch(AsyncClosing):
                 current = self.snapshot()
                 if than is None or current is not than:
                     return current
+                await self._changed.wait()
+
+    async def wait_change(self, seen: int) -> int:
+        """:attr:`changes` once it differs from ``seen`` (at once if it already does), without
+        copying the prefix as :meth:`wait_newer` does (read the groups live instead). Raises
+        like :meth:`wait_newer`."""
+        async with self._changed:
+            while True:
+                if self._failure is not None:
+                    raise self._failure
+                if self.state is WatchState.CLOSED:
+                    raise StoreUnavailable("list-watch closed")
+                if self._changes != seen:
+                    return self._changes
                 await self._changed.wait()
 
     async def wait_revision(self, revision: int) -> None:
@@ -229,6 +261,8 @@ class ListWatch(AsyncClosing):
                 name = group_of(key)
                 if name is not None:
                     self._groups.setdefault(name, {})[key] = kv
+        self._batches += 1
+        self._stamps = dict.fromkeys(self._groups, self._batches)
         self._revision = listed.revision
         self._generation += 1
         self._changes += 1
@@ -242,11 +276,14 @@ class ListWatch(AsyncClosing):
             self._changed.notify_all()
 
     async def _apply(self, batch: WatchBatch) -> None:
+        self._batches += 1
         for event in batch.events:
             if event.kv.mod_revision <= self._revision:
                 continue  # already in the list (cannot happen with start = R + 1; kept as a guard)
             key = event.kv.key
             name = self._group_of(key) if self._group_of is not None else None
+            if name is not None:
+                self._stamps[name] = self._batches
             if event.kind is EventKind.DELETE:
                 self._kvs.pop(key, None)
                 if name is not None:

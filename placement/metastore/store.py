@@ -78,9 +78,11 @@ from placement.metastore.transitions import (
     BatchTriggerResult,
     CreateResult,
     Decision,
+    Ending,
     Fence,
     LeaseWrite,
     NodeEntry,
+    Outcome,
     PartitionState,
     TransitionResult,
     TxnStats,
@@ -89,10 +91,12 @@ from placement.metastore.transitions import (
     ZoneRecord,
     ZoneState,
     ZoneWrite,
+    apply_write,
     batch_txn,
     pack,
     partition_states,
     plan_cancel,
+    plan_ending,
     plan_finish,
     plan_finish_cancel,
     plan_owned_txns,
@@ -430,6 +434,88 @@ class Metastore:
         return await self._on_pending(zone, partition, pending_revision, fence, ts, observed, plan)
 
     # -- batches -------------------------------------------------------------------------------
+
+    async def read_partitions(
+        self, partitions: Sequence[tuple[str, int]], fence: Fence
+    ) -> list[PartitionState]:
+        """Each partition's keys, in read-only transactions of at most etcd's op limit (each
+        at one revision; raises NotLeader when the fence no longer holds)."""
+        states: list[PartitionState] = []
+        per_txn = MAX_TXN_OPS - 1  # and the leader key
+        for start in range(0, len(partitions), per_txn):
+            chunk = partitions[start : start + per_txn]
+            result = await self.client.txn(
+                (), (*(self._partition_get(z, p) for z, p in chunk), Get(fence.leader_key))
+            )
+            *found, leader = result.responses
+            assert isinstance(leader, Range)
+            if not fence.holds(leader.first()):
+                raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+            for (z, p), got in zip(chunk, found, strict=True):
+                assert isinstance(got, Range)
+                states.append(self._partition_state(z, p, got, result.revision))
+        return states
+
+    async def end_moves(
+        self, endings: Sequence[Ending], fence: Fence, ts: int
+    ) -> list[TransitionResult]:
+        """:meth:`finish` / :meth:`finish_cancel` of many partitions (of any zones), in few
+        transactions: one read of them all, then the writing ones packed within etcd's limits,
+        each transaction carrying every packed partition's compares (AND-ed) and the fence, and
+        deleting each ended partition's move reports (``{p}/progress/{zone}/{partition}/``) with
+        its switch. A batch that loses a compare (one partition raced) is redone partition by
+        partition. Results in the order of ``endings``, exactly what the single transitions
+        return; the partitions must be distinct."""
+        if len({(e.zone, e.partition) for e in endings}) != len(endings):
+            raise InvalidInput("endings", "name a partition twice", "end each move once")
+        for e in endings:
+            validate_partition(e.partition)
+            _check_revision("pending_revision", e.pending_revision)
+        states = await self.read_partitions([(e.zone, e.partition) for e in endings], fence)
+        results: list[TransitionResult | None] = [None] * len(endings)
+        units: list[Unit] = []
+        planned: dict[int, tuple[PartitionState, Write, Decision]] = {}
+        for i, (ending, state) in enumerate(zip(endings, states, strict=True)):
+            decision = plan_ending(self.keys, state, ending, fence.epoch, ts)
+            if decision.write is None:
+                results[i] = TransitionResult(decision.outcome, state)
+                continue
+            reports = self.keys.partition_progress_prefix(ending.zone, ending.partition)
+            ops = (
+                *self._write_ops(ending.zone, ending.partition, decision.write),
+                Delete(reports, prefix_range_end(reports)),
+            )
+            # Unit.partition is only a label here: the index into ``endings``
+            units.append(Unit(i, decision.write.compares, ops))
+            planned[i] = (state, decision.write, decision)
+        redo: list[int] = []
+        for batch in pack(units, reserved_compares=1):
+            txn = batch_txn(fence, batch, (Get(fence.leader_key),))
+            result = await self.client.txn(txn.compares, txn.success, txn.failure)
+            if result.succeeded:
+                for unit in batch:
+                    state, write, decision = planned[unit.partition]
+                    after = apply_write(state, write, result.revision)
+                    results[unit.partition] = TransitionResult(decision.outcome, after)
+                continue
+            (held,) = result.responses
+            assert isinstance(held, Range)
+            if not fence.holds(held.first()):
+                raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+            redo.extend(unit.partition for unit in batch)
+        for i in redo:
+            e = endings[i]
+            if e.cancelled:
+                one = await self.finish_cancel(
+                    e.zone, e.partition, e.pending_revision, fence, ts,
+                    already_done=e.already_done,
+                )  # fmt: skip
+            else:
+                one = await self.finish(e.zone, e.partition, e.pending_revision, fence, ts)
+            if one.outcome is Outcome.APPLIED:
+                await self.clear_progress(e.zone, e.partition, fence)
+            results[i] = one
+        return [r for r in results if r is not None]
 
     async def create_partitions(
         self,

@@ -434,6 +434,40 @@ def plan_finish_cancel(
     return Decision(Outcome.APPLIED, Write(compares, puts, (*deletes, AssignField.CANCEL)))
 
 
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """One rebalance to end (the driver's verdict on the agents' answers): ``finish`` it, or
+    — ``cancelled`` — ``finish_cancel`` it (``already_done``: the agents had completed it)."""
+
+    zone: str
+    partition: int
+    pending_revision: int
+    cancelled: bool = False
+    already_done: bool = False
+
+
+def plan_ending(
+    keys: KeySpace, state: PartitionState, ending: Ending, epoch: int, ts: int
+) -> Decision:
+    """:func:`plan_finish` or :func:`plan_finish_cancel`, as ``ending`` says."""
+    if ending.cancelled:
+        return plan_finish_cancel(
+            keys, state, ending.pending_revision, epoch, ts, already_done=ending.already_done
+        )
+    return plan_finish(keys, state, ending.pending_revision, epoch, ts)
+
+
+def apply_write(state: PartitionState, write: Write, revision: int) -> PartitionState:
+    """The partition after ``write`` committed at ``revision`` (pure: what a read at that
+    revision returns, without the read — every key written gets ``mod_revision = revision``)."""
+    fields: dict[AssignField, Versioned[object] | None] = {f: None for f in write.deletes}
+    for f, raw in write.puts.items():
+        before = state.entry(f)
+        created = before.create_revision if before is not None else revision
+        fields[f] = Versioned(_DECODERS[f](raw), raw, revision, created)
+    return _with_fields(replace(state, revision=revision), fields)
+
+
 # -- decoding ----------------------------------------------------------------------------------
 
 _DECODERS: Mapping[AssignField, Callable[[bytes], object]] = {

@@ -18,14 +18,22 @@ from placement.metastore.codec import (
     NodeRecord,
     PrimaryLease,
     ReplicaSize,
+    MoveReport,
     TriggerMark,
     encode_primary,
+    encode_report,
     encode_size,
 )
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.store import IsrWrite, Metastore
-from placement.metastore.transitions import Fence, Outcome, PartitionState, TriggerAction
+from placement.metastore.transitions import (
+    Ending,
+    Fence,
+    Outcome,
+    PartitionState,
+    TriggerAction,
+)
 from placement.metastore.txn import MAX_TXN_OPS
 from replica.data.isr_writes import IsrWrites
 
@@ -257,6 +265,111 @@ async def test_apply_triggers_batches_and_falls_back(store: Metastore, fence: Fe
         assert _without_revision(zone.partition(p)) == _without_revision(result.results[p].state)
         want = BCD if p % 2 and p != 7 else (ACD if p == 7 else None)
         assert zone.partition(p).peers(AssignField.PENDING) == want
+
+
+async def _moving(store: Metastore, fence: Fence, n: int) -> dict[int, int]:
+    """``n`` partitions of zone z, each moving ABC -> BCD (every third with a planned ACD behind
+    it), each with a DONE report of b; their pending revisions."""
+    await store.create_partitions("z", {p: ABC for p in range(n)}, 10, fence, ts=1)
+    await store.apply_triggers("z", {p: BCD for p in range(n)}, 11, fence, ts=2)
+    await store.apply_triggers("z", {p: ACD for p in range(0, n, 3)}, 12, fence, ts=3)
+    zone = await store.read_zone("z")
+    pending = {p: zone.partition(p).mod(AssignField.PENDING) for p in range(n)}
+    for p, revision in pending.items():
+        report = MoveReport(revision, fence.epoch, "DONE", "done", 4)
+        await store.client.put(store.keys.progress("z", p, "b"), encode_report(report))
+    return pending
+
+
+async def test_end_moves_switches_many_partitions_in_few_transactions_with_their_reports(
+    store: Metastore, client: EtcdClient, fence: Fence
+) -> None:
+    n = 100
+    pending = await _moving(store, fence, n)
+    endings = [Ending("z", p, pending[p]) for p in range(n)]
+    before = (await client.get(b"/")).revision
+    results = await store.end_moves(endings, fence, ts=5)
+    after = (await client.get(b"/")).revision
+    # 3 compares and 3-4 ops per partition (the report range delete among them), 128 per txn
+    assert math.ceil(n * 3 / (MAX_TXN_OPS - 1)) <= after - before <= math.ceil(n / 30)
+    assert [r.outcome for r in results] == [Outcome.APPLIED] * n
+    zone = await store.read_zone("z")
+    for p, r in enumerate(results):
+        # the state returned is what etcd holds (computed, not read back: every mod revision)
+        assert _without_revision(r.state) == _without_revision(zone.partition(p))
+        assert zone.partition(p).peers(AssignField.STABLE) == BCD
+        assert zone.partition(p).peers(AssignField.PENDING) == (ACD if p % 3 == 0 else None)
+        assert zone.partition(p).planned is None
+    reports = await client.list_prefix(store.keys.progress_prefix())
+    assert reports.kvs == ()
+    # a late repeat changes nothing: STALE, as finish says
+    again = await store.end_moves(endings[:5], fence, ts=6)
+    assert [r.outcome for r in again] == [Outcome.STALE] * 5
+    assert (await client.get(b"/")).revision == after
+
+
+async def test_end_moves_redoes_a_batch_one_partition_raced_partition_by_partition(
+    store: Metastore, client: EtcdClient, fence: Fence
+) -> None:
+    n = 20
+    pending = await _moving(store, fence, n)
+    real_txn = client.txn
+    raced = False
+
+    async def txn_with_a_race(*args: object, **kwargs: object) -> object:
+        nonlocal raced
+        if not raced and args[0]:  # the first write: another writer gets in first
+            raced = True
+            await store.trigger("z", 1, ACD, 13, fence, ts=5)  # planned appears under p1
+        return await real_txn(*args, **kwargs)  # type: ignore[arg-type]
+
+    client.txn = txn_with_a_race  # type: ignore[method-assign]
+    try:
+        results = await store.end_moves(
+            [Ending("z", p, pending[p]) for p in range(n)], fence, ts=6
+        )
+    finally:
+        client.txn = real_txn  # type: ignore[method-assign]
+    assert raced
+    assert [r.outcome for r in results] == [Outcome.APPLIED] * n
+    zone = await store.read_zone("z")
+    assert zone.partition(1).peers(AssignField.PENDING) == ACD  # its planned, promoted
+    for p in range(n):
+        assert zone.partition(p).peers(AssignField.STABLE) == BCD
+        assert _without_revision(results[p].state) == _without_revision(zone.partition(p))
+    assert (await client.list_prefix(store.keys.progress_prefix())).kvs == ()
+
+
+async def test_end_moves_cancels_fences_and_refuses_bad_input(
+    store: Metastore, client: EtcdClient, fence: Fence
+) -> None:
+    pending = await _moving(store, fence, 4)
+    for p in (0, 1, 2):
+        await store.cancel("z", p, pending[p], fence, ts=5)
+    with pytest.raises(InvalidInput, match="endings"):
+        await store.end_moves([Ending("z", 0, pending[0])] * 2, fence, ts=6)
+    results = await store.end_moves(
+        [
+            Ending("z", 0, pending[0]),  # a finish, but cancel wins
+            Ending("z", 1, pending[1], cancelled=True),
+            Ending("z", 2, pending[2], cancelled=True, already_done=True),
+            Ending("z", 3, pending[3], cancelled=True),  # no cancel to finish
+        ],
+        fence,
+        ts=6,
+    )
+    assert [r.outcome for r in results] == [
+        Outcome.CANCELLED, Outcome.APPLIED, Outcome.APPLIED, Outcome.STALE,
+    ]  # fmt: skip
+    zone = await store.read_zone("z")
+    assert zone.partition(1).peers(AssignField.STABLE) == ABC  # reverted
+    assert zone.partition(2).peers(AssignField.STABLE) == BCD  # already done
+    assert zone.partition(1).cancel is None and zone.partition(2).cancel is None
+    deposed = await _depose(client, fence)
+    assert deposed != fence
+    with pytest.raises(NotLeader):
+        await store.end_moves([Ending("z", 0, pending[0], cancelled=True)], fence, ts=7)
+    assert (await store.read_partition("z", 0)).cancel is not None  # nothing written
 
 
 async def test_zone_configs_create_only_and_cas(store: Metastore, fence: Fence) -> None:

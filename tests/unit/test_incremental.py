@@ -1,0 +1,246 @@
+"""The incremental pass (placement.driver.incremental, PlanMemo): after any sequence of etcd
+changes, the view rebuilt only where keys changed is the view decoded from the whole prefix, and a
+pass that reuses the plans of untouched zones plans exactly what a pass deciding every zone does."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from placement.algo.place import place
+from placement.core.layout import ZoneLayout
+from placement.core.model import Node, ZoneSpec
+from placement.driver.core import ClusterView, PlanMemo, build_view, plan_pass
+from placement.driver.incremental import ViewBuilder, view_group
+from placement.driver.leases import LeaseConfig
+from placement.metastore.codec import (
+    Assignment,
+    ControlMark,
+    DataNodes,
+    InSyncSet,
+    LayoutValue,
+    MoveReport,
+    NodeRecord,
+    PrimaryLease,
+    ReplicaSize,
+    TriggerMark,
+    encode_assignment,
+    encode_control,
+    encode_datanodes,
+    encode_isr,
+    encode_layout,
+    encode_node,
+    encode_primary,
+    encode_report,
+    encode_size,
+    encode_trigger,
+    encode_zone_spec,
+)
+from placement.metastore.keys import AssignField, KeySpace
+from placement.metastore.kv import KeyValue
+
+KEYS = KeySpace("/t")
+ZONES = ("z0", "z1")
+NODES = ("n0", "n1", "n2")
+JUNK = b"\xff not a value"
+
+
+def _universe() -> list[tuple[bytes, tuple[bytes, ...]]]:
+    """Every key the test may write, with the values it may take (valid ones and junk)."""
+    out: list[tuple[bytes, tuple[bytes, ...]]] = []
+    peers = (("n0", "n1"), ("n1", "n2"), ("n2", "n0"))
+    assignments = tuple(encode_assignment(Assignment(p, 1, 1, 1)) for p in peers)
+    for n in NODES:
+        out.append((KEYS.node(n), (encode_node(NodeRecord(n, "127.0.0.1:1")), JUNK)))
+        out.append((KEYS.drain(n), (encode_control(ControlMark(1, 1)),)))
+    out.append((KEYS.paused(), (encode_control(ControlMark(1, 1)),)))
+    out.append((KEYS.leader("d1"), (b"leader",)))
+    for z in ZONES:
+        out.append((KEYS.zone(z), (encode_zone_spec(ZoneSpec(z, 2, 2)), JUNK)))
+        applied = DataNodes(NODES, NODES, None, None)
+        out.append((KEYS.datanodes(z), (encode_datanodes(applied), JUNK)))
+        out.append((KEYS.layout(z), (encode_layout(LayoutValue(ZoneLayout(1, 2), 1, 0)), JUNK)))
+        for p in (0, 1):
+            for f in (AssignField.STABLE, AssignField.PENDING, AssignField.PLANNED):
+                out.append((KEYS.assign(z, p, f), (*assignments, JUNK)))
+            out.append((KEYS.assign(z, p, AssignField.CANCEL), (JUNK,)))
+            trigger = encode_trigger(TriggerMark(1, 1, 1))
+            out.append((KEYS.assign(z, p, AssignField.TRIGGER), (trigger, JUNK)))
+            leases = tuple(
+                encode_primary(PrimaryLease(n, 1, expiry)) for n in NODES for expiry in (500, 5000)
+            )
+            out.append((KEYS.primary(z, p), (*leases, JUNK)))
+            isr = encode_isr(InSyncSet(("n0", "n1"), "n0", 1, 1))
+            out.append((KEYS.isr(z, p), (isr, JUNK)))
+            out.append((KEYS.reshard_report(z, p), (JUNK,)))
+            for n in NODES[:2]:
+                out.append((KEYS.size(z, p, n), (encode_size(ReplicaSize(1, 1, 1)), JUNK)))
+                report = encode_report(MoveReport(7, 1, "DONE", "done", 1))
+                out.append((KEYS.progress(z, p, n), (report, JUNK)))
+    return out
+
+
+UNIVERSE = _universe()
+
+
+class Mirror:
+    """What the leader's list-watch holds: keys, groups and stamps, changed batch by batch as
+    the list-watch applies etcd's watch batches (placement.metastore.listwatch)."""
+
+    def __init__(self) -> None:
+        self.group = view_group(KEYS)
+        self.kvs: dict[bytes, KeyValue] = {}
+        self.groups: dict[str, dict[bytes, KeyValue]] = {}
+        self.stamps: dict[str, int] = {}
+        self.revision = 1
+        self.batches = 0
+
+    def put_all(self, puts: dict[bytes, bytes]) -> None:
+        """One watch batch putting ``puts`` (keys of the universe or not)."""
+        self.batches += 1
+        for key, value in puts.items():
+            self.revision += 1
+            name = self.group(key)
+            kv = KeyValue(key, value, self.revision, self.revision, 1, 0)
+            self.kvs[key] = kv
+            if name is not None:
+                self.stamps[name] = self.batches
+                self.groups.setdefault(name, {})[key] = kv
+
+    def apply(self, changes: list[tuple[int, int | None]]) -> None:
+        """One watch batch: (key index, value index, or None to delete) each."""
+        self.batches += 1
+        for key_index, value_index in changes:
+            key, values = UNIVERSE[key_index % len(UNIVERSE)]
+            name = self.group(key)
+            self.revision += 1
+            if name is not None:
+                self.stamps[name] = self.batches
+            if value_index is None:
+                self.kvs.pop(key, None)
+                if name is not None:
+                    self.groups.get(name, {}).pop(key, None)
+                continue
+            old = self.kvs.get(key)
+            kv = KeyValue(
+                key,
+                values[value_index % len(values)],
+                old.create_revision if old else self.revision,
+                self.revision,
+                old.version + 1 if old else 1,
+                0,
+            )
+            self.kvs[key] = kv
+            if name is not None:
+                self.groups.setdefault(name, {})[key] = kv
+
+
+def _normalized(view: ClusterView) -> tuple[object, ...]:
+    """The view with each partition's revision dropped (the incremental one carries the revision
+    at which its zone last changed; the keys are the same at both)."""
+    zones = {
+        name: replace(
+            zone, partitions={p: replace(s, revision=0) for p, s in zone.partitions.items()}
+        )
+        for name, zone in view.zones.items()
+    }
+    reports = {k: dict(v) for k, v in view.reports.items()}
+    return (
+        view.revision, zones, dict(view.nodes), view.paused, reports, view.draining,
+    )  # fmt: skip
+
+
+changes = st.lists(
+    st.tuples(st.integers(0, len(UNIVERSE) - 1), st.one_of(st.none(), st.integers(0, 20))),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(changes, st.integers(0, 3000)), min_size=1, max_size=12))
+def test_the_incremental_view_and_pass_equal_the_whole_ones(
+    batches: list[tuple[list[tuple[int, int | None]], int]],
+) -> None:
+    mirror = Mirror()
+    builder = ViewBuilder(KEYS)
+    memo = PlanMemo()
+    leases = LeaseConfig()
+    now = 0
+    for batch, elapsed in batches:
+        mirror.apply(batch)
+        now += elapsed
+        view = builder.build(mirror.revision, mirror.groups, mirror.stamps)
+        whole = build_view(KEYS, mirror.kvs, mirror.revision)
+        assert _normalized(view) == _normalized(whole)
+        # the pass on the incremental view, reusing plans, is the pass deciding every zone
+        assert plan_pass(view, now, leases, memo) == plan_pass(whole, now, leases)
+        # and again at the same view a little later (nothing changed: plans reused)
+        assert plan_pass(view, now + 1, leases, memo) == plan_pass(whole, now + 1, leases)
+
+
+def test_an_unchanged_zone_is_neither_decoded_nor_planned_again() -> None:
+    mirror = Mirror()
+    builder = ViewBuilder(KEYS)
+    memo = PlanMemo()
+    # zones with moves in flight and no config (their plans drive the moves and write nothing)
+    moving = [
+        i for i, (key, _) in enumerate(UNIVERSE) if b"/assign/" in key and b"cancel" not in key
+    ]
+    z0 = {i for i in moving if b"/z0/" in UNIVERSE[i][0]}
+    z1 = {i for i in moving if b"/z1/" in UNIVERSE[i][0]}
+    nodes = [i for i, (key, _) in enumerate(UNIVERSE) if b"/nodes/" in key]
+    mirror.apply([(i, 0) for i in sorted(z0 | z1) + nodes])
+    view = builder.build(mirror.revision, mirror.groups, mirror.stamps)
+    first = plan_pass(view, 0, LeaseConfig(), memo)
+    assert not first.writes
+    assert len(first.drives) == 4
+    decoded, decided = builder.decoded, memo.decided
+    # a move report of z0 arrives: no zone is decoded or decided again
+    report = next(i for i, (key, _) in enumerate(UNIVERSE) if b"/progress/z0/" in key)
+    mirror.apply([(report, 0)])
+    again = builder.build(mirror.revision, mirror.groups, mirror.stamps)
+    assert again.zones["z0"] is view.zones["z0"]
+    assert again.zones["z1"] is view.zones["z1"]
+    assert again.reported("z0", 0, 7)
+    assert builder.decoded == decoded + 1  # the reports' group only
+    plan = plan_pass(again, 1, LeaseConfig(), memo)
+    assert memo.decided == decided  # both zones' plans reused (they write nothing)
+    assert plan == plan_pass(build_view(KEYS, mirror.kvs, mirror.revision), 1, LeaseConfig())
+    # a key of z1 changes: z1 alone is decoded and decided again
+    mirror.apply([(min(z1), 1)])
+    third = builder.build(mirror.revision, mirror.groups, mirror.stamps)
+    assert third.zones["z0"] is view.zones["z0"]
+    assert third.zones["z1"] is not view.zones["z1"]
+    plan_pass(third, 2, LeaseConfig(), memo)
+    assert memo.decided == decided + 1
+
+
+def test_a_reused_plan_expires_when_a_lease_falls_due() -> None:
+    """A settled zone plans nothing until its leases fall due for renewal: the memo reuses the
+    empty plan until then, and decides again from that time (the renewals)."""
+    spec = ZoneSpec("z", 4, 2)
+    mirror = Mirror()
+    puts = {KEYS.node(n): encode_node(NodeRecord(n, "127.0.0.1:1")) for n in NODES}
+    puts[KEYS.zone("z")] = encode_zone_spec(spec)
+    puts[KEYS.layout("z")] = encode_layout(LayoutValue(ZoneLayout(1, 4), 1, 0))
+    puts[KEYS.datanodes("z")] = encode_datanodes(DataNodes(NODES, NODES, None, None))
+    for p, peers in enumerate(place(spec, [Node(n) for n in NODES]).assignments):
+        puts[KEYS.assign("z", p, AssignField.STABLE)] = encode_assignment(
+            Assignment(tuple(peers), 1, 1, 1)
+        )
+        puts[KEYS.assign("z", p, AssignField.TRIGGER)] = encode_trigger(TriggerMark(10**6, 1, 1))
+        puts[KEYS.primary("z", p)] = encode_primary(PrimaryLease(peers[0], 1, 20_000))
+    mirror.put_all(puts)
+    view = ViewBuilder(KEYS).build(mirror.revision, mirror.groups, mirror.stamps)
+    memo, leases = PlanMemo(), LeaseConfig()
+    quiet = plan_pass(view, 0, leases, memo)
+    assert not quiet.writes
+    assert quiet.next_due_ms is not None
+    assert plan_pass(view, quiet.next_due_ms - 1, leases, memo) == quiet
+    assert memo.reused == 1
+    due = plan_pass(view, quiet.next_due_ms, leases, memo)
+    assert due.primaries  # the renewals, decided again at their due time
+    assert due == plan_pass(view, quiet.next_due_ms, leases)
