@@ -7,12 +7,13 @@ The only module of the agent's rebalance side that reads or builds protobuf (des
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeAlias
 
 import grpc
 
-from placement.errors import InvalidInput
-from placement.rpc import StatusTable, answer, pb_enum_values
+from placement.errors import InvalidInput, PlacementError
+from placement.rpc import StatusTable, answer, pb_enum_values, status_of
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from replica.protocol import (
     CancelOutcome,
@@ -74,6 +75,31 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
     ) -> replica_pb2.RebalanceResponse:
         d = await answer(context, self._agent.rebalance(_move_request(request)), STATUS_OF)
         return replica_pb2.RebalanceResponse(outcome=_REBALANCE_OUTCOMES[d.outcome], **_accepted(d))
+
+    async def RebalanceBatch(
+        self, request: replica_pb2.RebalanceBatchRequest, context: Context
+    ) -> replica_pb2.RebalanceBatchResponse:
+        """Every request decided as :meth:`Rebalance` decides it, concurrently (their commits
+        share the agent's group commits), answered in order; one refused request (invalid) is
+        answered UNSPECIFIED with the status and reason in ``detail``, the others unaffected."""
+        decided = await asyncio.gather(
+            *(self._agent.rebalance(_move_request(r)) for r in request.requests),
+            return_exceptions=True,
+        )
+        responses = []
+        for d in decided:
+            if isinstance(d, PlacementError):
+                code = status_of(d, STATUS_OF, grpc.StatusCode.UNAVAILABLE)
+                responses.append(replica_pb2.RebalanceResponse(detail=f"{code.name}: {d}"))
+            elif isinstance(d, BaseException):
+                raise d
+            else:
+                responses.append(
+                    replica_pb2.RebalanceResponse(
+                        outcome=_REBALANCE_OUTCOMES[d.outcome], **_accepted(d)
+                    )
+                )
+        return replica_pb2.RebalanceBatchResponse(responses=responses)
 
     async def CancelRebalance(
         self, request: replica_pb2.CancelRebalanceRequest, context: Context

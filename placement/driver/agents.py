@@ -6,6 +6,11 @@ noticed; a capped reconnect backoff), and a deadline on every call. Transport fa
 :class:`AgentUnavailable`; answers come back as :class:`AgentAnswer` with the outcome's enum name
 (``ACCEPTED``/``DONE``/``STALE``/``FAILED``; ``CANCELLED``/``NOTHING_TO_CANCEL``/
 ``ALREADY_DONE``/``CANCEL_STALE``; ``RETIRED``/``KEPT``/``RETIRE_STALE``).
+
+Rebalance requests to one agent are batched (:class:`placement.aio.Coalescer` per address): the
+ones made while a ``RebalanceBatch`` call to that agent is in flight go out together in the next,
+so a thousand concurrent moves cost a few calls per agent, not a thousand (an agent that does
+not know ``RebalanceBatch`` gets single calls).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from placement.aio import Coalescer
 from placement.core.model import Peers
 from placement.errors import PlacementError
 from placement.rpc import AGENT_PROFILE, ChannelPool
@@ -44,12 +50,21 @@ class AgentClient:
     def __init__(self, *, timeout: float = 3.0, tls: TlsMaterial | None = None) -> None:
         self.timeout = timeout
         self._channels = ChannelPool(AGENT_PROFILE, tls, on_refused=_log_refusal)
+        self._batches: dict[str, Coalescer[Any, AgentAnswer | AgentUnavailable]] = {}
+        #: Agents that answered RebalanceBatch UNIMPLEMENTED: single calls.
+        self._unbatched: set[str] = set()
+        #: RebalanceBatch calls made and the requests they carried (for tests and benchmarks).
+        self.batch_calls = 0
+        self.batched = 0
 
     def _stub(self, address: str) -> replica_pb2_grpc.ReplicaServiceAsyncStub:
         # an AsyncStub on an aio channel
         return replica_pb2_grpc.ReplicaServiceStub(self._channels.get(address))
 
     async def close(self) -> None:
+        for batches in self._batches.values():
+            await batches.close()
+        self._batches.clear()
         await self._channels.close()
 
     async def _call(self, address: str, method: str, request: Any, outcomes: Any) -> AgentAnswer:
@@ -86,7 +101,56 @@ class AgentClient:
             revision=revision,
             epoch=epoch,
         )
-        return await self._call(address, method, request, outcomes)
+        if cancel or address in self._unbatched:
+            return await self._call(address, method, request, outcomes)
+        batches = self._batches.get(address)
+        if batches is None:
+            batches = self._batches[address] = Coalescer(
+                lambda requests: self._rebalance_batch(address, requests),
+                limit=REBALANCE_BATCH,
+                name=f"rebalance-batch {address}",
+            )
+        result = await batches.submit(request)
+        if isinstance(result, AgentUnavailable):
+            raise result
+        return result
+
+    async def _rebalance_batch(
+        self, address: str, requests: list[Any]
+    ) -> list[AgentAnswer | AgentUnavailable]:
+        """One ``RebalanceBatch`` call; a transport failure fails every request of it."""
+        if address in self._unbatched:  # learnt while this batch waited
+            return [await self._single(address, r) for r in requests]
+        self.batch_calls += 1
+        self.batched += len(requests)
+        batch = replica_pb2.RebalanceBatchRequest(requests=requests)
+        try:
+            response = await self._stub(address).RebalanceBatch(batch, timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self._unbatched.add(address)
+                return [await self._single(address, r) for r in requests]
+            error = await self._unavailable(address, "RebalanceBatch", e)
+            return [error] * len(requests)
+        if len(response.responses) != len(requests):
+            error = AgentUnavailable(
+                f"{address}: RebalanceBatch: {len(response.responses)} answers "
+                f"to {len(requests)} requests"
+            )
+            return [error] * len(requests)
+        outcomes = replica_pb2.RebalanceOutcome
+        return [
+            AgentAnswer(outcomes.Name(r.outcome), r.accepted_revision, r.accepted_epoch, r.detail)
+            if r.outcome != outcomes.REBALANCE_OUTCOME_UNSPECIFIED
+            else AgentUnavailable(f"{address}: Rebalance: {r.detail}")
+            for r in response.responses
+        ]
+
+    async def _single(self, address: str, request: Any) -> AgentAnswer | AgentUnavailable:
+        try:
+            return await self._call(address, "Rebalance", request, replica_pb2.RebalanceOutcome)
+        except AgentUnavailable as e:
+            return e
 
     async def retire(
         self,
@@ -130,6 +194,10 @@ class AgentClient:
         if why is not None:
             return AgentUnavailable(f"{address}: {method}: {why}")
         return AgentUnavailable(f"{address}: {method}: {error.code().name} {error.details()}")
+
+
+#: Rebalance requests per RebalanceBatch call.
+REBALANCE_BATCH = 256
 
 
 def _log_refusal(address: str, why: str) -> None:

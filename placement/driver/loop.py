@@ -119,6 +119,8 @@ class _Reports:
     event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+#: Partitions per ``Metastore.read_partitions`` call of the movers' first reads.
+READS_PER_FLUSH = 1024
 #: Finishes per ``Metastore.end_moves`` call (it packs them into transactions within etcd's
 #: limits, about 30 per transaction).
 ENDINGS_PER_FLUSH = 512
@@ -197,6 +199,8 @@ class Driver:
         self._wake = asyncio.Event()
         #: This term's batcher of finishes (design/control-plane.md, "Batched finishes").
         self._endings: Coalescer[Ending, TransitionResult] | None = None
+        #: This term's batcher of the movers' first reads of their partitions.
+        self._reads: Coalescer[tuple[str, int], PartitionState] | None = None
         #: Revision of the leader's last applied lease write (the next pass waits to see it).
         self._written = 0
         self._fenced: NotLeader | None = None
@@ -412,6 +416,11 @@ class Driver:
         builder = ViewBuilder(self.keys)
         memo = PlanMemo()
         seen = watch.changes
+        self._reads = Coalescer(
+            lambda partitions: self.store.read_partitions(partitions, fence),
+            limit=READS_PER_FLUSH,
+            name="mover-reads",
+        )
         self._endings = Coalescer(
             lambda endings: self.store.end_moves(endings, fence, self.now_ms()),
             limit=ENDINGS_PER_FLUSH,
@@ -455,6 +464,8 @@ class Driver:
             self._watch = None
             endings, self._endings = self._endings, None
             await endings.close()
+            reads, self._reads = self._reads, None
+            await reads.close()
             await watch.close()
 
     def _idle(self, plan: PassPlan, failed: int) -> float:
@@ -671,8 +682,11 @@ class Driver:
 
     async def _move(self, drive: Drive, fence: Fence) -> None:
         set_log_context(zone=drive.zone, partition=drive.partition, revision=drive.revision)
+        reads = self._reads
+        if reads is None:
+            return  # the term is ending
         state = await retry(
-            lambda: self.store.read_partition(drive.zone, drive.partition),
+            lambda: reads.submit((drive.zone, drive.partition)),
             policy=self.config.store_retry,
             retry_on=(StoreUnavailable,),
             sleep=self._sleep,
@@ -694,13 +708,20 @@ class Driver:
             self._reports[drive.key] = reports
             stack.callback(self._drop_reports, drive.key, reports)
             attempt = 0
+            # Members that answered DONE to this move: final (an agent persists DONE before it
+            # answers, and a newer move makes this one's finish fail its compare), so a resend
+            # goes only to the others.
+            done: dict[str, str | None] = {}
             while True:
                 while self._paused():
                     await self._sleep(self.config.tick)
                 if self._wanted.get(drive.key) != drive:
                     return  # the partition moved on (finished elsewhere, cancelled, replaced)
                 reports.event.clear()
-                answers = await self._send_all(drive, fence.epoch)
+                answers = await self._send_all(drive, fence.epoch, skip=done)
+                if not drive.cancel:
+                    done.update((n, a) for n, a in answers.items() if a == "DONE")
+                answers.update(done)
                 verdict = aggregate(drive, answers)
                 if verdict is not Verdict.WAIT:
                     await self._finish(drive, verdict, fence)
@@ -728,9 +749,11 @@ class Driver:
 
         return done
 
-    async def _send_all(self, drive: Drive, epoch: int) -> dict[str, str | None]:
+    async def _send_all(
+        self, drive: Drive, epoch: int, skip: Mapping[str, object]
+    ) -> dict[str, str | None]:
         nodes = self._view.nodes if self._view is not None else {}
-        members = sorted(set(drive.old) | set(drive.new))
+        members = sorted((set(drive.old) | set(drive.new)) - set(skip))
         targets = {n: nodes[n].address for n in members if n in nodes}
         results = await asyncio.gather(*(self._send(drive, a, epoch) for a in targets.values()))
         answers: dict[str, str | None] = {}

@@ -25,37 +25,41 @@ _sym_db = _symbol_database.Default()
 from placement.v1 import common_pb2 as placement_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aplacement/v1/replica.proto\x12\x0cplacement.v1\x1a\x19placement/v1/common.proto\"\xb2\x01\n\x10RebalanceRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12&\n\told_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12&\n\tnew_peers\x18\x03 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\"\x87\x01\n\x11RebalanceResponse\x12/\n\x07outcome\x18\x01 \x01(\x0e\x32\x1e.placement.v1.RebalanceOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\xb8\x01\n\x16\x43\x61ncelRebalanceRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12&\n\told_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12&\n\tnew_peers\x18\x03 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\"\x8a\x01\n\x17\x43\x61ncelRebalanceResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.CancelOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"I\n\x18GetPartitionStateRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\"\xe1\x01\n\x19GetPartitionStateResponse\x12*\n\rcurrent_peers\x18\x01 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x1d\n\x15rebalance_in_progress\x18\x02 \x01(\x08\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x03 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x04 \x01(\x03\x12&\n\x05phase\x18\x05 \x01(\x0e\x32\x17.placement.v1.MovePhase\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12\x0e\n\x06hosted\x18\x07 \x01(\x08\"\x8a\x01\n\rRetireRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12)\n\x0cstable_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\"\x81\x01\n\x0eRetireResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.RetireOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t*d\n\x10RebalanceOutcome\x12!\n\x1dREBALANCE_OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\x08\n\x04\x44ONE\x10\x02\x12\t\n\x05STALE\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04*y\n\rCancelOutcome\x12\x1e\n\x1a\x43\x41NCEL_OUTCOME_UNSPECIFIED\x10\x00\x12\r\n\tCANCELLED\x10\x01\x12\x15\n\x11NOTHING_TO_CANCEL\x10\x02\x12\x10\n\x0c\x41LREADY_DONE\x10\x03\x12\x10\n\x0c\x43\x41NCEL_STALE\x10\x04*\x9e\x01\n\tMovePhase\x12\x1a\n\x16MOVE_PHASE_UNSPECIFIED\x10\x00\x12\x13\n\x0fMOVE_PHASE_IDLE\x10\x01\x12\x1a\n\x16MOVE_PHASE_IN_PROGRESS\x10\x02\x12\x15\n\x11MOVE_PHASE_FAILED\x10\x03\x12\x13\n\x0fMOVE_PHASE_DONE\x10\x04\x12\x18\n\x14MOVE_PHASE_CANCELLED\x10\x05*l\n\rRetireOutcome\x12\x1e\n\x1aRETIRE_OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07RETIRED\x10\x01\x12\x08\n\x04KEPT\x10\x02\x12\x10\n\x0cRETIRE_STALE\x10\x03\x12\x12\n\x0eRETIRE_IN_SYNC\x10\x04\x32\xe9\x02\n\x0eReplicaService\x12L\n\tRebalance\x12\x1e.placement.v1.RebalanceRequest\x1a\x1f.placement.v1.RebalanceResponse\x12^\n\x0f\x43\x61ncelRebalance\x12$.placement.v1.CancelRebalanceRequest\x1a%.placement.v1.CancelRebalanceResponse\x12\x64\n\x11GetPartitionState\x12&.placement.v1.GetPartitionStateRequest\x1a\'.placement.v1.GetPartitionStateResponse\x12\x43\n\x06Retire\x12\x1b.placement.v1.RetireRequest\x1a\x1c.placement.v1.RetireResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aplacement/v1/replica.proto\x12\x0cplacement.v1\x1a\x19placement/v1/common.proto\"I\n\x15RebalanceBatchRequest\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.placement.v1.RebalanceRequest\"L\n\x16RebalanceBatchResponse\x12\x32\n\tresponses\x18\x01 \x03(\x0b\x32\x1f.placement.v1.RebalanceResponse\"\xb2\x01\n\x10RebalanceRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12&\n\told_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12&\n\tnew_peers\x18\x03 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\"\x87\x01\n\x11RebalanceResponse\x12/\n\x07outcome\x18\x01 \x01(\x0e\x32\x1e.placement.v1.RebalanceOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\xb8\x01\n\x16\x43\x61ncelRebalanceRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12&\n\told_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12&\n\tnew_peers\x18\x03 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\"\x8a\x01\n\x17\x43\x61ncelRebalanceResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.CancelOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"I\n\x18GetPartitionStateRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\"\xe1\x01\n\x19GetPartitionStateResponse\x12*\n\rcurrent_peers\x18\x01 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x1d\n\x15rebalance_in_progress\x18\x02 \x01(\x08\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x03 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x04 \x01(\x03\x12&\n\x05phase\x18\x05 \x01(\x0e\x32\x17.placement.v1.MovePhase\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12\x0e\n\x06hosted\x18\x07 \x01(\x08\"\x8a\x01\n\rRetireRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12)\n\x0cstable_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\"\x81\x01\n\x0eRetireResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.RetireOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t*d\n\x10RebalanceOutcome\x12!\n\x1dREBALANCE_OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\x08\n\x04\x44ONE\x10\x02\x12\t\n\x05STALE\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04*y\n\rCancelOutcome\x12\x1e\n\x1a\x43\x41NCEL_OUTCOME_UNSPECIFIED\x10\x00\x12\r\n\tCANCELLED\x10\x01\x12\x15\n\x11NOTHING_TO_CANCEL\x10\x02\x12\x10\n\x0c\x41LREADY_DONE\x10\x03\x12\x10\n\x0c\x43\x41NCEL_STALE\x10\x04*\x9e\x01\n\tMovePhase\x12\x1a\n\x16MOVE_PHASE_UNSPECIFIED\x10\x00\x12\x13\n\x0fMOVE_PHASE_IDLE\x10\x01\x12\x1a\n\x16MOVE_PHASE_IN_PROGRESS\x10\x02\x12\x15\n\x11MOVE_PHASE_FAILED\x10\x03\x12\x13\n\x0fMOVE_PHASE_DONE\x10\x04\x12\x18\n\x14MOVE_PHASE_CANCELLED\x10\x05*l\n\rRetireOutcome\x12\x1e\n\x1aRETIRE_OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07RETIRED\x10\x01\x12\x08\n\x04KEPT\x10\x02\x12\x10\n\x0cRETIRE_STALE\x10\x03\x12\x12\n\x0eRETIRE_IN_SYNC\x10\x04\x32\xc6\x03\n\x0eReplicaService\x12L\n\tRebalance\x12\x1e.placement.v1.RebalanceRequest\x1a\x1f.placement.v1.RebalanceResponse\x12^\n\x0f\x43\x61ncelRebalance\x12$.placement.v1.CancelRebalanceRequest\x1a%.placement.v1.CancelRebalanceResponse\x12\x64\n\x11GetPartitionState\x12&.placement.v1.GetPartitionStateRequest\x1a\'.placement.v1.GetPartitionStateResponse\x12\x43\n\x06Retire\x12\x1b.placement.v1.RetireRequest\x1a\x1c.placement.v1.RetireResponse\x12[\n\x0eRebalanceBatch\x12#.placement.v1.RebalanceBatchRequest\x1a$.placement.v1.RebalanceBatchResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'placement.v1.replica_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REBALANCEOUTCOME']._serialized_start=1294
-  _globals['_REBALANCEOUTCOME']._serialized_end=1394
-  _globals['_CANCELOUTCOME']._serialized_start=1396
-  _globals['_CANCELOUTCOME']._serialized_end=1517
-  _globals['_MOVEPHASE']._serialized_start=1520
-  _globals['_MOVEPHASE']._serialized_end=1678
-  _globals['_RETIREOUTCOME']._serialized_start=1680
-  _globals['_RETIREOUTCOME']._serialized_end=1788
-  _globals['_REBALANCEREQUEST']._serialized_start=72
-  _globals['_REBALANCEREQUEST']._serialized_end=250
-  _globals['_REBALANCERESPONSE']._serialized_start=253
-  _globals['_REBALANCERESPONSE']._serialized_end=388
-  _globals['_CANCELREBALANCEREQUEST']._serialized_start=391
-  _globals['_CANCELREBALANCEREQUEST']._serialized_end=575
-  _globals['_CANCELREBALANCERESPONSE']._serialized_start=578
-  _globals['_CANCELREBALANCERESPONSE']._serialized_end=716
-  _globals['_GETPARTITIONSTATEREQUEST']._serialized_start=718
-  _globals['_GETPARTITIONSTATEREQUEST']._serialized_end=791
-  _globals['_GETPARTITIONSTATERESPONSE']._serialized_start=794
-  _globals['_GETPARTITIONSTATERESPONSE']._serialized_end=1019
-  _globals['_RETIREREQUEST']._serialized_start=1022
-  _globals['_RETIREREQUEST']._serialized_end=1160
-  _globals['_RETIRERESPONSE']._serialized_start=1163
-  _globals['_RETIRERESPONSE']._serialized_end=1292
-  _globals['_REPLICASERVICE']._serialized_start=1791
-  _globals['_REPLICASERVICE']._serialized_end=2152
+  _globals['_REBALANCEOUTCOME']._serialized_start=1447
+  _globals['_REBALANCEOUTCOME']._serialized_end=1547
+  _globals['_CANCELOUTCOME']._serialized_start=1549
+  _globals['_CANCELOUTCOME']._serialized_end=1670
+  _globals['_MOVEPHASE']._serialized_start=1673
+  _globals['_MOVEPHASE']._serialized_end=1831
+  _globals['_RETIREOUTCOME']._serialized_start=1833
+  _globals['_RETIREOUTCOME']._serialized_end=1941
+  _globals['_REBALANCEBATCHREQUEST']._serialized_start=71
+  _globals['_REBALANCEBATCHREQUEST']._serialized_end=144
+  _globals['_REBALANCEBATCHRESPONSE']._serialized_start=146
+  _globals['_REBALANCEBATCHRESPONSE']._serialized_end=222
+  _globals['_REBALANCEREQUEST']._serialized_start=225
+  _globals['_REBALANCEREQUEST']._serialized_end=403
+  _globals['_REBALANCERESPONSE']._serialized_start=406
+  _globals['_REBALANCERESPONSE']._serialized_end=541
+  _globals['_CANCELREBALANCEREQUEST']._serialized_start=544
+  _globals['_CANCELREBALANCEREQUEST']._serialized_end=728
+  _globals['_CANCELREBALANCERESPONSE']._serialized_start=731
+  _globals['_CANCELREBALANCERESPONSE']._serialized_end=869
+  _globals['_GETPARTITIONSTATEREQUEST']._serialized_start=871
+  _globals['_GETPARTITIONSTATEREQUEST']._serialized_end=944
+  _globals['_GETPARTITIONSTATERESPONSE']._serialized_start=947
+  _globals['_GETPARTITIONSTATERESPONSE']._serialized_end=1172
+  _globals['_RETIREREQUEST']._serialized_start=1175
+  _globals['_RETIREREQUEST']._serialized_end=1313
+  _globals['_RETIRERESPONSE']._serialized_start=1316
+  _globals['_RETIRERESPONSE']._serialized_end=1445
+  _globals['_REPLICASERVICE']._serialized_start=1944
+  _globals['_REPLICASERVICE']._serialized_end=2398
 # @@protoc_insertion_point(module_scope)

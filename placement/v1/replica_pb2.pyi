@@ -3,8 +3,10 @@
 isort:skip_file
 The contract between the placement driver and a replica agent (design/replica-protocol.md)."""
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from placement.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
@@ -131,6 +133,50 @@ RETIRE_IN_SYNC: RetireOutcome.ValueType  # 4
 be chosen among its members); retry once the primary has removed it.
 """
 Global___RetireOutcome: _TypeAlias = RetireOutcome  # noqa: Y015
+
+@_typing.final
+class RebalanceBatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___RebalanceRequest]: ...
+    def __init__(
+        self,
+        *,
+        requests: _abc.Iterable[Global___RebalanceRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RebalanceBatchRequest: _TypeAlias = RebalanceBatchRequest  # noqa: Y015
+
+@_typing.final
+class RebalanceBatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___RebalanceResponse]:
+        """One per request, in order. A request refused as a single call would be (an invalid one) has
+        outcome REBALANCE_OUTCOME_UNSPECIFIED and the reason in detail; the others are unaffected.
+        """
+
+    def __init__(
+        self,
+        *,
+        responses: _abc.Iterable[Global___RebalanceResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RebalanceBatchResponse: _TypeAlias = RebalanceBatchResponse  # noqa: Y015
 
 @_typing.final
 class RebalanceRequest(_message.Message):

@@ -54,6 +54,11 @@ class ReplicaServiceStub:
                 request_serializer=placement_dot_v1_dot_replica__pb2.RetireRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_replica__pb2.RetireResponse.FromString,
                 _registered_method=True)
+        self.RebalanceBatch = channel.unary_unary(
+                '/placement.v1.ReplicaService/RebalanceBatch',
+                request_serializer=placement_dot_v1_dot_replica__pb2.RebalanceBatchRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_replica__pb2.RebalanceBatchResponse.FromString,
+                _registered_method=True)
 
 
 class ReplicaServiceServicer:
@@ -90,6 +95,14 @@ class ReplicaServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RebalanceBatch(self, request, context):
+        """Many Rebalance requests in one call (the driver sends what it has for one agent at once):
+        each is decided exactly as Rebalance decides it, and answered in the request's order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -112,6 +125,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.Retire,
                     request_deserializer=placement_dot_v1_dot_replica__pb2.RetireRequest.FromString,
                     response_serializer=placement_dot_v1_dot_replica__pb2.RetireResponse.SerializeToString,
+            ),
+            'RebalanceBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.RebalanceBatch,
+                    request_deserializer=placement_dot_v1_dot_replica__pb2.RebalanceBatchRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_replica__pb2.RebalanceBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +240,33 @@ class ReplicaService:
             '/placement.v1.ReplicaService/Retire',
             placement_dot_v1_dot_replica__pb2.RetireRequest.SerializeToString,
             placement_dot_v1_dot_replica__pb2.RetireResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RebalanceBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.ReplicaService/RebalanceBatch',
+            placement_dot_v1_dot_replica__pb2.RebalanceBatchRequest.SerializeToString,
+            placement_dot_v1_dot_replica__pb2.RebalanceBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,10 @@ class ReplicaServiceStub:
     while stable or a rebalance at or after the switch still names the node. Idempotent; ordered
     by (revision, epoch) like the other requests.
     """
+    RebalanceBatch: _grpc.UnaryUnaryMultiCallable[_replica_pb2.RebalanceBatchRequest, _replica_pb2.RebalanceBatchResponse]
+    """Many Rebalance requests in one call (the driver sends what it has for one agent at once):
+    each is decided exactly as Rebalance decides it, and answered in the request's order.
+    """
 
 @_typing.type_check_only
 class ReplicaServiceAsyncStub(ReplicaServiceStub):
@@ -60,6 +64,10 @@ class ReplicaServiceAsyncStub(ReplicaServiceStub):
     """Stable switched and no longer names this node: drop its replica (make-before-break). Kept
     while stable or a rebalance at or after the switch still names the node. Idempotent; ordered
     by (revision, epoch) like the other requests.
+    """
+    RebalanceBatch: _aio.UnaryUnaryMultiCallable[_replica_pb2.RebalanceBatchRequest, _replica_pb2.RebalanceBatchResponse]  # type: ignore[assignment]
+    """Many Rebalance requests in one call (the driver sends what it has for one agent at once):
+    each is decided exactly as Rebalance decides it, and answered in the request's order.
     """
 
 class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -98,6 +106,16 @@ class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
         """Stable switched and no longer names this node: drop its replica (make-before-break). Kept
         while stable or a rebalance at or after the switch still names the node. Idempotent; ordered
         by (revision, epoch) like the other requests.
+        """
+
+    @_abc_1.abstractmethod
+    def RebalanceBatch(
+        self,
+        request: _replica_pb2.RebalanceBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_replica_pb2.RebalanceBatchResponse, _abc.Awaitable[_replica_pb2.RebalanceBatchResponse]]:
+        """Many Rebalance requests in one call (the driver sends what it has for one agent at once):
+        each is decided exactly as Rebalance decides it, and answered in the request's order.
         """
 
 def add_ReplicaServiceServicer_to_server(servicer: ReplicaServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

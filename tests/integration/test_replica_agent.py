@@ -21,6 +21,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
 from placement.errors import PlacementError, StoreUnavailable
 from placement.metastore.codec import InSyncSet, encode_isr
 from placement.metastore.etcd import EtcdClient
@@ -287,6 +288,45 @@ async def test_twenty_concurrent_identical_rebalances_answer_alike_and_act_once(
     assert journal(agent.data_dir, 0) == ["StartCatchUp", "CreateReplica"]
     final = await state(agent, 0)
     assert list(final.current_peers.names) == JOIN[1]
+
+
+async def test_concurrent_rebalances_go_in_few_batch_calls_answered_as_single_calls(
+    agents: Agents, tmp_path: Path
+) -> None:
+    """The driver's client sends what it has for one agent in RebalanceBatch calls: 200
+    concurrent moves (a leave each: DONE at once) take a handful of calls, every answer is the
+    one Rebalance gives for the same request, and one invalid request among them is refused
+    alone, naming the field."""
+    agent = await agents.start(tmp_path / "data")
+    address = f"127.0.0.1:{agent.port}"
+    client = AgentClient(timeout=CALL_TIMEOUT)
+    try:
+        old, new = (tuple(names) for names in LEAVE)
+        results = await asyncio.gather(
+            *(client.rebalance(address, ZONE, p, old, new, 100 + p, 1) for p in range(200)),
+            client.rebalance(address, ZONE, 999_999, old, new, 5, 1),
+            return_exceptions=True,
+        )
+        *answers, invalid = results
+        assert all(isinstance(a, AgentAnswer) for a in answers), answers
+        assert [a.outcome for a in answers] == ["DONE"] * 200  # type: ignore[union-attr]
+        assert isinstance(invalid, AgentUnavailable)
+        assert "INVALID_ARGUMENT" in str(invalid)
+        assert "partition" in str(invalid)
+        assert 1 <= client.batch_calls <= 10
+        assert client.batched == 201
+        for p in (0, 77, 199):  # the single call answers the same (a replay)
+            single = await agent.stub.Rebalance(
+                rebalance_request(p, *LEAVE, revision=100 + p), timeout=CALL_TIMEOUT
+            )
+            assert single.outcome == replica_pb2.DONE
+            assert (single.accepted_revision, single.accepted_epoch) == (
+                answers[p].accepted_revision,  # type: ignore[union-attr]
+                answers[p].accepted_epoch,  # type: ignore[union-attr]
+            )
+            assert (await state(agent, p)).accepted_revision == 100 + p
+    finally:
+        await client.close()
 
 
 async def test_older_revision_is_stale_and_a_replay_is_answered_identically(
@@ -619,8 +659,9 @@ async def test_moves_and_retires_read_the_in_sync_set_from_etcd_and_fail_safe(
     tmp_path: Path,
 ) -> None:
     """The in-sync set is read when a decision needs it (not taken from a watched view that may
-    lag); when it cannot be read, a hosted replica catches up before DONE and nothing is
-    deleted (design/replica-protocol.md, "In sync")."""
+    lag), and only then: a resend's repeat never reads; when it cannot be read, a hosted
+    replica catches up before DONE and nothing is deleted (design/replica-protocol.md, "In
+    sync")."""
     answer: list[bool | Exception | asyncio.Event | None] = [None]
     asked: list[tuple[str, int]] = []
 
@@ -650,11 +691,16 @@ async def test_moves_and_retires_read_the_in_sync_set_from_etcd_and_fail_safe(
     try:
         await hosted(0)
         await hosted(1)
-        assert ("z", 0) in asked
+        # resent after DONE (hosted now): answered from the record, whatever etcd says
+        for _ in range(3):
+            again = MoveRequest("z", 0, ("n2",), ("n1", "n2"), 10, 2)
+            assert (await agent.rebalance(again)).outcome is RebalanceOutcome.DONE
+        assert not asked, "a resend's answer does not depend on the in-sync set"
         # etcd cannot be read: a hosted replica is not taken as current
         answer[0] = StoreUnavailable("etcd down")
         move = MoveRequest("z", 0, ("n1", "n2"), ("n1", "n3"), 20, 1)
         assert (await agent.rebalance(move)).outcome is RebalanceOutcome.ACCEPTED
+        assert asked == [("z", 0)]
         # ... and nothing is deleted
         retire = RetireRequest("z", 1, ("n2", "n3"), 30, 1)
         assert (await agent.retire(retire)).outcome is RetireOutcome.RETIRE_IN_SYNC
