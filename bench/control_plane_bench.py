@@ -102,6 +102,8 @@ class Child:
     log: Path
     proc: asyncio.subprocess.Process | None = None
     started_at: float = 0.0
+    #: Keep a pipe to its stdin (``proc.stdin``) for commands, instead of /dev/null.
+    interactive: bool = False
 
     async def start(self, *, announce: str | None = None) -> str:
         """Start in its own session; with ``announce``, return the first stdout line starting
@@ -114,7 +116,7 @@ class Child:
                 cwd=ROOT,
                 stdout=asyncio.subprocess.PIPE if announce else asyncio.subprocess.DEVNULL,
                 stderr=err,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.PIPE if self.interactive else asyncio.subprocess.DEVNULL,
                 start_new_session=True,
             )
         _ALL_PIDS.append(self.proc.pid)
@@ -917,8 +919,8 @@ def report(
         "# Control-plane benchmark",
         "",
         "Produced by `bench/control_plane_bench.py` (do not edit by hand). Real processes: one",
-        f"etcd, one placement driver (`{flags}`; defaults otherwise: `--max-moves 64`,",
-        "`--max-moves-per-node 8`, pass tick 0.5 s, Rebalance resend backoff U(0, min(1 s,",
+        f"etcd, one placement driver (`{flags}`; defaults otherwise: `--max-moves 1024`,",
+        "`--max-moves-per-node 256`, `--max-mib-per-node 256`, pass tick 0.5 s, Rebalance resend backoff U(0, min(1 s,",
         "0.05 s·2ⁿ))), replica agents (`placectl agent run`: the real data plane; every replica",
         "is created, copied and joins the in-sync set before the driver switches stable).",
         "The join starts once the zone is READY and every in-sync set equals stable.",

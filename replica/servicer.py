@@ -8,6 +8,7 @@ The only module of the agent's rebalance side that reads or builds protobuf (des
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Iterable
 from typing import Any, TypeAlias
 
 import grpc
@@ -48,6 +49,32 @@ def _move_request(
     )
 
 
+def _retire_request(msg: replica_pb2.RetireRequest) -> RetireRequest:
+    return RetireRequest(
+        zone=msg.partition.zone,
+        partition=msg.partition.partition,
+        stable_peers=tuple(msg.stable_peers.names),
+        revision=msg.revision,
+        epoch=msg.epoch,
+    )
+
+
+async def _each(work: Iterable[Awaitable[Decision[Any]]]) -> list[Decision[Any] | str]:
+    """The decisions of a batch call, concurrently (their commits share the agent's group
+    commits), in order; a request refused as the single call would refuse it is the status and
+    reason instead (answered with outcome UNSPECIFIED), the others unaffected."""
+    decided = await asyncio.gather(*work, return_exceptions=True)
+    out: list[Decision[Any] | str] = []
+    for d in decided:
+        if isinstance(d, PlacementError):
+            out.append(f"{status_of(d, STATUS_OF, grpc.StatusCode.UNAVAILABLE).name}: {d}")
+        elif isinstance(d, BaseException):
+            raise d
+        else:
+            out.append(d)
+    return out
+
+
 def _accepted(d: Decision[Any]) -> dict[str, Any]:
     """The fields every decision answer carries besides its outcome."""
     return {
@@ -79,27 +106,32 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
     async def RebalanceBatch(
         self, request: replica_pb2.RebalanceBatchRequest, context: Context
     ) -> replica_pb2.RebalanceBatchResponse:
-        """Every request decided as :meth:`Rebalance` decides it, concurrently (their commits
-        share the agent's group commits), answered in order; one refused request (invalid) is
-        answered UNSPECIFIED with the status and reason in ``detail``, the others unaffected."""
-        decided = await asyncio.gather(
-            *(self._agent.rebalance(_move_request(r)) for r in request.requests),
-            return_exceptions=True,
-        )
-        responses = []
-        for d in decided:
-            if isinstance(d, PlacementError):
-                code = status_of(d, STATUS_OF, grpc.StatusCode.UNAVAILABLE)
-                responses.append(replica_pb2.RebalanceResponse(detail=f"{code.name}: {d}"))
-            elif isinstance(d, BaseException):
-                raise d
-            else:
-                responses.append(
-                    replica_pb2.RebalanceResponse(
-                        outcome=_REBALANCE_OUTCOMES[d.outcome], **_accepted(d)
-                    )
+        """Every request decided as :meth:`Rebalance` decides it (:func:`_each`)."""
+        decided = await _each(self._agent.rebalance(_move_request(r)) for r in request.requests)
+        return replica_pb2.RebalanceBatchResponse(
+            responses=[
+                replica_pb2.RebalanceResponse(detail=d)
+                if isinstance(d, str)
+                else replica_pb2.RebalanceResponse(
+                    outcome=_REBALANCE_OUTCOMES[d.outcome], **_accepted(d)
                 )
-        return replica_pb2.RebalanceBatchResponse(responses=responses)
+                for d in decided
+            ]
+        )
+
+    async def RetireBatch(
+        self, request: replica_pb2.RetireBatchRequest, context: Context
+    ) -> replica_pb2.RetireBatchResponse:
+        """Every request decided as :meth:`Retire` decides it (:func:`_each`)."""
+        decided = await _each(self._agent.retire(_retire_request(r)) for r in request.requests)
+        return replica_pb2.RetireBatchResponse(
+            responses=[
+                replica_pb2.RetireResponse(detail=d)
+                if isinstance(d, str)
+                else replica_pb2.RetireResponse(outcome=_RETIRE_OUTCOMES[d.outcome], **_accepted(d))
+                for d in decided
+            ]
+        )
 
     async def CancelRebalance(
         self, request: replica_pb2.CancelRebalanceRequest, context: Context
@@ -112,14 +144,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
     async def Retire(
         self, request: replica_pb2.RetireRequest, context: Context
     ) -> replica_pb2.RetireResponse:
-        retire = RetireRequest(
-            zone=request.partition.zone,
-            partition=request.partition.partition,
-            stable_peers=tuple(request.stable_peers.names),
-            revision=request.revision,
-            epoch=request.epoch,
-        )
-        d = await answer(context, self._agent.retire(retire), STATUS_OF)
+        d = await answer(context, self._agent.retire(_retire_request(request)), STATUS_OF)
         return replica_pb2.RetireResponse(outcome=_RETIRE_OUTCOMES[d.outcome], **_accepted(d))
 
     async def GetPartitionState(

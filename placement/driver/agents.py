@@ -7,10 +7,10 @@ noticed; a capped reconnect backoff), and a deadline on every call. Transport fa
 (``ACCEPTED``/``DONE``/``STALE``/``FAILED``; ``CANCELLED``/``NOTHING_TO_CANCEL``/
 ``ALREADY_DONE``/``CANCEL_STALE``; ``RETIRED``/``KEPT``/``RETIRE_STALE``).
 
-Rebalance requests to one agent are batched (:class:`placement.aio.Coalescer` per address): the
-ones made while a ``RebalanceBatch`` call to that agent is in flight go out together in the next,
-so a thousand concurrent moves cost a few calls per agent, not a thousand (an agent that does
-not know ``RebalanceBatch`` gets single calls).
+Rebalance and Retire requests to one agent are batched (:class:`placement.aio.Coalescer` per
+address and kind): the ones made while a ``RebalanceBatch`` / ``RetireBatch`` call to that agent
+is in flight go out together in the next, so a thousand concurrent moves cost a few calls per
+agent, not a thousand (an agent that does not know the batch call gets single calls).
 """
 
 from __future__ import annotations
@@ -50,10 +50,11 @@ class AgentClient:
     def __init__(self, *, timeout: float = 3.0, tls: TlsMaterial | None = None) -> None:
         self.timeout = timeout
         self._channels = ChannelPool(AGENT_PROFILE, tls, on_refused=_log_refusal)
-        self._batches: dict[str, Coalescer[Any, AgentAnswer | AgentUnavailable]] = {}
-        #: Agents that answered RebalanceBatch UNIMPLEMENTED: single calls.
-        self._unbatched: set[str] = set()
-        #: RebalanceBatch calls made and the requests they carried (for tests and benchmarks).
+        #: (address, single method) -> its batcher
+        self._batches: dict[tuple[str, str], Coalescer[Any, AgentAnswer | AgentUnavailable]] = {}
+        #: (address, single method) of agents that answered its batch call UNIMPLEMENTED.
+        self._unbatched: set[tuple[str, str]] = set()
+        #: Batch calls made and the requests they carried (for tests and benchmarks).
         self.batch_calls = 0
         self.batched = 0
 
@@ -101,54 +102,65 @@ class AgentClient:
             revision=revision,
             epoch=epoch,
         )
-        if cancel or address in self._unbatched:
+        if cancel:
             return await self._call(address, method, request, outcomes)
-        batches = self._batches.get(address)
+        return await self._batched(address, _REBALANCE_BATCH, request)
+
+    async def _batched(self, address: str, kind: _Batch, request: Any) -> AgentAnswer:
+        """``request`` in the next batch call of its kind to ``address`` (single calls to an
+        agent that does not know the batch call)."""
+        if (address, kind.single) in self._unbatched:
+            return await self._call(address, kind.single, request, kind.outcomes)
+        batches = self._batches.get((address, kind.single))
         if batches is None:
-            batches = self._batches[address] = Coalescer(
-                lambda requests: self._rebalance_batch(address, requests),
-                limit=REBALANCE_BATCH,
-                name=f"rebalance-batch {address}",
+            batches = self._batches[address, kind.single] = Coalescer(
+                lambda requests: self._batch(address, kind, requests),
+                limit=BATCH_LIMIT,
+                name=f"{kind.method} {address}",
             )
         result = await batches.submit(request)
         if isinstance(result, AgentUnavailable):
             raise result
         return result
 
-    async def _rebalance_batch(
-        self, address: str, requests: list[Any]
+    async def _batch(
+        self, address: str, kind: _Batch, requests: list[Any]
     ) -> list[AgentAnswer | AgentUnavailable]:
-        """One ``RebalanceBatch`` call; a transport failure fails every request of it."""
-        if address in self._unbatched:  # learnt while this batch waited
-            return [await self._single(address, r) for r in requests]
+        """One batch call; a transport failure fails every request of it."""
+        if (address, kind.single) in self._unbatched:  # learnt while this batch waited
+            return [await self._single(address, kind, r) for r in requests]
         self.batch_calls += 1
         self.batched += len(requests)
-        batch = replica_pb2.RebalanceBatchRequest(requests=requests)
         try:
-            response = await self._stub(address).RebalanceBatch(batch, timeout=self.timeout)
+            response = await getattr(self._stub(address), kind.method)(
+                kind.request(requests=requests), timeout=self.timeout
+            )
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.UNIMPLEMENTED:
-                self._unbatched.add(address)
-                return [await self._single(address, r) for r in requests]
-            error = await self._unavailable(address, "RebalanceBatch", e)
+                self._unbatched.add((address, kind.single))
+                return [await self._single(address, kind, r) for r in requests]
+            error = await self._unavailable(address, kind.method, e)
             return [error] * len(requests)
         if len(response.responses) != len(requests):
             error = AgentUnavailable(
-                f"{address}: RebalanceBatch: {len(response.responses)} answers "
+                f"{address}: {kind.method}: {len(response.responses)} answers "
                 f"to {len(requests)} requests"
             )
             return [error] * len(requests)
-        outcomes = replica_pb2.RebalanceOutcome
         return [
-            AgentAnswer(outcomes.Name(r.outcome), r.accepted_revision, r.accepted_epoch, r.detail)
-            if r.outcome != outcomes.REBALANCE_OUTCOME_UNSPECIFIED
-            else AgentUnavailable(f"{address}: Rebalance: {r.detail}")
+            AgentAnswer(
+                kind.outcomes.Name(r.outcome), r.accepted_revision, r.accepted_epoch, r.detail
+            )
+            if r.outcome != 0  # the enum's UNSPECIFIED: refused, the reason in detail
+            else AgentUnavailable(f"{address}: {kind.single}: {r.detail}")
             for r in response.responses
         ]
 
-    async def _single(self, address: str, request: Any) -> AgentAnswer | AgentUnavailable:
+    async def _single(
+        self, address: str, kind: _Batch, request: Any
+    ) -> AgentAnswer | AgentUnavailable:
         try:
-            return await self._call(address, "Rebalance", request, replica_pb2.RebalanceOutcome)
+            return await self._call(address, kind.single, request, kind.outcomes)
         except AgentUnavailable as e:
             return e
 
@@ -168,7 +180,7 @@ class AgentClient:
             revision=revision,
             epoch=epoch,
         )
-        return await self._call(address, "Retire", request, replica_pb2.RetireOutcome)
+        return await self._batched(address, _RETIRE_BATCH, request)
 
     async def hosted(self, address: str, zone: str, partition: int) -> bool:
         """Whether the agent holds a complete replica of the partition (False if unknown)."""
@@ -196,8 +208,30 @@ class AgentClient:
         return AgentUnavailable(f"{address}: {method}: {error.code().name} {error.details()}")
 
 
-#: Rebalance requests per RebalanceBatch call.
-REBALANCE_BATCH = 256
+#: Requests per batch call.
+BATCH_LIMIT = 256
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """A call the client batches: the single method, its batch method and request message,
+    and the single answer's outcome enum."""
+
+    single: str
+    method: str
+    request: Any
+    outcomes: Any
+
+
+_REBALANCE_BATCH = _Batch(
+    "Rebalance",
+    "RebalanceBatch",
+    replica_pb2.RebalanceBatchRequest,
+    replica_pb2.RebalanceOutcome,
+)
+_RETIRE_BATCH = _Batch(
+    "Retire", "RetireBatch", replica_pb2.RetireBatchRequest, replica_pb2.RetireOutcome
+)
 
 
 def _log_refusal(address: str, why: str) -> None:

@@ -426,3 +426,47 @@ class RetireResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RetireResponse: _TypeAlias = RetireResponse  # noqa: Y015
+
+@_typing.final
+class RetireBatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___RetireRequest]: ...
+    def __init__(
+        self,
+        *,
+        requests: _abc.Iterable[Global___RetireRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetireBatchRequest: _TypeAlias = RetireBatchRequest  # noqa: Y015
+
+@_typing.final
+class RetireBatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___RetireResponse]:
+        """One per request, in order; a refused one has outcome RETIRE_OUTCOME_UNSPECIFIED and the
+        status and reason in detail.
+        """
+
+    def __init__(
+        self,
+        *,
+        responses: _abc.Iterable[Global___RetireResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetireBatchResponse: _TypeAlias = RetireBatchResponse  # noqa: Y015

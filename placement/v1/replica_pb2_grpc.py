@@ -59,6 +59,11 @@ class ReplicaServiceStub:
                 request_serializer=placement_dot_v1_dot_replica__pb2.RebalanceBatchRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_replica__pb2.RebalanceBatchResponse.FromString,
                 _registered_method=True)
+        self.RetireBatch = channel.unary_unary(
+                '/placement.v1.ReplicaService/RetireBatch',
+                request_serializer=placement_dot_v1_dot_replica__pb2.RetireBatchRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_replica__pb2.RetireBatchResponse.FromString,
+                _registered_method=True)
 
 
 class ReplicaServiceServicer:
@@ -103,6 +108,13 @@ class ReplicaServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RetireBatch(self, request, context):
+        """Many Retire requests in one call, likewise: each decided as Retire decides it, in order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +142,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.RebalanceBatch,
                     request_deserializer=placement_dot_v1_dot_replica__pb2.RebalanceBatchRequest.FromString,
                     response_serializer=placement_dot_v1_dot_replica__pb2.RebalanceBatchResponse.SerializeToString,
+            ),
+            'RetireBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetireBatch,
+                    request_deserializer=placement_dot_v1_dot_replica__pb2.RetireBatchRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_replica__pb2.RetireBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -267,6 +284,33 @@ class ReplicaService:
             '/placement.v1.ReplicaService/RebalanceBatch',
             placement_dot_v1_dot_replica__pb2.RebalanceBatchRequest.SerializeToString,
             placement_dot_v1_dot_replica__pb2.RebalanceBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetireBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.ReplicaService/RetireBatch',
+            placement_dot_v1_dot_replica__pb2.RetireBatchRequest.SerializeToString,
+            placement_dot_v1_dot_replica__pb2.RetireBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,6 +48,8 @@ class ReplicaServiceStub:
     """Many Rebalance requests in one call (the driver sends what it has for one agent at once):
     each is decided exactly as Rebalance decides it, and answered in the request's order.
     """
+    RetireBatch: _grpc.UnaryUnaryMultiCallable[_replica_pb2.RetireBatchRequest, _replica_pb2.RetireBatchResponse]
+    """Many Retire requests in one call, likewise: each decided as Retire decides it, in order."""
 
 @_typing.type_check_only
 class ReplicaServiceAsyncStub(ReplicaServiceStub):
@@ -69,6 +71,8 @@ class ReplicaServiceAsyncStub(ReplicaServiceStub):
     """Many Rebalance requests in one call (the driver sends what it has for one agent at once):
     each is decided exactly as Rebalance decides it, and answered in the request's order.
     """
+    RetireBatch: _aio.UnaryUnaryMultiCallable[_replica_pb2.RetireBatchRequest, _replica_pb2.RetireBatchResponse]  # type: ignore[assignment]
+    """Many Retire requests in one call, likewise: each decided as Retire decides it, in order."""
 
 class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -117,5 +121,13 @@ class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
         """Many Rebalance requests in one call (the driver sends what it has for one agent at once):
         each is decided exactly as Rebalance decides it, and answered in the request's order.
         """
+
+    @_abc_1.abstractmethod
+    def RetireBatch(
+        self,
+        request: _replica_pb2.RetireBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_replica_pb2.RetireBatchResponse, _abc.Awaitable[_replica_pb2.RetireBatchResponse]]:
+        """Many Retire requests in one call, likewise: each decided as Retire decides it, in order."""
 
 def add_ReplicaServiceServicer_to_server(servicer: ReplicaServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

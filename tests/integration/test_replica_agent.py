@@ -296,7 +296,7 @@ async def test_concurrent_rebalances_go_in_few_batch_calls_answered_as_single_ca
     """The driver's client sends what it has for one agent in RebalanceBatch calls: 200
     concurrent moves (a leave each: DONE at once) take a handful of calls, every answer is the
     one Rebalance gives for the same request, and one invalid request among them is refused
-    alone, naming the field."""
+    alone, naming the field; Retire requests likewise in RetireBatch calls."""
     agent = await agents.start(tmp_path / "data")
     address = f"127.0.0.1:{agent.port}"
     client = AgentClient(timeout=CALL_TIMEOUT)
@@ -325,6 +325,21 @@ async def test_concurrent_rebalances_go_in_few_batch_calls_answered_as_single_ca
                 answers[p].accepted_epoch,  # type: ignore[union-attr]
             )
             assert (await state(agent, p)).accepted_revision == 100 + p
+        # retires batch the same way: stable no longer names n1 (RETIRED), or names it (KEPT)
+        calls = client.batch_calls
+        retired = await asyncio.gather(
+            *(
+                client.retire(address, ZONE, p, ("n2", "n3") if p % 2 else ("n1", "n2"), 400, 1)
+                for p in range(200)
+            )
+        )
+        assert [a.outcome for a in retired] == ["KEPT", "RETIRED"] * 100
+        assert 1 <= client.batch_calls - calls <= 10
+        single = await agent.stub.Retire(
+            retire_request(1, ["n2", "n3"], 400, 1), timeout=CALL_TIMEOUT
+        )
+        assert single.outcome == replica_pb2.RETIRED
+        assert not (await state(agent, 1)).hosted
     finally:
         await client.close()
 
