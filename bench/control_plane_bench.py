@@ -920,9 +920,10 @@ def report(
         "",
         "Produced by `bench/control_plane_bench.py` (do not edit by hand). Real processes: one",
         f"etcd, one placement driver (`{flags}`; defaults otherwise: `--max-moves 1024`,",
-        "`--max-moves-per-node 256`, `--max-mib-per-node 256`, pass tick 0.5 s, Rebalance resend backoff U(0, min(1 s,",
-        "0.05 s·2ⁿ))), replica agents (`placectl agent run`: the real data plane; every replica",
-        "is created, copied and joins the in-sync set before the driver switches stable).",
+        "`--max-moves-per-node 256`, `--max-mib-per-node 256`, pass tick 0.5 s, Rebalance",
+        "resend backoff U(0, min(1 s, 0.05 s·2ⁿ))), replica agents (`placectl agent run`: the",
+        "real data plane; every replica is created, copied and joins the in-sync set before the",
+        "driver switches stable).",
         "The join starts once the zone is READY and every in-sync set equals stable.",
         f"Zone: P={args.partitions}, R={args.replicas}, scale-up/down delay 0, "
         f"{args.agents - 1} agents, then agent n{args.agents} joins.",

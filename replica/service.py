@@ -188,6 +188,11 @@ class ReplicaAgent:
             raise UnknownPartition(f"no record of partition {zone}/{partition} on this node")
         return record
 
+    async def hosted(self) -> list[Key]:
+        """Every partition this node holds a complete replica of (the driver's sweep)."""
+        records = await self._db.call(self._db.store.records)
+        return [(r.zone, r.partition) for r in records if r.hosted]
+
     async def _decide(
         self,
         key: Key,

@@ -147,6 +147,14 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         d = await answer(context, self._agent.retire(_retire_request(request)), STATUS_OF)
         return replica_pb2.RetireResponse(outcome=_RETIRE_OUTCOMES[d.outcome], **_accepted(d))
 
+    async def ListHosted(
+        self, request: replica_pb2.ListHostedRequest, context: Context
+    ) -> replica_pb2.ListHostedResponse:
+        hosted = await answer(context, self._agent.hosted(), STATUS_OF)
+        return replica_pb2.ListHostedResponse(
+            partitions=[common_pb2.PartitionRef(zone=z, partition=p) for z, p in hosted]
+        )
+
     async def GetPartitionState(
         self, request: replica_pb2.GetPartitionStateRequest, context: Context
     ) -> replica_pb2.GetPartitionStateResponse:

@@ -182,6 +182,16 @@ class AgentClient:
         )
         return await self._batched(address, _RETIRE_BATCH, request)
 
+    async def hosted_partitions(self, address: str) -> set[tuple[str, int]]:
+        """Every (zone, partition) the agent holds a complete replica of."""
+        try:
+            response = await self._stub(address).ListHosted(
+                replica_pb2.ListHostedRequest(), timeout=self.timeout
+            )
+        except grpc.aio.AioRpcError as e:
+            raise await self._unavailable(address, "ListHosted", e) from e
+        return {(p.zone, p.partition) for p in response.partitions}
+
     async def hosted(self, address: str, zone: str, partition: int) -> bool:
         """Whether the agent holds a complete replica of the partition (False if unknown)."""
         request = replica_pb2.GetPartitionStateRequest(

@@ -497,8 +497,12 @@ def zone_targets(
     ``applied`` (and of a shrink's removed partitions that lost a member, see
     :func:`plan_zone_targets`), or why it cannot be placed. Every caller that asks "where should
     the replicas be" — a pass, the status outlook, a dry-run plan — asks it here."""
+    # A data node whose record is gone (held down by the scale-down delay) matched the selector
+    # when it was applied: it keeps matching it until the delay removes it.
     eligible = [
-        Node(n, dict(nodes[n].attributes), nodes[n].weight) if n in nodes else Node(n)
+        Node(n, dict(nodes[n].attributes), nodes[n].weight)
+        if n in nodes
+        else Node(n, dict(spec.node_selector))
         for n in applied
     ]
     if not eligible:

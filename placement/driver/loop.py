@@ -837,44 +837,57 @@ class Driver:
 
     async def _retire_sweep(self, view: ClusterView, fence: Fence) -> None:
         """Once per term, on its first view: a Retire lost with the previous leader's term is
-        found again. For every idle partition (no pending, planned or cancel) and registered
-        node its stable does not name, ask the node (``GetPartitionState.hosted``, at most
-        ``sweep_concurrency`` at once); a node still hosting gets a Retire at the view's
-        revision (at which stable was as seen and no pending existed). Best effort: a node that
-        does not answer is skipped."""
+        found again, and a member of stable without a replica gets one. Each registered node is
+        asked once what it hosts (``ListHosted``, at most ``sweep_concurrency`` nodes at once);
+        then, over every idle partition (no pending, planned or cancel): a node hosting one its
+        stable does not name gets a Retire at the view's revision (at which stable was as seen
+        and no pending existed), a member of stable not hosting it an adopt. Best effort: a node
+        that does not answer is skipped. Cost: one call per node, not one per partition and
+        node."""
         slots = asyncio.Semaphore(self.config.sweep_concurrency)
 
-        async def check(
-            zone: str, partition: int, node: str, stable: Peers, stable_revision: int
-        ) -> None:
-            record = view.nodes[node]
+        async def hosted(node: str) -> tuple[str, set[tuple[str, int]] | None]:
             async with slots:
                 try:
-                    hosting = await self.agents.hosted(record.address, zone, partition)
+                    return node, await self.agents.hosted_partitions(view.nodes[node].address)
                 except AgentUnavailable:
-                    return
-            if (zone, partition, node) in self._retires:
-                return
-            if hosting and node not in stable:
-                log.info("%s/%d: %s hosts a replica stable does not name", zone, partition, node)
-                self._spawn_retire(zone, partition, node, stable, view.revision, fence)
-            elif not hosting and node in stable:
-                log.info("%s/%d: %s is in stable but holds no replica", zone, partition, node)
-                self._spawn_adopt(zone, partition, node, stable, stable_revision, fence)
+                    return node, None
 
-        checks = []
-        for zone in view.zones.values():
-            for partition, state in zone.partitions.items():
-                if state.pending or state.planned or state.cancel:
+        answered = {
+            node: found
+            for node, found in await asyncio.gather(*(hosted(n) for n in sorted(view.nodes)))
+            if found is not None
+        }
+        def idle(zone: str, partition: int) -> tuple[Peers, int] | None:
+            """Stable and its mod revision, if the partition is idle with a readable stable."""
+            found = view.zones.get(zone)
+            state = found.partitions.get(partition) if found is not None else None
+            if state is None or state.pending or state.planned or state.cancel:
+                return None
+            stable = state.peers(AssignField.STABLE)
+            if stable is None or state.stable is None:
+                return None
+            return stable, state.stable.mod_revision
+
+        for node, found in answered.items():  # hosted, not named: retire
+            for zone, partition in sorted(found):
+                named = idle(zone, partition)
+                if named is None or node in named[0] or (zone, partition, node) in self._retires:
                     continue
-                stable = state.peers(AssignField.STABLE)
-                if stable is None or state.stable is None:
+                log.info("%s/%d: %s hosts a replica stable does not name", zone, partition, node)
+                self._spawn_retire(zone, partition, node, named[0], view.revision, fence)
+        for zone_view in view.zones.values():  # named, not hosted: adopt
+            for partition in zone_view.partitions:
+                named = idle(zone_view.name, partition)
+                if named is None:
                     continue
-                for node in sorted(view.nodes):
-                    checks.append(
-                        check(zone.name, partition, node, stable, state.stable.mod_revision)
-                    )
-        await asyncio.gather(*checks)
+                key = (zone_view.name, partition)
+                for node in named[0]:
+                    held = answered.get(node)
+                    if held is None or key in held or (*key, node) in self._retires:
+                        continue
+                    log.info("%s/%d: %s is in stable but holds no replica", *key, node)
+                    self._spawn_adopt(*key, node, named[0], named[1], fence)
 
     def _spawn_retire(
         self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence

@@ -25,45 +25,49 @@ _sym_db = _symbol_database.Default()
 from placement.v1 import common_pb2 as placement_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aplacement/v1/replica.proto\x12\x0cplacement.v1\x1a\x19placement/v1/common.proto\"I\n\x15RebalanceBatchRequest\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.placement.v1.RebalanceRequest\"L\n\x16RebalanceBatchResponse\x12\x32\n\tresponses\x18\x01 \x03(\x0b\x32\x1f.placement.v1.RebalanceResponse\"\xb2\x01\n\x10RebalanceRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12&\n\told_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12&\n\tnew_peers\x18\x03 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\"\x87\x01\n\x11RebalanceResponse\x12/\n\x07outcome\x18\x01 \x01(\x0e\x32\x1e.placement.v1.RebalanceOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\xb8\x01\n\x16\x43\x61ncelRebalanceRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12&\n\told_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12&\n\tnew_peers\x18\x03 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\"\x8a\x01\n\x17\x43\x61ncelRebalanceResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.CancelOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"I\n\x18GetPartitionStateRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\"\xe1\x01\n\x19GetPartitionStateResponse\x12*\n\rcurrent_peers\x18\x01 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x1d\n\x15rebalance_in_progress\x18\x02 \x01(\x08\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x03 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x04 \x01(\x03\x12&\n\x05phase\x18\x05 \x01(\x0e\x32\x17.placement.v1.MovePhase\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12\x0e\n\x06hosted\x18\x07 \x01(\x08\"\x8a\x01\n\rRetireRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12)\n\x0cstable_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\"\x81\x01\n\x0eRetireResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.RetireOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"C\n\x12RetireBatchRequest\x12-\n\x08requests\x18\x01 \x03(\x0b\x32\x1b.placement.v1.RetireRequest\"F\n\x13RetireBatchResponse\x12/\n\tresponses\x18\x01 \x03(\x0b\x32\x1c.placement.v1.RetireResponse*d\n\x10RebalanceOutcome\x12!\n\x1dREBALANCE_OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\x08\n\x04\x44ONE\x10\x02\x12\t\n\x05STALE\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04*y\n\rCancelOutcome\x12\x1e\n\x1a\x43\x41NCEL_OUTCOME_UNSPECIFIED\x10\x00\x12\r\n\tCANCELLED\x10\x01\x12\x15\n\x11NOTHING_TO_CANCEL\x10\x02\x12\x10\n\x0c\x41LREADY_DONE\x10\x03\x12\x10\n\x0c\x43\x41NCEL_STALE\x10\x04*\x9e\x01\n\tMovePhase\x12\x1a\n\x16MOVE_PHASE_UNSPECIFIED\x10\x00\x12\x13\n\x0fMOVE_PHASE_IDLE\x10\x01\x12\x1a\n\x16MOVE_PHASE_IN_PROGRESS\x10\x02\x12\x15\n\x11MOVE_PHASE_FAILED\x10\x03\x12\x13\n\x0fMOVE_PHASE_DONE\x10\x04\x12\x18\n\x14MOVE_PHASE_CANCELLED\x10\x05*l\n\rRetireOutcome\x12\x1e\n\x1aRETIRE_OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07RETIRED\x10\x01\x12\x08\n\x04KEPT\x10\x02\x12\x10\n\x0cRETIRE_STALE\x10\x03\x12\x12\n\x0eRETIRE_IN_SYNC\x10\x04\x32\x9a\x04\n\x0eReplicaService\x12L\n\tRebalance\x12\x1e.placement.v1.RebalanceRequest\x1a\x1f.placement.v1.RebalanceResponse\x12^\n\x0f\x43\x61ncelRebalance\x12$.placement.v1.CancelRebalanceRequest\x1a%.placement.v1.CancelRebalanceResponse\x12\x64\n\x11GetPartitionState\x12&.placement.v1.GetPartitionStateRequest\x1a\'.placement.v1.GetPartitionStateResponse\x12\x43\n\x06Retire\x12\x1b.placement.v1.RetireRequest\x1a\x1c.placement.v1.RetireResponse\x12[\n\x0eRebalanceBatch\x12#.placement.v1.RebalanceBatchRequest\x1a$.placement.v1.RebalanceBatchResponse\x12R\n\x0bRetireBatch\x12 .placement.v1.RetireBatchRequest\x1a!.placement.v1.RetireBatchResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aplacement/v1/replica.proto\x12\x0cplacement.v1\x1a\x19placement/v1/common.proto\"\x13\n\x11ListHostedRequest\"D\n\x12ListHostedResponse\x12.\n\npartitions\x18\x01 \x03(\x0b\x32\x1a.placement.v1.PartitionRef\"I\n\x15RebalanceBatchRequest\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.placement.v1.RebalanceRequest\"L\n\x16RebalanceBatchResponse\x12\x32\n\tresponses\x18\x01 \x03(\x0b\x32\x1f.placement.v1.RebalanceResponse\"\xb2\x01\n\x10RebalanceRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12&\n\told_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12&\n\tnew_peers\x18\x03 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\"\x87\x01\n\x11RebalanceResponse\x12/\n\x07outcome\x18\x01 \x01(\x0e\x32\x1e.placement.v1.RebalanceOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\xb8\x01\n\x16\x43\x61ncelRebalanceRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12&\n\told_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12&\n\tnew_peers\x18\x03 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\"\x8a\x01\n\x17\x43\x61ncelRebalanceResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.CancelOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"I\n\x18GetPartitionStateRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\"\xe1\x01\n\x19GetPartitionStateResponse\x12*\n\rcurrent_peers\x18\x01 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x1d\n\x15rebalance_in_progress\x18\x02 \x01(\x08\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x03 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x04 \x01(\x03\x12&\n\x05phase\x18\x05 \x01(\x0e\x32\x17.placement.v1.MovePhase\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12\x0e\n\x06hosted\x18\x07 \x01(\x08\"\x8a\x01\n\rRetireRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12)\n\x0cstable_peers\x18\x02 \x01(\x0b\x32\x13.placement.v1.Peers\x12\x10\n\x08revision\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\"\x81\x01\n\x0eRetireResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.RetireOutcome\x12\x19\n\x11\x61\x63\x63\x65pted_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x63\x63\x65pted_epoch\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"C\n\x12RetireBatchRequest\x12-\n\x08requests\x18\x01 \x03(\x0b\x32\x1b.placement.v1.RetireRequest\"F\n\x13RetireBatchResponse\x12/\n\tresponses\x18\x01 \x03(\x0b\x32\x1c.placement.v1.RetireResponse*d\n\x10RebalanceOutcome\x12!\n\x1dREBALANCE_OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\x08\n\x04\x44ONE\x10\x02\x12\t\n\x05STALE\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04*y\n\rCancelOutcome\x12\x1e\n\x1a\x43\x41NCEL_OUTCOME_UNSPECIFIED\x10\x00\x12\r\n\tCANCELLED\x10\x01\x12\x15\n\x11NOTHING_TO_CANCEL\x10\x02\x12\x10\n\x0c\x41LREADY_DONE\x10\x03\x12\x10\n\x0c\x43\x41NCEL_STALE\x10\x04*\x9e\x01\n\tMovePhase\x12\x1a\n\x16MOVE_PHASE_UNSPECIFIED\x10\x00\x12\x13\n\x0fMOVE_PHASE_IDLE\x10\x01\x12\x1a\n\x16MOVE_PHASE_IN_PROGRESS\x10\x02\x12\x15\n\x11MOVE_PHASE_FAILED\x10\x03\x12\x13\n\x0fMOVE_PHASE_DONE\x10\x04\x12\x18\n\x14MOVE_PHASE_CANCELLED\x10\x05*l\n\rRetireOutcome\x12\x1e\n\x1aRETIRE_OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07RETIRED\x10\x01\x12\x08\n\x04KEPT\x10\x02\x12\x10\n\x0cRETIRE_STALE\x10\x03\x12\x12\n\x0eRETIRE_IN_SYNC\x10\x04\x32\xeb\x04\n\x0eReplicaService\x12L\n\tRebalance\x12\x1e.placement.v1.RebalanceRequest\x1a\x1f.placement.v1.RebalanceResponse\x12^\n\x0f\x43\x61ncelRebalance\x12$.placement.v1.CancelRebalanceRequest\x1a%.placement.v1.CancelRebalanceResponse\x12\x64\n\x11GetPartitionState\x12&.placement.v1.GetPartitionStateRequest\x1a\'.placement.v1.GetPartitionStateResponse\x12\x43\n\x06Retire\x12\x1b.placement.v1.RetireRequest\x1a\x1c.placement.v1.RetireResponse\x12[\n\x0eRebalanceBatch\x12#.placement.v1.RebalanceBatchRequest\x1a$.placement.v1.RebalanceBatchResponse\x12R\n\x0bRetireBatch\x12 .placement.v1.RetireBatchRequest\x1a!.placement.v1.RetireBatchResponse\x12O\n\nListHosted\x12\x1f.placement.v1.ListHostedRequest\x1a .placement.v1.ListHostedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'placement.v1.replica_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REBALANCEOUTCOME']._serialized_start=1588
-  _globals['_REBALANCEOUTCOME']._serialized_end=1688
-  _globals['_CANCELOUTCOME']._serialized_start=1690
-  _globals['_CANCELOUTCOME']._serialized_end=1811
-  _globals['_MOVEPHASE']._serialized_start=1814
-  _globals['_MOVEPHASE']._serialized_end=1972
-  _globals['_RETIREOUTCOME']._serialized_start=1974
-  _globals['_RETIREOUTCOME']._serialized_end=2082
-  _globals['_REBALANCEBATCHREQUEST']._serialized_start=71
-  _globals['_REBALANCEBATCHREQUEST']._serialized_end=144
-  _globals['_REBALANCEBATCHRESPONSE']._serialized_start=146
-  _globals['_REBALANCEBATCHRESPONSE']._serialized_end=222
-  _globals['_REBALANCEREQUEST']._serialized_start=225
-  _globals['_REBALANCEREQUEST']._serialized_end=403
-  _globals['_REBALANCERESPONSE']._serialized_start=406
-  _globals['_REBALANCERESPONSE']._serialized_end=541
-  _globals['_CANCELREBALANCEREQUEST']._serialized_start=544
-  _globals['_CANCELREBALANCEREQUEST']._serialized_end=728
-  _globals['_CANCELREBALANCERESPONSE']._serialized_start=731
-  _globals['_CANCELREBALANCERESPONSE']._serialized_end=869
-  _globals['_GETPARTITIONSTATEREQUEST']._serialized_start=871
-  _globals['_GETPARTITIONSTATEREQUEST']._serialized_end=944
-  _globals['_GETPARTITIONSTATERESPONSE']._serialized_start=947
-  _globals['_GETPARTITIONSTATERESPONSE']._serialized_end=1172
-  _globals['_RETIREREQUEST']._serialized_start=1175
-  _globals['_RETIREREQUEST']._serialized_end=1313
-  _globals['_RETIRERESPONSE']._serialized_start=1316
-  _globals['_RETIRERESPONSE']._serialized_end=1445
-  _globals['_RETIREBATCHREQUEST']._serialized_start=1447
-  _globals['_RETIREBATCHREQUEST']._serialized_end=1514
-  _globals['_RETIREBATCHRESPONSE']._serialized_start=1516
-  _globals['_RETIREBATCHRESPONSE']._serialized_end=1586
-  _globals['_REPLICASERVICE']._serialized_start=2085
-  _globals['_REPLICASERVICE']._serialized_end=2623
+  _globals['_REBALANCEOUTCOME']._serialized_start=1679
+  _globals['_REBALANCEOUTCOME']._serialized_end=1779
+  _globals['_CANCELOUTCOME']._serialized_start=1781
+  _globals['_CANCELOUTCOME']._serialized_end=1902
+  _globals['_MOVEPHASE']._serialized_start=1905
+  _globals['_MOVEPHASE']._serialized_end=2063
+  _globals['_RETIREOUTCOME']._serialized_start=2065
+  _globals['_RETIREOUTCOME']._serialized_end=2173
+  _globals['_LISTHOSTEDREQUEST']._serialized_start=71
+  _globals['_LISTHOSTEDREQUEST']._serialized_end=90
+  _globals['_LISTHOSTEDRESPONSE']._serialized_start=92
+  _globals['_LISTHOSTEDRESPONSE']._serialized_end=160
+  _globals['_REBALANCEBATCHREQUEST']._serialized_start=162
+  _globals['_REBALANCEBATCHREQUEST']._serialized_end=235
+  _globals['_REBALANCEBATCHRESPONSE']._serialized_start=237
+  _globals['_REBALANCEBATCHRESPONSE']._serialized_end=313
+  _globals['_REBALANCEREQUEST']._serialized_start=316
+  _globals['_REBALANCEREQUEST']._serialized_end=494
+  _globals['_REBALANCERESPONSE']._serialized_start=497
+  _globals['_REBALANCERESPONSE']._serialized_end=632
+  _globals['_CANCELREBALANCEREQUEST']._serialized_start=635
+  _globals['_CANCELREBALANCEREQUEST']._serialized_end=819
+  _globals['_CANCELREBALANCERESPONSE']._serialized_start=822
+  _globals['_CANCELREBALANCERESPONSE']._serialized_end=960
+  _globals['_GETPARTITIONSTATEREQUEST']._serialized_start=962
+  _globals['_GETPARTITIONSTATEREQUEST']._serialized_end=1035
+  _globals['_GETPARTITIONSTATERESPONSE']._serialized_start=1038
+  _globals['_GETPARTITIONSTATERESPONSE']._serialized_end=1263
+  _globals['_RETIREREQUEST']._serialized_start=1266
+  _globals['_RETIREREQUEST']._serialized_end=1404
+  _globals['_RETIRERESPONSE']._serialized_start=1407
+  _globals['_RETIRERESPONSE']._serialized_end=1536
+  _globals['_RETIREBATCHREQUEST']._serialized_start=1538
+  _globals['_RETIREBATCHREQUEST']._serialized_end=1605
+  _globals['_RETIREBATCHRESPONSE']._serialized_start=1607
+  _globals['_RETIREBATCHRESPONSE']._serialized_end=1677
+  _globals['_REPLICASERVICE']._serialized_start=2176
+  _globals['_REPLICASERVICE']._serialized_end=2795
 # @@protoc_insertion_point(module_scope)

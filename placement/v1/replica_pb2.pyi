@@ -135,6 +135,41 @@ be chosen among its members); retry once the primary has removed it.
 Global___RetireOutcome: _TypeAlias = RetireOutcome  # noqa: Y015
 
 @_typing.final
+class ListHostedRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListHostedRequest: _TypeAlias = ListHostedRequest  # noqa: Y015
+
+@_typing.final
+class ListHostedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.PartitionRef]: ...
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[_common_pb2.PartitionRef] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListHostedResponse: _TypeAlias = ListHostedResponse  # noqa: Y015
+
+@_typing.final
 class RebalanceBatchRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -64,6 +64,11 @@ class ReplicaServiceStub:
                 request_serializer=placement_dot_v1_dot_replica__pb2.RetireBatchRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_replica__pb2.RetireBatchResponse.FromString,
                 _registered_method=True)
+        self.ListHosted = channel.unary_unary(
+                '/placement.v1.ReplicaService/ListHosted',
+                request_serializer=placement_dot_v1_dot_replica__pb2.ListHostedRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_replica__pb2.ListHostedResponse.FromString,
+                _registered_method=True)
 
 
 class ReplicaServiceServicer:
@@ -115,6 +120,14 @@ class ReplicaServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListHosted(self, request, context):
+        """Every partition this node holds a complete replica of: a new leader's sweep asks each node
+        once instead of asking about every partition.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +160,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.RetireBatch,
                     request_deserializer=placement_dot_v1_dot_replica__pb2.RetireBatchRequest.FromString,
                     response_serializer=placement_dot_v1_dot_replica__pb2.RetireBatchResponse.SerializeToString,
+            ),
+            'ListHosted': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHosted,
+                    request_deserializer=placement_dot_v1_dot_replica__pb2.ListHostedRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_replica__pb2.ListHostedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +329,33 @@ class ReplicaService:
             '/placement.v1.ReplicaService/RetireBatch',
             placement_dot_v1_dot_replica__pb2.RetireBatchRequest.SerializeToString,
             placement_dot_v1_dot_replica__pb2.RetireBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHosted(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.ReplicaService/ListHosted',
+            placement_dot_v1_dot_replica__pb2.ListHostedRequest.SerializeToString,
+            placement_dot_v1_dot_replica__pb2.ListHostedResponse.FromString,
             options,
             channel_credentials,
             insecure,

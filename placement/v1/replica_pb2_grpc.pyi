@@ -50,6 +50,10 @@ class ReplicaServiceStub:
     """
     RetireBatch: _grpc.UnaryUnaryMultiCallable[_replica_pb2.RetireBatchRequest, _replica_pb2.RetireBatchResponse]
     """Many Retire requests in one call, likewise: each decided as Retire decides it, in order."""
+    ListHosted: _grpc.UnaryUnaryMultiCallable[_replica_pb2.ListHostedRequest, _replica_pb2.ListHostedResponse]
+    """Every partition this node holds a complete replica of: a new leader's sweep asks each node
+    once instead of asking about every partition.
+    """
 
 @_typing.type_check_only
 class ReplicaServiceAsyncStub(ReplicaServiceStub):
@@ -73,6 +77,10 @@ class ReplicaServiceAsyncStub(ReplicaServiceStub):
     """
     RetireBatch: _aio.UnaryUnaryMultiCallable[_replica_pb2.RetireBatchRequest, _replica_pb2.RetireBatchResponse]  # type: ignore[assignment]
     """Many Retire requests in one call, likewise: each decided as Retire decides it, in order."""
+    ListHosted: _aio.UnaryUnaryMultiCallable[_replica_pb2.ListHostedRequest, _replica_pb2.ListHostedResponse]  # type: ignore[assignment]
+    """Every partition this node holds a complete replica of: a new leader's sweep asks each node
+    once instead of asking about every partition.
+    """
 
 class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -129,5 +137,15 @@ class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_replica_pb2.RetireBatchResponse, _abc.Awaitable[_replica_pb2.RetireBatchResponse]]:
         """Many Retire requests in one call, likewise: each decided as Retire decides it, in order."""
+
+    @_abc_1.abstractmethod
+    def ListHosted(
+        self,
+        request: _replica_pb2.ListHostedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_replica_pb2.ListHostedResponse, _abc.Awaitable[_replica_pb2.ListHostedResponse]]:
+        """Every partition this node holds a complete replica of: a new leader's sweep asks each node
+        once instead of asking about every partition.
+        """
 
 def add_ReplicaServiceServicer_to_server(servicer: ReplicaServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -15,8 +15,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +43,7 @@ from placement.metastore.codec import (
     encode_size,
 )
 from placement.metastore.etcd import EtcdClient, Lease
-from placement.metastore.keys import AssignField, KeyKind, KeySpace
+from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
 from placement.metastore.kv import EventKind, TxnResult
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome
@@ -572,10 +574,48 @@ async def test_moves_are_throttled_globally_and_per_node(
         assert driver.stats["max_moves_per_node"] == 1, driver.stats
 
 
-async def test_followers_know_the_leader_and_a_deleted_leader_key_starts_a_new_term(
-    etcd: object, client: EtcdClient, keys: KeySpace
+async def test_moves_onto_a_node_are_throttled_by_the_bytes_they_copy(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
 ) -> None:
+    """Replicas of 1.5 MiB against a budget of 4 MiB per joining node: at most two moves copy
+    onto a node at once, though the per-node move count would allow twenty; partitions without
+    a size report count 1 MiB (the floor): four of them at once."""
+    cluster.catchup_delay = 0.2
+    for i in range(3):
+        await cluster.start_agent(f"n{i}")
     endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    options = {"max_moves_per_node": 20, "max_bytes_per_node": 4 * 2**20}
+    async with running_driver(endpoint, keys, **options) as driver:
+        fence = await leader_fence(driver)
+        store = cluster.store
+        spec = ZoneSpec("b", partitions=8, replicas=3)
+        assert (await store.create_zone(spec, fence)).applied
+        await eventually(lambda: settled(store, spec), "zone creation")
+        size = encode_size(ReplicaSize(3 * 2**19, 10, 1))  # 1.5 MiB
+        for p in range(8):
+            for node in ("n0", "n1", "n2"):
+                await client.put(keys.size("b", p, node), size)
+
+        async def joined(node: str) -> bool:
+            zone = await store.read_zone(spec.name)
+            return await settled(store, spec) and any(
+                node in (s.peers(AssignField.STABLE) or ()) for s in zone.partitions.values()
+            )
+
+        await cluster.start_agent("n3")  # takes about a quarter of the replicas
+        await eventually(lambda: joined("n3"), "the join of n3")
+        assert driver.stats["max_moves_per_node"] == 2, driver.stats
+        await client.delete(keys.sizes_prefix(), prefix_range_end(keys.sizes_prefix()))
+        await cluster.start_agent("n4")
+        await eventually(lambda: joined("n4"), "the join of n4")
+        assert driver.stats["max_moves_per_node"] == 4, driver.stats
+
+
+@contextlib.asynccontextmanager
+async def leader_and_follower(
+    endpoint: str, keys: KeySpace
+) -> AsyncIterator[tuple[Driver, Driver]]:
+    """Two in-process drivers, ``d1`` and ``d2``, once one of them leads: (leader, follower)."""
     async with (
         running_driver(endpoint, keys, "d1", "127.0.0.1:11") as d1,
         running_driver(endpoint, keys, "d2", "127.0.0.1:12") as d2,
@@ -585,7 +625,14 @@ async def test_followers_know_the_leader_and_a_deleted_leader_key_starts_a_new_t
             return (d1.fence() is None) != (d2.fence() is None)
 
         await eventually(one_leads, "one of two drivers to lead")
-        leader, follower = (d1, d2) if d1.fence() is not None else (d2, d1)
+        yield (d1, d2) if d1.fence() is not None else (d2, d1)
+
+
+async def test_followers_know_the_leader_and_a_deleted_leader_key_starts_a_new_term(
+    etcd: object, client: EtcdClient, keys: KeySpace
+) -> None:
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with leader_and_follower(endpoint, keys) as (leader, follower):
         fence = leader.fence()
         assert fence is not None
 
@@ -596,14 +643,31 @@ async def test_followers_know_the_leader_and_a_deleted_leader_key_starts_a_new_t
         await client.delete(fence.leader_key)  # as if an operator or a bug removed it
 
         async def new_term() -> bool:
-            for d in (d1, d2):
+            for d in (leader, follower):
                 f = d.fence()
                 if f is not None and f.epoch > fence.epoch:
                     return True
             return False
 
         await eventually(new_term, "a new term after the leader key was deleted")
-        assert d1.stats["terms"] + d2.stats["terms"] >= 2
+        assert leader.stats["terms"] + follower.stats["terms"] >= 2
+
+
+async def test_a_leader_whose_loop_is_blocked_for_three_lease_ttls_keeps_its_term(
+    etcd: object, keys: KeySpace
+) -> None:
+    """A pass that holds the event loop for 3 x the election lease's TTL (3 s here) costs no
+    term: the lease is refreshed on the client's keep-alive thread meanwhile, so neither driver
+    sees the leader key go, and the same term goes on leading."""
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with leader_and_follower(endpoint, keys) as (leader, follower):
+        fence = leader.fence()
+        # The loop runs nothing meanwhile: blocking it is the point.
+        time.sleep(3 * leader.config.lease_ttl)  # noqa: ASYNC251
+        await asyncio.sleep(1.0 * SCALE)  # it runs again: a lost lease or key would show now
+        assert leader.fence() == fence
+        assert follower.fence() is None
+        assert (leader.stats["terms"], follower.stats["terms"]) == (1, 0)
 
 
 async def test_a_joining_node_that_dies_mid_rebalance_is_routed_around_via_cancel_and_planned(
@@ -651,7 +715,8 @@ async def test_a_new_term_retires_a_replica_that_stable_does_not_name(
     """A Retire lost with the previous leader's term: the replica ``n3`` still hosts (made
     here by a direct Rebalance, as if it had left stable under a leader that died before its
     Retire got through) is found by the new term's sweep and retired; members of stable keep
-    theirs."""
+    theirs — and a member whose disk was replaced (``n1`` restarted on an empty data dir)
+    gets its replicas back by the sweep's adopt."""
     for i in range(3):
         await cluster.start_agent(f"n{i}", {"rack": "a"})
     outsider = await cluster.start_agent("n3", {"rack": "b"})
@@ -666,9 +731,28 @@ async def test_a_new_term_retires_a_replica_that_stable_does_not_name(
         await eventually(outsider_hosts, "n3 to host partition 0")
         async with running_driver(etcd.endpoint, keys) as driver:  # type: ignore[attr-defined]
             fence = await leader_fence(driver)
-            spec = ZoneSpec("sw", partitions=2, replicas=2, node_selector={"rack": "a"})
+            spec = ZoneSpec(
+                "sw", partitions=2, replicas=2, node_selector={"rack": "a"}, scale_down_delay=60
+            )
             assert (await cluster.store.create_zone(spec, fence)).applied
             await eventually(lambda: settled(cluster.store, spec), "zone creation")
+
+            # n1's disk is replaced: it comes back holding nothing (within the zone's scale-down
+            # delay: its replicas stay where they are)
+            await cluster.unregister("n1")
+            n1 = cluster.agents["n1"]
+            n1.proc.send_signal(signal.SIGKILL)
+            await n1.proc.wait()
+            shutil.rmtree(n1.data_dir)
+            n1 = await cluster.start_agent("n1", {"rack": "a"})
+            named = [
+                p
+                for p, s in (await cluster.store.read_zone("sw")).partitions.items()
+                if "n1" in (s.peers(AssignField.STABLE) or ())
+            ]
+            assert named
+            assert not await direct.hosted_partitions(n1.address)
+            adopted = driver.stats["adopted"]
 
             # The first term started before the zone existed: a new term sweeps it.
             await client.delete(driver.fence().leader_key)  # type: ignore[union-attr]
@@ -678,6 +762,11 @@ async def test_a_new_term_retires_a_replica_that_stable_does_not_name(
 
             await eventually(retired, "the new term's sweep to retire n3's replica")
 
+            async def n1_hosts() -> bool:
+                return await direct.hosted_partitions(n1.address) == {("sw", p) for p in named}
+
+            await eventually(n1_hosts, "the new term's sweep to adopt n1's replicas")
+            assert await counted(driver, "adopted", adopted + len(named)) == adopted + len(named)
             assert await counted(driver, "retired", 1) >= 1
             assert driver.stats["terms"] >= 2
     finally:

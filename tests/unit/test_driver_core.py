@@ -142,6 +142,30 @@ def write_stables(store: Store, spec: ZoneSpec) -> None:
         )
 
 
+def test_a_held_down_node_keeps_its_replicas_in_a_zone_with_a_node_selector() -> None:
+    """A data node whose agent went away is held down by the scale-down delay: placement keeps
+    placing on it although its record (and so its attributes) is gone — it matched the zone's
+    selector when it was applied."""
+    spec = ZoneSpec("z", 6, 2, node_selector={"rack": "a"}, scale_down_delay=60)
+    store = Store()
+    for n in NODES:
+        store.put(KEYS.node(n), encode_node(NodeRecord(n, "127.0.0.1:1", {"rack": "a"})))
+    created = store.put(KEYS.zone("z"), encode_zone_spec(spec))
+    store.put(KEYS.layout("z"), encode_layout(LayoutValue(ZoneLayout(created, 6), 1, 0)))
+    down = DataNodes(NODES, NODES[:-1], None, 1_000)  # the last node went away at 1 s
+    store.put(KEYS.datanodes("z"), encode_datanodes(down))
+    nodes = [Node(n, {"rack": "a"}) for n in NODES]
+    for p, peers in enumerate(place(spec, nodes).assignments):
+        stable = encode_assignment(Assignment(peers, 1, 0, 2))
+        store.put(KEYS.assign("z", p, AssignField.STABLE), stable)
+        store.put(KEYS.assign("z", p, AssignField.TRIGGER), encode_trigger(TriggerMark(2, 1, 0)))
+    del store.kvs[KEYS.node(NODES[-1])]
+    plan = plan_pass(store.view(), now_ms=2_000)
+    assert not plan.datanodes
+    assert not plan.triggers  # the replicas on the held-down node stay where they are
+    assert plan.next_due_ms is not None
+
+
 def test_nothing_is_written_when_the_target_equals_stable() -> None:
     spec = ZoneSpec("z", 6, 2)
     store = cluster(spec)
