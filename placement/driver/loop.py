@@ -152,8 +152,11 @@ class DriverConfig:
     retire_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 5.0))
     #: GetPartitionState calls at once in a new term's sweep.
     sweep_concurrency: int = 4
-    #: Adopt Rebalance calls at once (replica records for a new zone's first members).
-    adopt_concurrency: int = 16
+    #: Adopt Rebalance calls at once (replica records for a new zone's first members; they go
+    #: to the agents in batch calls).
+    adopt_concurrency: int = 1024
+    #: Sends of one adopt of a new zone before it is left to the next term's sweep.
+    adopt_attempts: int = 8
     leases: LeaseConfig = field(default_factory=LeaseConfig)
 
 
@@ -196,6 +199,8 @@ class Driver:
         #: Zones created this term whose first members still need their replica records.
         self._adopt_zones: set[str] = set()
         self._adopt_slots = asyncio.Semaphore(config.adopt_concurrency)
+        #: This term's adopts of the zones it created (one task per zone).
+        self._adopting: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         #: This term's batcher of finishes (design/control-plane.md, "Batched finishes").
         self._endings: Coalescer[Ending, TransitionResult] | None = None
@@ -452,6 +457,7 @@ class Driver:
         finally:
             movers = [task for _, task in self._movers.values()]
             movers.extend(self._retires.values())
+            movers.extend(self._adopting)
             if sweep is not None:
                 movers.append(sweep)
             self._movers.clear()
@@ -858,6 +864,7 @@ class Driver:
             for node, found in await asyncio.gather(*(hosted(n) for n in sorted(view.nodes)))
             if found is not None
         }
+
         def idle(zone: str, partition: int) -> tuple[Peers, int] | None:
             """Stable and its mod revision, if the partition is idle with a readable stable."""
             found = view.zones.get(zone)
@@ -916,17 +923,33 @@ class Driver:
 
     def _adopt_created(self, view: ClusterView, fence: Fence) -> None:
         """A zone created this term: its first members get their replica records (no data
-        moves — a brand-new partition is empty), by an adopt Rebalance each."""
+        moves — a brand-new partition is empty), by an adopt Rebalance each — sent
+        ``adopt_concurrency`` at a time by one task per zone (a fleet's zone creation is
+        hundreds of thousands of adopts: a task each would hold the loop for seconds and
+        gigabytes), batched per agent by the client."""
         for name in sorted(self._adopt_zones & set(view.zones)):
             self._adopt_zones.discard(name)
+            work: list[tuple[int, str, Peers, int]] = []
             for partition, state in view.zones[name].partitions.items():
                 stable = state.peers(AssignField.STABLE)
                 if stable is None or state.stable is None or state.pending is not None:
                     continue
-                for node in stable:
-                    self._spawn_adopt(
-                        name, partition, node, stable, state.stable.mod_revision, fence
-                    )
+                work.extend((partition, n, stable, state.stable.mod_revision) for n in stable)
+            task = asyncio.create_task(self._adopt_all(name, work, fence), name=f"adopt {name}")
+            self._adopting.add(task)
+            task.add_done_callback(self._adopting.discard)
+
+    async def _adopt_all(
+        self, zone: str, work: list[tuple[int, str, Peers, int]], fence: Fence
+    ) -> None:
+        step = self.config.adopt_concurrency
+        for start in range(0, len(work), step):
+            await asyncio.gather(
+                *(
+                    self._adopt(zone, p, node, stable, revision, fence, self.config.adopt_attempts)
+                    for p, node, stable, revision in work[start : start + step]
+                )
+            )
 
     def _retire_done(self, key: tuple[str, int, str], task: asyncio.Task[None]) -> None:
         if self._retires.get(key) is task:
@@ -934,13 +957,17 @@ class Driver:
         if not task.cancelled() and task.exception() is not None:
             log.error("retire %s failed", key, exc_info=task.exception())
 
-    async def _until_answered(self, once: Callable[[], Awaitable[AgentAnswer]]) -> AgentAnswer:
-        """``once`` retried with ``retire_retry`` while the agent is unavailable."""
+    async def _until_answered(
+        self, once: Callable[[], Awaitable[AgentAnswer]], attempts: int | None = None
+    ) -> AgentAnswer:
+        """``once`` retried with ``retire_retry`` while the agent is unavailable (at most
+        ``attempts`` times; None: until it answers)."""
         return await retry(
             once,
             policy=self.config.retire_retry,
             retry_on=(AgentUnavailable,),
             sleep=self._sleep,
+            attempts=attempts,
         )
 
     def _registered_address(self, node: str) -> str:
@@ -953,12 +980,20 @@ class Driver:
         return record.address
 
     async def _adopt(
-        self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
+        self,
+        zone: str,
+        partition: int,
+        node: str,
+        stable: Peers,
+        revision: int,
+        fence: Fence,
+        attempts: int | None = None,
     ) -> None:
         """Make a member of an idle stable hold its replica record: ``Rebalance(old = new =
         stable, revision = stable's mod_revision)``, resent until the agent answers DONE (or
-        STALE: a newer move already covers the node). Idempotent on the agent like any
-        Rebalance; best effort like a retire (the next term's sweep finds what is left)."""
+        STALE: a newer move already covers the node; at most ``attempts`` sends). Idempotent
+        on the agent like any Rebalance; best effort like a retire (the next term's sweep finds
+        what is left)."""
 
         async def once() -> AgentAnswer:
             address = self._registered_address(node)
@@ -970,7 +1005,12 @@ class Driver:
                 raise AgentUnavailable(f"{node}: adopt {answer.outcome} {answer.detail}")
             return answer
 
-        answer = await self._until_answered(once)
+        try:
+            answer = await self._until_answered(once, attempts)
+        except AgentUnavailable as e:
+            log.warning("%s/%d: adopt on %s left to the next term's sweep: %s", zone, partition,
+                        node, e)  # fmt: skip
+            return
         if answer.outcome == "DONE":
             self.stats["adopted"] += 1
         log.debug("%s/%d: adopt on %s at %d -> %s", zone, partition, node, revision, answer.outcome)
