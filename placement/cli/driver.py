@@ -25,7 +25,7 @@ import click
 
 from placement.api.dashboard import CLIENT_CERT_CHOICES, ClientCert
 from placement.core.names import validate_name
-from placement.driver.throttles import (
+from placement.core.throttles import (
     DEFAULT_MAX_BYTES_PER_NODE,
     DEFAULT_MAX_MOVES,
     DEFAULT_MAX_MOVES_PER_NODE,

@@ -52,6 +52,12 @@ from placement import metrics
 from placement.aio import ByteBudget, Coalescer, cancel_and_wait, first_done
 from placement.core.model import Peers, ZoneSpec
 from placement.core.retry import Clock, RetryPolicy, Sleep, retry
+from placement.core.throttles import (
+    DEFAULT_MAX_BYTES_PER_NODE,
+    DEFAULT_MAX_MOVES,
+    DEFAULT_MAX_MOVES_PER_NODE,
+    MOVE_FLOOR_BYTES,
+)
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
 from placement.driver.core import (
     ClusterView,
@@ -69,12 +75,6 @@ from placement.driver.core import (
 from placement.driver.incremental import ViewBuilder, view_group
 from placement.driver.leases import LeaseConfig
 from placement.driver.status import ZoneStatusState
-from placement.driver.throttles import (
-    DEFAULT_MAX_BYTES_PER_NODE,
-    DEFAULT_MAX_MOVES,
-    DEFAULT_MAX_MOVES_PER_NODE,
-    MOVE_FLOOR_BYTES,
-)
 from placement.errors import (
     Conflict,
     CredentialError,

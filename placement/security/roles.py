@@ -57,7 +57,10 @@ TABLE: Mapping[str, frozenset[Role]] = {
     _R + "Rebalance": frozenset({DRIVER}),
     _R + "CancelRebalance": frozenset({DRIVER}),
     _R + "Retire": frozenset({DRIVER}),
+    _R + "RebalanceBatch": frozenset({DRIVER}),
+    _R + "RetireBatch": frozenset({DRIVER}),
     _R + "GetPartitionState": frozenset({DRIVER, ADMIN, READER}),
+    _R + "ListHosted": frozenset({DRIVER, ADMIN, READER}),
     # Data: reads for readers and clients, writes for clients only.
     _D + "Put": frozenset({CLIENT}),
     _D + "Delete": frozenset({CLIENT}),

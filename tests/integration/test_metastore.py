@@ -15,10 +15,10 @@ from placement.metastore.codec import (
     CancelIntent,
     Corrupt,
     InSyncSet,
+    MoveReport,
     NodeRecord,
     PrimaryLease,
     ReplicaSize,
-    MoveReport,
     TriggerMark,
     encode_primary,
     encode_report,
@@ -325,9 +325,7 @@ async def test_end_moves_redoes_a_batch_one_partition_raced_partition_by_partiti
 
     client.txn = txn_with_a_race  # type: ignore[method-assign]
     try:
-        results = await store.end_moves(
-            [Ending("z", p, pending[p]) for p in range(n)], fence, ts=6
-        )
+        results = await store.end_moves([Ending("z", p, pending[p]) for p in range(n)], fence, ts=6)
     finally:
         client.txn = real_txn  # type: ignore[method-assign]
     assert raced
@@ -364,7 +362,8 @@ async def test_end_moves_cancels_fences_and_refuses_bad_input(
     zone = await store.read_zone("z")
     assert zone.partition(1).peers(AssignField.STABLE) == ABC  # reverted
     assert zone.partition(2).peers(AssignField.STABLE) == BCD  # already done
-    assert zone.partition(1).cancel is None and zone.partition(2).cancel is None
+    assert zone.partition(1).cancel is None
+    assert zone.partition(2).cancel is None
     deposed = await _depose(client, fence)
     assert deposed != fence
     with pytest.raises(NotLeader):
