@@ -10,6 +10,9 @@
 * Loss: :meth:`Leadership.wait_lost` returns when the lease is lost (keep-alive failed past the
   TTL, or etcd expired it) or the key was deleted or re-created. Leadership is a belief that can
   lag reality; the fence compares are what make writes safe.
+* The lease is refreshed on the client's :class:`~.etcd.KeepAliveThread` (its own event loop
+  and connection), so a leader whose loop is busy with a long pass keeps its term; a loss the
+  thread sees is signalled on the leader's loop.
 
 States of a :class:`Leadership`: ``LEADING -> LOST`` (lease lost, key deleted/replaced) or
 ``LEADING -> RESIGNED``; both final.

@@ -15,7 +15,9 @@ here everything its ``Client`` lacks (see ``design/metastore.md``):
   one pinned revision;
 * **transactions from our own typed values** (:class:`Compare`, :class:`Put`, :class:`Delete`,
   :class:`Get`, nested :class:`Txn`): no aetcd or protobuf type leaks out;
-* **leases kept alive by a background task** (:class:`Lease`), with loss observable;
+* **leases kept alive on a thread of their own** (:class:`Lease`, :class:`KeepAliveThread`: its
+  own event loop and its own connection), so a busy or blocked caller's loop cannot starve them,
+  with loss observable on the caller's loop;
 * **watches on the raw bidi stream** (:class:`Watch`) with ``hasleader: true`` metadata (a member
   without quorum fails the watch instead of going silent), resumed after a broken stream from
   ``last seen revision + 1``, raising :class:`Compacted` when the start revision is compacted and
@@ -32,8 +34,9 @@ import asyncio
 import contextlib
 import logging
 import random
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -423,6 +426,7 @@ class EtcdClient(AsyncClosing):
         self._active = 0
         self._closed = False
         self._leases: set[Lease] = set()
+        self._keepalives: KeepAliveThread | None = None
         self._watches: set[Watch] = set()
         self._prober = Prober(self.credentials.tls, ETCD_TLS_OPTIONS)
 
@@ -434,11 +438,34 @@ class EtcdClient(AsyncClosing):
     def active_endpoint(self) -> str:
         return self._targets[self._active]
 
+    def twin(self) -> EtcdClient:
+        """A new client with this one's settings — endpoints (starting at the active one),
+        credentials, timeouts — and channels, token and event loop of its own."""
+        twin = EtcdClient(
+            self._targets,
+            call_timeout=self.call_timeout,
+            watch_resume_window=self.watch_resume_window,
+            rng=self._rng,
+            credentials=self.credentials,
+        )
+        twin._active = self._active
+        return twin
+
+    def _keepalive_thread(self) -> KeepAliveThread:
+        """The thread keeping this client's leases alive, started on first use."""
+        if self._keepalives is None:
+            self._keepalives = KeepAliveThread(self)
+        return self._keepalives
+
     async def close(self) -> None:
-        """Stop lease keep-alives (without revoking), close watches and channels."""
+        """Stop lease keep-alives (without revoking) and their thread, close watches and
+        channels."""
         self._closed = True
         for lease in list(self._leases):
             await lease.stop_keepalive()
+        keepalives, self._keepalives = self._keepalives, None
+        if keepalives is not None:
+            await keepalives.close()
         for watch in list(self._watches):
             await watch.close()
         channels, self._channels = self._channels, {}
@@ -711,17 +738,18 @@ class EtcdClient(AsyncClosing):
     # -- leases ------------------------------------------------------------------------------
 
     async def grant_lease(self, ttl: int, *, keepalive: bool = True) -> Lease:
-        """A new lease of ``ttl`` seconds (etcd raises values below ~2 s), kept alive in the
-        background unless ``keepalive`` is False."""
+        """A new lease of ``ttl`` seconds (etcd raises values below ~2 s), kept alive by this
+        client's :class:`KeepAliveThread` unless ``keepalive`` is False."""
         if ttl < 1:
             raise InvalidInput("ttl", f"{ttl} is not a positive number of seconds", "use >= 2")
+        asked_at = asyncio.get_running_loop().time()  # etcd's countdown starts after this
         request = rpc.LeaseGrantRequest(TTL=ttl)
         response = await self._unary(
             "lease grant", "lease", "LeaseGrant", request, idempotent=False
         )
         if response.error:
             raise StoreUnavailable(f"lease grant: {response.error}")
-        lease = Lease(self, int(response.ID), int(response.TTL))
+        lease = Lease(self, int(response.ID), int(response.TTL), granted_at=asked_at)
         if keepalive:
             lease.start_keepalive()
         return lease
@@ -804,37 +832,48 @@ class Losable:
 
 
 class Lease(Losable):
-    """A granted lease, kept alive by a background task until revoked, stopped or lost.
+    """A granted lease, kept alive by its client's :class:`KeepAliveThread` until revoked,
+    stopped or lost.
 
     Lost means etcd answered the keep-alive with TTL 0 (expired or revoked elsewhere), or no
-    keep-alive succeeded until the lease's deadline (last confirmed refresh + TTL) passed. Loss is
-    final: :meth:`wait_lost` returns the reason. Keys attached to a lost lease are gone or going.
+    keep-alive succeeded until the lease's deadline (when the last confirmed refresh was sent,
+    plus the TTL) passed. Loss is final: :meth:`wait_lost`, on the loop that granted the lease,
+    returns the reason. Keys attached to a lost lease are gone or going.
     """
 
-    def __init__(self, client: EtcdClient, lease_id: int, ttl: int) -> None:
+    def __init__(
+        self, client: EtcdClient, lease_id: int, ttl: int, *, granted_at: float | None = None
+    ) -> None:
         super().__init__()
         self._client = client
         self.id = lease_id
         self.ttl = ttl
         self._loss_label = f"lease {lease_id:#x}"
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._expires_at = asyncio.get_running_loop().time() + ttl
+        self._loop = asyncio.get_running_loop()
+        self._kept = False
+        # Read and written by the keep-alive only (on its thread), once started.
+        self._expires_at = (self._loop.time() if granted_at is None else granted_at) + ttl
 
     def __repr__(self) -> str:
         return f"Lease(id={self.id:#x}, ttl={self.ttl}, lost={self.is_lost})"
 
     def start_keepalive(self) -> None:
-        if self._task is None and not self.is_lost:
-            self._task = asyncio.create_task(self._keepalive(), name=f"lease-keepalive-{self.id:x}")
+        """Start refreshing, on the client's keep-alive thread (returns at once)."""
+        if not self._kept and not self.is_lost and not self._client._closed:
+            self._kept = True
             self._client._leases.add(self)
+            self._client._keepalive_thread().keep(self)
 
     async def stop_keepalive(self) -> None:
-        """Stop refreshing (the lease then expires after its TTL)."""
-        self._stopping = True
-        task, self._task = self._task, None
+        """Stop refreshing (the lease then expires after its TTL); returns once the keep-alive
+        has ended."""
+        if not self._kept:
+            return
+        self._kept = False
         self._client._leases.discard(self)
-        await cancel_and_wait(task)
+        keepalives = self._client._keepalives
+        if keepalives is not None:
+            await keepalives.release(self)
 
     async def revoke(self) -> None:
         """Stop refreshing and revoke: etcd deletes every key attached to the lease."""
@@ -844,58 +883,147 @@ class Lease(Losable):
         finally:
             self._mark_lost("revoked")
 
-    async def _keepalive(self) -> None:
+    def _lost_on_thread(self, reason: str) -> None:
+        """Called by the keep-alive on its thread: the lease is lost, said on the lease's loop
+        (where :meth:`wait_lost` waits)."""
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+            self._loop.call_soon_threadsafe(self._mark_lost, reason)
+
+    async def _keepalive(self, client: EtcdClient) -> None:
+        """The keep-alive, run on the keep-alive thread with its own ``client``."""
         try:
-            await self._keep_alive()
+            await self._keep_alive(client)
         except Exception as e:
             # A keep-alive that stopped without saying so would let the lease expire in etcd
             # while its holder still counts on it: say it is lost (and log the bug).
             log.error("lease %#x keep-alive failed", self.id, exc_info=e)
-            self._mark_lost(f"keep-alive failed: {e!r}")
+            self._lost_on_thread(f"keep-alive failed: {e!r}")
 
-    async def _keep_alive(self) -> None:
+    async def _keep_alive(self, client: EtcdClient) -> None:
         loop = asyncio.get_running_loop()
-        backoff = self._client.reconnect_backoff()
-        while not self.is_lost and not self._stopping:
+        backoff = client.reconnect_backoff()
+        while True:
             try:
-                index, ep = self._client._endpoint()
+                index, ep = client._endpoint()
             except StoreUnavailable:
                 return  # the client is closed
             try:
-                call = ep.lease.LeaseKeepAlive(metadata=await self._client.metadata(ep, index))
+                call = ep.lease.LeaseKeepAlive(metadata=await client.metadata(ep, index))
             except CredentialError as e:
-                self._mark_lost(str(e))
+                self._lost_on_thread(str(e))
                 return
             except StoreUnavailable:
                 call = ep.lease.LeaseKeepAlive()  # fails like an unreachable member, retried
             try:
                 while True:
                     sent_at = loop.time()
-                    async with asyncio.timeout(self._client.call_timeout):
+                    # No answer by the deadline is a lost lease: never wait past it.
+                    ends = min(sent_at + client.call_timeout, self._expires_at)
+                    async with asyncio.timeout_at(ends):
                         await call.write(rpc.LeaseKeepAliveRequest(ID=self.id))
                         response = await call.read()
                     if not isinstance(response, rpc.LeaseKeepAliveResponse):
                         raise ConnectionError("keep-alive stream closed")
                     if response.TTL <= 0:
-                        self._mark_lost("expired (etcd answered TTL 0)")
+                        self._lost_on_thread("expired (etcd answered TTL 0)")
                         return
                     self._expires_at = sent_at + int(response.TTL)
                     backoff.reset()
-                    await self._client.sleep(max(0.5, int(response.TTL) / 3))
+                    await client.sleep(max(0.5, int(response.TTL) / 3))
             except _STREAM_ERRORS as e:
                 if isinstance(e, rpc.AioRpcError) and _is_unavailable(e):
-                    self._client._failed(index)
-                self._client.forget_token(e)
+                    client._failed(index)
+                client.forget_token(e)
                 if loop.time() >= self._expires_at:
-                    self._mark_lost(
+                    self._lost_on_thread(
                         f"no keep-alive before the deadline ({translate(e, 'keepalive')})"
                     )
                     return
-                await self._client.sleep(
-                    min(backoff.next(), max(0.0, self._expires_at - loop.time()))
-                )
+                await client.sleep(min(backoff.next(), max(0.0, self._expires_at - loop.time())))
             finally:
                 call.cancel()
+
+
+class KeepAliveThread:
+    """A thread with its own event loop and its own :class:`EtcdClient` (the owner's
+    :meth:`~EtcdClient.twin`) that runs the keep-alives of the owner's leases.
+
+    The owner's loop may be busy for seconds — a driver pass over 100,000 partitions, thousands
+    of calls in flight — or blocked outright; a keep-alive on it would miss the lease's deadline,
+    and the lease, and with it a leadership or a node's registration, would be lost while its
+    holder works. Here nothing but keep-alives runs, on a connection of their own, so a refresh is
+    late only when etcd or the network is. A loss is handed to the lease's loop
+    (``call_soon_threadsafe``). Started by the owner's first kept lease; ended by the owner's
+    :meth:`~EtcdClient.close`. grpc.aio objects belong to the loop that made them, so the twin
+    client is made, used and closed on the thread only.
+    """
+
+    #: The name of every keep-alive thread.
+    NAME = "etcd-keepalive"
+
+    def __init__(self, owner: EtcdClient) -> None:
+        self._owner = owner
+        self._loop = asyncio.new_event_loop()
+        self._client: EtcdClient | None = None  # on the thread only
+        self._tasks: dict[int, asyncio.Task[None]] = {}  # on the thread only
+        self.thread = threading.Thread(target=self._run, name=self.NAME, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
+
+    def keep(self, lease: Lease) -> None:
+        """Start refreshing ``lease`` (called on the owner's loop; returns at once)."""
+        self._loop.call_soon_threadsafe(self._start, lease)
+
+    async def release(self, lease: Lease) -> None:
+        """Stop refreshing ``lease``; returns once its keep-alive has ended."""
+        await self._on_thread(self._stop(lease.id))
+
+    async def close(self) -> None:
+        """End every keep-alive, close the twin client, end the thread."""
+        if not self.thread.is_alive():
+            return
+        try:
+            async with asyncio.timeout(self._owner.call_timeout):
+                await self._on_thread(self._close())
+        except TimeoutError:
+            log.error("etcd keep-alive thread did not stop in time; leaving it (a daemon)")
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self.thread.join(timeout=1.0)  # the loop is stopping: nothing left to wait for
+
+    async def _on_thread(self, work: Coroutine[Any, Any, None]) -> None:
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
+
+    # -- on the thread -----------------------------------------------------------------------
+
+    def _start(self, lease: Lease) -> None:
+        if self._client is None:
+            self._client = self._owner.twin()
+        task = self._loop.create_task(
+            lease._keepalive(self._client), name=f"lease-keepalive-{lease.id:x}"
+        )
+        self._tasks[lease.id] = task
+        task.add_done_callback(lambda done: self._forget(lease.id, done))
+
+    def _forget(self, lease_id: int, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(lease_id) is task:
+            del self._tasks[lease_id]
+
+    async def _stop(self, lease_id: int) -> None:
+        await cancel_and_wait(self._tasks.pop(lease_id, None))
+
+    async def _close(self) -> None:
+        for lease_id in list(self._tasks):
+            await self._stop(lease_id)
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
 
 
 # -- watches -----------------------------------------------------------------------------------

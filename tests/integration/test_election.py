@@ -1,15 +1,21 @@
-"""metastore.election against a real etcd: one leader, fencing of a deposed one, take-over."""
+"""metastore.election against a real etcd: one leader, fencing of a deposed one, take-over, and
+a leader whose event loop is blocked keeping its lease (the keep-alive runs on its own thread)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import threading
+import time
 from typing import Any
 
 import pytest
 
-from placement.errors import NotLeader
+from placement.errors import NotLeader, PlacementError
 from placement.metastore.election import Election, current_leader
-from placement.metastore.etcd import EtcdClient
+from placement.metastore.etcd import EtcdClient, KeepAliveThread
 from placement.metastore.keys import KeySpace, prefix_range_end
 from placement.metastore.kv import EventKind
 from placement.metastore.store import Metastore
@@ -19,6 +25,8 @@ pytestmark = pytest.mark.integration
 
 WAIT = 20.0
 ABC = ("a", "b", "c")
+#: The election lease's TTL in the blocked-loop tests: the shortest etcd grants.
+TTL = 2
 
 
 async def _not_done_yet(task: asyncio.Task[Any]) -> None:
@@ -135,3 +143,86 @@ async def test_a_restarted_member_waits_for_its_old_key(etcd: Any, keys: KeySpac
             leadership = await restarted
         assert leadership.epoch > stale.epoch
         await leadership.resign()
+
+
+def _keepalive_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == KeepAliveThread.NAME}
+
+
+def _block_the_loop(how: str, seconds: float) -> None:
+    """What a long pass does to the event loop: nothing else runs on it for ``seconds`` —
+    asleep, or busy in Python (holding the GIL, which the interpreter hands to other threads
+    every few milliseconds)."""
+    if how == "sleep":
+        time.sleep(seconds)
+        return
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+@pytest.mark.parametrize("how", ["sleep", "busy"])
+async def test_a_leader_whose_loop_is_blocked_for_three_ttls_keeps_its_lease_and_key(
+    etcd: Any, keys: KeySpace, how: str
+) -> None:
+    """The leader's event loop does not run for 3 x the lease's TTL (a long pass). Its lease is
+    refreshed on its own thread and connection meanwhile, so etcd keeps the key in the same term:
+    the waiting candidate does not take over and the leader's fenced writes still apply. A real
+    loss afterwards (the lease revoked elsewhere) is still seen within the TTL."""
+    threads_before = _keepalive_threads()
+    async with EtcdClient([etcd.endpoint]) as c1, EtcdClient([etcd.endpoint]) as c2:
+        first = await Election(c1, keys, "a", ttl=TTL).campaign()
+        rival = asyncio.create_task(Election(c2, keys, "b", ttl=TTL).campaign())
+        await _candidates(c1, keys, 2)
+
+        _block_the_loop(how, 3 * TTL)
+
+        # Had the lease expired, the key would be gone (or re-created: another create revision)
+        # and the rival's watch, resuming, would deliver its deletion now.
+        held = (await c2.get(first.key)).first()
+        assert held is not None, "the leader key expired while the leader's loop was blocked"
+        assert (held.create_revision, held.lease) == (first.epoch, first.lease.id)
+        assert await c2.lease_ttl(first.lease.id) > 0
+        await _not_done_yet(rival)
+        assert not first.is_lost, first.lost_reason
+        await Metastore(c1, keys).create_partitions("z", {0: ABC}, 1, first.fence, ts=1)
+
+        # A real loss: revoked from another client; the keep-alive's next answer is TTL 0.
+        await c2.revoke_lease(first.lease.id)
+        async with asyncio.timeout(TTL + 1.0):
+            reason = await first.wait_lost()
+        assert "lease" in reason or "deleted" in reason
+        async with asyncio.timeout(WAIT):
+            second = await rival
+        assert second.epoch > first.epoch
+        await second.resign()
+    assert _keepalive_threads() <= threads_before, "a keep-alive thread outlived its client"
+
+
+async def test_a_frozen_etcd_costs_the_leadership_at_the_lease_deadline(
+    etcd_factory: Any, keys: KeySpace
+) -> None:
+    """etcd SIGSTOPped: no keep-alive answers and no watch event comes. ``wait_lost`` returns at
+    the lease's deadline — within the TTL of the freeze, although a call may wait 5 s — and the
+    client closes without waiting for etcd."""
+    server = etcd_factory()
+    threads_before = _keepalive_threads()
+    loop = asyncio.get_running_loop()
+    async with EtcdClient([server.endpoint], call_timeout=5.0) as c:
+        leadership = await Election(c, keys, "a", ttl=TTL).campaign()
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            async with asyncio.timeout(WAIT):
+                _, status = await asyncio.to_thread(os.waitpid, server.proc.pid, os.WUNTRACED)
+            assert os.WIFSTOPPED(status)
+            frozen_at = loop.time()
+            async with asyncio.timeout(WAIT):
+                reason = await leadership.wait_lost()
+            noticed_after = loop.time() - frozen_at
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        assert "deadline" in reason, reason
+        assert noticed_after <= TTL + 1.0, f"loss noticed {noticed_after:.1f}s after the freeze"
+        with contextlib.suppress(PlacementError):
+            await leadership.resign()
+    assert _keepalive_threads() <= threads_before, "a keep-alive thread outlived its client"

@@ -8,13 +8,16 @@ import signal
 from typing import Any
 
 import pytest
+from test_election import TTL, _block_the_loop
 from test_listwatch import _put_once_up
 
 from placement.errors import Compacted, InvalidInput, StoreUnavailable
+from placement.metastore.codec import NodeRecord
 from placement.metastore.etcd import EtcdClient, LeaseExpired
-from placement.metastore.keys import prefix_range_end
+from placement.metastore.keys import KeySpace, prefix_range_end
 from placement.metastore.kv import EventKind, Range, TxnResult, WatchBatch, WatchEvent
 from placement.metastore.txn import MAX_TXN_OPS, Compare, Delete, Get, Put, Txn
+from replica.registration import Registration
 
 pytestmark = pytest.mark.integration
 
@@ -302,3 +305,24 @@ async def test_lease_is_lost_when_no_keepalive_succeeds_before_its_deadline(
         finally:
             os.kill(server.proc.pid, signal.SIGCONT)
         assert "deadline" in reason
+
+
+async def test_an_agents_registration_outlives_a_blocked_loop(etcd: Any, keys: KeySpace) -> None:
+    """An agent's node record is under a lease kept alive on its client's keep-alive thread,
+    like the driver's election lease: the agent's loop busy for 3 x the TTL (its data plane)
+    loses neither the lease nor the record."""
+    async with EtcdClient([etcd.endpoint]) as c, EtcdClient([etcd.endpoint]) as observer:
+        registration = Registration(c, keys, NodeRecord("n1", "127.0.0.1:1", {}), ttl=TTL)
+        await registration.start()
+        before = (await observer.get(keys.node("n1"))).first()
+        assert before is not None
+        _block_the_loop("busy", 3 * TTL)
+        await asyncio.sleep(0.3)  # a loss, had there been one, is seen by now
+        after = (await observer.get(keys.node("n1"))).first()
+        assert after is not None, "the node record expired while the agent's loop was busy"
+        assert (after.create_revision, after.lease) == (before.create_revision, before.lease)
+        assert await observer.lease_ttl(after.lease) > 0
+        assert registration.registered.is_set()
+        assert registration.registrations == 1
+        await registration.stop()
+        assert (await observer.get(keys.node("n1"))).first() is None
