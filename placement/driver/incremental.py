@@ -14,7 +14,7 @@ the revision at which that zone last changed, not the view's (the keys are the s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -67,6 +67,24 @@ def view_group(keys: KeySpace) -> Callable[[bytes], str | None]:
 _EMPTY: Mapping[bytes, KeyValue] = MappingProxyType({})
 
 
+class ReportsByZone(Mapping[tuple[str, int], Mapping[str, MoveReport]]):
+    """``ClusterView.reports`` over each zone's own reports, without merging them: a report of
+    one zone costs a pass the decoding of that zone's reports, not a copy of the fleet's."""
+
+    def __init__(self, zones: Mapping[str, Mapping[tuple[str, int], Mapping[str, MoveReport]]]):
+        self._zones = zones
+
+    def __getitem__(self, key: tuple[str, int]) -> Mapping[str, MoveReport]:
+        return self._zones[key[0]][key]
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        for zone in sorted(self._zones):
+            yield from self._zones[zone]
+
+    def __len__(self) -> int:
+        return sum(len(found) for found in self._zones.values())
+
+
 class ViewBuilder:
     """See the module docstring. ``decoded`` counts the groups decoded (for tests and the
     benchmark)."""
@@ -109,12 +127,11 @@ class ViewBuilder:
                 self._view = view = replace(view, revision=revision)
             return view
         if view is None or any(n.startswith(REPORTS_GROUP) for n in changed):
-            self._reports = MappingProxyType(
+            self._reports = ReportsByZone(
                 {
-                    key: found
-                    for name, (_, part) in sorted(self._parts.items())
+                    name[len(REPORTS_GROUP) :]: part.reports
+                    for name, (_, part) in self._parts.items()
                     if name.startswith(REPORTS_GROUP)
-                    for key, found in part.reports.items()
                 }
             )
         cluster = self._parts.get(CLUSTER_GROUP)
