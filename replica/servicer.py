@@ -8,6 +8,7 @@ The only module of the agent's rebalance side that reads or builds protobuf (des
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Iterable
 from typing import Any, TypeAlias
 
@@ -28,6 +29,8 @@ from replica.protocol import (
 from replica.service import ReplicaAgent, UnknownPartition
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+
+log = logging.getLogger(__name__)
 
 
 _REBALANCE_OUTCOMES = pb_enum_values(RebalanceOutcome, replica_pb2.RebalanceOutcome)
@@ -68,6 +71,9 @@ async def _each(work: Iterable[Awaitable[Decision[Any]]]) -> list[Decision[Any] 
     for d in decided:
         if isinstance(d, PlacementError):
             out.append(f"{status_of(d, STATUS_OF, grpc.StatusCode.UNAVAILABLE).name}: {d}")
+        elif isinstance(d, Exception):  # a bug in one decision fails that one alone
+            log.error("a batched request failed", exc_info=d)
+            out.append(f"INTERNAL: {type(d).__name__}: {d}")
         elif isinstance(d, BaseException):
             raise d
         else:

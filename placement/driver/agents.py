@@ -15,6 +15,7 @@ agent, not a thousand (an agent that does not know the batch call gets single ca
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -128,17 +129,20 @@ class AgentClient:
     ) -> list[AgentAnswer | AgentUnavailable]:
         """One batch call; a transport failure fails every request of it."""
         if (address, kind.single) in self._unbatched:  # learnt while this batch waited
-            return [await self._single(address, kind, r) for r in requests]
+            return await self._singles(address, kind, requests)
         self.batch_calls += 1
         self.batched += len(requests)
+        # the agent decides a batch's requests concurrently, yet each may read its in-sync set
+        # and they share its store thread: the deadline grows with the batch
+        timeout = self.timeout + BATCH_SECONDS_PER_REQUEST * len(requests)
         try:
             response = await getattr(self._stub(address), kind.method)(
-                kind.request(requests=requests), timeout=self.timeout
+                kind.request(requests=requests), timeout=timeout
             )
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.UNIMPLEMENTED:
                 self._unbatched.add((address, kind.single))
-                return [await self._single(address, kind, r) for r in requests]
+                return await self._singles(address, kind, requests)
             error = await self._unavailable(address, kind.method, e)
             return [error] * len(requests)
         if len(response.responses) != len(requests):
@@ -156,13 +160,19 @@ class AgentClient:
             for r in response.responses
         ]
 
-    async def _single(
-        self, address: str, kind: _Batch, request: Any
-    ) -> AgentAnswer | AgentUnavailable:
-        try:
-            return await self._call(address, kind.single, request, kind.outcomes)
-        except AgentUnavailable as e:
-            return e
+    async def _singles(
+        self, address: str, kind: _Batch, requests: list[Any]
+    ) -> list[AgentAnswer | AgentUnavailable]:
+        """The batch's requests as single calls, concurrently (an agent without the batch
+        call)."""
+
+        async def single(request: Any) -> AgentAnswer | AgentUnavailable:
+            try:
+                return await self._call(address, kind.single, request, kind.outcomes)
+            except AgentUnavailable as e:
+                return e
+
+        return list(await asyncio.gather(*(single(r) for r in requests)))
 
     async def retire(
         self,
@@ -218,8 +228,9 @@ class AgentClient:
         return AgentUnavailable(f"{address}: {method}: {error.code().name} {error.details()}")
 
 
-#: Requests per batch call.
+#: Requests per batch call, and what each adds to the call's deadline.
 BATCH_LIMIT = 256
+BATCH_SECONDS_PER_REQUEST = 0.01
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,28 +10,32 @@ list-then-watch of the whole prefix (listed fresh from etcd at the start of ever
 leader never decides from an old cache), the pass loop and one mover per partition being driven.
 Losing the term cancels all of them at once; a new session then campaigns again.
 
-The pass loop (:func:`placement.driver.core.plan_pass` on a fresh immutable view) writes data
+The pass loop (:func:`placement.driver.core.plan_pass` on an immutable view, rebuilt only where
+etcd changed and reusing the plans of zones nothing happened to:
+:mod:`placement.driver.incremental`) writes data
 nodes, creations, triggers and primary leases — every write a fenced transaction; a lease that
 changes holder also compares the partition's in-sync-set key as read — and keeps one mover per
 :class:`~placement.driver.core.Drive`. It passes when etcd changes, when woken, and at the last
 plan's ``next_due_ms`` (lease renewals, holddown expiry; at most ``max_idle`` apart): an idle
 cluster costs a pass per lease renewal round, not one per tick. A mover:
 
-1. re-reads its partition from etcd (pending and cancel straight from the store) and stops if the
-   drive changed;
+1. re-reads its partition from etcd (pending and cancel straight from the store; batched with
+   the other movers starting at the same moment) and stops if the drive changed;
 2. while ``{p}/control/paused`` exists, waits (sends nothing new);
-3. takes throttle slots (global, then per joining node, in name order: no deadlock) for the
-   whole move;
-4. sends ``Rebalance`` (or ``CancelRebalance``) to every registered member of old ∪ new, resending
-   with exponential backoff + jitter until :func:`placement.driver.core.aggregate` says finish.
+3. takes throttle slots (global, then per joining node, in name order: no deadlock — a slot and
+   the move's bytes from the node's budget) for the whole move;
+4. sends ``Rebalance`` (or ``CancelRebalance``) to every registered member of old ∪ new (the
+   client batches an agent's requests into ``RebalanceBatch`` calls), resending to the members
+   that have not answered DONE under their current registration, with exponential backoff +
+   jitter until :func:`placement.driver.core.aggregate` says finish.
    The wait between resends is cut short when a pass sees a new move report
    (``{p}/progress/{zone}/{partition}/{node}``, written by an agent whose catch-up of the drive's
    revision ended): the mover resends at once, and that RPC confirms DONE (push, with polling
    as the fallback);
-5. finishes with the guarded transition (``finish``/``finish_cancel``), which decides on a fresh
-   read: a late or duplicate finish is STALE and changes nothing. After an applied one, the
-   partition's report keys are deleted (a follow-up fenced delete; best effort — stale reports
-   name an older revision, which no drive waits for, and go with the agent's lease anyway).
+5. finishes with the guarded transition (``finish``/``finish_cancel``, batched with the other
+   movers ending at the same moment: ``Metastore.end_moves``), which decides on a fresh read: a
+   late or duplicate finish is STALE and changes nothing. The partition's report keys are
+   deleted in the same transaction.
 
 Agents are idempotent per (revision, epoch), so a new leader resending everything is safe.
 """
@@ -84,8 +88,10 @@ from placement.errors import (
 )
 from placement.logs import log_context, set_log_context
 from placement.metastore.codec import (
+    Assignment,
     LeaderRecord,
     MoveReport,
+    NodeRecord,
     PrimaryLease,
     ReplicaSize,
     decode_leader,
@@ -150,7 +156,7 @@ class DriverConfig:
     store_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 2.0))
     #: Retire resends (best effort, until acknowledged while leading).
     retire_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(0.1, 5.0))
-    #: GetPartitionState calls at once in a new term's sweep.
+    #: ListHosted calls (one per node) at once in a new term's sweep.
     sweep_concurrency: int = 4
     #: Adopt Rebalance calls at once (replica records for a new zone's first members; they go
     #: to the agents in batch calls).
@@ -203,7 +209,7 @@ class Driver:
         self._adopting: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         #: This term's batcher of finishes (design/control-plane.md, "Batched finishes").
-        self._endings: Coalescer[Ending, TransitionResult] | None = None
+        self._endings: Coalescer[Ending, TransitionResult | PlacementError] | None = None
         #: This term's batcher of deletes of adopts' move reports (nothing waits for them).
         self._report_clears: Coalescer[tuple[str, int, str], None] | None = None
         #: This term's batcher of the movers' first reads of their partitions.
@@ -724,20 +730,27 @@ class Driver:
             self._reports[drive.key] = reports
             stack.callback(self._drop_reports, drive.key, reports)
             attempt = 0
-            # Members that answered DONE to this move: final (an agent persists DONE before it
+            # Members that answered DONE to this move, with the registration they answered
+            # under: final while that registration lasts (an agent persists DONE before it
             # answers, and a newer move makes this one's finish fail its compare), so a resend
-            # goes only to the others.
-            done: dict[str, str | None] = {}
+            # goes only to the others. A node registered again (restarted, maybe on an empty
+            # disk) is asked again.
+            done: dict[str, NodeRecord] = {}
             while True:
                 while self._paused():
                     await self._sleep(self.config.tick)
                 if self._wanted.get(drive.key) != drive:
                     return  # the partition moved on (finished elsewhere, cancelled, replaced)
                 reports.event.clear()
+                nodes = self._view.nodes if self._view is not None else {}
+                for node in [n for n, record in done.items() if nodes.get(n) is not record]:
+                    del done[node]
                 answers = await self._send_all(drive, fence.epoch, skip=done)
                 if not drive.cancel:
-                    done.update((n, a) for n, a in answers.items() if a == "DONE")
-                answers.update(done)
+                    done.update(
+                        (n, nodes[n]) for n, a in answers.items() if a == "DONE" and n in nodes
+                    )
+                answers.update(dict.fromkeys(done, "DONE"))
                 verdict = aggregate(drive, answers)
                 if verdict is not Verdict.WAIT:
                     await self._finish(drive, verdict, fence)
@@ -813,13 +826,25 @@ class Driver:
         endings = self._endings
         if endings is None:
             return  # the term is ending
+        unknown = False  # a try whose outcome is unknown (StoreUnavailable) came first
+
+        async def end() -> TransitionResult:
+            nonlocal unknown
+            found = await endings.submit(ending)
+            if isinstance(found, PlacementError):  # this ending's own error
+                unknown = unknown or isinstance(found, StoreUnavailable)
+                raise found
+            return found
+
         result = await retry(
-            lambda: endings.submit(ending),
+            end,
             policy=self.config.store_retry,
             retry_on=(StoreUnavailable, Conflict),
             sleep=self._sleep,
         )
         outcome = result.outcome
+        if outcome is Outcome.STALE and unknown and _ended_by(result.state, drive, fence):
+            outcome = Outcome.APPLIED  # the try whose answer was lost had committed it
         if outcome is Outcome.APPLIED:
             self._start_retires(drive, result.state, fence)
             self.stats["finished" if verdict is Verdict.FINISH else "cancel_finished"] += 1
@@ -869,11 +894,11 @@ class Driver:
                 except AgentUnavailable:
                     return node, None
 
-        answered = {
-            node: found
-            for node, found in await asyncio.gather(*(hosted(n) for n in sorted(view.nodes)))
-            if found is not None
-        }
+        listed = await asyncio.gather(*(hosted(n) for n in sorted(view.nodes)))
+        answered = {node: found for node, found in listed if found is not None}
+        if missing := sorted(node for node, found in listed if found is None):
+            log.warning("sweep: %d node(s) did not list their replicas, skipped: %s",
+                        len(missing), ", ".join(missing[:10]))  # fmt: skip
 
         def idle(zone: str, partition: int) -> tuple[Peers, int] | None:
             """Stable and its mod revision, if the partition is idle with a readable stable."""
@@ -952,14 +977,21 @@ class Driver:
     async def _adopt_all(
         self, zone: str, work: list[tuple[int, str, Peers, int]], fence: Fence
     ) -> None:
-        step = self.config.adopt_concurrency
-        for start in range(0, len(work), step):
-            await asyncio.gather(
-                *(
-                    self._adopt(zone, p, node, stable, revision, fence, self.config.adopt_attempts)
-                    for p, node, stable, revision in work[start : start + step]
-                )
-            )
+        """``adopt_concurrency`` workers over the zone's adopts (a slow or dead node holds up
+        one worker, not the others)."""
+        pending = iter(work)
+
+        async def worker() -> None:
+            for p, node, stable, revision in pending:
+                try:
+                    await self._adopt(
+                        zone, p, node, stable, revision, fence, self.config.adopt_attempts
+                    )
+                except Exception:  # one adopt's failure must not stop the zone's others
+                    log.exception("%s/%d: adopt on %s failed", zone, p, node)
+
+        workers = min(self.config.adopt_concurrency, len(work))
+        await asyncio.gather(*(worker() for _ in range(workers)))
 
     def _retire_done(self, key: tuple[str, int, str], task: asyncio.Task[None]) -> None:
         if self._retires.get(key) is task:
@@ -1066,3 +1098,16 @@ class Driver:
             answer.outcome,
             answer.detail,
         )
+
+
+def _ended_by(state: PartitionState, drive: Drive, fence: Fence) -> bool:
+    """Whether ``state`` is what this term's end of ``drive`` left: no pending of its revision
+    and stable naming, stamped by this epoch, the peers the move ended on (new for a finish or
+    a cancel already done; old for a cancel reverted)."""
+    entry = state.stable
+    if entry is None or not isinstance(entry.value, Assignment):
+        return False
+    pending = state.pending
+    if pending is not None and pending.mod_revision == drive.revision:
+        return False
+    return entry.value.epoch == fence.epoch and entry.value.peers in (drive.new, drive.old)

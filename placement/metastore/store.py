@@ -37,6 +37,7 @@ The table of compares per transition is in ``design/metastore.md``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -46,7 +47,7 @@ from placement.core.layout import ZoneLayout
 from placement.core.limits import MAX_PARTITIONS
 from placement.core.model import Peers, ZoneSpec
 from placement.core.names import validate_name, validate_partition
-from placement.errors import Conflict, InvalidInput, NotLeader
+from placement.errors import Conflict, InvalidInput, NotLeader, PlacementError, StoreUnavailable
 from placement.metastore.codec import (
     Assignment,
     ControlMark,
@@ -458,21 +459,25 @@ class Metastore:
 
     async def end_moves(
         self, endings: Sequence[Ending], fence: Fence, ts: int
-    ) -> list[TransitionResult]:
+    ) -> list[TransitionResult | PlacementError]:
         """:meth:`finish` / :meth:`finish_cancel` of many partitions (of any zones), in few
         transactions: one read of them all, then the writing ones packed within etcd's limits,
         each transaction carrying every packed partition's compares (AND-ed) and the fence, and
         deleting each ended partition's move reports (``{p}/progress/{zone}/{partition}/``) with
         its switch. A batch that loses a compare (one partition raced) is redone partition by
-        partition. Results in the order of ``endings``, exactly what the single transitions
-        return; the partitions must be distinct."""
+        partition. Per ending, in order: the outcome the single transition returns (the state
+        after is computed from the write: the keys written are what etcd holds, a trigger key
+        recorded meanwhile by another writer is not seen), or the error that one met
+        (``StoreUnavailable`` of its batch's transaction, ``Conflict`` of its redo) — one batch
+        failing leaves the others' results. Raises NotLeader, and errors of the first read. The
+        partitions must be distinct."""
         if len({(e.zone, e.partition) for e in endings}) != len(endings):
             raise InvalidInput("endings", "name a partition twice", "end each move once")
         for e in endings:
             validate_partition(e.partition)
             _check_revision("pending_revision", e.pending_revision)
         states = await self.read_partitions([(e.zone, e.partition) for e in endings], fence)
-        results: list[TransitionResult | None] = [None] * len(endings)
+        results: list[TransitionResult | PlacementError | None] = [None] * len(endings)
         units: list[Unit] = []
         planned: dict[int, tuple[PartitionState, Write, Decision]] = {}
         for i, (ending, state) in enumerate(zip(endings, states, strict=True)):
@@ -491,7 +496,12 @@ class Metastore:
         redo: list[int] = []
         for batch in pack(units, reserved_compares=1):
             txn = batch_txn(fence, batch, (Get(fence.leader_key),))
-            result = await self.client.txn(txn.compares, txn.success, txn.failure)
+            try:
+                result = await self.client.txn(txn.compares, txn.success, txn.failure)
+            except StoreUnavailable as failed:  # applied or not: the caller's retry re-reads
+                for unit in batch:
+                    results[unit.partition] = failed
+                continue
             if result.succeeded:
                 for unit in batch:
                     state, write, decision = planned[unit.partition]
@@ -505,16 +515,21 @@ class Metastore:
             redo.extend(unit.partition for unit in batch)
         for i in redo:
             e = endings[i]
-            if e.cancelled:
-                one = await self.finish_cancel(
-                    e.zone, e.partition, e.pending_revision, fence, ts,
-                    already_done=e.already_done,
-                )  # fmt: skip
-            else:
-                one = await self.finish(e.zone, e.partition, e.pending_revision, fence, ts)
-            if one.outcome is Outcome.APPLIED:
-                await self.clear_progress(e.zone, e.partition, fence)
+            try:
+                if e.cancelled:
+                    one = await self.finish_cancel(
+                        e.zone, e.partition, e.pending_revision, fence, ts,
+                        already_done=e.already_done,
+                    )  # fmt: skip
+                else:
+                    one = await self.finish(e.zone, e.partition, e.pending_revision, fence, ts)
+            except (StoreUnavailable, Conflict) as error:
+                results[i] = error
+                continue
             results[i] = one
+            if one.outcome is Outcome.APPLIED:
+                with contextlib.suppress(StoreUnavailable):  # best effort: reports are wake-ups
+                    await self.clear_progress(e.zone, e.partition, fence)
         return [r for r in results if r is not None]
 
     async def create_partitions(

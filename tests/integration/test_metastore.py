@@ -9,7 +9,7 @@ import math
 import pytest
 
 from placement.core.model import ZoneSpec
-from placement.errors import Conflict, InvalidInput, NotLeader
+from placement.errors import Conflict, InvalidInput, NotLeader, StoreUnavailable
 from placement.metastore.codec import (
     Assignment,
     CancelIntent,
@@ -336,6 +336,41 @@ async def test_end_moves_redoes_a_batch_one_partition_raced_partition_by_partiti
         assert zone.partition(p).peers(AssignField.STABLE) == BCD
         assert _without_revision(results[p].state) == _without_revision(zone.partition(p))
     assert (await client.list_prefix(store.keys.progress_prefix())).kvs == ()
+
+
+async def test_end_moves_keeps_the_results_of_batches_that_committed_when_one_fails(
+    store: Metastore, client: EtcdClient, fence: Fence
+) -> None:
+    """The second transaction's answer is lost (StoreUnavailable): the first's finishes are
+    still reported APPLIED, only the second's endings carry the error."""
+    n = 60
+    pending = await _moving(store, fence, n)
+    real_txn = client.txn
+    writes = 0
+
+    async def second_write_unanswered(*args: object, **kwargs: object) -> object:
+        nonlocal writes
+        if args[0]:  # a write (reads have no compares)
+            writes += 1
+            if writes == 2:
+                raise StoreUnavailable("txn: no answer in time")
+        return await real_txn(*args, **kwargs)  # type: ignore[arg-type]
+
+    client.txn = second_write_unanswered  # type: ignore[method-assign]
+    try:
+        results = await store.end_moves([Ending("z", p, pending[p]) for p in range(n)], fence, 5)
+    finally:
+        client.txn = real_txn  # type: ignore[method-assign]
+    applied = [p for p, r in enumerate(results) if not isinstance(r, StoreUnavailable)]
+    lost = [p for p, r in enumerate(results) if isinstance(r, StoreUnavailable)]
+    assert applied
+    assert lost
+    assert all(results[p].outcome is Outcome.APPLIED for p in applied)  # type: ignore[union-attr]
+    zone = await store.read_zone("z")
+    assert all(zone.partition(p).peers(AssignField.STABLE) == BCD for p in applied)
+    assert all(zone.partition(p).peers(AssignField.STABLE) == ABC for p in lost)  # not sent
+    again = await store.end_moves([Ending("z", p, pending[p]) for p in lost], fence, 6)
+    assert [r.outcome for r in again] == [Outcome.APPLIED] * len(lost)  # type: ignore[union-attr]
 
 
 async def test_end_moves_cancels_fences_and_refuses_bad_input(
