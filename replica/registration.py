@@ -1,6 +1,9 @@
 """The agent's node record in etcd: ``{p}/nodes/{name}`` under a lease it keeps alive.
 
-The agent's move reports (:meth:`Registration.report`) go under the same lease.
+The agent's move reports (:meth:`Registration.report`) go under the same lease, batched: the
+reports submitted while one put is in flight go out together in the next etcd transaction
+(:class:`~placement.aio.Coalescer`), so a burst of catch-ups ending at once costs a few
+transactions per node, not one per partition (design/replica-protocol.md, "Move reports").
 
 States: ``REGISTERING -> REGISTERED -> (lease lost) -> REGISTERING ...``; ``stop()`` from any
 state -> ``STOPPED`` (the lease is revoked, so the node key disappears at once instead of after
@@ -16,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
-from placement.aio import cancel_and_wait
+from placement.aio import Coalescer, cancel_and_wait
 from placement.core.model import parse_pairs
 from placement.core.retry import Backoff, RetryPolicy
 from placement.errors import (
@@ -32,6 +35,9 @@ from placement.metastore.keys import KeySpace
 from placement.metastore.store import Metastore
 
 log = logging.getLogger(__name__)
+
+#: Move reports per put: etcd's default limit of operations in one transaction (--max-txn-ops).
+REPORTS_PER_PUT = 128
 
 #: Delays between registration attempts: 0.1-0.2 s at first, doubling, up to 1-2 s.
 REGISTER_RETRY = RetryPolicy(initial=0.2, cap=2.0, floor=0.5)
@@ -71,6 +77,13 @@ class Registration:
         self._task: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
         self.registrations = 0
+        #: Move reports (key, value) waiting for or in the next put; one key per transaction.
+        self.reports: Coalescer[tuple[bytes, bytes], None] = Coalescer(
+            self._put_reports,
+            limit=REPORTS_PER_PUT,
+            name=f"reports-{record.name}",
+            key=lambda item: item[0],
+        )
 
     async def start(self) -> None:
         """Register once (raising on failure), then keep it registered in the background."""
@@ -132,12 +145,18 @@ class Registration:
 
     async def report(self, zone: str, partition: int, report: MoveReport) -> None:
         """Push a move report: put ``{p}/progress/{zone}/{partition}/{node}`` under the
-        registration lease (the agent owns that key; it is not placement state, so no fence).
-        Raises StoreUnavailable when not registered or etcd is unreachable; the caller treats
-        it as best effort (the driver's resends find the outcome anyway)."""
-        await self.put_owned(
-            self.keys.progress(zone, partition, self.record.name), encode_report(report)
-        )
+        registration lease (the agent owns that key; it is not placement state, so no fence),
+        in one transaction with the other reports submitted meanwhile (``reports``). Raises
+        StoreUnavailable when not registered, etcd is unreachable or the registration stops;
+        the caller treats it as best effort (the driver's resends find the outcome anyway)."""
+        key = self.keys.progress(zone, partition, self.record.name)
+        await self.reports.submit((key, encode_report(report)))
+
+    async def _put_reports(self, items: list[tuple[bytes, bytes]]) -> list[None]:
+        """One flush of ``reports``: every item in one transaction (``limit`` keeps it within
+        etcd's limits; distinct keys, so none overwrites another)."""
+        await self.put_owned_many(dict(items))
+        return [None] * len(items)
 
     async def put_owned(self, key: bytes, value: bytes) -> None:
         """Put a key this agent owns (a move report, a replica size) under the registration
@@ -158,6 +177,7 @@ class Registration:
 
     async def stop(self) -> None:
         """Stop keeping alive and revoke the lease (the node key goes with it)."""
+        await self.reports.close(StoreUnavailable(f"node {self.record.name} stops"))
         task, self._task = self._task, None
         await cancel_and_wait(task)
         lease, self._lease = self._lease, None

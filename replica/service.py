@@ -102,6 +102,12 @@ class ReplicaAgent:
         self._catch_up: CatchUp = catch_up if catch_up is not None else record_catch_up
         self._on_fatal = on_fatal
         self._locks: dict[Key, asyncio.Lock] = {}
+        #: Each partition's record as last loaded or committed (this process is the store's only
+        #: writer, and only under the partition's lock): a resend is answered without a store
+        #: call — during a node's join the driver resends every move's Rebalance to every member.
+        #: Complete once :meth:`start` loaded them all (a partition absent has no record).
+        self._records: dict[Key, PartitionRecord | None] = {}
+        self._all_records = False
         self._tasks: dict[Key, tuple[int, asyncio.Task[None]]] = {}
         self._inflight: set[asyncio.Task[object]] = set()
         self._closed = False
@@ -109,7 +115,9 @@ class ReplicaAgent:
     async def start(self) -> None:
         """Restart the catch-ups of moves that were in progress when the agent last stopped."""
         for record in await self._db.call(self._db.store.records):
+            self._records[(record.zone, record.partition)] = record
             self._start_catch_ups(resume_effects(record, self.node))
+        self._all_records = True
 
     async def close(self) -> None:
         """Stop background catch-ups (they resume on restart) and close the store."""
@@ -203,7 +211,8 @@ class ReplicaAgent:
         """Run one decision to its end even if the caller goes away (an RPC cancelled by its
         deadline must not leave a committed move without its catch-up task). ``decide`` gets
         the record and, when ``named_if_unknown`` is not None and the record is hosted, whether
-        the in-sync set names this node (:meth:`_named`; else None)."""
+        the in-sync set names this node (:meth:`_named`, read only when the decision depends on
+        it; else None)."""
         if self._closed:
             raise PlacementError("agent is shutting down")
         task = asyncio.create_task(self._decide_now(key, decide, named_if_unknown))
@@ -218,22 +227,32 @@ class ReplicaAgent:
         named_if_unknown: bool | None,
     ) -> Decision[OutcomeT]:
         async with self._locks.setdefault(key, asyncio.Lock()):
-            before = await self._db.call(self._db.store.load, *key)
-            named = None
+            if key in self._records or self._all_records:
+                before = self._records.get(key)
+            else:
+                before = self._records[key] = await self._db.call(self._db.store.load, *key)
             if named_if_unknown is not None and before is not None and before.hosted:
-                # only a hosted replica's decisions depend on it: one etcd read, not per resend
-                named = await self._named(key, named_if_unknown)
-            decision = decide(before, named)
+                # Only a hosted replica's decisions may depend on it, and only some of them (a
+                # new revision, not the repeat a resend gets): decide both ways (pure), and read
+                # etcd only when the answers differ — so a resend never costs an etcd read.
+                decision = decide(before, True)
+                if decision != decide(before, False):
+                    decision = decide(before, await self._named(key, named_if_unknown))
+            else:
+                decision = decide(before, None)
             if decision.record == before and not decision.effects:
                 return decision
             await self._stop_catch_ups(decision.effects)
+            self._records.pop(key, None)  # unknown until the commit has returned
             try:
                 await self._db.group(self._db.store.commit, decision.record, decision.effects)
             except Exception as e:
+                self._all_records = False  # memory and disk may disagree: read the store again
                 log.critical("cannot persist %s/%s: %s; stopping the agent", *key, e)
                 if self._on_fatal is not None:
                     self._on_fatal(e)
                 raise
+            self._records[key] = decision.record
             self._start_catch_ups(decision.effects)
             return decision
 

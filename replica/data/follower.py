@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from placement.aio import ByteBudget
 from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
 from placement.errors import PlacementError
 from placement.logs import set_log_context
@@ -28,6 +29,7 @@ from replica.data.model import (
     AppendReply,
     FetchCall,
     FetchOutcome,
+    FetchReply,
     Key,
     PeerUnreachable,
     SendFetch,
@@ -41,6 +43,11 @@ log = logging.getLogger(__name__)
 LEARNER_RETRY = RetryPolicy(initial=0.2, cap=0.5, floor=0.5)
 #: A caught-up learner's poll for new committed entries (not a retry: nothing failed).
 IDLE_POLL = 0.05
+#: A caught-up learner not (yet) in the in-sync set waits this long before it asks again:
+#: ``IDLE_POLL`` at first, doubling while nothing new arrives, woken at once when its
+#: partition's lease, in-sync set or assignment changes in the agent's view. A fixed 50 ms poll
+#: cost 20 fetches a second per learner the primary would not add (the view lagging, say).
+IDLE_WAIT = RetryPolicy(initial=IDLE_POLL, cap=0.5, floor=1.0)
 
 Trim = Callable[[Key, int], Awaitable[None]]
 
@@ -129,8 +136,15 @@ async def answer_appends(
     return replies
 
 
-#: Fetches of one agent's pullers (learners and re-sharding copies) in flight at once.
+#: Snapshot pages of one agent's pullers (learners and re-sharding copies) in flight at once,
+#: counted in full pages (``page_bytes`` each): the bytes the agent may pull beyond its rate.
 FETCH_TURNS = 4
+#: A learner's first snapshot page asks for at most this many bytes, the next ones twice as many
+#: as the one before, up to ``DataConfig.fetch_bytes`` (a slow start): the pages in flight are
+#: bounded in bytes, so a node joining with hundreds of empty or small replicas fetches their
+#: first pages a few hundred at once instead of ``FETCH_TURNS`` at once (600 learners waited
+#: up to 3 s for a turn), and a large replica reaches full pages after a few round trips.
+FIRST_PAGE_BYTES = 16 << 10
 
 
 class TokenBucket:
@@ -138,23 +152,30 @@ class TokenBucket:
     unlimited), shared by every puller of the agent (learners, re-sharding copies).
 
     A puller takes a :meth:`turn` around each fetch and, inside it, has the bytes it got
-    charged (:meth:`charge`). A turn starts only once the bucket is out of debt, and at most
-    ``turns`` snapshot pages are fetched at once, so however many pullers there are, the agent
-    moves at most ``turns`` pages beyond the rate. Charging after the fetch alone let every
-    puller fetch its first page at once: a reshard's 80 copy streams per agent pulled the
-    whole 50 MB in the first 4 s (writes fell to a few per second), then sat out the debt for
-    15 s. A log tail (``page=False``: the entries written since, small once caught up) only
-    waits out the debt: queued behind 80 polls for 4 turns, a copy's tail fetch took 1–2 s,
-    and the cut-over waited for it."""
+    charged (:meth:`charge`). A turn starts only once the bucket is out of debt, and snapshot
+    pages of at most ``turns`` × ``page_bytes`` bytes (what they ask for) are fetched at once,
+    so however many pullers there are, the agent moves at most that many bytes beyond the rate.
+    Charging after the fetch alone let every puller fetch its first page at once: a reshard's
+    80 copy streams per agent pulled the whole 50 MB in the first 4 s (writes fell to a few per
+    second), then sat out the debt for 15 s. A log tail (``page=False``: the entries written
+    since, small once caught up) only waits out the debt: queued behind 80 polls for 4 turns,
+    a copy's tail fetch took 1–2 s, and the cut-over waited for it. Counting pages instead of
+    bytes let a node joining with 600 empty replicas fetch 4 first pages at a time: up to 3 s
+    before the last one started (the learners now start small, ``FIRST_PAGE_BYTES``)."""
 
     def __init__(
-        self, rate: float, clock: Clock = time.monotonic, turns: int = FETCH_TURNS
+        self,
+        rate: float,
+        clock: Clock = time.monotonic,
+        turns: int = FETCH_TURNS,
+        page_bytes: int = 1 << 20,
     ) -> None:
         self.rate = rate
         self._clock = clock
         self._tokens = rate
         self._last = clock()
-        self._turns = asyncio.Semaphore(turns)
+        self.page_bytes = page_bytes
+        self._window = ByteBudget(turns * page_bytes)
 
     def charge(self, amount: int) -> float:
         """Take ``amount`` now; returns how long the bucket is in debt after it."""
@@ -179,15 +200,17 @@ class TokenBucket:
         hurry: Callable[[], bool] = lambda: False,
         *,
         page: bool = True,
+        size: int | None = None,
     ) -> AsyncIterator[None]:
-        """One fetch's turn (see the class docstring): a snapshot ``page`` waits for a free
-        turn; then any fetch waits out the debt with ``pause``. ``hurry()`` true = unthrottled:
-        no turn, no wait (a sealed copy; ``pause`` may return early so a waiting turn
-        notices)."""
+        """One fetch's turn (see the class docstring): a snapshot ``page`` of at most ``size``
+        bytes (None: ``page_bytes``) waits until that many are free in the window; then any
+        fetch waits out the debt with ``pause``. ``hurry()`` true = unthrottled: no turn, no
+        wait (a sealed copy; ``pause`` may return early so a waiting turn notices)."""
         if self.rate <= 0 or hurry():
             yield
             return
-        async with self._turns if page else contextlib.nullcontext():
+        held = self.page_bytes if size is None else size
+        async with self._window.hold(held) if page else contextlib.nullcontext():
             while not hurry() and (delay := self.debt()) > 0:
                 await pause(delay)
             yield
@@ -215,6 +238,9 @@ class LearnerDeps:
     #: Waits between tries while there is no primary to pull from or it does not answer.
     retry: RetryPolicy = field(default_factory=lambda: LEARNER_RETRY)
     sleep: Sleep = asyncio.sleep
+    #: A caught-up learner's wait: until the partition changes in the agent's view (its lease,
+    #: in-sync set or assignment), at most the given seconds.
+    idle: Callable[[Key, float], Awaitable[None]] = lambda key, at_most: asyncio.sleep(at_most)
 
 
 class Learner:
@@ -244,8 +270,26 @@ class Learner:
         state: DataState = await self._db.group(self._db.store.hosted, fn, *self.key, *args)
         return state
 
+    def _load(
+        self, zone: str, partition: int, reply: FetchReply, expect: DataState | None
+    ) -> DataState:
+        """A snapshot page's writes, one part of a group commit (three group commits in a row
+        were three rounds of the store thread per page): the snapshot's start when ``expect``
+        is given (the state it must still find), the page, and the fence once it is loaded."""
+        data = self._data
+        if expect is not None:
+            data.begin_snapshot(zone, partition, reply.snapshot_index, reply.snapshot_epoch, expect)
+        state = data.load_page(zone, partition, list(reply.items), reply.snapshot_done)
+        if reply.lease_epoch > state.seen_epoch and not state.loading_snapshot:
+            state = data.raise_fence(zone, partition, reply.lease_epoch)
+        return state
+
     async def _start(self) -> DataState:
-        state = await self._write(self._data.ensure)
+        state: DataState | None = await self._db.call(
+            self._db.store.hosted, self._data.state, *self.key
+        )
+        if state is None:  # a read first: a catch-up has created it already
+            state = await self._write(self._data.ensure)
         if not state.loading_snapshot and state.last_index > state.commit_index:
             state = await self._write(self._data.truncate, state.commit_index)
         return state
@@ -256,6 +300,8 @@ class Learner:
         state = await self._start()
         fresh = state.last_index == 0 and not state.loading_snapshot
         backoff = Backoff(deps.retry)
+        idle = Backoff(IDLE_WAIT)
+        page_bytes = min(FIRST_PAGE_BYTES, deps.fetch_bytes)  # doubles per full page
         while not deps.done(self.key):
             primary = deps.primary_of(self.key)
             if primary is None or primary[0] == deps.node or not primary[1]:
@@ -270,10 +316,10 @@ class Learner:
                 snapshot=snapshot,
                 snapshot_after=(state.snap_after or b"") if snapshot else b"",
                 after_index=0 if snapshot else state.last_index,
-                max_bytes=deps.fetch_bytes,
+                max_bytes=page_bytes if snapshot else deps.fetch_bytes,
             )
             try:
-                async with deps.bucket.turn(deps.sleep, page=snapshot):
+                async with deps.bucket.turn(deps.sleep, page=snapshot, size=call.max_bytes):
                     reply = await deps.send_fetch(address, call, 10)
                     deps.bucket.charge(reply.size)
                     CATCH_UP_BYTES.inc(reply.size)
@@ -289,26 +335,19 @@ class Learner:
                 fresh = True
                 continue
             if snapshot:
-                if fresh:
-                    state = await self._write(
-                        self._data.begin_snapshot,
-                        reply.snapshot_index,
-                        reply.snapshot_epoch,
-                        state,  # nobody else touched the replica since (see begin_snapshot)
-                    )
-                    fresh = False
-                state = await self._write(
-                    self._data.load_page,
-                    list(reply.items),
-                    reply.snapshot_done,
-                )
-            elif reply.entries:
+                # nobody else touched the replica since ``state`` (see begin_snapshot)
+                state = await self._write(self._load, reply, state if fresh else None)
+                fresh = False
+                page_bytes = min(page_bytes * 2, deps.fetch_bytes)
+                continue
+            if reply.entries:
                 state = await self._write(
                     self._data.append,
                     list(reply.entries),
                     reply.commit_index,
                 )
-            else:
-                await deps.sleep(IDLE_POLL)
+                idle.reset()
+            elif not deps.done(self.key):  # no await since the check: no change is missed
+                await deps.idle(self.key, idle.next())
             if reply.lease_epoch > state.seen_epoch and not state.loading_snapshot:
                 state = await self._write(self._data.raise_fence, reply.lease_epoch)

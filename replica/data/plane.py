@@ -77,7 +77,7 @@ from replica.data.primary import Primary, PrimaryDeps
 from replica.data.resharding import ReshardDeps, Resharding
 from replica.data.view import Changes, View
 from replica.protocol import StartCatchUp
-from replica.records import NotHosted, StoreThread
+from replica.records import AgentStore, NotHosted, StoreThread
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +168,8 @@ class DataPlane:
         self._leases_moved = asyncio.Event()
         #: Catch-ups waiting for their node to be in a partition's ISR.
         self._joining: dict[Key, asyncio.Event] = {}
+        #: Caught-up learners waiting for a change of their partition (``_learner_idle``).
+        self._idle_learners: dict[Key, asyncio.Event] = {}
         self._sizes: dict[Key, tuple[int, int]] = {}
         self._appended: dict[Key, int] = {}
         self._closed = False
@@ -190,7 +192,9 @@ class DataPlane:
             holders=lambda key: self.view.holders(key),
         )
         #: The catch-up throttle, shared by learners and re-sharding's copies.
-        self._catch_up_bucket = TokenBucket(self.config.catch_up_bytes_per_s)
+        self._catch_up_bucket = TokenBucket(
+            self.config.catch_up_bytes_per_s, page_bytes=self.config.fetch_bytes
+        )
         self._resharding = Resharding(
             ReshardDeps(
                 node=node,
@@ -213,6 +217,7 @@ class DataPlane:
             bucket=self._catch_up_bucket,
             primary_of=self._primary_of,
             done=lambda key: self._closed or self.in_sync(key),
+            idle=self._learner_idle,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -283,6 +288,8 @@ class DataPlane:
             for key in changes.partitions & self._joining.keys():
                 if self.in_sync(key):
                     self._joining[key].set()
+            for key in (changes.partitions | changes.assignments) & self._idle_learners.keys():
+                self._idle_learners[key].set()
 
     def _note(self, changes: Changes) -> None:
         pending = self._pending
@@ -355,6 +362,21 @@ class DataPlane:
     def in_sync(self, key: Key) -> bool:
         entry = self.view.isrs.get(key)
         return entry is not None and self.node in entry[0].members
+
+    def named(self, key: Key) -> bool:
+        """Whether the partition's stable or pending names this node (True when unknown)."""
+        holders = self.view.holders(key)
+        return holders is None or self.node in holders
+
+    async def _learner_idle(self, key: Key, at_most: float) -> None:
+        """A caught-up learner's wait (``LearnerDeps.idle``): until the partition's lease, ISR
+        or assignment changes in the view, at most ``at_most`` seconds."""
+        event = self._idle_learners[key] = asyncio.Event()
+        try:
+            await wait_event(event, at_most)
+        finally:
+            if self._idle_learners.get(key) is event:
+                del self._idle_learners[key]
 
     async def _put_owned_now(self, items: dict[bytes, bytes]) -> None:
         """``put_owned`` as set now (the agent sets it once registered)."""
@@ -460,7 +482,9 @@ class DataPlane:
                 LEASES_LOST.labels("expired" if expired else "moved").inc()
                 await primary.stop("the lease moved or expired")
                 del self._primaries[key]
-            learn = not mine and not self.in_sync(key) and lease is not None
+            # Not for a replica the assignment no longer names (leaving, not retired yet): its
+            # primary would never add it, and it polled the primary until the retire came.
+            learn = not mine and not self.in_sync(key) and lease is not None and self.named(key)
             learner = self._learners.get(key)
             if learn and (learner is None or learner.done()):
                 self._learners[key] = asyncio.create_task(
@@ -528,8 +552,7 @@ class DataPlane:
     async def catch_up(self, job: StartCatchUp, db: StoreThread) -> None:
         """The rebalance catch-up (``replica.service.CatchUp``): create the replica, let the
         learner copy it, return once this node is in the partition's in-sync set."""
-        await db.group(db.store.begin_replica, job.zone, job.partition)
-        await db.group(self.data.ensure, job.zone, job.partition)
+        await db.group(_begin_replica, db.store, job.zone, job.partition)
         key = (job.zone, job.partition)
         self._held.add(key)
         self._note(Changes(partitions={key}))  # the roles loop starts this replica's learner
@@ -766,3 +789,10 @@ class DataPlane:
             await self.db.call(self.db.store.hosted, self.data.trim, *key, self.config.log_keep)
         except NotHosted:
             self._appended.pop(key, None)
+
+
+def _begin_replica(store: AgentStore, zone: str, partition: int) -> None:
+    """A catch-up's replica: its partial record and its empty data state, in one part of a group
+    commit (two group commits in a row were two fsync rounds before the learner could start)."""
+    store.begin_replica(zone, partition)
+    store.data.ensure(zone, partition)

@@ -696,12 +696,25 @@ class Primary:
             scanned_to=found[-1].index if found else after,
         )
 
+    def _page_and_epoch(
+        self,
+        zone: str,
+        partition: int,
+        after: bytes,
+        max_bytes: int,
+        select: tuple[int, int] | None,
+        state: DataState,
+    ) -> tuple[tuple[list[tuple[bytes, bytes]], bool, bytes], int | None]:
+        """A snapshot page and the epoch at the commit index, in one store call (on the store
+        thread; two calls were two waits behind the group commits of a busy agent)."""
+        page = self._data.snapshot_page(zone, partition, after, max_bytes, select)
+        return page, self._data.epoch_at(zone, partition, state.commit_index, state)
+
     async def _snapshot_page(
         self, after: bytes, max_bytes: int, select: tuple[int, int] | None = None
     ) -> FetchReply:
-        items, done, scanned = await self._read(self._data.snapshot_page, after, max_bytes, select)
-        epoch = await self._db.call(
-            self._data.epoch_at, self.zone, self.partition, self.state.commit_index, self.state
+        (items, done, scanned), epoch = await self._read(
+            self._page_and_epoch, after, max_bytes, select, self.state
         )
         return FetchReply(
             FetchOutcome.OK,
