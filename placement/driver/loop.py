@@ -1033,26 +1033,31 @@ class Driver:
     ) -> None:
         """Make a member of an idle stable hold its replica record: ``Rebalance(old = new =
         stable, revision = stable's mod_revision)``, resent until the agent answers DONE (or
-        STALE: a newer move already covers the node; at most ``attempts`` sends). Idempotent
-        on the agent like any Rebalance; best effort like a retire (the next term's sweep finds
-        what is left)."""
+        STALE: a newer move already covers the node). While the agent answers (ACCEPTED: it is
+        catching up; FAILED: the resend restarts it) it is asked again with backoff for as long
+        as it takes; an agent that does not answer, or a node not registered, is given up on
+        after ``attempts`` sends in a row (None: never) and left to the next term's sweep.
+        Idempotent on the agent like any Rebalance."""
 
         async def once() -> AgentAnswer:
             address = self._registered_address(node)
             async with self._adopt_slots:
-                answer = await self.agents.rebalance(
+                return await self.agents.rebalance(
                     address, zone, partition, stable, stable, revision, fence.epoch
                 )
-            if answer.outcome not in ("DONE", "STALE"):
-                raise AgentUnavailable(f"{node}: adopt {answer.outcome} {answer.detail}")
-            return answer
 
-        try:
-            answer = await self._until_answered(once, attempts)
-        except AgentUnavailable as e:
-            log.warning("%s/%d: adopt on %s left to the next term's sweep: %s", zone, partition,
-                        node, e)  # fmt: skip
-            return
+        busy = 0
+        while True:
+            try:
+                answer = await self._until_answered(once, attempts)
+            except AgentUnavailable as e:
+                log.warning("%s/%d: adopt on %s left to the next term's sweep: %s", zone,
+                            partition, node, e)  # fmt: skip
+                return
+            if answer.outcome in ("DONE", "STALE"):
+                break
+            busy += 1  # catching up: ask again (not an attempt against a silent agent)
+            await self._sleep(self.config.retire_retry.delay(busy))
         if answer.outcome == "DONE":
             self.stats["adopted"] += 1
             clears = self._report_clears
