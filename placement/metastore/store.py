@@ -1010,6 +1010,19 @@ class Metastore:
                 )
         return found.revision, tuple(entries)
 
+    async def read_keys(self, keys: Sequence[bytes]) -> list[KeyValue | None]:
+        """Each key as etcd has it now (None: absent), in read-only transactions of at most
+        etcd's op limit (each at one revision; linearizable)."""
+        found: list[KeyValue | None] = []
+        for start in range(0, len(keys), MAX_TXN_OPS):
+            result = await self.client.txn(
+                (), tuple(Get(k) for k in keys[start : start + MAX_TXN_OPS])
+            )
+            for response in result.responses:
+                assert isinstance(response, Range)
+                found.append(response.first())
+        return found
+
     async def read_lease_and_isr(
         self, zone: str, partition: int
     ) -> tuple[PrimaryLease | None, int, InSyncSet | None, int]:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from placement.aio import wait_event
+from placement.aio import Coalescer, wait_event
 from placement.core.layout import Reshard, check_partitions
 from placement.core.model import effective_min_in_sync
 from placement.core.names import validate_name
@@ -80,6 +80,9 @@ from replica.protocol import StartCatchUp
 from replica.records import AgentStore, NotHosted, StoreThread
 
 log = logging.getLogger(__name__)
+
+#: In-sync-set reads per batch (``Metastore.read_keys`` splits it within etcd's op limit).
+ISR_READS_PER_BATCH = 512
 
 #: The longest a write refused by a re-sharding seal waits at the agent for the cut-over before
 #: it is answered "sealed, retry shortly" (``DataPlane.write``).
@@ -141,6 +144,11 @@ class DataPlane:
         self.keys = keys
         self.metastore = Metastore(client, keys)
         self._isr_writes = IsrWrites(self.metastore)
+        #: Linearizable in-sync-set reads of the rebalance decisions, batched (a burst of moves
+        #: asks about hundreds of partitions at once: one read transaction, not hundreds).
+        self._isr_reads: Coalescer[bytes, KeyValue | None] = Coalescer(
+            self.metastore.read_keys, limit=ISR_READS_PER_BATCH, name="isr-reads"
+        )
         self.config = config or DataConfig()
         self.clock = clock
         self.put_owned = put_owned
@@ -254,6 +262,7 @@ class DataPlane:
         for watch in self._watches:
             await watch.close()
         await self._isr_writes.close()
+        await self._isr_reads.close()
         await self.peers.close()
 
     async def _follow_watch(self, i: int, watch: ListWatch) -> None:
@@ -351,10 +360,10 @@ class DataPlane:
         linearizable read, not the watched view, which may lag); None when it has none yet (a
         new partition: no write was ever acknowledged). Raises when etcd cannot be read or
         the record cannot be decoded."""
-        found = await self.client.get(self.keys.isr(zone, partition))
-        if not found.kvs:
+        found = await self._isr_reads.submit(self.keys.isr(zone, partition))
+        if found is None:
             return None
-        isr = decode_isr(found.kvs[0].value)
+        isr = decode_isr(found.value)
         if not isinstance(isr, InSyncSet):
             raise PlacementError(f"the in-sync set of {zone}/{partition} cannot be read: {isr}")
         return self.node in isr.members

@@ -406,6 +406,22 @@ async def test_end_moves_cancels_fences_and_refuses_bad_input(
     assert (await store.read_partition("z", 0)).cancel is not None  # nothing written
 
 
+async def test_read_keys_answers_each_key_in_order_beyond_one_transaction(
+    store: Metastore, client: EtcdClient
+) -> None:
+    keys = [f"/rk/{i:04d}".encode() for i in range(300)]
+    for key in keys[::3]:
+        await client.put(key, key[::-1])
+    found = await store.read_keys(keys)  # 300 > 128 gets: three read transactions
+    assert len(found) == 300
+    for i, (key, kv) in enumerate(zip(keys, found, strict=True)):
+        if i % 3:
+            assert kv is None
+        else:
+            assert kv is not None
+            assert (kv.key, kv.value) == (key, key[::-1])
+
+
 async def test_zone_configs_create_only_and_cas(store: Metastore, fence: Fence) -> None:
     spec = ZoneSpec("orders", partitions=8, replicas=3, node_selector={"tier": "ssd"})
     created = await store.create_zone(spec, fence)
