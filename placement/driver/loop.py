@@ -232,6 +232,7 @@ class Driver:
             "retire_rpcs": 0,
             "adopted": 0,
             "report_wakeups": 0,
+            "report_answers": 0,
         }
         self._moving = 0
         self._moving_nodes: Counter[str] = Counter()
@@ -745,6 +746,10 @@ class Driver:
                 nodes = self._view.nodes if self._view is not None else {}
                 for node in [n for n, record in done.items() if nodes.get(n) is not record]:
                     del done[node]
+                if not drive.cancel:
+                    reported = self._reported_done(drive)
+                    self.stats["report_answers"] += len(reported.keys() - done.keys())
+                    done.update(reported)
                 answers = await self._send_all(drive, fence.epoch, skip=done)
                 if not drive.cancel:
                     done.update(
@@ -757,6 +762,24 @@ class Driver:
                     return
                 attempt += 1
                 await self._resend_wait(self.config.resend.delay(attempt), reports)
+
+    def _reported_done(self, drive: Drive) -> dict[str, NodeRecord]:
+        """Members whose move report says DONE for this drive's revision, written under the
+        registration the node has now (the report's lease is its node key's): the report is
+        put only after the agent committed DONE, so it is that answer without asking again."""
+        view, watch = self._view, self._watch
+        if view is None or watch is None:
+            return {}
+        done: dict[str, NodeRecord] = {}
+        for node, report in view.reported(drive.zone, drive.partition, drive.revision).items():
+            record = view.nodes.get(node)
+            if report.phase != "DONE" or record is None:
+                continue
+            progress = watch.get(self.keys.progress(drive.zone, drive.partition, node))
+            registered = watch.get(self.keys.node(node))
+            if progress and registered and progress.lease and progress.lease == registered.lease:
+                done[node] = record
+        return done
 
     def _drop_reports(self, key: tuple[str, int], reports: _Reports) -> None:
         if self._reports.get(key) is reports:
