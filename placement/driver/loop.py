@@ -49,7 +49,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from placement import metrics
@@ -125,6 +125,8 @@ class _Reports:
     event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+#: Zones whose writes a pass executes at once.
+EXECUTE_ZONES = 8
 #: Partitions per ``Metastore.read_partitions`` call of the movers' first reads.
 READS_PER_FLUSH = 1024
 #: Finishes per ``Metastore.end_moves`` call (it packs them into transactions within etcd's
@@ -515,6 +517,60 @@ class Driver:
         return watch.changes
 
     async def _execute(self, plan: PassPlan, fence: Fence) -> None:
+        """The plan's writes: each zone's in the plan's order, zones concurrently (at most
+        ``EXECUTE_ZONES`` at once — a fleet's zone creation or lease round is thousands of
+        transactions, which one after another made a pass last seconds). A zone whose write
+        fails does not stop the others; the first such error is raised once all are done (the
+        pass is redone with backoff), NotLeader at once."""
+        self._log_corrupt_isrs(plan.corrupt_isrs)
+        zones = sorted(
+            {
+                w.zone
+                for group in (
+                    plan.datanodes,
+                    plan.creates,
+                    plan.triggers,
+                    plan.primaries,
+                    plan.cancels,
+                    plan.drops,
+                    plan.retires,
+                    plan.layouts,
+                )
+                for w in group
+            }
+        )
+        if not zones:
+            return
+        slots = asyncio.Semaphore(EXECUTE_ZONES)
+
+        async def one(zone: str) -> None:
+            def mine(group: tuple[Any, ...]) -> tuple[Any, ...]:
+                return tuple(w for w in group if w.zone == zone)
+
+            part = replace(
+                plan,
+                datanodes=mine(plan.datanodes),
+                creates=mine(plan.creates),
+                triggers=mine(plan.triggers),
+                primaries=mine(plan.primaries),
+                cancels=mine(plan.cancels),
+                drops=mine(plan.drops),
+                retires=mine(plan.retires),
+                layouts=mine(plan.layouts),
+            )
+            async with slots:
+                await self._execute_zone(part, fence)
+
+        results = await asyncio.gather(*(one(z) for z in zones), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for error in errors:
+            if isinstance(error, NotLeader | asyncio.CancelledError):
+                raise error
+        if errors:
+            raise errors[0]
+
+    async def _execute_zone(self, plan: PassPlan, fence: Fence) -> None:
+        """One zone's writes, in order."""
         ts = self.now_ms()
         for write in plan.datanodes:
             await self._write_datanodes(write, fence, ts)
@@ -539,7 +595,6 @@ class Driver:
                 len(trig.targets),
                 actions,
             )
-        self._log_corrupt_isrs(plan.corrupt_isrs)
         for primaries in plan.primaries:
             await self._write_primaries(primaries, fence, ts)
         for cancel in plan.cancels:
