@@ -724,6 +724,20 @@ async def measure_join(
 # -- cluster set-up ----------------------------------------------------------------------------
 
 
+async def create_zone(api: PlacementClient, request: driver_pb2.CreateZoneRequest) -> None:
+    """CreateZone until it is there (ALREADY_EXISTS counts: a retried call may have landed)."""
+    while True:
+        try:
+            await api.call(lambda s, t: s.CreateZone(request, timeout=t))
+            return
+        except ApiError as e:
+            if e.code == grpc.StatusCode.ALREADY_EXISTS:
+                return
+            if not e.unavailable:
+                raise
+        await asyncio.sleep(0.1)
+
+
 async def create_zone_and_wait(
     cluster: Cluster,
     api: PlacementClient,
@@ -746,16 +760,7 @@ async def create_zone_and_wait(
             scale_down_delay_seconds=scale_down_delay,
         ),
     )
-    while True:
-        try:
-            await api.call(lambda s, t: s.CreateZone(request, timeout=t))
-            break
-        except ApiError as e:
-            if e.code == grpc.StatusCode.ALREADY_EXISTS:
-                break
-            if not e.unavailable:
-                raise
-        await asyncio.sleep(0.1)
+    await create_zone(api, request)
 
     async def ready() -> bool:
         try:
@@ -1053,14 +1058,26 @@ def report(
             f"| {row.name} | {row.concurrency} | {row.calls_per_s:.1f} | "
             f"{row.partitions_per_s:,.0f} | {1000 * row.seconds / row.calls:.1f} | {ratio:.2f} |"
         )
-    lscpu, python = machine()
+    command = command_line("bench/control_plane_bench.py", sys.argv[1:])
+    lines += run_section(command, wall, loads, "at start, before each join, at the end")
+    return "\n".join(lines)
+
+
+def command_line(script: str, argv: Sequence[str]) -> str:
+    """How this benchmark was run, as a shell command from the repository's root."""
     exe = (
         os.path.relpath(sys.executable, ROOT)
         if sys.executable.startswith(str(ROOT))
         else sys.executable
     )
-    command = " ".join(shlex.quote(a) for a in [exe, "bench/control_plane_bench.py", *sys.argv[1:]])
-    lines += [
+    return " ".join(shlex.quote(a) for a in [exe, script, *argv])
+
+
+def run_section(command: str, wall: float, loads: Sequence[str], when: str) -> list[str]:
+    """The "## Run" section of a results file: command, date, tree, Python, the load ``when``
+    (e.g. "at start, before each join, at the end"), ``lscpu``."""
+    lscpu, python = machine()
+    return [
         "",
         "## Run",
         "",
@@ -1069,8 +1086,8 @@ def report(
         f"- tree: {tree_state()}",
         f"- Python {python} ({platform.python_implementation()}), "
         f"{platform.system()} {platform.release()}",
-        "- load (`uptime`) at start, before each join, at the end (2 cores; other engineers'",
-        "  test suites ran concurrently, so absolute times are noisy):",
+        f"- load (`uptime`) {when} (2 cores; other engineers'",
+        "  work ran concurrently, so absolute times are noisy):",
         *[f"  - `{x}`" for x in loads],
         "",
         "`lscpu | head -15`:",
@@ -1080,7 +1097,6 @@ def report(
         "```",
         "",
     ]
-    return "\n".join(lines)
 
 
 # -- main --------------------------------------------------------------------------------------

@@ -1144,9 +1144,7 @@ class Driver:
                     await clears.submit((zone, partition, node))
         log.debug("%s/%d: adopt on %s at %d -> %s", zone, partition, node, revision, answer.outcome)
 
-    async def _clear_reports(
-        self, reports: list[tuple[str, int, str]], fence: Fence
-    ) -> list[None]:
+    async def _clear_reports(self, reports: list[tuple[str, int, str]], fence: Fence) -> list[None]:
         await self.store.clear_reports(reports, fence)
         return [None] * len(reports)
 
