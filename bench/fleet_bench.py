@@ -340,7 +340,7 @@ class PassStats:
 
 
 def _bound(le: float) -> str:
-    return "> 5 s (+Inf bucket)" if le == float("inf") else f"≤ {1000 * le:g} ms"
+    return "> 60 s (+Inf bucket)" if le == float("inf") else f"≤ {1000 * le:g} ms"
 
 
 def pass_stats(before: dict[str, float], after: dict[str, float]) -> PassStats | None:
@@ -1064,7 +1064,7 @@ def report(outcome: Outcome, command: str) -> str:
     lines += [
         "",
         "Pass time percentiles are the upper bounds of the driver's histogram buckets "
-        "(1, 2.5, 5, 10, 25, 50, 100, 250, 500 ms, 1, 2.5, 5 s, +Inf).",
+        "(1, 2.5, 5, 10, 25, 50, 100, 150, 250, 500 ms, 1, 2.5, 5, 10, 30, 60 s, +Inf).",
         '"stable ≠ placement target": partitions whose stable is not exactly `place(spec, the',
         "phase's final nodes, current = stable before the phase)`; for `create` the target is",
         "placed from nothing, so it counts moves made meanwhile too (pending written during",
