@@ -398,6 +398,19 @@ class CancelMove:
     revision: int
 
 
+#: The fields of a :class:`PassPlan` (and of a :class:`ZonePlan`) that write to etcd.
+WRITE_FIELDS = (
+    "datanodes",
+    "creates",
+    "triggers",
+    "primaries",
+    "drops",
+    "cancels",
+    "layouts",
+    "retires",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class PassPlan:
     datanodes: tuple[WriteDataNodes, ...] = ()
@@ -420,16 +433,7 @@ class PassPlan:
 
     @property
     def writes(self) -> bool:
-        return bool(
-            self.datanodes
-            or self.creates
-            or self.triggers
-            or self.primaries
-            or self.drops
-            or self.cancels
-            or self.layouts
-            or self.retires
-        )
+        return any(getattr(self, f) for f in WRITE_FIELDS)
 
 
 # -- the pass ----------------------------------------------------------------------------------
@@ -794,16 +798,7 @@ class ZonePlan:
 
     @property
     def writes(self) -> bool:
-        return bool(
-            self.datanodes
-            or self.creates
-            or self.triggers
-            or self.primaries
-            or self.drops
-            or self.cancels
-            or self.layouts
-            or self.retires
-        )
+        return any(getattr(self, f) for f in WRITE_FIELDS)
 
 
 def plan_zone(

@@ -64,6 +64,7 @@ from placement.core.throttles import (
 )
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
 from placement.driver.core import (
+    WRITE_FIELDS,
     ClusterView,
     Drive,
     PassPlan,
@@ -523,22 +524,7 @@ class Driver:
         fails does not stop the others; the first such error is raised once all are done (the
         pass is redone with backoff), NotLeader at once."""
         self._log_corrupt_isrs(plan.corrupt_isrs)
-        zones = sorted(
-            {
-                w.zone
-                for group in (
-                    plan.datanodes,
-                    plan.creates,
-                    plan.triggers,
-                    plan.primaries,
-                    plan.cancels,
-                    plan.drops,
-                    plan.retires,
-                    plan.layouts,
-                )
-                for w in group
-            }
-        )
+        zones = sorted({w.zone for f in WRITE_FIELDS for w in getattr(plan, f)})
         if not zones:
             return
         slots = asyncio.Semaphore(EXECUTE_ZONES)
@@ -547,17 +533,8 @@ class Driver:
             def mine(group: tuple[Any, ...]) -> tuple[Any, ...]:
                 return tuple(w for w in group if w.zone == zone)
 
-            part = replace(
-                plan,
-                datanodes=mine(plan.datanodes),
-                creates=mine(plan.creates),
-                triggers=mine(plan.triggers),
-                primaries=mine(plan.primaries),
-                cancels=mine(plan.cancels),
-                drops=mine(plan.drops),
-                retires=mine(plan.retires),
-                layouts=mine(plan.layouts),
-            )
+            fields: dict[str, Any] = {f: mine(getattr(plan, f)) for f in WRITE_FIELDS}
+            part = replace(plan, **fields)
             async with slots:
                 await self._execute_zone(part, fence)
 

@@ -188,10 +188,7 @@ class ListWatch(AsyncClosing):
         """
         async with self._changed:
             while True:
-                if self._failure is not None:
-                    raise self._failure
-                if self.state is WatchState.CLOSED:
-                    raise StoreUnavailable("list-watch closed")
+                self._raise_if_ended()
                 current = self.snapshot()
                 if than is None or current is not than:
                     return current
@@ -203,10 +200,7 @@ class ListWatch(AsyncClosing):
         like :meth:`wait_newer`."""
         async with self._changed:
             while True:
-                if self._failure is not None:
-                    raise self._failure
-                if self.state is WatchState.CLOSED:
-                    raise StoreUnavailable("list-watch closed")
+                self._raise_if_ended()
                 if self._changes != seen:
                     return self._changes
                 await self._changed.wait()
@@ -216,11 +210,15 @@ class ListWatch(AsyncClosing):
         a snapshot taken after this shows it). Raises like :meth:`wait_newer`."""
         async with self._changed:
             while self._revision < revision:
-                if self._failure is not None:
-                    raise self._failure
-                if self.state is WatchState.CLOSED:
-                    raise StoreUnavailable("list-watch closed")
+                self._raise_if_ended()
                 await self._changed.wait()
+
+    def _raise_if_ended(self) -> None:
+        """Raise what stopped the watch, or StoreUnavailable once it is closed."""
+        if self._failure is not None:
+            raise self._failure
+        if self.state is WatchState.CLOSED:
+            raise StoreUnavailable("list-watch closed")
 
     @property
     def connected(self) -> bool:

@@ -508,10 +508,7 @@ class Metastore:
                     after = apply_write(state, write, result.revision)
                     results[unit.partition] = TransitionResult(decision.outcome, after)
                 continue
-            (held,) = result.responses
-            assert isinstance(held, Range)
-            if not fence.holds(held.first()):
-                raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+            _raise_unless_held(result, fence)
             redo.extend(unit.partition for unit in batch)
         for i in redo:
             e = endings[i]
@@ -667,10 +664,7 @@ class Metastore:
                         decisions[p].action,
                     )
                 continue
-            (held,) = result.responses
-            assert isinstance(held, Range)
-            if not fence.holds(held.first()):
-                raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+            _raise_unless_held(result, fence)
             redo.extend(unit.partition for unit in batch)
         for p in sorted(redo):
             results[p] = await self.trigger(zone, p, checked[p], trigger_revision, fence, ts)
@@ -825,10 +819,7 @@ class Metastore:
         )
         if result.succeeded:
             return result.revision
-        (leader,) = result.responses
-        assert isinstance(leader, Range)
-        if not fence.holds(leader.first()):
-            raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
+        _raise_unless_held(result, fence)
         return 0
 
     async def write_datanodes(
@@ -1092,6 +1083,14 @@ class Metastore:
 
 
 # -- argument checks ---------------------------------------------------------------------------
+
+
+def _raise_unless_held(failed: TxnResult, fence: Fence) -> None:
+    """A fenced txn whose failure branch read the leader key: NotLeader when that is why."""
+    (leader,) = failed.responses
+    assert isinstance(leader, Range)
+    if not fence.holds(leader.first()):
+        raise _fenced(f"fence {fence.leader_key!r}@{fence.epoch} no longer holds")
 
 
 def _fenced(message: str) -> NotLeader:
