@@ -294,12 +294,16 @@ def launch(
     if opts.etcd is None:
         _start_etcd(cluster, opts, console, stopped)
     tls_flags = cluster.pki.flags if cluster.pki is not None else lambda name: []
-    # One call for every port: ports freed by one call may come back from the next.
+    # One call for every port every process listens on (the agents' too: an agent on port 0
+    # could be handed a port reserved here for a process not yet listening): ports freed by one
+    # call may come back from the next.
     n_metrics = len(processes) if opts.metrics else 0
     n_dashboards = opts.drivers if opts.dashboard else 0
-    allocated = free_ports(opts.drivers + n_metrics + n_dashboards)
-    metrics_ports = iter(allocated[opts.drivers : opts.drivers + n_metrics])
-    dashboard_ports = iter(allocated[opts.drivers + n_metrics :])
+    allocated = free_ports(opts.drivers + opts.nodes + n_metrics + n_dashboards)
+    agent_ports = iter(allocated[opts.drivers : opts.drivers + opts.nodes])
+    rest = allocated[opts.drivers + opts.nodes :]
+    metrics_ports = iter(rest[:n_metrics])
+    dashboard_ports = iter(rest[n_metrics:])
 
     def dashboard(name: str) -> list[str]:
         """A driver's --http-listen on a port of its own."""
@@ -365,7 +369,7 @@ def launch(
                 "--node",
                 node,
                 "--listen",
-                "127.0.0.1:0",
+                f"127.0.0.1:{next(agent_ports)}",
                 "--data-dir",
                 str(base / "agents" / node),
                 "--prefix",
