@@ -116,8 +116,8 @@ def _start_like(cluster: Cluster, model: str, name: str, role: Role, *extra: str
     create_pki(cluster.pki.directory, {name: role}, dt.datetime.now(dt.UTC))
     (like,) = [c for c in cluster.children if c.name == model]
     argv = [a.replace(model, name) for a in like.argv]
-    for option in ("--listen", "--http-listen"):
-        if option in argv and role is Role.DRIVER:
+    for option in ("--listen", "--http-listen", "--metrics-listen"):
+        if option in argv:  # every listener on a port of its own (agents' too: not port 0)
             (port,) = free_ports(1)
             argv[argv.index(option) + 1] = f"127.0.0.1:{port}"
     child = Child(name, [*argv, *extra], cluster.base / "logs" / f"{name}.log")

@@ -292,7 +292,8 @@ def test_zone_status_is_never_ready_early_across_a_leader_kill_and_a_join(
 
 
 def _start_fourth_agent(cluster: Cluster) -> None:
-    """node-4, started like the others (its own certificate, data dir and metrics port)."""
+    """node-4, started like the others (its own certificate, data dir, listen and metrics
+    ports)."""
     import datetime as dt
 
     from placement.local.certs import create_pki
@@ -302,9 +303,10 @@ def _start_fourth_agent(cluster: Cluster) -> None:
     assert cluster.pki is not None
     create_pki(cluster.pki.directory, {"node-4": Role.AGENT}, dt.datetime.now(dt.UTC))
     model = next(c for c in cluster.children if c.name == "node-3")
-    (port,) = free_ports(1)
+    listen, metrics = free_ports(2)
     argv = [a.replace("node-3", "node-4") for a in model.argv]
-    argv[argv.index("--metrics-listen") + 1] = f"127.0.0.1:{port}"
+    argv[argv.index("--listen") + 1] = f"127.0.0.1:{listen}"
+    argv[argv.index("--metrics-listen") + 1] = f"127.0.0.1:{metrics}"
     child = Child("node-4", argv, cluster.base / "logs" / "node-4.log")
     child.start()
     cluster.children.append(child)
