@@ -234,10 +234,8 @@ class Metastore:
 
     async def _read_fenced(self, zone: str, partition: int, fence: Fence) -> PartitionState:
         """The partition and the leader key at one revision; raises NotLeader if the fence fails."""
-        result = await self.client.txn(
-            (), (self._partition_get(zone, partition), Get(fence.leader_key))
-        )
-        return self._fenced_state(zone, partition, fence, result)
+        (state,) = await self.read_partitions([(zone, partition)], fence)
+        return state
 
     def _fenced_state(
         self, zone: str, partition: int, fence: Fence, result: TxnResult
