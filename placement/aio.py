@@ -87,8 +87,10 @@ class Coalescer(Generic[T, R]):
     one gathers as many as arrive during a round trip — Kafka's and etcd's own batching).
 
     ``flush(items)`` returns one result per item, in order; an exception it raises is raised to
-    every submitter of that batch. At most ``limit`` items per flush; items with the same
-    ``key`` never share one (the later waits for the next flush, in submission order). A
+    every submitter of that batch. At most ``limit`` items per flush, and with ``size`` at most
+    ``max_size`` of their sizes summed (an item larger than that alone goes out alone); items
+    with the same ``key`` never share one (the later waits for the next flush, in submission
+    order). A
     submitter's cancellation does not cancel the flush its item is in (other callers share it);
     an item not taken into a flush yet is withdrawn with it (never flushed).
     """
@@ -100,11 +102,17 @@ class Coalescer(Generic[T, R]):
         limit: int,
         name: str,
         key: Callable[[T], Hashable] | None = None,
+        size: Callable[[T], int] | None = None,
+        max_size: int = 0,
     ) -> None:
         if limit < 1:
             raise ValueError("limit must be >= 1")
+        if size is not None and max_size < 1:
+            raise ValueError("max_size must be >= 1 with size")
         self._flush = flush
         self._limit = limit
+        self._size = size
+        self._max_size = max_size
         self._name = name
         self._key = key
         self._queue: list[_Waiting[T, R]] = []
@@ -147,11 +155,19 @@ class Coalescer(Generic[T, R]):
         batch: list[_Waiting[T, R]] = []
         rest: list[_Waiting[T, R]] = []
         keys: set[Hashable] = set()
+        total = 0
+        full = False  # by size: what comes after waits too, so nothing is overtaken
         for waiting in self._queue:
             if waiting.future.done():
                 continue
             key = self._key(waiting.item) if self._key is not None else None
-            if len(batch) < self._limit and (key is None or key not in keys):
+            take = not full and len(batch) < self._limit and (key is None or key not in keys)
+            if take and self._size is not None:
+                size = self._size(waiting.item)
+                take = not batch or total + size <= self._max_size
+                full = not take
+                total += size
+            if take:
                 waiting.flushing = True
                 batch.append(waiting)
                 if key is not None:

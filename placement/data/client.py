@@ -27,6 +27,13 @@ Answers and what the client does (:func:`decide`, pure):
   :class:`~placement.errors.CredentialError` at once (retrying cannot help).
 * Anything else: :class:`DataRequestFailed`.
 
+Writes to one agent travel together: every put and delete a client has ready for an agent while
+its previous ``WriteBatch`` to that agent is in flight goes out in the next one (no timer: a lone
+write goes at once; at most ``WRITE_BATCH_OPS`` writes and about ``WRITE_BATCH_BYTES`` per
+call). Each write is answered on its own, with what ``Put`` or ``Delete`` would have answered, and
+goes through the rules above alone. An agent that does not know ``WriteBatch`` (UNIMPLEMENTED)
+gets single calls from then on.
+
 A retried ``put`` is idempotent (a whole-value write); a retried ``delete`` may report
 ``existed=False`` when an earlier, unanswered attempt already removed the key. An error after an
 unanswered attempt means the outcome is unknown, never that nothing happened.
@@ -42,11 +49,12 @@ import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import grpc
 
+from placement.aio import Coalescer
 from placement.api.client import ApiError, PlacementClient, parse_endpoints
 from placement.core.closing import AsyncClosing
 from placement.core.retry import Clock, RetryPolicy, Rng
@@ -75,6 +83,9 @@ RETRY_AFTER_HEADER = "x-retry-after-ms"
 #: The longest ``x-retry-after-ms`` honoured (a larger or malformed one means: back off).
 MAX_RETRY_AFTER = 1.0
 WRITES = frozenset({"put", "delete"})
+#: Most writes one WriteBatch carries (the agents' own bound), and about most bytes.
+WRITE_BATCH_OPS = 1024
+WRITE_BATCH_BYTES = 4 << 20
 
 RETRY_CODES = frozenset(
     {
@@ -538,10 +549,21 @@ class DataClient(AsyncClosing):
         self._stale: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._generation = 0
+        self._batches: dict[str, Coalescer[_QueuedWrite, data_pb2.WriteOutcome]] = {}
+        self._unbatched: set[str] = set()
 
     async def close(self) -> None:
+        for batches in self._batches.values():
+            await batches.close()
         await self._connector.close()
         await self._source.close()
+
+    def write_batches(self) -> tuple[int, int]:
+        """``(calls, writes)``: WriteBatch calls sent so far and the writes they carried."""
+        return (
+            sum(b.flushes for b in self._batches.values()),
+            sum(b.items for b in self._batches.values()),
+        )
 
     # -- routes --
 
@@ -591,12 +613,12 @@ class DataClient(AsyncClosing):
         op: str,
         zone: str,
         locate: Callable[[ZoneRoutes], int],
-        invoke: Callable[[DataStub, common_pb2.PartitionRef, float], Awaitable[T]],
+        invoke: Callable[[DataStub, str, common_pb2.PartitionRef, float], Awaitable[T]],
         *,
         layout: int = 0,
     ) -> T:
-        """Send ``invoke(stub, partition reference, timeout)`` to the partition's primary (the
-        reference carries the layout generation the routes were read under), following
+        """Send ``invoke(stub, address, partition reference, timeout)`` to the partition's
+        primary (the reference carries the layout generation the routes were read under), following
         redirects and retrying unavailability until the deadline (see the module docstring).
         With ``layout`` (a generation) the call is pinned to it: routes of another generation
         raise :class:`LayoutMoved` instead of being followed."""
@@ -635,6 +657,7 @@ class DataClient(AsyncClosing):
                     try:
                         return await invoke(
                             self._connector.data(address),
+                            address,
                             _ref(zone, partition, routes.layout),
                             min(self.call_timeout, remaining),
                         )
@@ -705,10 +728,11 @@ class DataClient(AsyncClosing):
         validate_key(key)
         validate_value(value)
 
-        async def invoke(stub: DataStub, ref: common_pb2.PartitionRef, t: float) -> WriteResult:
-            request = data_pb2.PutRequest(partition=ref, key=key, value=value)
-            reply = await stub.Put(request, timeout=t)
-            return WriteResult(reply.index, reply.lease_epoch, reply.existed)
+        async def invoke(
+            stub: DataStub, address: str, ref: common_pb2.PartitionRef, t: float
+        ) -> WriteResult:
+            op = data_pb2.WriteOp(partition=ref, key=key, value=value)
+            return await self._write(stub, address, op, t)
 
         return await self._call("put", zone, lambda r: partition_of(key, r.partitions), invoke)
 
@@ -716,12 +740,65 @@ class DataClient(AsyncClosing):
         """Delete ``key``; the result carries the log position and whether the key existed."""
         validate_key(key)
 
-        async def invoke(stub: DataStub, ref: common_pb2.PartitionRef, t: float) -> WriteResult:
-            request = data_pb2.DeleteRequest(partition=ref, key=key)
-            reply = await stub.Delete(request, timeout=t)
-            return WriteResult(reply.index, reply.lease_epoch, reply.existed)
+        async def invoke(
+            stub: DataStub, address: str, ref: common_pb2.PartitionRef, t: float
+        ) -> WriteResult:
+            op = data_pb2.WriteOp(partition=ref, key=key, delete=True)
+            return await self._write(stub, address, op, t)
 
         return await self._call("delete", zone, lambda r: partition_of(key, r.partitions), invoke)
+
+    async def _write(
+        self, stub: DataStub, address: str, op: data_pb2.WriteOp, within: float
+    ) -> WriteResult:
+        """``op`` in the next WriteBatch to ``address`` (see the module docstring); its failure
+        raised as the AioRpcError Put or Delete would have raised."""
+        if address in self._unbatched:
+            return await _write_alone(stub, op, within)
+        batches = self._batches.get(address)
+        if batches is None:
+            batches = self._batches[address] = Coalescer(
+                lambda writes: self._send_batch(address, writes),
+                limit=WRITE_BATCH_OPS,
+                name=f"writes to {address}",
+                size=_QueuedWrite.size,
+                max_size=WRITE_BATCH_BYTES,
+            )
+        try:
+            async with asyncio.timeout(within):
+                outcome = await batches.submit(_QueuedWrite(op, within, stub))
+        except TimeoutError:
+            raise _status_error(
+                grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {within:.3g} s"
+            ) from None
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            self._unbatched.add(address)  # an agent from before WriteBatch
+            return await _write_alone(stub, op, within)
+        if outcome.code != 0:
+            raise _status_error(
+                _STATUS_BY_VALUE.get(outcome.code, grpc.StatusCode.UNKNOWN),
+                outcome.detail,
+                (PRIMARY_HEADER, outcome.primary),
+                (LAYOUT_HEADER, outcome.layout),
+                (RETRY_AFTER_HEADER, str(outcome.retry_after_ms) if outcome.retry_after_ms else ""),
+            )
+        r = outcome.result
+        return WriteResult(r.index, r.lease_epoch, r.existed)
+
+    async def _send_batch(
+        self, address: str, writes: list[_QueuedWrite]
+    ) -> Sequence[data_pb2.WriteOutcome]:
+        request = data_pb2.WriteBatchRequest(ops=[w.op for w in writes])
+        timeout = max(w.timeout for w in writes)
+        reply = await writes[0].stub.WriteBatch(request, timeout=timeout)
+        if len(reply.outcomes) != len(writes):
+            raise _status_error(
+                grpc.StatusCode.UNKNOWN,
+                f"{address} answered {len(reply.outcomes)} outcomes for {len(writes)} writes",
+            )
+        return reply.outcomes
 
     async def delete(self, zone: str, key: bytes) -> bool:
         """Delete ``key``; True when it existed (see the module docstring on retries)."""
@@ -731,7 +808,9 @@ class DataClient(AsyncClosing):
         """The committed value of ``key``, or None when absent."""
         validate_key(key)
 
-        async def invoke(stub: DataStub, ref: common_pb2.PartitionRef, t: float) -> bytes | None:
+        async def invoke(
+            stub: DataStub, _: str, ref: common_pb2.PartitionRef, t: float
+        ) -> bytes | None:
             reply = await stub.Get(data_pb2.GetRequest(partition=ref, key=key), timeout=t)
             return reply.value if reply.found else None
 
@@ -751,7 +830,7 @@ class DataClient(AsyncClosing):
         (a generation), :class:`LayoutMoved` once the zone is at another one."""
 
         async def invoke(
-            stub: DataStub, ref: common_pb2.PartitionRef, t: float
+            stub: DataStub, _: str, ref: common_pb2.PartitionRef, t: float
         ) -> tuple[list[tuple[bytes, bytes]], bool]:
             request = data_pb2.ScanRequest(
                 partition=ref, prefix=prefix, start_after=after, limit=limit
@@ -840,6 +919,39 @@ class DataClient(AsyncClosing):
             if not reply.more or not reply.items:
                 return ReplicaCopy(node, True, items, reply.last_index, reply.commit_index)
             after = reply.items[-1].key
+
+
+@dataclass(frozen=True, slots=True)
+class _QueuedWrite:
+    op: data_pb2.WriteOp
+    timeout: float = field(compare=False)
+    #: the agent's stub as the write's attempt got it
+    stub: DataStub = field(compare=False)
+
+    def size(self) -> int:
+        return len(self.op.key) + len(self.op.value) + 64
+
+
+_STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _status_error(
+    code: grpc.StatusCode, detail: str, *trailers: tuple[str, str]
+) -> grpc.aio.AioRpcError:
+    """A failed call's error as gRPC raises it (the trailers with a value)."""
+    pairs = [(name, value) for name, value in trailers if value]
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*pairs), detail)
+
+
+async def _write_alone(stub: DataStub, op: data_pb2.WriteOp, within: float) -> WriteResult:
+    """``op`` as one Put or Delete call."""
+    if op.delete:
+        request = data_pb2.DeleteRequest(partition=op.partition, key=op.key)
+        reply = await stub.Delete(request, timeout=within)
+    else:
+        put = data_pb2.PutRequest(partition=op.partition, key=op.key, value=op.value)
+        reply = await stub.Put(put, timeout=within)
+    return WriteResult(reply.index, reply.lease_epoch, reply.existed)
 
 
 def _ref(zone: str, partition: int, layout: int = 0) -> common_pb2.PartitionRef:

@@ -64,6 +64,7 @@ TABLE: Mapping[str, frozenset[Role]] = {
     # Data: reads for readers and clients, writes for clients only.
     _D + "Put": frozenset({CLIENT}),
     _D + "Delete": frozenset({CLIENT}),
+    _D + "WriteBatch": frozenset({CLIENT}),
     _D + "Get": frozenset({READER, CLIENT}),
     _D + "Scan": frozenset({READER, CLIENT}),
     # Replication between agents; a replica's copy may be read for checking.

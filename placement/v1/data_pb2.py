@@ -25,53 +25,61 @@ _sym_db = _symbol_database.Default()
 from placement.v1 import common_pb2 as placement_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17placement/v1/data.proto\x12\x0cplacement.v1\x1a\x19placement/v1/common.proto\"W\n\nPutRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\"K\n\rDeleteRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"D\n\rWriteResponse\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x02 \x01(\x03\x12\x0f\n\x07\x65xisted\x18\x03 \x01(\x08\"H\n\nGetRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"+\n\x0bGetResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\"p\n\x0bScanRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0e\n\x06prefix\x18\x02 \x01(\x0c\x12\x13\n\x0bstart_after\x18\x03 \x01(\x0c\x12\r\n\x05limit\x18\x04 \x01(\r\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\"C\n\x0cScanResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x0c\n\x04more\x18\x02 \x01(\x08\"T\n\x08LogEntry\x12\r\n\x05index\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x05 \x01(\x08\"\xcb\x01\n\rAppendRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x13\n\x0blease_epoch\x18\x02 \x01(\x03\x12\x0f\n\x07primary\x18\x03 \x01(\t\x12\x12\n\nprev_index\x18\x04 \x01(\x03\x12\x12\n\nprev_epoch\x18\x05 \x01(\x03\x12\'\n\x07\x65ntries\x18\x06 \x03(\x0b\x32\x16.placement.v1.LogEntry\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x03\"d\n\x10ReplicateRequest\x12\x11\n\tfrom_node\x18\x01 \x01(\t\x12\x0f\n\x07to_node\x18\x02 \x01(\t\x12,\n\x07\x61ppends\x18\x03 \x03(\x0b\x32\x1b.placement.v1.AppendRequest\"B\n\x11ReplicateResponse\x12-\n\x07replies\x18\x01 \x03(\x0b\x32\x1c.placement.v1.AppendResponse\"{\n\x0e\x41ppendResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.AppendOutcome\x12\x12\n\nlast_index\x18\x02 \x01(\x03\x12\x12\n\nlast_epoch\x18\x03 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x04 \x01(\x03\"\xd2\x01\n\x0c\x46\x65tchRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x10\n\x08snapshot\x18\x03 \x01(\x08\x12\x16\n\x0esnapshot_after\x18\x04 \x01(\x0c\x12\x13\n\x0b\x61\x66ter_index\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\r\x12\x19\n\x11select_partitions\x18\x07 \x01(\r\x12\x18\n\x10select_partition\x18\x08 \x01(\r\"\xa9\x02\n\rFetchResponse\x12+\n\x07outcome\x18\x01 \x01(\x0e\x32\x1a.placement.v1.FetchOutcome\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x15\n\rsnapshot_done\x18\x03 \x01(\x08\x12\x16\n\x0esnapshot_index\x18\x04 \x01(\x03\x12\x16\n\x0esnapshot_epoch\x18\x05 \x01(\x03\x12\'\n\x07\x65ntries\x18\x06 \x03(\x0b\x32\x16.placement.v1.LogEntry\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x08 \x01(\x03\x12\x15\n\rscanned_after\x18\t \x01(\x0c\x12\x12\n\nscanned_to\x18\n \x01(\x03\"g\n\x12ReadReplicaRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x13\n\x0bstart_after\x18\x02 \x01(\x0c\x12\r\n\x05limit\x18\x03 \x01(\r\"\x84\x01\n\x13ReadReplicaResponse\x12\x0e\n\x06hosted\x18\x01 \x01(\x08\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x0c\n\x04more\x18\x03 \x01(\x08\x12\x12\n\nlast_index\x18\x04 \x01(\x03\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x03*\x97\x01\n\rAppendOutcome\x12\x1e\n\x1a\x41PPEND_OUTCOME_UNSPECIFIED\x10\x00\x12\r\n\tAPPEND_OK\x10\x01\x12\x16\n\x12\x41PPEND_STALE_EPOCH\x10\x02\x12\x13\n\x0f\x41PPEND_MISMATCH\x10\x03\x12\x15\n\x11\x41PPEND_NOT_HOSTED\x10\x04\x12\x13\n\x0f\x41PPEND_UNPROVEN\x10\x05*m\n\x0c\x46\x65tchOutcome\x12\x1d\n\x19\x46\x45TCH_OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x46\x45TCH_OK\x10\x01\x12\x15\n\x11\x46\x45TCH_NOT_PRIMARY\x10\x02\x12\x19\n\x15\x46\x45TCH_SNAPSHOT_NEEDED\x10\x03\x32\x8a\x02\n\x0b\x44\x61taService\x12<\n\x03Put\x12\x18.placement.v1.PutRequest\x1a\x1b.placement.v1.WriteResponse\x12\x42\n\x06\x44\x65lete\x12\x1b.placement.v1.DeleteRequest\x1a\x1b.placement.v1.WriteResponse\x12:\n\x03Get\x12\x18.placement.v1.GetRequest\x1a\x19.placement.v1.GetResponse\x12=\n\x04Scan\x12\x19.placement.v1.ScanRequest\x1a\x1a.placement.v1.ScanResponse2\xfc\x01\n\x12ReplicationService\x12P\n\tReplicate\x12\x1e.placement.v1.ReplicateRequest\x1a\x1f.placement.v1.ReplicateResponse(\x01\x30\x01\x12@\n\x05\x46\x65tch\x12\x1a.placement.v1.FetchRequest\x1a\x1b.placement.v1.FetchResponse\x12R\n\x0bReadReplica\x12 .placement.v1.ReadReplicaRequest\x1a!.placement.v1.ReadReplicaResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17placement/v1/data.proto\x12\x0cplacement.v1\x1a\x19placement/v1/common.proto\"W\n\nPutRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\"K\n\rDeleteRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"D\n\rWriteResponse\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x02 \x01(\x03\x12\x0f\n\x07\x65xisted\x18\x03 \x01(\x08\"d\n\x07WriteOp\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x04 \x01(\x08\"7\n\x11WriteBatchRequest\x12\"\n\x03ops\x18\x01 \x03(\x0b\x32\x15.placement.v1.WriteOp\"\x92\x01\n\x0cWriteOutcome\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12+\n\x06result\x18\x03 \x01(\x0b\x32\x1b.placement.v1.WriteResponse\x12\x0f\n\x07primary\x18\x04 \x01(\t\x12\x0e\n\x06layout\x18\x05 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x06 \x01(\x05\"B\n\x12WriteBatchResponse\x12,\n\x08outcomes\x18\x01 \x03(\x0b\x32\x1a.placement.v1.WriteOutcome\"H\n\nGetRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"+\n\x0bGetResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\"p\n\x0bScanRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0e\n\x06prefix\x18\x02 \x01(\x0c\x12\x13\n\x0bstart_after\x18\x03 \x01(\x0c\x12\r\n\x05limit\x18\x04 \x01(\r\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\"C\n\x0cScanResponse\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x0c\n\x04more\x18\x02 \x01(\x08\"T\n\x08LogEntry\x12\r\n\x05index\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x05 \x01(\x08\"\xcb\x01\n\rAppendRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x13\n\x0blease_epoch\x18\x02 \x01(\x03\x12\x0f\n\x07primary\x18\x03 \x01(\t\x12\x12\n\nprev_index\x18\x04 \x01(\x03\x12\x12\n\nprev_epoch\x18\x05 \x01(\x03\x12\'\n\x07\x65ntries\x18\x06 \x03(\x0b\x32\x16.placement.v1.LogEntry\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x03\"d\n\x10ReplicateRequest\x12\x11\n\tfrom_node\x18\x01 \x01(\t\x12\x0f\n\x07to_node\x18\x02 \x01(\t\x12,\n\x07\x61ppends\x18\x03 \x03(\x0b\x32\x1b.placement.v1.AppendRequest\"B\n\x11ReplicateResponse\x12-\n\x07replies\x18\x01 \x03(\x0b\x32\x1c.placement.v1.AppendResponse\"{\n\x0e\x41ppendResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.placement.v1.AppendOutcome\x12\x12\n\nlast_index\x18\x02 \x01(\x03\x12\x12\n\nlast_epoch\x18\x03 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x04 \x01(\x03\"\xd2\x01\n\x0c\x46\x65tchRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x10\n\x08snapshot\x18\x03 \x01(\x08\x12\x16\n\x0esnapshot_after\x18\x04 \x01(\x0c\x12\x13\n\x0b\x61\x66ter_index\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\r\x12\x19\n\x11select_partitions\x18\x07 \x01(\r\x12\x18\n\x10select_partition\x18\x08 \x01(\r\"\xa9\x02\n\rFetchResponse\x12+\n\x07outcome\x18\x01 \x01(\x0e\x32\x1a.placement.v1.FetchOutcome\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x15\n\rsnapshot_done\x18\x03 \x01(\x08\x12\x16\n\x0esnapshot_index\x18\x04 \x01(\x03\x12\x16\n\x0esnapshot_epoch\x18\x05 \x01(\x03\x12\'\n\x07\x65ntries\x18\x06 \x03(\x0b\x32\x16.placement.v1.LogEntry\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x03\x12\x13\n\x0blease_epoch\x18\x08 \x01(\x03\x12\x15\n\rscanned_after\x18\t \x01(\x0c\x12\x12\n\nscanned_to\x18\n \x01(\x03\"g\n\x12ReadReplicaRequest\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.placement.v1.PartitionRef\x12\x13\n\x0bstart_after\x18\x02 \x01(\x0c\x12\r\n\x05limit\x18\x03 \x01(\r\"\x84\x01\n\x13ReadReplicaResponse\x12\x0e\n\x06hosted\x18\x01 \x01(\x08\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.placement.v1.KeyValue\x12\x0c\n\x04more\x18\x03 \x01(\x08\x12\x12\n\nlast_index\x18\x04 \x01(\x03\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x03*\x97\x01\n\rAppendOutcome\x12\x1e\n\x1a\x41PPEND_OUTCOME_UNSPECIFIED\x10\x00\x12\r\n\tAPPEND_OK\x10\x01\x12\x16\n\x12\x41PPEND_STALE_EPOCH\x10\x02\x12\x13\n\x0f\x41PPEND_MISMATCH\x10\x03\x12\x15\n\x11\x41PPEND_NOT_HOSTED\x10\x04\x12\x13\n\x0f\x41PPEND_UNPROVEN\x10\x05*m\n\x0c\x46\x65tchOutcome\x12\x1d\n\x19\x46\x45TCH_OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x46\x45TCH_OK\x10\x01\x12\x15\n\x11\x46\x45TCH_NOT_PRIMARY\x10\x02\x12\x19\n\x15\x46\x45TCH_SNAPSHOT_NEEDED\x10\x03\x32\xdb\x02\n\x0b\x44\x61taService\x12<\n\x03Put\x12\x18.placement.v1.PutRequest\x1a\x1b.placement.v1.WriteResponse\x12\x42\n\x06\x44\x65lete\x12\x1b.placement.v1.DeleteRequest\x1a\x1b.placement.v1.WriteResponse\x12O\n\nWriteBatch\x12\x1f.placement.v1.WriteBatchRequest\x1a .placement.v1.WriteBatchResponse\x12:\n\x03Get\x12\x18.placement.v1.GetRequest\x1a\x19.placement.v1.GetResponse\x12=\n\x04Scan\x12\x19.placement.v1.ScanRequest\x1a\x1a.placement.v1.ScanResponse2\xfc\x01\n\x12ReplicationService\x12P\n\tReplicate\x12\x1e.placement.v1.ReplicateRequest\x1a\x1f.placement.v1.ReplicateResponse(\x01\x30\x01\x12@\n\x05\x46\x65tch\x12\x1a.placement.v1.FetchRequest\x1a\x1b.placement.v1.FetchResponse\x12R\n\x0bReadReplica\x12 .placement.v1.ReadReplicaRequest\x1a!.placement.v1.ReadReplicaResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'placement.v1.data_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_APPENDOUTCOME']._serialized_start=1987
-  _globals['_APPENDOUTCOME']._serialized_end=2138
-  _globals['_FETCHOUTCOME']._serialized_start=2140
-  _globals['_FETCHOUTCOME']._serialized_end=2249
+  _globals['_APPENDOUTCOME']._serialized_start=2363
+  _globals['_APPENDOUTCOME']._serialized_end=2514
+  _globals['_FETCHOUTCOME']._serialized_start=2516
+  _globals['_FETCHOUTCOME']._serialized_end=2625
   _globals['_PUTREQUEST']._serialized_start=68
   _globals['_PUTREQUEST']._serialized_end=155
   _globals['_DELETEREQUEST']._serialized_start=157
   _globals['_DELETEREQUEST']._serialized_end=232
   _globals['_WRITERESPONSE']._serialized_start=234
   _globals['_WRITERESPONSE']._serialized_end=302
-  _globals['_GETREQUEST']._serialized_start=304
-  _globals['_GETREQUEST']._serialized_end=376
-  _globals['_GETRESPONSE']._serialized_start=378
-  _globals['_GETRESPONSE']._serialized_end=421
-  _globals['_SCANREQUEST']._serialized_start=423
-  _globals['_SCANREQUEST']._serialized_end=535
-  _globals['_KEYVALUE']._serialized_start=537
-  _globals['_KEYVALUE']._serialized_end=575
-  _globals['_SCANRESPONSE']._serialized_start=577
-  _globals['_SCANRESPONSE']._serialized_end=644
-  _globals['_LOGENTRY']._serialized_start=646
-  _globals['_LOGENTRY']._serialized_end=730
-  _globals['_APPENDREQUEST']._serialized_start=733
-  _globals['_APPENDREQUEST']._serialized_end=936
-  _globals['_REPLICATEREQUEST']._serialized_start=938
-  _globals['_REPLICATEREQUEST']._serialized_end=1038
-  _globals['_REPLICATERESPONSE']._serialized_start=1040
-  _globals['_REPLICATERESPONSE']._serialized_end=1106
-  _globals['_APPENDRESPONSE']._serialized_start=1108
-  _globals['_APPENDRESPONSE']._serialized_end=1231
-  _globals['_FETCHREQUEST']._serialized_start=1234
-  _globals['_FETCHREQUEST']._serialized_end=1444
-  _globals['_FETCHRESPONSE']._serialized_start=1447
-  _globals['_FETCHRESPONSE']._serialized_end=1744
-  _globals['_READREPLICAREQUEST']._serialized_start=1746
-  _globals['_READREPLICAREQUEST']._serialized_end=1849
-  _globals['_READREPLICARESPONSE']._serialized_start=1852
-  _globals['_READREPLICARESPONSE']._serialized_end=1984
-  _globals['_DATASERVICE']._serialized_start=2252
-  _globals['_DATASERVICE']._serialized_end=2518
-  _globals['_REPLICATIONSERVICE']._serialized_start=2521
-  _globals['_REPLICATIONSERVICE']._serialized_end=2773
+  _globals['_WRITEOP']._serialized_start=304
+  _globals['_WRITEOP']._serialized_end=404
+  _globals['_WRITEBATCHREQUEST']._serialized_start=406
+  _globals['_WRITEBATCHREQUEST']._serialized_end=461
+  _globals['_WRITEOUTCOME']._serialized_start=464
+  _globals['_WRITEOUTCOME']._serialized_end=610
+  _globals['_WRITEBATCHRESPONSE']._serialized_start=612
+  _globals['_WRITEBATCHRESPONSE']._serialized_end=678
+  _globals['_GETREQUEST']._serialized_start=680
+  _globals['_GETREQUEST']._serialized_end=752
+  _globals['_GETRESPONSE']._serialized_start=754
+  _globals['_GETRESPONSE']._serialized_end=797
+  _globals['_SCANREQUEST']._serialized_start=799
+  _globals['_SCANREQUEST']._serialized_end=911
+  _globals['_KEYVALUE']._serialized_start=913
+  _globals['_KEYVALUE']._serialized_end=951
+  _globals['_SCANRESPONSE']._serialized_start=953
+  _globals['_SCANRESPONSE']._serialized_end=1020
+  _globals['_LOGENTRY']._serialized_start=1022
+  _globals['_LOGENTRY']._serialized_end=1106
+  _globals['_APPENDREQUEST']._serialized_start=1109
+  _globals['_APPENDREQUEST']._serialized_end=1312
+  _globals['_REPLICATEREQUEST']._serialized_start=1314
+  _globals['_REPLICATEREQUEST']._serialized_end=1414
+  _globals['_REPLICATERESPONSE']._serialized_start=1416
+  _globals['_REPLICATERESPONSE']._serialized_end=1482
+  _globals['_APPENDRESPONSE']._serialized_start=1484
+  _globals['_APPENDRESPONSE']._serialized_end=1607
+  _globals['_FETCHREQUEST']._serialized_start=1610
+  _globals['_FETCHREQUEST']._serialized_end=1820
+  _globals['_FETCHRESPONSE']._serialized_start=1823
+  _globals['_FETCHRESPONSE']._serialized_end=2120
+  _globals['_READREPLICAREQUEST']._serialized_start=2122
+  _globals['_READREPLICAREQUEST']._serialized_end=2225
+  _globals['_READREPLICARESPONSE']._serialized_start=2228
+  _globals['_READREPLICARESPONSE']._serialized_end=2360
+  _globals['_DATASERVICE']._serialized_start=2628
+  _globals['_DATASERVICE']._serialized_end=2975
+  _globals['_REPLICATIONSERVICE']._serialized_start=2978
+  _globals['_REPLICATIONSERVICE']._serialized_end=3230
 # @@protoc_insertion_point(module_scope)

@@ -157,6 +157,119 @@ class WriteResponse(_message.Message):
 Global___WriteResponse: _TypeAlias = WriteResponse  # noqa: Y015
 
 @_typing.final
+class WriteOp(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    DELETE_FIELD_NUMBER: _builtins.int
+    key: _builtins.bytes
+    value: _builtins.bytes
+    """The value to put; ignored for a delete."""
+    delete: _builtins.bool
+    @_builtins.property
+    def partition(self) -> _common_pb2.PartitionRef: ...
+    def __init__(
+        self,
+        *,
+        partition: _common_pb2.PartitionRef | None = ...,
+        key: _builtins.bytes = ...,
+        value: _builtins.bytes = ...,
+        delete: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "key", b"key", "partition", b"partition", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteOp: _TypeAlias = WriteOp  # noqa: Y015
+
+@_typing.final
+class WriteBatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ops(self) -> _containers.RepeatedCompositeFieldContainer[Global___WriteOp]: ...
+    def __init__(
+        self,
+        *,
+        ops: _abc.Iterable[Global___WriteOp] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ops", b"ops"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteBatchRequest: _TypeAlias = WriteBatchRequest  # noqa: Y015
+
+@_typing.final
+class WriteOutcome(_message.Message):
+    """One op's answer: what Put or Delete would have answered, including what they carry in
+    trailing metadata.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    PRIMARY_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
+    RETRY_AFTER_MS_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    """0 (OK): the write is acknowledged and result holds it; otherwise a grpc status code."""
+    detail: _builtins.str
+    primary: _builtins.str
+    """"x-primary", "x-layout" and "x-retry-after-ms" of a refused write ("" / 0 when absent)."""
+    layout: _builtins.str
+    retry_after_ms: _builtins.int
+    @_builtins.property
+    def result(self) -> Global___WriteResponse: ...
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        detail: _builtins.str = ...,
+        result: Global___WriteResponse | None = ...,
+        primary: _builtins.str = ...,
+        layout: _builtins.str = ...,
+        retry_after_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "detail", b"detail", "layout", b"layout", "primary", b"primary", "result", b"result", "retry_after_ms", b"retry_after_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteOutcome: _TypeAlias = WriteOutcome  # noqa: Y015
+
+@_typing.final
+class WriteBatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[Global___WriteOutcome]:
+        """One per op, in the request's order."""
+
+    def __init__(
+        self,
+        *,
+        outcomes: _abc.Iterable[Global___WriteOutcome] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcomes", b"outcomes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteBatchResponse: _TypeAlias = WriteBatchResponse  # noqa: Y015
+
+@_typing.final
 class GetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

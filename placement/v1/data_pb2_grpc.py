@@ -50,6 +50,11 @@ class DataServiceStub:
                 request_serializer=placement_dot_v1_dot_data__pb2.DeleteRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_data__pb2.WriteResponse.FromString,
                 _registered_method=True)
+        self.WriteBatch = channel.unary_unary(
+                '/placement.v1.DataService/WriteBatch',
+                request_serializer=placement_dot_v1_dot_data__pb2.WriteBatchRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_data__pb2.WriteBatchResponse.FromString,
+                _registered_method=True)
         self.Get = channel.unary_unary(
                 '/placement.v1.DataService/Get',
                 request_serializer=placement_dot_v1_dot_data__pb2.GetRequest.SerializeToString,
@@ -84,6 +89,17 @@ class DataServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteBatch(self, request, context):
+        """Many clients' puts and deletes to this agent's primaries in one call (a client batches the
+        writes it has in flight to one agent; design/data-plane.md, "Client batches"). Each op is
+        answered on its own, exactly as Put or Delete would answer it alone: an op's failure is in
+        its outcome, never the call's. The call itself fails (INVALID_ARGUMENT, nothing written)
+        only when it carries no op or more than 1,024.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Get(self, request, context):
         """Reads the primary's committed state (never a value no in-sync member has persisted).
         """
@@ -110,6 +126,11 @@ def add_DataServiceServicer_to_server(servicer, server):
                     servicer.Delete,
                     request_deserializer=placement_dot_v1_dot_data__pb2.DeleteRequest.FromString,
                     response_serializer=placement_dot_v1_dot_data__pb2.WriteResponse.SerializeToString,
+            ),
+            'WriteBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteBatch,
+                    request_deserializer=placement_dot_v1_dot_data__pb2.WriteBatchRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_data__pb2.WriteBatchResponse.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
@@ -182,6 +203,33 @@ class DataService:
             '/placement.v1.DataService/Delete',
             placement_dot_v1_dot_data__pb2.DeleteRequest.SerializeToString,
             placement_dot_v1_dot_data__pb2.WriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.DataService/WriteBatch',
+            placement_dot_v1_dot_data__pb2.WriteBatchRequest.SerializeToString,
+            placement_dot_v1_dot_data__pb2.WriteBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

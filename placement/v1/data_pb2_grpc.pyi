@@ -44,6 +44,13 @@ class DataServiceStub:
     Put: _grpc.UnaryUnaryMultiCallable[_data_pb2.PutRequest, _data_pb2.WriteResponse]
     """Acknowledged only after every member of the partition's in-sync set persisted the write."""
     Delete: _grpc.UnaryUnaryMultiCallable[_data_pb2.DeleteRequest, _data_pb2.WriteResponse]
+    WriteBatch: _grpc.UnaryUnaryMultiCallable[_data_pb2.WriteBatchRequest, _data_pb2.WriteBatchResponse]
+    """Many clients' puts and deletes to this agent's primaries in one call (a client batches the
+    writes it has in flight to one agent; design/data-plane.md, "Client batches"). Each op is
+    answered on its own, exactly as Put or Delete would answer it alone: an op's failure is in
+    its outcome, never the call's. The call itself fails (INVALID_ARGUMENT, nothing written)
+    only when it carries no op or more than 1,024.
+    """
     Get: _grpc.UnaryUnaryMultiCallable[_data_pb2.GetRequest, _data_pb2.GetResponse]
     """Reads the primary's committed state (never a value no in-sync member has persisted)."""
     Scan: _grpc.UnaryUnaryMultiCallable[_data_pb2.ScanRequest, _data_pb2.ScanResponse]
@@ -63,6 +70,13 @@ class DataServiceAsyncStub(DataServiceStub):
     Put: _aio.UnaryUnaryMultiCallable[_data_pb2.PutRequest, _data_pb2.WriteResponse]  # type: ignore[assignment]
     """Acknowledged only after every member of the partition's in-sync set persisted the write."""
     Delete: _aio.UnaryUnaryMultiCallable[_data_pb2.DeleteRequest, _data_pb2.WriteResponse]  # type: ignore[assignment]
+    WriteBatch: _aio.UnaryUnaryMultiCallable[_data_pb2.WriteBatchRequest, _data_pb2.WriteBatchResponse]  # type: ignore[assignment]
+    """Many clients' puts and deletes to this agent's primaries in one call (a client batches the
+    writes it has in flight to one agent; design/data-plane.md, "Client batches"). Each op is
+    answered on its own, exactly as Put or Delete would answer it alone: an op's failure is in
+    its outcome, never the call's. The call itself fails (INVALID_ARGUMENT, nothing written)
+    only when it carries no op or more than 1,024.
+    """
     Get: _aio.UnaryUnaryMultiCallable[_data_pb2.GetRequest, _data_pb2.GetResponse]  # type: ignore[assignment]
     """Reads the primary's committed state (never a value no in-sync member has persisted)."""
     Scan: _aio.UnaryUnaryMultiCallable[_data_pb2.ScanRequest, _data_pb2.ScanResponse]  # type: ignore[assignment]
@@ -91,6 +105,19 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _data_pb2.DeleteRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_data_pb2.WriteResponse, _abc.Awaitable[_data_pb2.WriteResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WriteBatch(
+        self,
+        request: _data_pb2.WriteBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_data_pb2.WriteBatchResponse, _abc.Awaitable[_data_pb2.WriteBatchResponse]]:
+        """Many clients' puts and deletes to this agent's primaries in one call (a client batches the
+        writes it has in flight to one agent; design/data-plane.md, "Client batches"). Each op is
+        answered on its own, exactly as Put or Delete would answer it alone: an op's failure is in
+        its outcome, never the call's. The call itself fails (INVALID_ARGUMENT, nothing written)
+        only when it carries no op or more than 1,024.
+        """
 
     @_abc_1.abstractmethod
     def Get(

@@ -23,7 +23,7 @@ import grpc
 from placement.data.partitioning import validate_key, validate_value
 from placement.errors import InvalidInput, PlacementError
 from placement.metrics import DATA_SECONDS
-from placement.rpc import StatusTable, abort, caller_identity
+from placement.rpc import StatusTable, abort, caller_identity, status_of
 from placement.v1 import common_pb2, data_pb2, data_pb2_grpc
 from replica.data.model import (
     NotPrimary,
@@ -53,6 +53,8 @@ PRIMARY_METADATA = "x-primary"
 LAYOUT_METADATA = "x-layout"
 #: Trailing metadata of an UNAVAILABLE answer that will change soon: retry after this many ms.
 RETRY_AFTER_METADATA = "x-retry-after-ms"
+#: Most writes one WriteBatch may carry.
+MAX_WRITE_BATCH = 1024
 
 
 def _limit(limit: int) -> int:
@@ -121,6 +123,51 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
             op="delete",
         )
         return data_pb2.WriteResponse(index=index, lease_epoch=epoch, existed=existed)
+
+    async def WriteBatch(
+        self, request: data_pb2.WriteBatchRequest, context: Context
+    ) -> data_pb2.WriteBatchResponse:
+        count = len(request.ops)
+        if not 1 <= count <= MAX_WRITE_BATCH:
+            error = InvalidInput("ops", f"holds {count} writes", f"send 1..{MAX_WRITE_BATCH}")
+            await abort(context, error, STATUS_OF)
+        park = _park(context)
+        outcomes = await asyncio.gather(*(self._outcome(op, park) for op in request.ops))
+        return data_pb2.WriteBatchResponse(outcomes=outcomes)
+
+    async def _outcome(self, op: data_pb2.WriteOp, park: float) -> data_pb2.WriteOutcome:
+        """One op of a WriteBatch, answered as Put or Delete would answer it alone."""
+        ref = op.partition
+        started = time.monotonic()
+        name = "delete" if op.delete else "put"
+        outcome = "ok"
+        try:
+            validate_partition_key(ref.zone, ref.partition)
+            index, epoch, existed = await self._plane.write(
+                ref.zone,
+                ref.partition,
+                validate_key(op.key),
+                None if op.delete else validate_value(op.value),
+                ref.generation,
+                park,
+            )
+            result = data_pb2.WriteResponse(index=index, lease_epoch=epoch, existed=existed)
+            return data_pb2.WriteOutcome(result=result)
+        except PlacementError as e:
+            code, trailers = _refusal(e)
+            outcome = code.name.lower()
+            return data_pb2.WriteOutcome(
+                code=code.value[0],
+                detail=str(e),
+                primary=trailers.get(PRIMARY_METADATA, ""),
+                layout=trailers.get(LAYOUT_METADATA, ""),
+                retry_after_ms=int(trailers.get(RETRY_AFTER_METADATA, "0")),
+            )
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            DATA_SECONDS.labels(name, outcome).observe(time.monotonic() - started)
 
     async def Get(self, request: data_pb2.GetRequest, context: Context) -> data_pb2.GetResponse:
         ref = request.partition
@@ -309,6 +356,19 @@ async def _call(
             DATA_SECONDS.labels(op, outcome).observe(time.monotonic() - started)
 
 
+def _refusal(error: PlacementError) -> tuple[grpc.StatusCode, dict[str, str]]:
+    """The status code of a refused data request and the trailing metadata that tells the
+    client where to go next (the primary, the layout, when to retry)."""
+    trailers: dict[str, str] = {}
+    if isinstance(error, NotPrimary):
+        trailers[PRIMARY_METADATA] = error.primary
+    elif isinstance(error, WrongLayout):
+        trailers[LAYOUT_METADATA] = error.layout
+    elif isinstance(error, Sealed):
+        trailers[RETRY_AFTER_METADATA] = str(error.retry_after_ms)
+    return status_of(error, STATUS_OF, grpc.StatusCode.UNAVAILABLE), trailers
+
+
 async def _answered(
     context: Context,
     ref: common_pb2.PartitionRef,
@@ -318,16 +378,11 @@ async def _answered(
     try:
         validate_partition_key(ref.zone, ref.partition)
         return await work()
-    except NotPrimary as e:
-        if not not_primary_aborts:
-            raise
-        context.set_trailing_metadata(((PRIMARY_METADATA, e.primary),))
-        await abort(context, e, STATUS_OF)
-    except WrongLayout as e:
-        context.set_trailing_metadata(((LAYOUT_METADATA, e.layout),))
-        await abort(context, e, STATUS_OF)
-    except Sealed as e:
-        context.set_trailing_metadata(((RETRY_AFTER_METADATA, str(e.retry_after_ms)),))
-        await abort(context, e, STATUS_OF)
     except PlacementError as e:
-        await abort(context, e, STATUS_OF)
+        if isinstance(e, NotPrimary) and not not_primary_aborts:
+            raise
+        code, trailers = _refusal(e)
+        if trailers:
+            context.set_trailing_metadata(tuple(trailers.items()))
+        await context.abort(code, str(e))
+        raise AssertionError("unreachable: context.abort raises") from e

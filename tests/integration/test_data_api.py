@@ -337,6 +337,77 @@ async def test_a_request_under_another_layout_generation_is_refused_naming_the_l
         assert await client.get(ZONE, key) == b"relayout"
 
 
+async def test_write_batch_answers_each_op_as_put_or_delete_would(data_cluster: Cluster) -> None:
+    """design/data-plane.md, "Client batches": one call, each op answered on its own — applied,
+    redirected to its primary, refused as invalid — and a malformed call writes nothing."""
+    c = data_cluster
+    async with DataClient(c.driver_apis, tls=c.tls("client")) as client:
+        routes = await client.routes(ZONE, refresh=True)
+        primary = routes.route(0).primary
+        led = [p for p in range(routes.partitions) if routes.route(p).primary == primary]
+        other = next(p for p in range(routes.partitions) if routes.route(p).primary != primary)
+        keys: dict[int, bytes] = {}
+        i = 0
+        while len(keys) < routes.partitions:
+            key = f"batch-{i}".encode()
+            keys.setdefault(partition_of(key, routes.partitions), key)
+            i += 1
+        await client.put(ZONE, keys[led[0]], b"before")
+
+        def ref(p: int) -> common_pb2.PartitionRef:
+            return common_pb2.PartitionRef(zone=ZONE, partition=p, generation=routes.layout)
+
+        ops = [
+            *(data_pb2.WriteOp(partition=ref(p), key=keys[p], value=b"batched") for p in led),
+            data_pb2.WriteOp(partition=ref(led[0]), key=keys[led[0]], delete=True),
+            data_pb2.WriteOp(partition=ref(other), key=keys[other], value=b"elsewhere"),
+            data_pb2.WriteOp(partition=ref(led[0]), key=b"", value=b"no key"),
+        ]
+        async with channel_to(routes.addresses[primary], c.tls("client")) as channel:
+            stub = data_pb2_grpc.DataServiceStub(channel)
+            reply = await stub.WriteBatch(data_pb2.WriteBatchRequest(ops=ops), timeout=10)
+            for bad in ([], [ops[0]] * 1025):
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await stub.WriteBatch(data_pb2.WriteBatchRequest(ops=bad), timeout=10)
+                assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "ops" in (caught.value.details() or "")
+                assert "1..1024" in (caught.value.details() or "")
+            with pytest.raises(grpc.aio.AioRpcError) as denied:
+                async with channel_to(routes.addresses[primary], c.tls("reader")) as reader:
+                    await data_pb2_grpc.DataServiceStub(reader).WriteBatch(
+                        data_pb2.WriteBatchRequest(ops=ops[:1]), timeout=10
+                    )
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        outcomes = list(reply.outcomes)
+        assert len(outcomes) == len(ops)
+        applied = outcomes[: len(led) + 1]
+        assert [o.code for o in applied] == [0] * len(applied)
+        assert all(o.result.index > 0 and o.result.lease_epoch > 0 for o in applied)
+        assert applied[-1].result.existed  # the delete saw the batch's own put
+        redirected = outcomes[len(led) + 1]
+        assert redirected.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        hint = parse_primary_hint(redirected.primary)
+        assert hint is not None
+        assert hint.node == routes.route(other).primary
+        invalid = outcomes[-1]
+        assert invalid.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "key" in invalid.detail
+        assert await client.get(ZONE, keys[led[0]]) is None
+        for p in led[1:]:
+            assert await client.get(ZONE, keys[p]) == b"batched"
+        assert await client.get(ZONE, keys[other]) is None  # refused, not written
+
+        # the client: concurrent writes to one agent share calls; each is acknowledged alone
+        many = {f"shared-{i}".encode(): f"v{i}".encode() for i in range(200)}
+        calls_before, writes_before = client.write_batches()
+        await asyncio.gather(*(client.put(ZONE, k, v) for k, v in many.items()))
+        calls, writes = client.write_batches()
+        assert writes - writes_before == len(many)
+        assert calls - calls_before < len(many) // 2
+        for k, v in many.items():
+            assert await client.get(ZONE, k) == v
+
+
 async def test_workload_in_process_then_checked(data_cluster: Cluster, tmp_path: Path) -> None:
     c = data_cluster
     record = tmp_path / "in-process.jsonl"

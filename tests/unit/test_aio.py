@@ -37,6 +37,27 @@ async def test_items_submitted_during_a_flush_go_out_together_in_the_next() -> N
     assert (coalescer.flushes, coalescer.items) == (2, 51)
 
 
+async def test_a_batch_keeps_its_size_bound_and_a_larger_item_goes_alone_in_order() -> None:
+    batches: list[list[int]] = []
+
+    async def flush(items: list[int]) -> list[int]:
+        batches.append(items)
+        await asyncio.sleep(0)
+        return items
+
+    coalescer: Coalescer[int, int] = Coalescer(
+        flush, limit=100, name="t", size=lambda n: n, max_size=10
+    )
+    sizes = [1, 4, 5, 3, 25, 2, 9, 1, 1]
+    assert await asyncio.gather(*(coalescer.submit(n) for n in sizes)) == sizes
+    assert [n for b in batches for n in b] == sizes  # nothing overtaken
+    for batch in batches:
+        assert len(batch) == 1 or sum(batch) <= 10
+    assert [25] in batches
+    with pytest.raises(ValueError, match="max_size"):
+        Coalescer(flush, limit=1, name="t", size=len)
+
+
 async def test_a_batch_keeps_the_limit_and_one_item_per_key_and_shares_its_error() -> None:
     batches: list[list[tuple[str, int]]] = []
 

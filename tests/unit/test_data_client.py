@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from placement.data.client import (
     ScanMerge,
     ScanProtocolError,
     Wait,
+    WriteResult,
     ZoneRoutes,
     build_routes,
     decide,
@@ -236,6 +238,9 @@ class FakeAgent:
     kv: dict[bytes, bytes]
     script: list[Exception] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+    #: an agent from before WriteBatch
+    old: bool = False
 
     def _next(self, method: str) -> None:
         self.calls.append(method)
@@ -251,6 +256,40 @@ class FakeAgent:
         self._next("Delete")
         existed = self.kv.pop(r.key, None) is not None
         return data_pb2.WriteResponse(index=len(self.calls), lease_epoch=7, existed=existed)
+
+    async def WriteBatch(
+        self, r: data_pb2.WriteBatchRequest, **_: float
+    ) -> data_pb2.WriteBatchResponse:
+        """Each op as its Put or Delete (the script applies per op), failures as outcomes."""
+        if self.old:
+            self.calls.append("WriteBatch")
+            raise rpc_error(Code.UNIMPLEMENTED, "Method not found!")
+        self.batches.append(len(r.ops))
+        await asyncio.sleep(0)  # answered a loop round later, as over a connection
+        outcomes = []
+        for op in r.ops:
+            try:
+                if op.delete:
+                    reply = await self.Delete(
+                        data_pb2.DeleteRequest(partition=op.partition, key=op.key)
+                    )
+                else:
+                    reply = await self.Put(
+                        data_pb2.PutRequest(partition=op.partition, key=op.key, value=op.value)
+                    )
+                outcomes.append(data_pb2.WriteOutcome(result=reply))
+            except grpc.aio.AioRpcError as e:
+                trailers = dict(e.trailing_metadata() or ())
+                outcomes.append(
+                    data_pb2.WriteOutcome(
+                        code=e.code().value[0],
+                        detail=e.details() or "",
+                        primary=str(trailers.get("x-primary", "")),
+                        layout=str(trailers.get("x-layout", "")),
+                        retry_after_ms=int(trailers.get("x-retry-after-ms", 0) or 0),
+                    )
+                )
+        return data_pb2.WriteBatchResponse(outcomes=outcomes)
 
     async def Get(self, r: data_pb2.GetRequest, **_: float) -> data_pb2.GetResponse:
         self._next("Get")
@@ -444,7 +483,9 @@ async def test_a_sealed_partition_is_retried_after_the_time_it_names_without_a_r
     assert connector.dialed == ["h:1"] * 4
     agent.script = [sealed] * 1000  # 20 s of seal: past the 15 s deadline
     client_deadline = clock.now + client.deadline
-    with pytest.raises(DataUnavailable, match="sealed"):
+    # the last error is the seal, or the last attempt's own deadline (the fake clock leaves it
+    # a few picoseconds of real time)
+    with pytest.raises(DataUnavailable, match=r"sealed|no answer within"):
         await client.put("z", b"k", b"w")
     assert clock.now <= client_deadline
 
@@ -515,3 +556,36 @@ async def test_a_scan_across_a_flip_goes_on_under_the_new_layout_never_mixing_tw
     got = [kv async for kv in client.scan("z", b"key-", page_size=4)]
     assert got == sorted(data.items())
     assert agent.generation == 6
+
+
+async def test_concurrent_writes_to_one_agent_share_a_call_and_are_answered_alone() -> None:
+    wrong = rpc_error(Code.FAILED_PRECONDITION, "not the primary", "n2@h:2")
+    agent, other = FakeAgent("h:1", {}), FakeAgent("h:2", {})
+    client, _, _, _ = make_client(agents=[agent, other])
+    async with client:
+        await client.put("z", b"first", b"1")
+        agent.script = [rpc_error(Code.INVALID_ARGUMENT, "bad"), wrong]
+        keys = [f"k{i}".encode() for i in range(40)]
+        results = await asyncio.gather(
+            *(client.put("z", k, b"v") for k in keys), return_exceptions=True
+        )
+    # one call for the 40; its first op was refused alone, its second redirected alone
+    assert agent.batches == [1, 40]
+    assert other.calls == ["Put"]  # the redirected write, in a batch of its own at h:2
+    assert isinstance(results[0], InvalidInput)
+    assert all(isinstance(r, WriteResult) for r in results[1:])
+    assert set(agent.kv) | set(other.kv) == {b"first", *keys[1:]}
+    assert len(other.kv) == 1
+    calls, writes = client.write_batches()
+    assert (calls, writes) == (3, 42)
+
+
+async def test_an_agent_without_write_batch_gets_single_calls_from_then_on() -> None:
+    agent = FakeAgent("h:1", {}, old=True)
+    client, _, _, _ = make_client(agents=[agent])
+    async with client:
+        await client.put("z", b"a", b"1")
+        await client.put("z", b"b", b"2")
+        assert await client.delete("z", b"a")
+    assert agent.calls == ["WriteBatch", "Put", "Put", "Delete"]
+    assert agent.kv == {b"b": b"2"}
