@@ -73,7 +73,8 @@ REBALANCE_RPCS = Counter(
 )
 LEASE_WRITES = Counter(
     "placement_driver_primary_lease_writes",
-    "Primary leases written by the leader: granted (a new holder or epoch) or renewed.",
+    "Primary leases written by the leader: granted (a new holder or epoch) or renewed; withheld:"
+    " not written because the holder's agent did not answer a health check.",
     ["kind"],
     registry=REGISTRY,
 )

@@ -192,6 +192,19 @@ class AgentClient:
         )
         return await self._batched(address, _RETIRE_BATCH, request)
 
+    async def answers(self, address: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """Whether the agent's process answers a health check within ``timeout`` seconds (any
+        answer counts, even NOT_SERVING or UNIMPLEMENTED: only a transport failure or no
+        answer in time means it is not there)."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        stub = health_pb2_grpc.HealthStub(self._channels.get(address))
+        try:
+            await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            return e.code() not in SILENT_CODES
+        return True
+
     async def hosted_partitions(self, address: str) -> set[tuple[str, int]]:
         """Every (zone, partition) the agent holds a complete replica of."""
         try:
@@ -227,6 +240,9 @@ class AgentClient:
             return AgentUnavailable(f"{address}: {method}: {why}")
         return AgentUnavailable(f"{address}: {method}: {error.code().name} {error.details()}")
 
+
+#: A health check failing with one of these did not reach a live process.
+SILENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 #: Requests per batch call, and what each adds to the call's deadline.
 BATCH_LIMIT = 256

@@ -802,9 +802,16 @@ class ZonePlan:
 
 
 def plan_zone(
-    view: ClusterView, name: str, zone: ZoneView, now_ms: int, leases: LeaseConfig | None
+    view: ClusterView,
+    name: str,
+    zone: ZoneView,
+    now_ms: int,
+    leases: LeaseConfig | None,
+    silent: frozenset[str] = frozenset(),
 ) -> ZonePlan:
-    """Everything the leader should do now for zone ``name``, decided on ``view`` alone."""
+    """Everything the leader should do now for zone ``name``, decided on ``view`` alone;
+    ``silent``: registered nodes whose agents did not answer the leader's last probe — they get
+    no lease and none of theirs is renewed (design/control-plane.md, "Primary leases")."""
     plan = ZonePlan()
     spec = zone.spec
     if not view.paused:
@@ -864,7 +871,7 @@ def plan_zone(
         }
         isrs = {p: isr for p, isr in zone.isrs.items() if p in stables}
         grants = plan_primaries(
-            stables, zone.primaries, set(view.nodes), now_ms, leases, isrs, view.leaving
+            stables, zone.primaries, set(view.nodes) - silent, now_ms, leases, isrs, view.leaving
         )
         if grants:
             plan.primaries.append(WritePrimaries(name, MappingProxyType(grants)))
@@ -878,9 +885,10 @@ def plan_zone(
 class PlanMemo:
     """Zone plans kept between passes (the incremental pass, design/control-plane.md): a zone
     whose plan writes nothing is not decided again while its view, the registered nodes, the
-    drain marks and the pause flag are the same objects and its next due time has not come —
-    :func:`plan_zone` would decide exactly the same (it depends on time only through what its
-    due times cover). A plan that writes is always decided again: its writes carry times."""
+    drain marks, the pause flag and the silent nodes are the same objects and its next due time
+    has not come — :func:`plan_zone` would decide exactly the same (it depends on time only
+    through what its due times cover). A plan that writes is always decided again: its writes
+    carry times."""
 
     def __init__(self) -> None:
         self._plans: dict[
@@ -891,9 +899,15 @@ class PlanMemo:
         self.reused = 0
 
     def plan(
-        self, view: ClusterView, name: str, zone: ZoneView, now_ms: int, leases: LeaseConfig | None
+        self,
+        view: ClusterView,
+        name: str,
+        zone: ZoneView,
+        now_ms: int,
+        leases: LeaseConfig | None,
+        silent: frozenset[str] = frozenset(),
     ) -> ZonePlan:
-        inputs = (zone, view.nodes, view.draining, view.paused)
+        inputs = (zone, view.nodes, view.draining, view.paused, silent)
         held = self._plans.get(name)
         if (
             held is not None
@@ -904,7 +918,7 @@ class PlanMemo:
             self.reused += 1
             return held[1]
         self.decided += 1
-        plan = plan_zone(view, name, zone, now_ms, leases)
+        plan = plan_zone(view, name, zone, now_ms, leases, silent)
         if plan.writes:
             self._plans.pop(name, None)
         else:
@@ -922,15 +936,17 @@ def plan_pass(
     now_ms: int,
     leases: LeaseConfig | None = None,
     memo: PlanMemo | None = None,
+    silent: frozenset[str] = frozenset(),
 ) -> PassPlan:
     """Everything the leader should do now, decided on ``view`` alone (``memo``: reusing the
-    plans of zones nothing happened to; the result is the same)."""
+    plans of zones nothing happened to; the result is the same; ``silent``: see
+    :func:`plan_zone`)."""
     if memo is not None:
         memo.retain(view.zones)
     plans = {
-        name: memo.plan(view, name, zone, now_ms, leases)
+        name: memo.plan(view, name, zone, now_ms, leases, silent)
         if memo is not None
-        else plan_zone(view, name, zone, now_ms, leases)
+        else plan_zone(view, name, zone, now_ms, leases, silent)
         for name, zone in view.zones.items()
     }
     due = [t for plan in plans.values() for t in plan.due]

@@ -79,6 +79,7 @@ from placement.driver.core import (
 )
 from placement.driver.incremental import ViewBuilder, view_group
 from placement.driver.leases import LeaseConfig
+from placement.driver.liveness import Liveness
 from placement.driver.status import ZoneStatusState
 from placement.errors import (
     Conflict,
@@ -167,6 +168,10 @@ class DriverConfig:
     #: Sends of one adopt of a new zone before it is left to the next term's sweep.
     adopt_attempts: int = 8
     leases: LeaseConfig = field(default_factory=LeaseConfig)
+    #: Health-check a lease's holder before renewing or granting it (placement.driver.liveness);
+    #: False trusts the node record alone (a lease outlives a killed holder by up to the
+    #: registration TTL more).
+    probe_holders: bool = True
 
 
 class Driver:
@@ -194,6 +199,8 @@ class Driver:
         )
         self._clock = clock
         self._sleep = sleep
+        #: Agents that answer, probed before lease writes (design/control-plane.md).
+        self.liveness = Liveness(self.agents.answers)
         self._leadership: Leadership | None = None
         self._leader_api: str | None = None
         self._view: ClusterView | None = None
@@ -461,7 +468,10 @@ class Driver:
                 if sweep is None:
                     sweep = asyncio.create_task(self._retire_sweep(view, fence), name="sweep")
                 self._adopt_created(view, fence)
-                plan = plan_pass(view, self.now_ms(), self.config.leases, memo)
+                self.liveness.forget(view.nodes)
+                plan = plan_pass(
+                    view, self.now_ms(), self.config.leases, memo, self.liveness.silent()
+                )
                 try:
                     await self._execute(plan, fence)
                     attempt = 0
@@ -651,8 +661,30 @@ class Driver:
         )
 
     async def _write_primaries(self, write: WritePrimaries, fence: Fence, ts: int) -> None:
-        """A lost compare: redone next pass, on a fresh view."""
-        written = await self.store.write_primaries(write.zone, write.leases, fence, ts)
+        """A lost compare: redone next pass, on a fresh view. Leases for a holder whose agent
+        does not answer are not written (placement.driver.liveness): the next pass, told it is
+        silent, lets them expire and grants them elsewhere."""
+        leases = write.leases
+        if self.config.probe_holders:
+            nodes = self._view.nodes if self._view is not None else {}
+            holders = {w.lease.node for w in leases.values()}
+            silent = await self.liveness.check(
+                {n: nodes[n].address if n in nodes else "" for n in holders}
+            )
+            if silent:
+                log.warning(
+                    "zone %s: %s did not answer a health check: %d lease write(s) withheld",
+                    write.zone,
+                    ", ".join(sorted(silent)),
+                    sum(1 for w in leases.values() if w.lease.node in silent),
+                )
+                kept = {p: w for p, w in leases.items() if w.lease.node not in silent}
+                metrics.LEASE_WRITES.labels("withheld").inc(len(leases) - len(kept))
+                leases = kept
+                self._wake.set()
+                if not leases:
+                    return
+        written = await self.store.write_primaries(write.zone, leases, fence, ts)
         self._written = max(self._written, written.revision)
         for _ in range(written.raced):
             log.info("zone %s: primary leases raced; redone next pass", write.zone)

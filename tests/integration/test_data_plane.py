@@ -15,12 +15,21 @@ import math
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
-from test_driver import ROOT, TIMEOUT, assert_clean_log, eventually, leader_fence, running_driver
+from test_driver import (
+    ROOT,
+    SCALE,
+    TIMEOUT,
+    assert_clean_log,
+    eventually,
+    leader_fence,
+    running_driver,
+)
 
 from placement.core.model import ZoneSpec
 from placement.data.partitioning import partition_of
@@ -369,6 +378,81 @@ async def test_sigkill_of_a_busy_primary_loses_no_acknowledged_write(
             for key, value in acked.items():
                 if partition_of(key, 2) == 0:
                     assert copy.get(key) == value, f"{node} lacks acknowledged {key!r}"
+
+
+LONG_REGISTRATION_AGENT = AGENT.replace("lease_ttl=2,", "lease_ttl=9,")
+
+
+class LongRegistrationAgents(Agents):
+    """Agents whose node record outlives them by 6-9 s (a killed one stays registered)."""
+
+    def command(self, node: str) -> list[str]:
+        return [
+            sys.executable, "-c", LONG_REGISTRATION_AGENT, node, "127.0.0.1:0",
+            str(self.data_dir(node)), self.endpoint, self.keys.prefix,
+        ]  # fmt: skip
+
+
+async def test_a_killed_holders_leases_are_not_renewed_while_its_node_record_lingers(
+    etcd: object, tmp_path: Path, client: EtcdClient, keys: KeySpace
+) -> None:
+    """placement/driver/liveness.py: the holder is SIGKILLed right after a renewal; its next
+    renewal falls due 1 s later, while its node record still stands (registration TTL 9 s). The
+    leader's health check finds it gone: none of its leases gets a later expiry, and each moves
+    to a live member as soon as it expires. Without the check the renewal goes through and the
+    partitions wait a whole lease more (failover_bench: 15.1 s instead of 10.1 s)."""
+    leases = LeaseConfig(duration_ms=4000, renew_before_ms=3000)
+    agents = LongRegistrationAgents(tmp_path, etcd.endpoint, keys)  # type: ignore[attr-defined]
+    try:
+        for n in ("n1", "n2", "n3"):
+            await agents.start(n)
+        endpoint = etcd.endpoint  # type: ignore[attr-defined]
+        async with running_driver(endpoint, keys, leases=leases) as driver:
+            store = Metastore(client, keys)
+            spec = ZoneSpec("kv", partitions=3, replicas=3)
+            assert (await store.create_zone(spec, await leader_fence(driver))).applied
+            await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+            first = await primary_of(client, keys, "kv", 0)
+            assert first is not None
+
+            async def renewed() -> bool:
+                lease = await primary_of(client, keys, "kv", 0)
+                return lease is not None and lease.expiry > first.expiry
+
+            await eventually(renewed, "a renewal of partition 0's lease")
+            victim = first.node
+            agents.procs[victim].send_signal(signal.SIGKILL)
+            killed_ms = int(time.time() * 1000)
+            held = {
+                p: lease
+                for p in range(spec.partitions)
+                if (lease := await primary_of(client, keys, "kv", p)) is not None
+                and lease.node == victim
+            }
+            assert 0 in held
+            moved: dict[int, int] = {}
+
+            async def all_moved() -> bool:
+                for p, before in held.items():
+                    lease = await primary_of(client, keys, "kv", p)
+                    assert lease is not None
+                    if lease.node == victim:
+                        assert lease.expiry <= before.expiry, f"p{p}: renewed after the kill"
+                    elif p not in moved:
+                        moved[p] = int(time.time() * 1000)
+                        assert lease.lease_epoch == before.lease_epoch + 1
+                return len(moved) == len(held)
+
+            await eventually(all_moved, "the killed holder's leases to move")
+            registered = await client.get(keys.node(victim))
+            assert registered.first() is not None, "the test needs the node record to linger"
+            for p, at in moved.items():
+                # moved within a second of its expiry (the pass at expiry and its write)
+                assert at - held[p].expiry < 1000 * SCALE, (p, at, held[p].expiry)
+                assert held[p].expiry - killed_ms <= leases.duration_ms
+            assert driver.liveness.found_silent >= 1
+    finally:
+        await agents.close()
 
 
 SIZED_AGENT = AGENT.replace("catch_up_bytes_per_s=0)", "catch_up_bytes_per_s=0, size_interval=0.5)")
