@@ -483,6 +483,18 @@ async def test_cancel_racing_completion_exactly_one_wins(
         spec = ZoneSpec("c", partitions=16, replicas=2)
         assert (await store.create_zone(spec, fence)).applied
         await eventually(lambda: settled(store, spec), "zone creation")
+        created = await store.read_zone("c")
+        first = {
+            p: frozenset(created.partition(p).peers(AssignField.STABLE) or ()) for p in range(16)
+        }
+
+        async def adopted() -> bool:
+            return hosting(cluster, "c", 16) == first
+
+        # Moves start only once the creation's adopts are done: a move cancelled before its
+        # old members were adopted leaves them without replicas (a known gap, see
+        # design/replica-protocol.md, Limits).
+        await eventually(adopted, "the first members to hold their replica records")
         record = await store.get_zone("c")
         assert record is not None
         three = ZoneSpec("c", partitions=16, replicas=3)
@@ -522,9 +534,15 @@ async def test_cancel_racing_completion_exactly_one_wins(
         assert outcomes[Outcome.APPLIED] >= 1, outcomes
         applied = outcomes[Outcome.APPLIED]
         assert await counted(driver, "cancel_finished", applied) == applied
-        # Agents agree with etcd: no partition is left on a configuration etcd does not name.
-        for event in await history(client, keys.zone_assign_prefix("c"), 1):
-            assert event[0] in (EventKind.PUT.value, EventKind.DELETE.value)
+        # Agents agree with etcd: every agent ends holding complete replicas of exactly the
+        # partitions final stable names it — a cancelled copy is discarded, a finished one kept.
+        want = {p: frozenset(final.partition(p).peers(AssignField.STABLE) or ()) for p in range(16)}
+        assert all(len(nodes) in (2, 3) for nodes in want.values()), want  # old or new
+
+        async def agree() -> bool:
+            return hosting(cluster, "c", 16) == want
+
+        await eventually(agree, f"the agents to hold what stable names ({want})")
 
 
 async def test_pause_stops_driving_and_resume_completes(

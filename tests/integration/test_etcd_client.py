@@ -22,6 +22,7 @@ from replica.registration import Registration
 pytestmark = pytest.mark.integration
 
 WAIT = 20.0  # bound on every wait for an event
+SCALE = float(os.environ.get("PLACEMENT_TEST_TIME_SCALE", "1"))
 
 
 def _free_port() -> int:
@@ -143,13 +144,20 @@ async def test_call_timeout_on_a_frozen_etcd(etcd_factory: Any, prefix: str) -> 
         await c.put(b"/k", b"v")
         os.kill(server.proc.pid, signal.SIGSTOP)
         await _until_stopped(server.proc.pid)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             with pytest.raises(StoreUnavailable, match=r"outcome unknown|no answer in time"):
                 await c.put(b"/k", b"w")
+            # one call's timeout, not a retry loop: a put is not idempotent, so it is not resent
+            assert loop.time() - started < 0.5 + 1.0 * SCALE
         finally:
             os.kill(server.proc.pid, signal.SIGCONT)
-        # the write may or may not have happened: callers re-read
-        assert (await c.get(b"/k")).first() is not None
+        # the write may or may not have happened: callers re-read, and find one of the two
+        kv = (await c.get(b"/k")).first()
+        assert kv is not None
+        assert kv.value in (b"v", b"w")
+        assert kv.version in (1, 2)  # never written twice
 
 
 async def _first_batch(c: EtcdClient, key: bytes, start_revision: int) -> WatchBatch:
@@ -296,15 +304,21 @@ async def test_lease_is_lost_when_no_keepalive_succeeds_before_its_deadline(
     its deadline, without waiting for etcd to come back."""
     server = etcd_factory()
     async with EtcdClient([server.endpoint], call_timeout=0.5) as c:
+        loop = asyncio.get_running_loop()
+        granted = loop.time()
         lease = await c.grant_lease(2)
         os.kill(server.proc.pid, signal.SIGSTOP)
         await _until_stopped(server.proc.pid)
         try:
             async with asyncio.timeout(WAIT):
                 reason = await lease.wait_lost()
+            lost = loop.time()
         finally:
             os.kill(server.proc.pid, signal.SIGCONT)
         assert "deadline" in reason
+        # given up at its deadline (at most the TTL after the grant), not when etcd came back
+        # or a retry loop gave up: the holder must stop acting on it before anyone else may
+        assert lost - granted <= 2.0 + 0.5 * SCALE, lost - granted
 
 
 async def test_an_agents_registration_outlives_a_blocked_loop(etcd: Any, keys: KeySpace) -> None:
