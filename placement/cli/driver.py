@@ -55,6 +55,7 @@ async def serve_driver(
     max_moves_per_node: int = DEFAULT_MAX_MOVES_PER_NODE,
     max_bytes_per_node: int = DEFAULT_MAX_BYTES_PER_NODE,
     primary_lease: float = 10.0,
+    probe_holders: bool = True,
     add_servicers: AddServicers | None = None,
     announce: Callable[[str], None] = lambda line: print(line, flush=True),
     tls: TlsMaterial | None = None,
@@ -102,6 +103,7 @@ async def serve_driver(
         leases=LeaseConfig(
             duration_ms=int(primary_lease * 1000), renew_before_ms=int(primary_lease * 500)
         ),
+        probe_holders=probe_holders,
     )
     async with (
         contextlib.AsyncExitStack() as closing,
@@ -200,6 +202,11 @@ def driver() -> None:
     help="Seconds a partition's primary lease lasts (renewed at half); a dead primary is "
     "replaced after it expires.",
 )  # fmt: skip
+@click.option(
+    "--probe-holders/--no-probe-holders", default=True, show_default=True,
+    help="Health-check a lease's holder before renewing or granting it, so a killed agent's "
+    "leases are not renewed while its node record lingers (design/control-plane.md).",
+)  # fmt: skip
 @click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -232,6 +239,7 @@ def run(
     max_moves_per_node: int,
     max_mib_per_node: int,
     primary_lease: float,
+    probe_holders: bool,
     log_level: str,
     log_format: str,
     metrics_listen: str | None,
@@ -261,6 +269,7 @@ def run(
                 max_moves_per_node=max_moves_per_node,
                 max_bytes_per_node=max_mib_per_node * 2**20,
                 primary_lease=primary_lease,
+                probe_holders=probe_holders,
                 tls=tls,
                 etcd_credentials=etcd_credentials,
                 metrics_listen=metrics_listen,

@@ -32,7 +32,7 @@ its previous ``WriteBatch`` to that agent is in flight goes out in the next one 
 write goes at once; at most ``WRITE_BATCH_OPS`` writes and about ``WRITE_BATCH_BYTES`` per
 call). Each write is answered on its own, with what ``Put`` or ``Delete`` would have answered, and
 goes through the rules above alone. An agent that does not know ``WriteBatch`` (UNIMPLEMENTED)
-gets single calls from then on.
+gets single calls for ``UNBATCHED_FOR`` seconds, then is tried again.
 
 A retried ``put`` is idempotent (a whole-value write); a retried ``delete`` may report
 ``existed=False`` when an earlier, unanswered attempt already removed the key. An error after an
@@ -86,6 +86,8 @@ WRITES = frozenset({"put", "delete"})
 #: Most writes one WriteBatch carries (the agents' own bound), and about most bytes.
 WRITE_BATCH_OPS = 1024
 WRITE_BATCH_BYTES = 4 << 20
+#: Seconds an agent that does not know WriteBatch gets single calls before it is tried again.
+UNBATCHED_FOR = 60.0
 
 RETRY_CODES = frozenset(
     {
@@ -123,6 +125,10 @@ class LayoutMoved(PlacementError):
     def __init__(self, zone: str, pinned: int, now: int) -> None:
         self.zone = zone
         super().__init__(f"zone {zone} moved from layout generation {pinned} to {now}")
+
+
+class ClientClosed(PlacementError):
+    """The :class:`DataClient` was closed while the call was under way."""
 
 
 class DataRequestFailed(PlacementError):
@@ -550,11 +556,13 @@ class DataClient(AsyncClosing):
         self._locks: dict[str, asyncio.Lock] = {}
         self._generation = 0
         self._batches: dict[str, Coalescer[_QueuedWrite, data_pb2.WriteOutcome]] = {}
-        self._unbatched: set[str] = set()
+        #: agents that answered WriteBatch UNIMPLEMENTED -> when (monotonic): single calls
+        #: to them until ``UNBATCHED_FOR`` seconds later (a rolling upgrade may replace them)
+        self._unbatched: dict[str, float] = {}
 
     async def close(self) -> None:
         for batches in self._batches.values():
-            await batches.close()
+            await batches.close(ClientClosed("the data client was closed under this write"))
         await self._connector.close()
         await self._source.close()
 
@@ -753,8 +761,11 @@ class DataClient(AsyncClosing):
     ) -> WriteResult:
         """``op`` in the next WriteBatch to ``address`` (see the module docstring); its failure
         raised as the AioRpcError Put or Delete would have raised."""
-        if address in self._unbatched:
-            return await _write_alone(stub, op, within)
+        since = self._unbatched.get(address)
+        if since is not None:
+            if time.monotonic() - since < UNBATCHED_FOR:
+                return await _write_alone(stub, op, within)
+            del self._unbatched[address]
         batches = self._batches.get(address)
         if batches is None:
             batches = self._batches[address] = Coalescer(
@@ -765,8 +776,9 @@ class DataClient(AsyncClosing):
                 max_size=WRITE_BATCH_BYTES,
             )
         try:
+            deadline = time.monotonic() + within
             async with asyncio.timeout(within):
-                outcome = await batches.submit(_QueuedWrite(op, within, stub))
+                outcome = await batches.submit(_QueuedWrite(op, deadline, stub))
         except TimeoutError:
             raise _status_error(
                 grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {within:.3g} s"
@@ -774,8 +786,8 @@ class DataClient(AsyncClosing):
         except grpc.aio.AioRpcError as e:
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise
-            self._unbatched.add(address)  # an agent from before WriteBatch
-            return await _write_alone(stub, op, within)
+            self._unbatched[address] = time.monotonic()  # an agent from before WriteBatch
+            return await _write_alone(stub, op, max(0.001, deadline - time.monotonic()))
         if outcome.code != 0:
             raise _status_error(
                 _STATUS_BY_VALUE.get(outcome.code, grpc.StatusCode.UNKNOWN),
@@ -791,7 +803,8 @@ class DataClient(AsyncClosing):
         self, address: str, writes: list[_QueuedWrite]
     ) -> Sequence[data_pb2.WriteOutcome]:
         request = data_pb2.WriteBatchRequest(ops=[w.op for w in writes])
-        timeout = max(w.timeout for w in writes)
+        # the longest any of them may still wait (the agent parks a sealed write for half)
+        timeout = max(0.001, max(w.deadline for w in writes) - time.monotonic())
         reply = await writes[0].stub.WriteBatch(request, timeout=timeout)
         if len(reply.outcomes) != len(writes):
             raise _status_error(
@@ -924,7 +937,8 @@ class DataClient(AsyncClosing):
 @dataclass(frozen=True, slots=True)
 class _QueuedWrite:
     op: data_pb2.WriteOp
-    timeout: float = field(compare=False)
+    #: when the write's attempt gives up (``time.monotonic()``)
+    deadline: float = field(compare=False)
     #: the agent's stub as the write's attempt got it
     stub: DataStub = field(compare=False)
 

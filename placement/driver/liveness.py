@@ -4,7 +4,8 @@ A killed agent's node record outlives it by up to its registration TTL, and a le
 in that time kept its partitions without a primary for a whole lease more (measured: a SIGKILLed
 primary's partitions took 12 s to take writes again with 10 s leases, of which 1.9 s went to
 the renewal the dead holder got after it died). So before a pass's lease writes go out, the
-holders they name that have not answered within ``fresh`` seconds get one health check each
+holders they name that have not answered within ``fresh`` seconds (the driver: a quarter of
+the renewal period, at most 0.5 s) get one health check each
 (concurrently, at most ``timeout`` seconds); the writes for a node that does not answer are
 dropped — a lease is never shortened, only not extended or not granted — and the node is
 *silent* for ``hold`` seconds: passes neither renew its leases nor grant it one, so they expire
@@ -36,17 +37,29 @@ class Liveness:
         fresh: float = 1.0,
         timeout: float = 1.0,
         hold: float = 1.0,
+        open_after: float = 15.0,
         clock: Clock = time.monotonic,
     ) -> None:
         self._probe = probe
         self.fresh, self.timeout, self.hold = fresh, timeout, hold
+        self.open_after = open_after
         self._clock = clock
         self._answered: dict[str, float] = {}
         self._silent_until: dict[str, float] = {}
         self._silent: frozenset[str] = frozenset()
-        #: probes sent and nodes found silent (for tests and metrics)
+        self._probing: dict[str, asyncio.Future[bool]] = {}
+        #: probes sent, nodes found silent and rounds in which none answered (for tests and
+        #: metrics)
         self.probes = 0
         self.found_silent = 0
+        self.failed_open = 0
+
+    def silence_ends_in(self) -> float | None:
+        """Seconds until the first silent node may be planned for again (None: none silent):
+        the pass loop wakes then, so a node that missed one probe gets its renewals in time."""
+        if not self._silent_until:
+            return None
+        return max(0.0, min(self._silent_until.values()) - self._clock())
 
     def silent(self) -> frozenset[str]:
         """Nodes that did not answer within the last ``hold`` seconds (the same object while it
@@ -61,7 +74,13 @@ class Liveness:
 
     async def check(self, addresses: Mapping[str, str]) -> frozenset[str]:
         """Probe the nodes of ``addresses`` (node -> address; "" = unknown, silent) that have
-        not answered within ``fresh`` seconds; returns those that do not answer now."""
+        not answered within ``fresh`` seconds; returns those that do not answer now.
+
+        **Fails open**: when no agent at all has answered within ``open_after`` seconds, the
+        fault is far likelier on this side — the driver's certificate refused, its network —
+        than every agent dead at once, so nothing is withheld (the node records alone decide,
+        as without the check) and ``failed_open`` counts it. Concurrent checks share the probe
+        of a node already in flight."""
         now = self._clock()
         due = {
             node: address
@@ -70,21 +89,39 @@ class Liveness:
         }
         if not due:
             return frozenset()
-        self.probes += len(due)
         results = await asyncio.gather(
-            *(self._probe(a, self.timeout) if a else _false() for a in due.values())
+            *(self._probe_once(n, a) for n, a in due.items()), return_exceptions=True
         )
-        silent = set()
-        for node, answered in zip(due, results, strict=True):
-            if answered:
-                self._answered[node] = self._clock()
+        silent = frozenset(n for n, answer in zip(due, results, strict=True) if answer is not True)
+        now = self._clock()
+        if silent and not any(now - t < self.open_after for t in self._answered.values()):
+            self.failed_open += 1
+            for node in silent:  # and passes plan for them as before
                 self._silent_until.pop(node, None)
-            else:
-                silent.add(node)
+            return frozenset()
+        self.found_silent += len(silent)
+        return silent
+
+    def _probe_once(self, node: str, address: str) -> asyncio.Future[bool]:
+        """The probe of ``node`` in flight, or a new one; its answer is recorded once."""
+        running = self._probing.get(node)
+        if running is not None:
+            return running
+        self.probes += 1
+        probe = asyncio.ensure_future(self._probe(address, self.timeout) if address else _false())
+        self._probing[node] = probe
+
+        def record(done: asyncio.Future[bool]) -> None:
+            self._probing.pop(node, None)
+            if done.cancelled() or done.exception() is not None or not done.result():
                 self._answered.pop(node, None)
                 self._silent_until[node] = self._clock() + self.hold
-        self.found_silent += len(silent)
-        return frozenset(silent)
+            else:
+                self._answered[node] = self._clock()
+                self._silent_until.pop(node, None)
+
+        probe.add_done_callback(record)
+        return probe
 
     def forget(self, registered: Mapping[str, object]) -> None:
         """Drop what is known of nodes no longer registered."""

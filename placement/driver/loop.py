@@ -200,7 +200,11 @@ class Driver:
         self._clock = clock
         self._sleep = sleep
         #: Agents that answer, probed before lease writes (design/control-plane.md).
-        self.liveness = Liveness(self.agents.answers)
+        #: An answer is trusted for at most a quarter of the renewal period (0.5 s at most): a
+        #: holder that died within that before its renewal is renewed once more, so a killed
+        #: primary's partitions wait at most the lease plus that.
+        period = config.leases.duration_ms - config.leases.renew_before_ms
+        self.liveness = Liveness(self.agents.answers, fresh=min(0.5, period / 4000))
         self._leadership: Leadership | None = None
         self._leader_api: str | None = None
         self._view: ClusterView | None = None
@@ -509,11 +513,14 @@ class Driver:
         next due time (at most ``max_idle``), or ``tick`` after a failed pass."""
         if failed:
             return self.config.tick
-        if plan.next_due_ms is None:
-            return self.config.max_idle
-        # 1 ms late rather than early: a pass just before the due time would find nothing due.
-        wait = (plan.next_due_ms - self.now_ms() + 1) / 1000
-        return min(max(wait, 0.0), self.config.max_idle)
+        wait = self.config.max_idle
+        if plan.next_due_ms is not None:
+            # 1 ms late rather than early: a pass just before the due time finds nothing due.
+            wait = min(max((plan.next_due_ms - self.now_ms() + 1) / 1000, 0.0), wait)
+        silence = self.liveness.silence_ends_in()
+        if silence is not None:  # a node that missed one probe is planned for again then
+            wait = min(wait, silence + 0.001)
+        return wait
 
     async def _next_change(self, watch: ListWatch, seen: int, idle: float) -> int:
         if watch.revision < self._written:
@@ -668,9 +675,18 @@ class Driver:
         if self.config.probe_holders:
             nodes = self._view.nodes if self._view is not None else {}
             holders = {w.lease.node for w in leases.values()}
+            opened = self.liveness.failed_open
             silent = await self.liveness.check(
                 {n: nodes[n].address if n in nodes else "" for n in holders}
             )
+            if self.liveness.failed_open > opened:
+                log.warning(
+                    "zone %s: no agent has answered a health check for %.0f s: lease writes go"
+                    " out on the node records alone (check this driver's certificate and its"
+                    " network to the agents)",
+                    write.zone,
+                    self.liveness.open_after,
+                )
             if silent:
                 log.warning(
                     "zone %s: %s did not answer a health check: %d lease write(s) withheld",

@@ -14,6 +14,7 @@ holds, so clients retry that soon instead of backing off.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
@@ -42,6 +43,7 @@ from replica.data.peers import (
 from replica.data.plane import SEAL_PARK, DataPlane
 from replica.protocol import validate_partition_key
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
@@ -166,6 +168,12 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
+        except Exception as e:  # a bug: this op's alone, never its neighbours' (applied or not)
+            log.exception("%s %s/%s in a WriteBatch failed", name, ref.zone, ref.partition)
+            outcome = "unknown"
+            return data_pb2.WriteOutcome(
+                code=grpc.StatusCode.UNKNOWN.value[0], detail=f"{type(e).__name__}: {e}"
+            )
         finally:
             DATA_SECONDS.labels(name, outcome).observe(time.monotonic() - started)
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from placement.api.client import ApiError
 from placement.core.retry import RetryPolicy
 from placement.data.client import (
+    ClientClosed,
     DataClient,
     DataRequestFailed,
     DataUnavailable,
@@ -589,3 +590,26 @@ async def test_an_agent_without_write_batch_gets_single_calls_from_then_on() -> 
         assert await client.delete("z", b"a")
     assert agent.calls == ["WriteBatch", "Put", "Put", "Delete"]
     assert agent.kv == {b"b": b"2"}
+
+
+async def test_closing_the_client_fails_its_queued_writes_with_client_closed() -> None:
+    release = asyncio.Event()
+
+    class SlowAgent(FakeAgent):
+        async def WriteBatch(
+            self, r: data_pb2.WriteBatchRequest, **_: float
+        ) -> data_pb2.WriteBatchResponse:
+            await release.wait()
+            return await super().WriteBatch(r)
+
+    agent = SlowAgent("h:1", {})
+    client, _, _, _ = make_client(agents=[agent])
+    first = asyncio.ensure_future(client.put("z", b"a", b"1"))
+    await asyncio.sleep(0.01)
+    queued = asyncio.ensure_future(client.put("z", b"b", b"2"))  # behind the call in flight
+    await asyncio.sleep(0.01)
+    await client.close()
+    for write in (first, queued):
+        with pytest.raises(ClientClosed, match="closed"):
+            await write
+    assert agent.kv == {}

@@ -4,6 +4,8 @@ nothing changes, so kept plans stay valid); an unknown address is silent without
 
 from __future__ import annotations
 
+import asyncio
+
 from placement.driver.liveness import Liveness
 
 
@@ -48,3 +50,37 @@ async def test_probes_only_what_is_not_fresh_and_holds_silence() -> None:
     assert await live.check(nodes) == {"b", "c"}
     live.forget({"a": object(), "c": object()})  # b's node record is gone
     assert live.silent() == {"c"}
+
+
+async def test_fails_open_when_no_agent_answers_and_shares_a_probe_in_flight() -> None:
+    calls: list[str] = []
+    gate = asyncio.Event()
+    up = {"a:1": False, "b:1": False}
+
+    async def probe(address: str, within: float) -> bool:
+        calls.append(address)
+        await gate.wait()
+        return up[address]
+
+    clock = Clock()
+    live = Liveness(probe, fresh=1.0, hold=1.0, open_after=15.0, clock=clock)
+    # two zones' rounds at once: one probe per node
+    first = asyncio.ensure_future(live.check({"a": "a:1", "b": "b:1"}))
+    second = asyncio.ensure_future(live.check({"b": "b:1"}))
+    await asyncio.sleep(0)
+    gate.set()
+    # nobody has ever answered: the fault is on this side, nothing is withheld
+    assert await first == frozenset()
+    assert await second == frozenset()
+    assert sorted(calls) == ["a:1", "b:1"]
+    assert live.failed_open == 2
+    assert live.silent() == frozenset()  # passes plan for them as before the check
+    assert live.silence_ends_in() is None
+    up["a:1"] = True
+    clock.now += 1.5
+    assert await live.check({"a": "a:1", "b": "b:1"}) == {"b"}  # a answers: b is really gone
+    assert live.failed_open == 2
+    assert live.silence_ends_in() == 1.0
+    clock.now += 16
+    assert await live.check({"b": "b:1"}) == frozenset()  # a last answered 16 s ago
+    assert live.failed_open == 3
