@@ -42,7 +42,7 @@ from placement.metastore.codec import (
     encode_isr,
     encode_size,
 )
-from placement.metastore.etcd import EtcdClient, Lease
+from placement.metastore.etcd import EtcdClient, Lease, read_history
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
 from placement.metastore.kv import EventKind, TxnResult
 from placement.metastore.store import Metastore
@@ -273,19 +273,13 @@ async def settled(store: Metastore, spec: ZoneSpec) -> bool:
 
 
 async def history(client: EtcdClient, prefix: bytes, start: int) -> list[tuple[str, bytes]]:
-    """(event kind, key) of every change under ``prefix`` from ``start`` to now."""
-    end = await client.current_revision()
-    events: list[tuple[str, bytes]] = []
-    if end < start:
-        return events
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(2.0 * SCALE):
-            async with client.watch(prefix, prefix[:-1] + b"0", start_revision=start) as watch:
-                async for batch in watch:
-                    events.extend((e.kind.value, e.kv.key) for e in batch.events)
-                    if batch.events and batch.events[-1].kv.mod_revision >= end:
-                        break
-    return events
+    """(event kind, key) of every change under ``prefix`` from ``start`` to now — all of it:
+    ``read_history`` checks the events against the range's keys read at the end, and raises
+    rather than return a truncated history."""
+    found = await read_history(
+        client, prefix, prefix_range_end(prefix), from_revision=start, catch_up_within=TIMEOUT
+    )
+    return [(e.kind.value, e.kv.key) for e in found.events]
 
 
 def hosting(cluster: Cluster, zone: str, partitions: int) -> dict[int, frozenset[str]]:

@@ -41,8 +41,8 @@ from test_driver import (
 from placement.core.model import ZoneSpec
 from placement.local.certs import LocalPki
 from placement.metastore.election import current_leader
-from placement.metastore.etcd import EtcdClient
-from placement.metastore.keys import AssignField, KeySpace
+from placement.metastore.etcd import EtcdClient, read_history
+from placement.metastore.keys import AssignField, KeySpace, prefix_range_end
 from placement.metastore.kv import EventKind
 from placement.metastore.transitions import Fence
 from replica.records import AgentStore
@@ -266,18 +266,13 @@ async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps
 
     # etcd's history since the stop: find when the old term's key went, then every value
     # written after that must not carry the old epoch.
-    end = await client.current_revision(keys.leader_prefix())
     base = keys.prefix.encode() + b"/"
-    events = []
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(5.0 * SCALE):
-            async with client.watch(
-                base, base[:-1] + b"0", start_revision=stopped_revision
-            ) as watch:
-                async for batch in watch:
-                    events.extend(batch.events)
-                    if events and events[-1].kv.mod_revision >= end:
-                        break
+    # all of it: read_history raises rather than return a truncated history
+    found = await read_history(
+        client, base, prefix_range_end(base), from_revision=stopped_revision,
+        catch_up_within=30.0 * SCALE,
+    )  # fmt: skip
+    events = list(found.events)
     gone = [
         e.kv.mod_revision
         for e in events
