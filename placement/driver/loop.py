@@ -950,6 +950,8 @@ class Driver:
             outcome = Outcome.APPLIED  # the try whose answer was lost had committed it
         if outcome is Outcome.APPLIED:
             self._start_retires(drive, result.state, fence)
+            if verdict is Verdict.CANCEL_REVERTED:
+                self._start_readopts(drive, result.state, fence)
             self.stats["finished" if verdict is Verdict.FINISH else "cancel_finished"] += 1
             done = "done" if verdict is Verdict.FINISH else "cancelled"
             metrics.MOVES.labels(drive.zone, done).inc()
@@ -962,6 +964,19 @@ class Driver:
             outcome.value,
         )
         self._wake.set()
+
+    def _start_readopts(self, drive: Drive, after: PartitionState, fence: Fence) -> None:
+        """After a committed finish_cancel that left the partition idle on old: the members of
+        old the cancelled move also named get an adopt at the transaction's revision. A member
+        the move reached before the zone creation's adopt did (no replica record yet) had
+        started a catch-up, which the cancel discarded; an adopt at stable's own, older revision
+        would be STALE there (design/replica-protocol.md). For a member that holds its replica
+        the adopt is answered DONE at once."""
+        stable = after.peers(AssignField.STABLE)
+        if stable is None or after.pending is not None or after.planned is not None:
+            return  # a move that names them follows (or stable is unreadable)
+        for node in sorted(set(stable) & set(drive.new)):
+            self._spawn_adopt(drive.zone, drive.partition, node, stable, after.revision, fence)
 
     # -- retire (make-before-break cleanup) -----------------------------------------------------
 
@@ -1032,7 +1047,9 @@ class Driver:
                     if held is None or key in held or (*key, node) in self._retires:
                         continue
                     log.info("%s/%d: %s is in stable but holds no replica", *key, node)
-                    self._spawn_adopt(*key, node, named[0], named[1], fence)
+                    # at the view's revision (the partition idle at it), like the retires: a
+                    # cancelled move may have raised the agent past stable's own revision
+                    self._spawn_adopt(*key, node, named[0], view.revision, fence)
 
     def _spawn_retire(
         self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
@@ -1135,7 +1152,8 @@ class Driver:
         attempts: int | None = None,
     ) -> None:
         """Make a member of an idle stable hold its replica record: ``Rebalance(old = new =
-        stable, revision = stable's mod_revision)``, resent until the agent answers DONE (or
+        stable, revision)`` — stable's mod_revision for a zone's creation, the view's for the
+        sweep, the finish_cancel's after a reverted cancel — resent until the agent answers DONE (or
         STALE: a newer move already covers the node). While the agent answers (ACCEPTED: it is
         catching up; FAILED: the resend restarts it) it is asked again with backoff for as long
         as it takes; an agent that does not answer, or a node not registered, is given up on
