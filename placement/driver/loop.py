@@ -1018,38 +1018,35 @@ class Driver:
             log.warning("sweep: %d node(s) did not list their replicas, skipped: %s",
                         len(missing), ", ".join(missing[:10]))  # fmt: skip
 
-        def idle(zone: str, partition: int) -> tuple[Peers, int] | None:
-            """Stable and its mod revision, if the partition is idle with a readable stable."""
+        def idle(zone: str, partition: int) -> Peers | None:
+            """Stable, if the partition is idle with a readable stable."""
             found = view.zones.get(zone)
             state = found.partitions.get(partition) if found is not None else None
             if state is None or state.pending or state.planned or state.cancel:
                 return None
-            stable = state.peers(AssignField.STABLE)
-            if stable is None or state.stable is None:
-                return None
-            return stable, state.stable.mod_revision
+            return state.peers(AssignField.STABLE)
 
         for node, found in answered.items():  # hosted, not named: retire
             for zone, partition in sorted(found):
                 named = idle(zone, partition)
-                if named is None or node in named[0] or (zone, partition, node) in self._retires:
+                if named is None or node in named or (zone, partition, node) in self._retires:
                     continue
                 log.info("%s/%d: %s hosts a replica stable does not name", zone, partition, node)
-                self._spawn_retire(zone, partition, node, named[0], view.revision, fence)
+                self._spawn_retire(zone, partition, node, named, view.revision, fence)
         for zone_view in view.zones.values():  # named, not hosted: adopt
             for partition in zone_view.partitions:
                 named = idle(zone_view.name, partition)
                 if named is None:
                     continue
                 key = (zone_view.name, partition)
-                for node in named[0]:
+                for node in named:
                     held = answered.get(node)
                     if held is None or key in held or (*key, node) in self._retires:
                         continue
                     log.info("%s/%d: %s is in stable but holds no replica", *key, node)
                     # at the view's revision (the partition idle at it), like the retires: a
                     # cancelled move may have raised the agent past stable's own revision
-                    self._spawn_adopt(*key, node, named[0], view.revision, fence)
+                    self._spawn_adopt(*key, node, named, view.revision, fence)
 
     def _spawn_retire(
         self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence
