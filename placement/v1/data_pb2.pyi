@@ -437,6 +437,7 @@ class AppendRequest(_message.Message):
     PREV_EPOCH_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
     COMMIT_INDEX_FIELD_NUMBER: _builtins.int
+    TAIL_FIELD_NUMBER: _builtins.int
     lease_epoch: _builtins.int
     """The sender's primary lease epoch; a replica that has seen a higher one answers STALE_EPOCH."""
     primary: _builtins.str
@@ -445,6 +446,10 @@ class AppendRequest(_message.Message):
     prev_epoch: _builtins.int
     commit_index: _builtins.int
     """Every entry at or below commit_index is acknowledged: never rolled back."""
+    tail: _builtins.bool
+    """The entries end at the sender's last entry: whatever the replica holds after them from an
+    older lease epoch is not in the primary's log (never acknowledged) and is undone.
+    """
     @_builtins.property
     def partition(self) -> _common_pb2.PartitionRef: ...
     @_builtins.property
@@ -459,10 +464,11 @@ class AppendRequest(_message.Message):
         prev_epoch: _builtins.int = ...,
         entries: _abc.Iterable[Global___LogEntry] | None = ...,
         commit_index: _builtins.int = ...,
+        tail: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_index", b"commit_index", "entries", b"entries", "lease_epoch", b"lease_epoch", "partition", b"partition", "prev_epoch", b"prev_epoch", "prev_index", b"prev_index", "primary", b"primary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_index", b"commit_index", "entries", b"entries", "lease_epoch", b"lease_epoch", "partition", b"partition", "prev_epoch", b"prev_epoch", "prev_index", b"prev_index", "primary", b"primary", "tail", b"tail"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

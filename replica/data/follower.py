@@ -112,7 +112,7 @@ async def answer_appends(
         store.hosted,
         [
             (store.data.follow, c.zone, c.partition, c.lease_epoch, c.prev_index,
-             c.prev_epoch, list(c.entries), c.commit_index)
+             c.prev_epoch, list(c.entries), c.commit_index, c.tail)
             for c in calls
         ],
     )  # fmt: skip

@@ -80,7 +80,9 @@ class AppendOutcome(Enum):
 @dataclass(frozen=True, slots=True)
 class AppendCall:
     """The primary of ``lease_epoch`` asks a member to append ``entries`` after
-    ``(prev_index, prev_epoch)``; an empty one is a heartbeat or a reconcile probe."""
+    ``(prev_index, prev_epoch)``; an empty one is a heartbeat or a reconcile probe. ``tail``:
+    the entries end at the primary's last entry, so whatever the member holds after them from
+    an older lease epoch is not in the primary's log and is undone."""
 
     zone: str
     partition: int
@@ -90,6 +92,7 @@ class AppendCall:
     prev_epoch: int
     entries: tuple[Entry, ...]
     commit_index: int
+    tail: bool = False
 
 
 @dataclass(frozen=True, slots=True)

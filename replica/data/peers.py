@@ -395,6 +395,7 @@ def append_call_to_pb(call: AppendCall) -> data_pb2.AppendRequest:
         prev_epoch=call.prev_epoch,
         entries=[entry_to_pb(e) for e in call.entries],
         commit_index=call.commit_index,
+        tail=call.tail,
     )
 
 
@@ -408,6 +409,7 @@ def append_call_from_pb(request: data_pb2.AppendRequest) -> AppendCall:
         prev_epoch=request.prev_epoch,
         entries=tuple(entry_from_pb(e) for e in request.entries),
         commit_index=request.commit_index,
+        tail=request.tail,
     )
 
 

@@ -504,16 +504,18 @@ class Primary:
                 _reasons(failed),
             )
         # In memory only: the next append (or the commit notice) makes it durable. A commit index
-        # that lags on disk is safe: a replica only ever undoes entries above it, and every
-        # acknowledged one is on the new primary, which re-sends them (design/data-plane.md).
+        # that lags on disk is safe: a replica undoes only entries that differ from, or run past,
+        # what the current primary holds — never acknowledged ones — and nothing merely because
+        # a new epoch began (design/data-plane.md, "A new primary").
         if upto > self.state.commit_index:
             self.state = replace(self.state, commit_index=upto)
         self._told_commit = told
 
     async def _drop_hopeless(self, failed: dict[str, str], minimum: int) -> None:
         """Members no append can bring up to date — their log ends below this primary's, which
-        starts at a snapshot point (it caught up from a snapshot, and they undid entries above
-        their commit index when it took over) — leave the in-sync set even below the minimum:
+        starts at a snapshot point (it caught up from a snapshot, and their log differs from it
+        at its last entry, so they answered with their commit index, which lags on disk) —
+        leave the in-sync set even below the minimum:
         kept, they would block the partition for good; as learners they copy a snapshot and
         rejoin. Nothing acknowledged is lost (this primary holds it all); writes wait below the
         minimum (design/data-plane.md)."""
@@ -555,6 +557,7 @@ class Primary:
                 prev_epoch=prev_epoch,
                 entries=tuple(entries),
                 commit_index=self.state.commit_index,
+                tail=after + len(entries) == self.state.last_index,
             )
             # A primary paused past its lease sends nothing when it wakes.
             reply = await self._send(member, address, call, deadline, self._check_lease)
@@ -565,8 +568,8 @@ class Primary:
             if reply.outcome is AppendOutcome.NOT_HOSTED:
                 return "it does not host the partition"
             if reply.outcome is AppendOutcome.OK:
-                # A member's log may run past ours (an older primary's uncommitted suffix): it
-                # matches ours up to what we sent, and the rest is undone by our next append.
+                # A member's log may run past ours (an older primary's uncommitted suffix): a
+                # ``tail`` append has it undone; it matches ours up to what we sent.
                 self.members[member] = min(reply.last_index, self.state.last_index)
                 if reply.last_index >= upto:
                     return ""

@@ -360,17 +360,24 @@ class DataStore:
         prev_epoch: int,
         entries: Sequence[Entry],
         commit_index: int,
+        tail: bool = False,
     ) -> tuple[AppendResult, DataState]:
         """A follower's whole handling of one ``Append`` from the primary of lease ``epoch``, in
-        one transaction (design/data-plane.md):
+        one transaction (design/data-plane.md, "A new primary"):
 
         * ``epoch`` below the fence → STALE_EPOCH, nothing changes;
-        * ``epoch`` above it → raise the fence and undo the log down to the commit index;
+        * ``epoch`` above it → the fence rises; nothing is undone for it (the commit index on
+          disk lags what was acknowledged, and an acknowledged entry undone here would rest on
+          the new primary alone until it re-sent it);
         * the log must hold ``(prev_index, prev_epoch)``, else MISMATCH with where to resume
           (``last_index``, or the commit index when the suffix above it may be foreign);
         * entries the log already holds with the same epoch are skipped; from the first that
           differs, the uncommitted suffix is undone and the rest appended;
-        * the commit index rises to ``min(commit_index, last_index)``.
+        * with ``tail`` (the entries end at the primary's last entry), a suffix after them from
+          an older epoch is undone: the primary does not hold it, so it was never acknowledged
+          (entries of this epoch after them are the primary's own, overtaken by this append);
+        * the commit index rises to ``min(commit_index, the end of these entries)`` — never over
+          a suffix this append did not match.
         """
         with self._transaction():
             state = self._ensure(zone, partition)
@@ -379,7 +386,6 @@ class DataStore:
             if epoch < state.seen_epoch:
                 return AppendResult.STALE_EPOCH, state
             if epoch > state.seen_epoch:
-                state = self._undo_to(zone, partition, state, state.commit_index)
                 state = replace(state, seen_epoch=epoch)
                 self._put_state(zone, partition, state)
             if prev_index > state.last_index:
@@ -398,7 +404,12 @@ class DataStore:
                 if entry.index != state.last_index + 1:
                     return AppendResult.MISMATCH, state
                 state, _ = self._append_one(zone, partition, state, entry)
-            commit = max(state.commit_index, min(commit_index, state.last_index))
+            end = prev_index + len(entries)
+            if tail and state.last_index > end:
+                after = self.epoch_at(zone, partition, end + 1, state)
+                if after is not None and after < epoch and end >= state.commit_index:
+                    state = self._undo_to(zone, partition, state, end)
+            commit = max(state.commit_index, min(commit_index, end))
             state = replace(state, commit_index=commit)
             self._put_state(zone, partition, state)
             return AppendResult.OK, state

@@ -74,7 +74,7 @@ def test_undo_to_any_point_equals_replaying_the_prefix(raw, commit: int, cut: in
     assert contents(s) == replay(entries[:kept])
 
 
-def test_follower_rejects_a_stale_epoch_and_undoes_on_a_new_one(store: DataStore) -> None:
+def test_follower_rejects_a_stale_epoch_and_undoes_only_what_differs(store: DataStore) -> None:
     result, state = store.follow(
         Z, P, 2, 0, 0, as_entries([(b"a", b"1"), (b"b", b"2")], epoch=2), 1
     )
@@ -85,12 +85,19 @@ def test_follower_rejects_a_stale_epoch_and_undoes_on_a_new_one(store: DataStore
     result, state = store.follow(Z, P, 1, 2, 2, as_entries([(b"c", b"x")], 3, epoch=1), 3)
     assert result is AppendResult.STALE_EPOCH
     assert contents(store) == {b"a": b"1", b"b": b"2"}
-    # A new primary (epoch 3): the uncommitted entry 2 is undone, the follower asks from 1.
-    result, state = store.follow(Z, P, 3, 2, 2, [], 2)
+    # A new primary (epoch 3) whose entry 2 is another one: the follower's log differs at its
+    # last entry, so it asks from its commit index — and undoes nothing yet.
+    result, state = store.follow(Z, P, 3, 2, 3, [], 1, tail=True)
     assert result is AppendResult.MISMATCH
     assert state.last_index == 1
-    assert contents(store) == {b"a": b"1"}
-    result, state = store.follow(Z, P, 3, 1, 2, as_entries([(b"b", b"3")], 2, epoch=3), 2)
+    assert contents(store) == {b"a": b"1", b"b": b"2"}
+    fenced = store.state(Z, P)
+    assert fenced is not None
+    assert fenced.seen_epoch == 3
+    # The entries from there replace the uncommitted one that differs, in one transaction.
+    result, state = store.follow(
+        Z, P, 3, 1, 2, as_entries([(b"b", b"3")], 2, epoch=3), 2, tail=True
+    )
     assert result is AppendResult.OK
     assert state.last_index == 2
     assert state.seen_epoch == 3

@@ -27,8 +27,9 @@ ENTRIES = (Entry(5, 2, b"k", b"v"), Entry(6, 2, b"gone", b"", True))
 
 
 def test_append_round_trips() -> None:
-    call = AppendCall("orders", 3, 7, "n1", 4, 2, ENTRIES, 4)
-    assert append_call_from_pb(append_call_to_pb(call)) == call
+    for tail in (False, True):
+        call = AppendCall("orders", 3, 7, "n1", 4, 2, ENTRIES, 4, tail)
+        assert append_call_from_pb(append_call_to_pb(call)) == call
     for outcome in AppendOutcome:
         reply = AppendReply(outcome, 6, 2, 7)
         assert append_reply_from_pb(append_reply_to_pb(reply)) == reply
