@@ -20,6 +20,7 @@ from typing import NoReturn
 
 import click
 
+from placement import failpoints
 from placement.errors import PlacementError, StoreUnavailable
 from placement.logs import configure_logging
 from placement.security.credentials import EtcdCredentials
@@ -104,6 +105,7 @@ def run(
 ) -> None:
     """Run a replica agent (until SIGTERM/SIGINT); with --etcd it registers NODE there."""
     try:
+        failpoints.load()  # a bad PLACEMENT_FAILPOINTS stops the agent here, named
         attributes = parse_attributes(attribute)
         configure_logging(log_level, log_format, {"component": "agent", "node": node})
         code = asyncio.run(

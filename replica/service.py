@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from placement.aio import cancel_and_wait
 from placement.errors import PlacementError
+from placement.failpoints import failpoint
 from placement.logs import set_log_context
 from placement.metastore.codec import MoveReport
 from replica.protocol import (
@@ -252,6 +253,7 @@ class ReplicaAgent:
                 if self._on_fatal is not None:
                     self._on_fatal(e)
                 raise
+            await failpoint("agent.after-decision")
             self._records[key] = decision.record
             self._start_catch_ups(decision.effects)
             return decision

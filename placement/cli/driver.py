@@ -251,8 +251,14 @@ def run(
     """Run one driver instance until SIGTERM/SIGINT."""
     import asyncio
 
+    from placement import failpoints
+    from placement.errors import InvalidInput
     from placement.logs import configure_logging
 
+    try:
+        failpoints.load()  # a bad PLACEMENT_FAILPOINTS stops the driver here, named
+    except InvalidInput as e:
+        raise click.UsageError(str(e)) from None
     endpoints = [e.strip() for e in etcd.split(",") if e.strip()]
     name = member_id or f"{socket.gethostname()}-{os.getpid()}"
     configure_logging(log_level, log_format, {"component": "driver", "driver": name})

@@ -54,6 +54,7 @@ from typing import Any
 
 from placement import metrics
 from placement.aio import ByteBudget, Coalescer, cancel_and_wait, first_done
+from placement.core.layout import Step
 from placement.core.model import Peers, ZoneSpec
 from placement.core.retry import Clock, RetryPolicy, Sleep, retry
 from placement.core.throttles import (
@@ -88,6 +89,7 @@ from placement.errors import (
     PlacementError,
     StoreUnavailable,
 )
+from placement.failpoints import failpoint
 from placement.logs import log_context, set_log_context
 from placement.metastore.codec import (
     Assignment,
@@ -115,6 +117,15 @@ from placement.metastore.transitions import (
 from placement.security.tls import TlsMaterial
 
 log = logging.getLogger(__name__)
+
+#: The failpoint after each committed layout write of a reshard (placement/failpoints.py).
+RESHARD_FAILPOINTS = {
+    Step.BEGIN: "driver.reshard-begin",
+    Step.ADVANCE: "driver.reshard-advance",
+    Step.FLIP: "driver.reshard-flip",
+    Step.ABORT: "driver.reshard-abort",
+    Step.FINISH: "driver.reshard-finish",
+}
 
 
 @dataclass(slots=True)
@@ -589,6 +600,7 @@ class Driver:
                 len(trig.targets),
                 actions,
             )
+            await failpoint("driver.after-trigger")
         for primaries in plan.primaries:
             await self._write_primaries(primaries, fence, ts)
         for cancel in plan.cancels:
@@ -640,6 +652,8 @@ class Driver:
                 change.layout.partitions,
                 f"written at revision {revision}" if revision else "lost a race; next pass",
             )
+            if revision and change.step in RESHARD_FAILPOINTS:
+                await failpoint(RESHARD_FAILPOINTS[change.step])
 
     def _log_corrupt_isrs(self, found: Mapping[str, tuple[int, ...]]) -> None:
         if found == self._corrupt_isrs:
@@ -945,6 +959,7 @@ class Driver:
             retry_on=(StoreUnavailable, Conflict),
             sleep=self._sleep,
         )
+        await failpoint("driver.after-finish")
         outcome = result.outcome
         if outcome is Outcome.STALE and unknown and _ended_by(result.state, drive, fence):
             outcome = Outcome.APPLIED  # the try whose answer was lost had committed it

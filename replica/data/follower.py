@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from placement.aio import ByteBudget
 from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
 from placement.errors import PlacementError
+from placement.failpoints import failpoint
 from placement.logs import set_log_context
 from placement.metastore.codec import PrimaryLease
 from placement.metrics import CATCH_UP_BYTES
@@ -337,6 +338,7 @@ class Learner:
             if snapshot:
                 # nobody else touched the replica since ``state`` (see begin_snapshot)
                 state = await self._write(self._load, reply, state if fresh else None)
+                await failpoint("agent.mid-catch-up")
                 fresh = False
                 page_bytes = min(page_bytes * 2, deps.fetch_bytes)
                 continue

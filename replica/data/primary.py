@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from placement.aio import wait_event
 from placement.data.partitioning import SEAL_KEY, key_moves, selected
+from placement.failpoints import failpoint
 from placement.logs import log_context, set_log_context
 from placement.metastore.codec import InSyncSet, PrimaryLease
 from placement.metrics import ISR_CHANGES
@@ -381,6 +382,7 @@ class Primary:
             self.state, existed = await self._write(
                 self._data.append_writes, entries, self.state.commit_index
             )
+            await failpoint("primary.after-append")
             self._remember(entries)
             try:
                 await self._replicate(self.state.last_index)
