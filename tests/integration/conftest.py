@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from placement import failpoints
 from placement.errors import InvalidInput, PlacementError
 from placement.local.certs import ETCD_USER, LocalPki, create_pki
 from placement.local.cluster import free_ports
@@ -58,6 +59,13 @@ def _start_server(binary: str, base_dir: Path, name: str, *extra: str) -> EtcdMe
 def _ports(members: int) -> list[tuple[int, int, int]]:
     ports = free_ports(3 * members)
     return [(ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]) for i in range(members)]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_failpoints_here() -> None:
+    """This process never acts at a failpoint, whatever a test puts in the environment for
+    the processes it starts (placement/failpoints.py)."""
+    failpoints.load({})
 
 
 @pytest.fixture(scope="session")

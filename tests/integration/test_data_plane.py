@@ -87,14 +87,15 @@ class Agents:
             self.endpoint, self.keys.prefix,
         ]  # fmt: skip
 
-    async def start(self, node: str) -> None:
+    async def start(self, node: str, env: dict[str, str] | None = None) -> None:
+        """Start agent ``node`` (``env`` added to its environment)."""
         log = self.tmp_path / f"agent-{node}.log"
         with log.open("ab") as err:
             secure = {"AGENT_TLS_DIR": str(self.pki.directory)} if self.pki is not None else {}
             proc = await asyncio.create_subprocess_exec(
                 *self.command(node),
                 cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
-                stdin=asyncio.subprocess.DEVNULL, env={**os.environ, **secure},
+                stdin=asyncio.subprocess.DEVNULL, env={**os.environ, **secure, **(env or {})},
             )  # fmt: skip
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()

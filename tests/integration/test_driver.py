@@ -140,13 +140,19 @@ class Cluster:
         return Metastore(self.client, self.keys)
 
     async def start_agent(
-        self, node: str, attributes: dict[str, str] | None = None, *, etcd: str | None = None
+        self,
+        node: str,
+        attributes: dict[str, str] | None = None,
+        *,
+        etcd: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> AgentProc:
-        """Start an agent; the test registers it, unless ``etcd`` is given: then the agent
-        registers itself there (``serve(etcd=...)``) and pushes its move reports."""
+        """Start an agent (``env`` added to its environment); the test registers it, unless
+        ``etcd`` is given: then the agent registers itself there (``serve(etcd=...)``) and
+        pushes its move reports."""
         data_dir = self.tmp_path / f"data-{node}"
         log = self.tmp_path / f"agent-{node}.log"
-        env = {**os.environ, "CATCHUP_DELAY": str(self.catchup_delay)}
+        env = {**os.environ, "CATCHUP_DELAY": str(self.catchup_delay), **(env or {})}
         if self.tls_dir is not None:
             env["AGENT_TLS_DIR"] = str(self.tls_dir)
         if etcd is not None:

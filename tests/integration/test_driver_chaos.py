@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import signal
 import sys
@@ -71,7 +72,10 @@ class Drivers:
     #: The certificates (secure runs): each driver's own, and the product's etcd certificate.
     pki: LocalPki | None = None
 
-    async def start(self, member: str, *extra: str) -> DriverProc:
+    async def start(
+        self, member: str, *extra: str, env: dict[str, str] | None = None
+    ) -> DriverProc:
+        """Start driver ``member`` with ``extra`` flags and ``env`` added to its environment."""
         log = self.tmp_path / f"driver-{member}.log"
         secure = [*self.pki.flags(member), *self.pki.etcd_flags()] if self.pki else []
         with log.open("ab") as err:
@@ -80,7 +84,7 @@ class Drivers:
                 "--etcd", self.endpoint, "--listen", "127.0.0.1:0", "--id", member,
                 "--lease-ttl", str(TTL), "--prefix", self.prefix, *secure, *extra,
                 cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.DEVNULL, env={**os.environ, **(env or {})},
             )  # fmt: skip
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()

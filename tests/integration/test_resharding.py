@@ -6,6 +6,8 @@ identical."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import time
 import uuid
@@ -23,6 +25,7 @@ from placement.data.checker import check_workload
 from placement.data.client import LAYOUT_HEADER, RETRY_AFTER_HEADER, DataClient, header_value
 from placement.data.partitioning import CONTROL_PREFIX, key_moves, partition_of
 from placement.data.workload import run_writers
+from placement.failpoints import ENV as FAILPOINTS
 from placement.local.cluster import Child, Cluster, UpOptions, start_cluster, wait_ready
 from placement.metastore.codec import (
     InSyncSet,
@@ -328,6 +331,75 @@ async def test_the_driver_leader_sigkilled_in_the_copy_the_cut_over_and_the_clea
         result = await check_workload(client, ZONE, record, settle=30.0)
     assert result.ok, result.as_json()
     assert result.partitions_checked == 8
+
+
+@pytest.fixture(
+    params=[("driver.reshard-advance", 2), ("driver.reshard-flip", 1)],
+    ids=["entering-seal", "at-the-flip"],
+)
+def failing_drivers(
+    request: pytest.FixtureRequest, etcd: Any, tmp_path: Path
+) -> Iterator[tuple[Cluster, str]]:
+    """A cluster with two drivers that SIGKILL themselves right after the layout write that
+    enters SEAL (their second advance: PREPARE → COPY, then COPY → SEAL) or right after the
+    flip (placement/failpoints.py); the failpoints are in the environment only while the
+    children start — never in this process's."""
+    point, hit = request.param
+    started = _cluster(etcd, tmp_path, drivers=2)
+    saved = os.environ.get(FAILPOINTS)
+    os.environ[FAILPOINTS] = f"{point}={hit}*crash"
+    try:
+        c = next(started)
+    finally:
+        if saved is None:
+            del os.environ[FAILPOINTS]
+        else:
+            os.environ[FAILPOINTS] = saved
+    yield c, point
+    with contextlib.suppress(StopIteration):
+        next(started)  # its teardown: logs checked, processes stopped
+
+
+async def test_a_leader_crashed_right_after_a_reshard_step_is_replaced_and_the_reshard_completes(
+    failing_drivers: tuple[Cluster, str], etcd: Any, tmp_path: Path
+) -> None:
+    """The leader dies at the exact step (the cut-over entered, or the flip written, and nothing
+    done after it); the other driver takes over from etcd, the reshard completes and every
+    acknowledged write is readable, every replica identical."""
+    c, point = failing_drivers
+    keys = KeySpace(c.prefix)
+    drivers = [ch for ch in c.children if ch.name.startswith("driver-")]
+    async with (
+        PlacementClient(c.driver_apis, tls=c.tls(), deadline=60.0) as api,
+        DataClient(c.driver_apis, tls=c.tls("client"), deadline=60.0) as client,
+        EtcdClient([etcd.endpoint]) as etcd_client,
+    ):
+        before, bulk, record, stop, writers = await _grow_under_writers(
+            c, api, client, etcd_client, keys, tmp_path
+        )
+        deadline = time.monotonic() + EVENTUALLY
+        while not (dead := [d for d in drivers if not d.alive]):
+            assert time.monotonic() < deadline, f"no driver reached {point}"
+            await asyncio.sleep(0.1)
+        (victim,) = dead
+        assert victim.proc is not None
+        assert victim.proc.returncode == -signal.SIGKILL
+        assert f"failpoint {point}: crash" in _text(victim.log)
+        after = await _settled_layout(api, 8, c)
+        assert after.generation == before.generation + 1
+        stop.set()
+        await writers
+        for key, value in bulk.items():
+            assert await client.get(ZONE, key) == value
+        result = await check_workload(client, ZONE, record, settle=30.0)
+    assert result.ok, result.as_json()
+    assert result.partitions_checked == 8
+    survivor = next(d for d in drivers if d is not victim)
+    assert survivor.alive
+
+
+def _text(log: Path) -> str:
+    return log.read_text(errors="replace")
 
 
 async def _until_phase(phases: asyncio.Queue[str], phase: str) -> None:

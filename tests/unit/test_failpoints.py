@@ -30,8 +30,7 @@ def _reset() -> Iterator[None]:
 
 def test_parse_reads_every_action_and_hit_count() -> None:
     got = parse(
-        " driver.after-trigger=crash, agent.mid-catch-up=3*pause(250),"
-        "primary.after-append=error,"
+        " driver.after-trigger=crash, agent.mid-catch-up=3*pause(250),primary.after-append=error,"
     )
     assert got == {
         "driver.after-trigger": Action("crash"),
@@ -66,7 +65,7 @@ async def test_unset_does_nothing_and_error_acts_from_the_nth_hit() -> None:
     await failpoint("driver.after-trigger")  # the first hit passes
     await failpoint("driver.after-finish")  # another point is not set
     for _ in range(2):
-        with pytest.raises(FailpointError, match="driver.after-trigger"):
+        with pytest.raises(FailpointError, match=r"driver\.after-trigger"):
             await failpoint("driver.after-trigger")
 
 
