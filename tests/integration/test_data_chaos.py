@@ -44,7 +44,7 @@ from test_data_plane import (
     stable_of,
 )
 from test_driver import TIMEOUT, eventually, leader_fence, running_driver, settled
-from test_driver_chaos import Drivers, wait_leader
+from test_driver_chaos import Drivers, drivers_on, wait_leader
 
 from placement.core.model import ZoneSpec
 from placement.data.partitioning import partition_of
@@ -117,17 +117,29 @@ class ChaosAgents(Agents):
         self.addresses.pop(node)
 
 
-@pytest.fixture
-async def agents(
-    chaos_etcd: ChaosEtcd, tmp_path: Path, keys: KeySpace
+@contextlib.asynccontextmanager
+async def data_agents_on(
+    chaos_etcd: ChaosEtcd,
+    tmp_path: Path,
+    keys: KeySpace,
+    throttle: float = 0,
+    fetch_bytes: int = 1 << 20,
 ) -> AsyncIterator[ChaosAgents]:
-    """Agents on ``chaos_etcd``: plaintext, or secure (their certificates, the product's etcd
-    user, the test's channels as the ``client`` role)."""
-    a = ChaosAgents(tmp_path, chaos_etcd.endpoints, keys, pki=chaos_etcd.pki)
+    """Data-plane agents on ``chaos_etcd``: plaintext, or secure (their certificates, the
+    product's etcd user, the test's channels as the ``client`` role)."""
+    a = ChaosAgents(tmp_path, chaos_etcd.endpoints, keys, throttle, fetch_bytes, chaos_etcd.pki)
     try:
         yield a
     finally:
         await a.close()
+
+
+@pytest.fixture
+async def agents(
+    chaos_etcd: ChaosEtcd, tmp_path: Path, keys: KeySpace
+) -> AsyncIterator[ChaosAgents]:
+    async with data_agents_on(chaos_etcd, tmp_path, keys) as a:
+        yield a
 
 
 @pytest.fixture
@@ -135,22 +147,16 @@ async def slow_agents(
     chaos_etcd: ChaosEtcd, tmp_path: Path, keys: KeySpace
 ) -> AsyncIterator[ChaosAgents]:
     """Catch-up throttled to 1 MB/s, in 256 KiB pages."""
-    a = ChaosAgents(tmp_path, chaos_etcd.endpoints, keys, 1e6, 256 << 10, pki=chaos_etcd.pki)
-    try:
+    async with data_agents_on(chaos_etcd, tmp_path, keys, 1e6, 256 << 10) as a:
         yield a
-    finally:
-        await a.close()
 
 
 @pytest.fixture
 async def chaos_drivers(
     chaos_etcd: ChaosEtcd, tmp_path: Path, prefix: str
 ) -> AsyncIterator[Drivers]:
-    ds = Drivers(tmp_path, chaos_etcd.endpoints, prefix, {}, chaos_etcd.pki)
-    try:
+    async with drivers_on(chaos_etcd, tmp_path, prefix) as ds:
         yield ds
-    finally:
-        await ds.close()
 
 
 def _driver(chaos_etcd: ChaosEtcd, keys: KeySpace) -> AbstractAsyncContextManager[Driver]:
@@ -602,7 +608,7 @@ async def test_a_replica_sigkilled_mid_catch_up_resumes_and_ends_identical(
         # The partial copy survived the kill.
         db = AgentStore.inspect(agents.data_dir("n3"))
         try:
-            count, _size = db.data.size("big", 0)
+            _bytes, count = db.data.size("big", 0)
             assert count > 0
         finally:
             db.close()

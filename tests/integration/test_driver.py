@@ -181,7 +181,8 @@ class Cluster:
         return agent
 
     async def register(self, node: str, attributes: dict[str, str] | None = None) -> None:
-        lease = await self.client.grant_lease(5)
+        """Register ``node`` at its agent's address (a restarted agent: under the same lease)."""
+        lease = self.leases.get(node) or await self.client.grant_lease(5)
         record = NodeRecord(node, self.agents[node].address, attributes or {})
         await self.store.register_node(record, lease)
         self.leases[node] = lease

@@ -105,8 +105,9 @@ class Drivers:
             assert_clean_log(d.log)
 
 
-@pytest.fixture
-async def drivers(chaos_etcd: ChaosEtcd, tmp_path: Path, prefix: str) -> AsyncIterator[Drivers]:
+@contextlib.asynccontextmanager
+async def drivers_on(chaos_etcd: ChaosEtcd, tmp_path: Path, prefix: str) -> AsyncIterator[Drivers]:
+    """Driver subprocesses on ``chaos_etcd`` (stopped and log-checked at the end)."""
     ds = Drivers(tmp_path, chaos_etcd.endpoints, prefix, {}, chaos_etcd.pki)
     try:
         yield ds
@@ -114,14 +115,30 @@ async def drivers(chaos_etcd: ChaosEtcd, tmp_path: Path, prefix: str) -> AsyncIt
         await ds.close()
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path, chaos_etcd: ChaosEtcd, keys: KeySpace) -> AsyncIterator[Cluster]:
+@contextlib.asynccontextmanager
+async def agents_on(
+    chaos_etcd: ChaosEtcd, tmp_path: Path, keys: KeySpace, catchup_delay: float = 1.0
+) -> AsyncIterator[Cluster]:
+    """Rebalance-protocol agents (no data plane) on ``chaos_etcd``, with its certificates when
+    secure; each catch-up lasts ``catchup_delay`` seconds."""
     tls_dir = chaos_etcd.pki.directory if chaos_etcd.pki is not None else None
-    c = Cluster(tmp_path, chaos_etcd.client, keys, catchup_delay=1.0, tls_dir=tls_dir)
+    c = Cluster(tmp_path, chaos_etcd.client, keys, catchup_delay=catchup_delay, tls_dir=tls_dir)
     try:
         yield c
     finally:
         await c.close()
+
+
+@pytest.fixture
+async def drivers(chaos_etcd: ChaosEtcd, tmp_path: Path, prefix: str) -> AsyncIterator[Drivers]:
+    async with drivers_on(chaos_etcd, tmp_path, prefix) as ds:
+        yield ds
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, chaos_etcd: ChaosEtcd, keys: KeySpace) -> AsyncIterator[Cluster]:
+    async with agents_on(chaos_etcd, tmp_path, keys) as c:
+        yield c
 
 
 async def leader(client: EtcdClient, keys: KeySpace) -> tuple[str, Fence] | None:

@@ -30,14 +30,30 @@ from conftest import ChaosEtcd
 from test_data_chaos import (
     ChaosAgents,
     _driver,
+    data_agents_on,
     eventually_in_sync,
     load,
     node_gone,
     ref,
 )
-from test_data_plane import all_in_sync, check_replicas, primary_of, put, raw_replica, stable_of
+from test_data_plane import (
+    all_in_sync,
+    check_replicas,
+    isr_of,
+    primary_of,
+    put,
+    raw_replica,
+    stable_of,
+)
 from test_driver import TIMEOUT, Cluster, eventually, hosting, leader_fence, settled
-from test_driver_chaos import Drivers, journal_effects, leader, wait_leader
+from test_driver_chaos import (
+    Drivers,
+    agents_on,
+    drivers_on,
+    journal_effects,
+    leader,
+    wait_leader,
+)
 
 from placement.core.model import ZoneSpec
 from placement.data.partitioning import partition_of
@@ -50,32 +66,22 @@ from replica.records import AgentStore
 
 @pytest.fixture
 async def drivers(chaos_etcd: ChaosEtcd, tmp_path: Path, prefix: str) -> AsyncIterator[Drivers]:
-    ds = Drivers(tmp_path, chaos_etcd.endpoints, prefix, {}, chaos_etcd.pki)
-    try:
+    async with drivers_on(chaos_etcd, tmp_path, prefix) as ds:
         yield ds
-    finally:
-        await ds.close()
 
 
 @pytest.fixture
 async def cluster(tmp_path: Path, chaos_etcd: ChaosEtcd, keys: KeySpace) -> AsyncIterator[Cluster]:
-    tls_dir = chaos_etcd.pki.directory if chaos_etcd.pki is not None else None
-    c = Cluster(tmp_path, chaos_etcd.client, keys, catchup_delay=0.3, tls_dir=tls_dir)
-    try:
+    async with agents_on(chaos_etcd, tmp_path, keys, catchup_delay=0.3) as c:
         yield c
-    finally:
-        await c.close()
 
 
 @pytest.fixture
 async def agents(
     chaos_etcd: ChaosEtcd, tmp_path: Path, keys: KeySpace
 ) -> AsyncIterator[ChaosAgents]:
-    a = ChaosAgents(tmp_path, chaos_etcd.endpoints, keys, pki=chaos_etcd.pki)
-    try:
+    async with data_agents_on(chaos_etcd, tmp_path, keys) as a:
         yield a
-    finally:
-        await a.close()
 
 
 def crash_at(point: str, hit: int = 1) -> dict[str, str]:
@@ -96,10 +102,19 @@ async def died_at(proc: asyncio.subprocess.Process, log: Path, point: str) -> No
     assert f"failpoint {point}: crash" in text
 
 
-def agrees_with_stable(cluster: Cluster, stables: dict[int, tuple[str, ...]]) -> None:
-    held = hosting(cluster, "fp", len(stables))
-    wrong = {p: (sorted(held[p]), sorted(s)) for p, s in stables.items() if held[p] != set(s)}
-    assert not wrong, f"agents' replicas (held, stable) differ from stable: {wrong}"
+async def agents_hold_stable(cluster: Cluster, stables: dict[int, tuple[str, ...]]) -> None:
+    """Wait until the agents hold exactly the replicas ``stables`` names (the replicas a
+    finished move retires go on the driver's sweep); fail naming the differences."""
+
+    def wrong() -> dict[int, tuple[list[str], list[str]]]:
+        held = hosting(cluster, "fp", len(stables))
+        return {p: (sorted(held[p]), sorted(s)) for p, s in stables.items() if held[p] != set(s)}
+
+    async def agree() -> bool:
+        return not wrong()
+
+    await eventually(agree, "the agents to hold exactly stable's replicas")
+    assert not wrong()
 
 
 @pytest.mark.parametrize("point", ["driver.after-trigger", "driver.after-finish"])
@@ -124,16 +139,7 @@ async def test_a_leader_crashed_at_a_failpoint_is_replaced_and_the_join_complete
     await eventually(lambda: settled(cluster.store, spec), "the join to complete on d2")
     stables = await stable_of(cluster.store, "fp")
     assert any("n4" in peers for peers in stables.values())
-
-    async def agents_agree() -> bool:
-        try:
-            agrees_with_stable(cluster, stables)
-        except AssertionError:
-            return False
-        return True
-
-    # The replicas a finished move retires go on d2's sweep.
-    await eventually(agents_agree, "the agents to hold exactly stable's replicas")
+    await agents_hold_stable(cluster, stables)
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
     assert not repeated, f"effects applied more than once: {repeated}"
 
@@ -164,15 +170,7 @@ async def test_an_agent_crashed_after_persisting_a_decision_completes_the_move_o
     assert any("n3" in peers for peers in stables.values())
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
     assert not repeated, f"effects applied more than once: {repeated}"
-
-    async def agents_agree() -> bool:
-        try:
-            agrees_with_stable(cluster, stables)
-        except AssertionError:
-            return False
-        return True
-
-    await eventually(agents_agree, "the agents to hold exactly stable's replicas")
+    await agents_hold_stable(cluster, stables)
 
 
 async def test_a_primary_crashed_after_its_local_append_keeps_nothing_unacknowledged(
@@ -185,7 +183,8 @@ async def test_a_primary_crashed_after_its_local_append_keeps_nothing_unacknowle
         await agents.start(n, env=crash_at("primary.after-append", 6))
     async with _driver(chaos_etcd, keys) as driver:
         store = Metastore(client, keys)
-        spec = ZoneSpec(zone, partitions=1, replicas=3)
+        # A scale-down delay: the dead node stays in stable, and comes back as its replica.
+        spec = ZoneSpec(zone, partitions=1, replicas=3, scale_down_delay=60)
         assert (await store.create_zone(spec, await leader_fence(driver))).applied
         await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
         acked: dict[bytes, bytes] = {}
@@ -212,7 +211,14 @@ async def test_a_primary_crashed_after_its_local_append_keeps_nothing_unacknowle
             acked[key] = b"after"
         await node_gone(client, keys, victim)
         await agents.start(victim)  # on its data, without the failpoint
+
+        async def back_in_sync() -> bool:
+            isr = await isr_of(client, keys, zone, 0)
+            return isr is not None and victim in isr.members
+
+        await eventually(back_in_sync, f"{victim} to rejoin the in-sync set")
         await eventually_in_sync(client, keys, store, spec)
+        assert victim in (await stable_of(store, zone))[0]
         for node in ("n1", "n2", "n3"):
             _, items = await raw_replica(agents, node, zone, 0)
             kept = {k: v for k, v in items.items() if v == b"never-acked"}
@@ -243,7 +249,7 @@ async def test_a_learner_crashed_after_its_second_page_resumes_and_ends_identica
         agents.addresses.pop("n3")
         db = AgentStore.inspect(agents.data_dir("n3"))
         try:
-            count, _size = db.data.size(zone, 0)
+            _bytes, count = db.data.size(zone, 0)
             row = db.replica(zone, 0)
         finally:
             db.close()
