@@ -187,7 +187,8 @@ def bind_server(
     signed."""
     host, port = split_listen(listen, option)
     server = grpc.aio.server(
-        interceptors=[RoleGuard()] if tls is not None else None,
+        # The role check first: a caller that may not call the method learns nothing more.
+        interceptors=[RoleGuard(), DecodeGuard()] if tls is not None else [DecodeGuard()],
         options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -228,17 +229,81 @@ def caller_role(context: grpc.aio.ServicerContext[Any, Any]) -> Role | None:
     return who.role if who is not None else None
 
 
+Check: TypeAlias = Callable[[Any, "grpc.aio.ServicerContext[Any, Any]"], Awaitable[None]]
+
+
+def _rewrap(
+    handler: grpc.RpcMethodHandler[Any, Any],
+    *,
+    before: Callable[[grpc.aio.ServicerContext[Any, Any]], Awaitable[None]] | None = None,
+    each: Check | None = None,
+    deserializer: Callable[[bytes], Any] | None = None,
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """``handler`` with ``before(context)`` awaited before its behavior runs, ``each(request,
+    context)`` awaited on every request message before the behavior sees it (each of a
+    stream's), and ``deserializer`` instead of its own — the one way the interceptors below
+    wrap a handler, whatever its kind."""
+
+    async def checked(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        async for request in requests:
+            if each is not None:
+                await each(request, context)
+            yield request
+
+    async def prepare(request: Any, context: Any, streamed: bool) -> Any:
+        if before is not None:
+            await before(context)
+        if streamed:
+            return checked(request, context)
+        if each is not None:
+            await each(request, context)
+        return request
+
+    def unary(behavior: Callable[..., Awaitable[Any]], streamed: bool) -> Callable[..., Any]:
+        async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            return await behavior(await prepare(request, context, streamed), context)
+
+        return guarded
+
+    def streaming(
+        behavior: Callable[..., AsyncIterator[Any]], streamed: bool
+    ) -> Callable[..., Any]:
+        async def guarded(
+            request: Any, context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            async for item in behavior(await prepare(request, context, streamed), context):
+                yield item
+
+        return guarded
+
+    kinds: dict[tuple[bool, bool], tuple[Callable[..., Any], Any, Callable[..., Any]]] = {
+        (False, False): (grpc.unary_unary_rpc_method_handler, handler.unary_unary, unary),
+        (False, True): (grpc.unary_stream_rpc_method_handler, handler.unary_stream, streaming),
+        (True, False): (grpc.stream_unary_rpc_method_handler, handler.stream_unary, unary),
+        (True, True): (grpc.stream_stream_rpc_method_handler, handler.stream_stream, streaming),
+    }
+    streamed = handler.request_streaming
+    make, behavior, wrap = kinds[(streamed, handler.response_streaming)]
+    wrapped: grpc.RpcMethodHandler[Any, Any] = make(
+        wrap(behavior, streamed),
+        request_deserializer=deserializer or handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+    return wrapped
+
+
+Continuation: TypeAlias = Callable[
+    [grpc.HandlerCallDetails], Awaitable["grpc.RpcMethodHandler[Any, Any] | None"]
+]
+
+
 class RoleGuard(grpc.aio.ServerInterceptor):
     """Checks every call against the role table before its handler runs: a caller whose role
     may not call the method gets PERMISSION_DENIED naming the roles it needs, and the handler
     never runs (nothing changes). Health and reflection are open (design/deployment.md)."""
 
     async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        details: grpc.HandlerCallDetails,
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(details)
         method: str = details.method
@@ -250,36 +315,47 @@ class RoleGuard(grpc.aio.ServerInterceptor):
             if why:
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
 
-        def unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-            async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                await check(context)
-                return await behavior(request, context)
+        return _rewrap(handler, before=check)
 
-            return guarded
 
-        def streaming(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
-            async def guarded(
-                request: Any, context: grpc.aio.ServicerContext[Any, Any]
-            ) -> AsyncIterator[Any]:
-                await check(context)
-                async for item in behavior(request, context):
-                    yield item
+class _Undecodable:
+    """A request message that did not decode (what :class:`DecodeGuard`'s deserializer
+    returns instead of raising)."""
 
-            return guarded
+    __slots__ = ("why",)
 
-        kinds: dict[tuple[bool, bool], tuple[Callable[..., Any], Any, Callable[..., Any]]] = {
-            (False, False): (grpc.unary_unary_rpc_method_handler, handler.unary_unary, unary),
-            (False, True): (grpc.unary_stream_rpc_method_handler, handler.unary_stream, streaming),
-            (True, False): (grpc.stream_unary_rpc_method_handler, handler.stream_unary, unary),
-            (True, True): (grpc.stream_stream_rpc_method_handler, handler.stream_stream, streaming),
-        }
-        make, behavior, wrap = kinds[(handler.request_streaming, handler.response_streaming)]
-        guarded: grpc.RpcMethodHandler[Any, Any] = make(
-            wrap(behavior),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-        return guarded
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+class DecodeGuard(grpc.aio.ServerInterceptor):
+    """A request that does not decode as its method's message (random bytes, a truncated
+    message) is answered INVALID_ARGUMENT saying so, and its handler never runs. Without it
+    gRPC answers UNKNOWN and logs the decoder's traceback as a server error."""
+
+    async def intercept_service(
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        decode = handler.request_deserializer
+        method: str = details.method
+
+        def deserialize(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except Exception as e:  # protobuf's DecodeError, or any decoder's
+                return _Undecodable(
+                    f"the request is not a valid message for {method} ({e}); send the"
+                    " method's request message, serialized with protobuf"
+                )
+
+        async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            if isinstance(request, _Undecodable):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.why)
+
+        return _rewrap(handler, each=check, deserializer=deserialize)
 
 
 async def add_health(server: grpc.aio.Server, services: Sequence[str]) -> HealthServicer:
