@@ -485,6 +485,7 @@ def target_writes(
             TriggerAction.WRITE_PENDING,
             TriggerAction.WRITE_PLANNED,
             TriggerAction.DELETE_PLANNED,
+            TriggerAction.RECOVER_PENDING,
         ):
             triggers[p] = target
     return creates, triggers

@@ -100,11 +100,16 @@ class CancelIntent:
 
 @dataclass(frozen=True, slots=True)
 class TriggerMark:
-    """The value of a change-trigger key: the last trigger ``revision`` applied to the partition."""
+    """The value of a change-trigger key: the last trigger ``revision`` applied to the partition.
+
+    ``held``: a cancelled rebalance left the partition where it was, and it stays there until
+    a newer trigger (design/metastore.md, "Pending recovery"); no other partition off its
+    target at this revision is left alone."""
 
     revision: int
     epoch: int
     ts: int
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +294,7 @@ def decode_cancel(raw: bytes) -> CancelIntent:
 # -- change trigger ----------------------------------------------------------------------------
 
 _TRIGGER_SUFFIX_KEYS = frozenset({"v", "epoch", "ts"})
+_TRIGGER_HELD_KEYS = _TRIGGER_SUFFIX_KEYS | {"held"}
 
 
 def be8(revision: int) -> bytes:
@@ -300,11 +306,13 @@ def be8(revision: int) -> bytes:
 
 
 def encode_trigger(value: TriggerMark) -> bytes:
-    """``be8(revision)`` followed by a non-empty canonical JSON suffix ``{"epoch","ts","v"}``."""
+    """``be8(revision)`` followed by a non-empty canonical JSON suffix ``{"epoch","ts","v"}``
+    (and ``"held":true`` when held)."""
     suffix = _dumps(
         {
             "v": SCHEMA_VERSION,
             **_ints(value, "epoch", "ts"),
+            **({"held": True} if value.held else {}),
         }
     )
     return be8(value.revision) + suffix
@@ -317,8 +325,11 @@ def decode_trigger(raw: bytes) -> TriggerMark:
     revision = int.from_bytes(raw[:8], "big")
     if revision > MAX_INT:
         raise _Bad("revision out of int64 range")
-    obj = _load_object(raw[8:], _TRIGGER_SUFFIX_KEYS)
-    return TriggerMark(revision=revision, epoch=_int(obj, "epoch"), ts=_int(obj, "ts"))
+    suffix = raw[8:]
+    obj = _load_object(suffix, _TRIGGER_HELD_KEYS if b'"held"' in suffix else _TRIGGER_SUFFIX_KEYS)
+    if obj.get("held", True) is not True:
+        raise _Bad("held is not true (it is written only when true)")
+    return TriggerMark(revision, _int(obj, "epoch"), _int(obj, "ts"), "held" in obj)
 
 
 def trigger_is_older(stored_raw: bytes, new_revision: int) -> bool:

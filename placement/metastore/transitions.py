@@ -156,6 +156,10 @@ class TriggerAction(StrEnum):
     DELETE_PLANNED = "delete_planned"
     #: Nothing to move (target == stable, or == pending with no planned): only the trigger recorded.
     RECORD_ONLY = "record_only"
+    #: The stored trigger is this revision, no rebalance is in progress, target != stable and no
+    #: cancel held the partition there: pending := target, the trigger unchanged (a pending
+    #: lost out of band is written again; design/metastore.md, "Pending recovery").
+    RECOVER_PENDING = "recover_pending"
     #: The stored trigger is not older: nothing written.
     STALE = "stale"
 
@@ -244,9 +248,17 @@ def decide_trigger(state: PartitionState, target: Peers, trigger_revision: int) 
 
     Peers compare as ordered tuples: a new preferred primary is a new target. A corrupt stable or
     pending equals no target.
+
+    A stored trigger of exactly ``trigger_revision`` (not older) is STALE — unless nothing is in
+    progress (no pending, planned or cancel), stable is readable and not the target, and the
+    trigger is not ``held`` by a cancel: RECOVER_PENDING (a pending deleted out of band).
     """
     if state.trigger is not None and not trigger_is_older(state.trigger.raw, trigger_revision):
-        return TriggerAction.STALE
+        return (
+            TriggerAction.RECOVER_PENDING
+            if _recoverable(state, target, trigger_revision)
+            else TriggerAction.STALE
+        )
     if state.pending is None:
         if state.peers(AssignField.STABLE) != target:
             return TriggerAction.WRITE_PENDING
@@ -258,6 +270,18 @@ def decide_trigger(state: PartitionState, target: Peers, trigger_revision: int) 
             TriggerAction.DELETE_PLANNED if state.planned is not None else TriggerAction.RECORD_ONLY
         )
     return TriggerAction.WRITE_PLANNED
+
+
+def _recoverable(state: PartitionState, target: Peers, trigger_revision: int) -> bool:
+    """A partition left off ``target`` at the trigger revision that asked for it, with nothing
+    in progress and no cancel holding it there (see :func:`decide_trigger`)."""
+    mark = state.trigger.value if state.trigger is not None else None
+    if not isinstance(mark, TriggerMark) or mark.revision != trigger_revision or mark.held:
+        return False
+    if state.pending is not None or state.planned is not None or state.cancel is not None:
+        return False
+    stable = state.peers(AssignField.STABLE)
+    return stable is not None and stable != target
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,11 +332,12 @@ def plan_trigger(
         return Decision(Outcome.STALE_TRIGGER, None, action)
     z, p = state.zone, state.partition
     trigger_key = keys.assign(z, p, AssignField.TRIGGER)
-    trigger_cmp = (
-        Compare.value(trigger_key, "<", be8(trigger_revision))
-        if state.trigger is not None
-        else Compare.version(trigger_key, "==", 0)
-    )
+    if action is TriggerAction.RECOVER_PENDING:
+        trigger_cmp = _mod_is(keys, state, AssignField.TRIGGER)  # the very mark read
+    elif state.trigger is not None:
+        trigger_cmp = Compare.value(trigger_key, "<", be8(trigger_revision))
+    else:
+        trigger_cmp = Compare.version(trigger_key, "==", 0)
     compares = (
         trigger_cmp,
         _mod_is(keys, state, AssignField.STABLE),
@@ -321,6 +346,10 @@ def plan_trigger(
         _mod_is(keys, state, AssignField.CANCEL),
     )
     assignment = encode_assignment(Assignment(target, epoch, ts, trigger_revision))
+    if action is TriggerAction.RECOVER_PENDING:
+        return Decision(
+            Outcome.APPLIED, Write(compares, {AssignField.PENDING: assignment}, ()), action
+        )
     puts = {AssignField.TRIGGER: encode_trigger(TriggerMark(trigger_revision, epoch, ts))}
     deletes: tuple[AssignField, ...] = ()
     if action is TriggerAction.WRITE_PENDING:
@@ -413,9 +442,12 @@ def plan_finish_cancel(
 ) -> Decision:
     """End a cancelled rebalance (pure): ``pending := planned (or delete); delete planned, cancel``;
     stable unchanged — or, when the agents answered "already done", ``stable := pending``.
+    Reverted, the trigger is re-stamped ``held``: the partition stays where the cancel left it
+    until a newer trigger (never recovered at this one).
 
     Compares: ``mod_revision(pending) == pending_revision``, ``mod_revision(cancel)`` as read (and
-    non-zero: a cancel must exist), ``mod_revision(planned)`` as read.
+    non-zero: a cancel must exist), ``mod_revision(planned)`` as read; when it re-stamps the
+    trigger, ``mod_revision(trigger)`` as read.
     """
     pending = state.pending
     if pending is None or pending.mod_revision != pending_revision or state.cancel is None:
@@ -423,7 +455,7 @@ def plan_finish_cancel(
     if already_done and isinstance(pending.value, Corrupt):
         return Decision(Outcome.CORRUPT, None)
     z, p = state.zone, state.partition
-    compares = (
+    compares: tuple[Compare, ...] = (
         Compare.mod(keys.assign(z, p, AssignField.PENDING), "==", pending_revision),
         _mod_is(keys, state, AssignField.CANCEL),
         _mod_is(keys, state, AssignField.PLANNED),
@@ -431,6 +463,11 @@ def plan_finish_cancel(
     puts, deletes = _promote_planned(state, epoch, ts)
     if already_done:
         puts[AssignField.STABLE] = _restamp(pending, epoch, ts)
+    else:
+        mark = state.trigger.value if state.trigger is not None else None
+        if isinstance(mark, TriggerMark):
+            compares = (*compares, _mod_is(keys, state, AssignField.TRIGGER))
+            puts[AssignField.TRIGGER] = encode_trigger(replace(mark, epoch=epoch, ts=ts, held=True))
     return Decision(Outcome.APPLIED, Write(compares, puts, (*deletes, AssignField.CANCEL)))
 
 

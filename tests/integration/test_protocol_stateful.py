@@ -2,7 +2,9 @@
 
 Hypothesis drives random sequences of: triggers with newer, equal and older revisions (targets from
 a few small peer sets, including a re-ordering), finish / cancel / finish_cancel for the current and
-for old pending revisions, batched triggers, and writes under a deposed epoch (the leader key
+for old pending revisions, batched triggers, a pending deleted out of band (written again by a
+trigger at the same revision unless a cancel holds the partition), and writes under a deposed
+epoch (the leader key
 deleted and re-created, or absent). Operations are decided either on a fresh read or on an
 **old observed state** (up to several steps stale), and the ``race`` rule runs two writers on one
 in-flight rebalance where the second decides on the state both saw before the first wrote. That is
@@ -100,10 +102,15 @@ def _restamp(value: object, epoch: int, ts: int) -> Assignment:
 
 def model_trigger(m: MPartition, target: Peers, rev: int, epoch: int, ts: int) -> Expect:
     stored = m.get(F.TRIGGER)
+    new = Assignment(target, epoch, ts, rev)
     if stored is not None and rev <= stored.value.revision:  # type: ignore[attr-defined]
+        mark = stored.value
+        assert isinstance(mark, TriggerMark)
+        idle = all(m.get(f) is None for f in (F.PENDING, F.PLANNED, F.CANCEL))
+        if rev == mark.revision and not mark.held and idle and m.peers(F.STABLE) != target:
+            return Expect(Outcome.APPLIED, {F.PENDING: new})  # a lost pending, written again
         return Expect(Outcome.STALE_TRIGGER, {})
     writes: Writes = {F.TRIGGER: TriggerMark(rev, epoch, ts)}
-    new = Assignment(target, epoch, ts, rev)
     if m.get(F.PENDING) is None:
         if m.peers(F.STABLE) != target:
             writes[F.PENDING] = new
@@ -153,6 +160,11 @@ def model_finish_cancel(m: MPartition, rev: int, done: bool, epoch: int, ts: int
     writes: Writes = {F.CANCEL: None}
     if done:
         writes[F.STABLE] = _restamp(pending.value, epoch, ts)
+    else:  # held where the cancel left it until a newer trigger
+        mark = m.get(F.TRIGGER)
+        assert mark is not None
+        assert isinstance(mark.value, TriggerMark)
+        writes[F.TRIGGER] = replace(mark.value, epoch=epoch, ts=ts, held=True)
     if planned is not None:
         writes[F.PENDING] = _restamp(planned.value, epoch, ts)
         writes[F.PLANNED] = None
@@ -564,6 +576,19 @@ class ProtocolMachine(RuleBasedStateMachine):
             ].peers(F.STABLE)
             return next(t for t in PEER_SETS if t not in (stable, pending, current))
         return PEER_SETS[int(aim)]
+
+    @rule(p=partitions)
+    def lose_pending(self, p: int) -> None:
+        """An operator (or a bug) deletes a rebalance's pending out of band: the next trigger at
+        the same revision writes it again (design/metastore.md, "Pending recovery")."""
+        m = self.model[p]
+        if m.get(F.PENDING) is None or m.get(F.PLANNED) is not None or m.get(F.CANCEL) is not None:
+            return
+        self.step += 1
+        self.run(self.ctx.client.delete(self.ctx.keys.assign(self.zone, p, F.PENDING)))
+        m.keys.pop(F.PENDING)
+        self.event("pending deleted out of band")
+        self.check_all()
 
     # -- checks --------------------------------------------------------------------------------
 
