@@ -58,6 +58,11 @@ def workload() -> None:
 @click.option(
     "--delete-ratio", type=float, default=0.1, show_default=True, help="Share of deletes (0..1)."
 )
+@click.option(
+    "--readers", type=int, default=2, show_default=True,
+    help="Concurrent readers of the run's keys: their reads are recorded and `workload check` "
+    "holds every key to linearizability (0: none).",
+)  # fmt: skip
 @click.option("--seed", type=int, help="Seed of the writers' key and op choices.")
 @output_option
 @click.pass_context
@@ -69,6 +74,7 @@ def workload_run(
     duration: float,
     record_path: Path,
     delete_ratio: float,
+    readers: int,
     seed: int | None,
     output: Output,
 ) -> None:
@@ -95,6 +101,7 @@ def workload_run(
                 record_path,
                 stop,
                 delete_ratio=delete_ratio,
+                readers=readers,
                 seed=seed,
                 progress=workload_progress(bars, duration),
             )

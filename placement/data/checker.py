@@ -8,6 +8,10 @@ may also be absent. The result of a put is its value, of a delete "absent". An o
 is another value this key was once given is **lost** (an acknowledged write was undone); a value
 never written to the key is **wrong**.
 
+**Linearizability.** When the run had readers, every key's writes and reads (with their
+intervals) must be linearizable (:mod:`placement.data.linearizability`): a read never returns a
+value older than one a completed write replaced before the read began, and reads never go back.
+
 **The check** reads the zone through the API (a scan of the run's prefix), then every replica of
 every partition's stable set directly (``ReplicationService.ReadReplica``): all replicas of a
 partition must be identical and each must satisfy the rule. Replica reads are repeated for up to
@@ -17,6 +21,7 @@ partition must be identical and each must satisfy the rule. Replica reads are re
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -26,6 +31,7 @@ from typing import Any, Literal
 
 from placement.core.retry import Clock
 from placement.data.client import DataClient, ReplicaCopy
+from placement.data.linearizability import RegisterOp, check_keys
 from placement.data.partitioning import partition_of
 from placement.data.workload import Attempt, Record, load_record
 from placement.errors import InvalidInput, PlacementError
@@ -180,11 +186,16 @@ class CheckResult:
     partitions_checked: int
     replicas_checked: int
     examples: tuple[str, ...] = ()
+    #: Reads the run recorded; keys whose history is not linearizable; keys the search gave up.
+    reads: int = 0
+    nonlinearizable: int = 0
+    undecided: int = 0
 
     @property
     def ok(self) -> bool:
         return not (
-            self.lost
+            self.nonlinearizable
+            or self.lost
             or self.wrong
             or self.replica_lost
             or self.replica_wrong
@@ -208,8 +219,38 @@ class CheckResult:
             "unreachable_replicas": self.unreachable_replicas,
             "partitions_checked": self.partitions_checked,
             "replicas_checked": self.replicas_checked,
+            "reads": self.reads,
+            "nonlinearizable": self.nonlinearizable,
+            "undecided": self.undecided,
             "examples": list(self.examples),
         }
+
+
+def register_histories(record: Record) -> dict[str, list[RegisterOp]]:
+    """Each key's writes and reads as register operations (an unacknowledged write: completed
+    at infinity — it may take effect any time after it was sent, or never)."""
+    ops: dict[str, list[RegisterOp]] = {}
+    for a in record.attempts:
+        if a.invoked is None:
+            continue
+        done = a.completed if a.acked and a.completed is not None else math.inf
+        ops.setdefault(a.key, []).append(RegisterOp(a.invoked, done, True, a.value))
+    for r in record.reads:
+        ops.setdefault(r.key, []).append(RegisterOp(r.invoked, r.completed, False, r.value))
+    return ops
+
+
+def linearizability(record: Record) -> tuple[int, int, list[str]]:
+    """``(nonlinearizable keys, undecided keys, examples)`` of a run with readers (zeros for
+    a run without reads or without times)."""
+    if not record.reads or not record.timed:
+        return 0, 0, []
+    verdicts = check_keys(sorted(register_histories(record).items()))
+    bad = [v for v in verdicts if v.verdict == "violation"]
+    examples = [f"{v.key}: its {v.operations} writes and reads are not linearizable" for v in bad][
+        :EXAMPLES
+    ]
+    return len(bad), sum(1 for v in verdicts if v.verdict == "undecided"), examples
 
 
 def evaluate(
@@ -222,7 +263,8 @@ def evaluate(
     them; ``replicas[p]`` = each stable member's copy of partition ``p``."""
     by_key = histories(record.attempts)
     api_verdict = judge_keys(by_key, api, where="api", key_prefix=record.key_prefix)
-    examples = list(api_verdict.examples)
+    nonlinearizable, undecided, examples = linearizability(record)
+    examples += api_verdict.examples
     keys_of: dict[int, dict[str, Sequence[Attempt]]] = {}
     for key, history in by_key.items():
         keys_of.setdefault(partition_of(key.encode(), partitions), {})[key] = history
@@ -266,6 +308,9 @@ def evaluate(
         partitions_checked=partitions,
         replicas_checked=checked,
         examples=tuple(examples[: EXAMPLES * 3]),
+        reads=len(record.reads),
+        nonlinearizable=nonlinearizable,
+        undecided=undecided,
     )
 
 

@@ -412,13 +412,14 @@ async def test_workload_in_process_then_checked(data_cluster: Cluster, tmp_path:
     c = data_cluster
     record = tmp_path / "in-process.jsonl"
     async with DataClient(c.driver_apis, tls=c.tls("client")) as client:
-        stats = await run_writers(client, ZONE, 4, 10, 3.0, record, seed=3)
+        stats = await run_writers(client, ZONE, 4, 10, 3.0, record, seed=3, readers=2)
         assert stats.acked > 0
         assert stats.failures == {}
         assert stats.p50 <= stats.p99
         result = await check_workload(client, ZONE, record)
     assert result.ok, result.as_json()
     assert result.acked_writes == stats.acked
+    assert result.reads == stats.reads > 0  # every key's reads held to linearizability
     assert result.partitions_checked == PARTITIONS
     assert result.replicas_checked == 3 * PARTITIONS
 

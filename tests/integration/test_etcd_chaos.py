@@ -175,7 +175,7 @@ async def test_etcd_faults_mid_rebalance_lose_nothing(
             await data.put(ZONE, key, b"serving")
         stop = asyncio.Event()
         writers = asyncio.create_task(
-            run_writers(data, ZONE, 4, 20, EVENTUALLY, record, stop, seed=7)
+            run_writers(data, ZONE, 4, 20, EVENTUALLY, record, stop, seed=7, readers=2)
         )
         try:
             await asyncio.sleep(1.0)
@@ -195,4 +195,5 @@ async def test_etcd_faults_mid_rebalance_lose_nothing(
         result = await check_workload(data, ZONE, record)
         assert result.ok, result
         assert result.acked_writes == stats.acked
+        assert result.reads == stats.reads > 0  # linearizable through every etcd fault
         await _no_write_after_deposal(etcd, keys, start)

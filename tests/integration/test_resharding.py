@@ -133,7 +133,7 @@ async def _grow_under_writers(
     bulk = await _preload(client, 32, 64 << 10)
     record = tmp_path / "writers.jsonl"
     stop = asyncio.Event()
-    writers = asyncio.create_task(run_writers(client, ZONE, 4, 30, 600.0, record, stop))
+    writers = asyncio.create_task(run_writers(client, ZONE, 4, 30, 600.0, record, stop, readers=2))
     await _alter(api, 8)
     return before, bulk, record, stop, writers
 
@@ -237,7 +237,7 @@ async def _reshard_under_writers(
         old = await _settled_layout(api, before, c)
         stop = asyncio.Event()
         writers = asyncio.create_task(
-            run_writers(client, ZONE, 6, 40, 600.0, record, stop, seed=after)
+            run_writers(client, ZONE, 6, 40, 600.0, record, stop, seed=after, readers=2)
         )
         await asyncio.sleep(1.5)
         await _alter(api, after)

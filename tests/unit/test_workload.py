@@ -145,9 +145,9 @@ def write_record(events: list[tuple[str, int, int, str, str | None]]) -> str:
     rec.header("r", "z", "r-", 2, 3)
     for kind, w, seq, key, value in events:
         if kind == "attempt":
-            rec.attempt(w, seq, key, "put" if value is not None else "delete", value)
+            rec.attempt(w, seq, key, "put" if value is not None else "delete", value, seq)
         elif kind == "ack":
-            rec.ack(w, seq, 10 + seq, 2)
+            rec.ack(w, seq, 10 + seq, 2, seq + 0.5)
         else:
             rec.fail(w, seq, "DataUnavailable", "no primary")
     return out.getvalue()
@@ -260,6 +260,9 @@ class FakeData:
     rng: random.Random = field(default_factory=lambda: random.Random(7))
     kv: dict[bytes, bytes] = field(default_factory=dict)
     writes: int = 0
+    #: Reads answer the first value a key ever held (a replica that stopped applying writes).
+    stale_reads: bool = False
+    first: dict[bytes, bytes] = field(default_factory=dict)
 
     def _maybe_fail(self, apply: Callable[[], object]) -> None:
         self.writes += 1
@@ -270,9 +273,14 @@ class FakeData:
 
     async def put(self, zone: str, key: bytes, value: bytes) -> WriteResult:
         await asyncio.sleep(0)
+        self.first.setdefault(key, value)
         self._maybe_fail(lambda: self.kv.__setitem__(key, value))
         self.kv[key] = value
         return WriteResult(self.writes, 1)
+
+    async def get(self, zone: str, key: bytes) -> bytes | None:
+        await asyncio.sleep(0)
+        return self.first.get(key) if self.stale_reads else self.kv.get(key)
 
     async def delete_with_result(self, zone: str, key: bytes) -> WriteResult:
         await asyncio.sleep(0)
@@ -307,10 +315,12 @@ async def test_writers_record_everything_and_the_checker_passes(tmp_path: Path) 
         record,
         max_ops_per_writer=40,
         delete_ratio=0.2,
+        readers=2,
         seed=1,
         run_id="t1",
     )
     assert stats.attempted == 120
+    assert stats.reads > 0
     assert stats.acked + sum(stats.failures.values()) == 120
     assert stats.failures["DataUnavailable"] == 24
     assert len(stats.latencies) == stats.acked
@@ -322,6 +332,8 @@ async def test_writers_record_everything_and_the_checker_passes(tmp_path: Path) 
 
     result = await check_workload(fake, "z", record, settle=0)  # type: ignore[arg-type]
     assert result.ok, result.examples
+    assert result.reads == stats.reads
+    assert result.nonlinearizable == 0
     assert result.acked_writes == stats.acked
     assert result.replicas_checked == 3 * fake.partitions
 
@@ -339,6 +351,31 @@ async def test_writers_record_everything_and_the_checker_passes(tmp_path: Path) 
     assert broken.lost == 1
     assert broken.replica_lost == 3
     assert any(last_put["key"] in e for e in broken.examples)
+
+
+async def test_reads_of_a_replica_that_stopped_applying_are_not_linearizable(
+    tmp_path: Path,
+) -> None:
+    fake = FakeData(fail_every=1000, stale_reads=True)
+    record = tmp_path / "stale.jsonl"
+    stats = await run_writers(
+        fake,  # type: ignore[arg-type]
+        "z",
+        2,
+        2,
+        60.0,
+        record,
+        max_ops_per_writer=30,
+        delete_ratio=0.0,
+        readers=2,
+        seed=3,
+    )
+    assert stats.reads > 0
+    result = await check_workload(fake, "z", record, settle=0)  # type: ignore[arg-type]
+    assert not result.ok
+    assert result.nonlinearizable > 0
+    assert result.lost == 0  # the data is all there: only the reads were stale
+    assert any("not linearizable" in e for e in result.examples)
 
 
 async def test_the_check_refuses_a_record_of_another_zone(tmp_path: Path) -> None:
