@@ -150,7 +150,9 @@ def workload_check(
                 f"{result.keys} keys; lost {result.lost}, wrong {result.wrong}; replicas: "
                 f"{result.replicas_checked} checked in {result.partitions_checked} partitions, "
                 f"divergent {result.divergent_replicas}, lost {result.replica_lost}, "
-                f"wrong {result.replica_wrong}, unreadable {result.unreachable_replicas}",
+                f"wrong {result.replica_wrong}, unreadable {result.unreachable_replicas}; "
+                f"{result.reads} reads: {result.nonlinearizable} keys not linearizable"
+                + (f" ({result.undecided} undecided)" if result.undecided else ""),
                 *(f"  {example}" for example in result.examples),
             ]
         ),

@@ -13,8 +13,10 @@ is (unknown fields are ignored by protobuf): they are left out of the random par
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -123,6 +125,19 @@ async def placement_state(client: EtcdClient, keys: KeySpace) -> dict[bytes, byt
     return found
 
 
+async def created(client: EtcdClient, keys: KeySpace) -> dict[bytes, bytes]:
+    """The placement state once zone ``kv`` is fully created (each partition's stable
+    written, nothing pending): from then on only garbage could change it."""
+    deadline = time.monotonic() + 60
+    while True:
+        state = await placement_state(client, keys)
+        stables = [k for k in state if k.endswith(b"/stable")]
+        if len(stables) == 4 and not any(k.endswith(b"/pending") for k in state):
+            return state
+        assert time.monotonic() < deadline, f"zone kv never settled: {sorted(state)}"
+        await asyncio.sleep(0.1)
+
+
 async def test_garbage_to_every_rpc_is_refused_and_changes_nothing(
     live: Cluster, etcd: Any
 ) -> None:
@@ -159,7 +174,7 @@ async def test_garbage_to_every_rpc_is_refused_and_changes_nothing(
             ),
         ]
         async with EtcdClient([etcd.endpoint]) as client:
-            before = await placement_state(client, keys)
+            before = await created(client, keys)
             answered: dict[str, set[str]] = {}
             for service, address, who in targets:
                 async with _open(address, c, who) as ch:
