@@ -315,3 +315,38 @@ async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps
     assert new_epoch_writes, "the new leader must have finished the rebalance"
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
     assert not repeated, f"effects applied more than once: {repeated}"
+
+
+async def test_a_leader_sigstopped_for_less_than_half_its_ttl_keeps_leading_and_repeats_nothing(
+    drivers: Drivers, cluster: Cluster, keys: KeySpace
+) -> None:
+    """A pause shorter than half the election lease (GC, a slow disk, a busy host) costs no
+    failover: the same term (epoch) leads before and after, the rebalance it was driving
+    completes, and no agent applied anything twice."""
+    client = cluster.client
+    for i in range(5):
+        await cluster.start_agent(f"n{i}")
+    await drivers.start("d1", "--max-moves", "4")
+    await wait_leader(client, keys)
+    await drivers.start("d2", "--max-moves", "4")
+    member, fence = await wait_leader(client, keys)
+    assert member == "d1"
+    spec = await start_rebalance(cluster, client, keys, fence, partitions=24)
+    d1 = drivers.procs["d1"]
+    pause = TTL / 2 * 0.8
+    for _ in range(3):  # a few short pauses, each followed by time to renew the lease
+        d1.proc.send_signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(pause)
+        finally:
+            d1.proc.send_signal(signal.SIGCONT)
+        await asyncio.sleep(TTL)
+        now = await leader(client, keys)
+        assert now is not None
+        assert now == (member, fence), f"the pause cost a failover: {now}"
+    await eventually(lambda: settled(cluster.store, spec), "the rebalance to complete on d1")
+    assert await leader(client, keys) == (member, fence)
+    assert "stepping down" not in d1.text()
+    assert "leader d2" not in drivers.procs["d2"].text()
+    repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
+    assert not repeated, f"effects applied more than once: {repeated}"
