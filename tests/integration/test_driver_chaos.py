@@ -8,6 +8,8 @@ with TLS and auth on, the product's etcd user allowed only its prefix).
 * SIGSTOP of the leader for 2 × TTL, then SIGCONT: once its lease is gone the old leader makes
   **zero** successful etcd writes — checked on etcd's history (every value a driver writes carries
   its epoch) — and its log says it stepped down.
+* SIGSTOP of the leader for less than half its TTL, three times: no failover (the same term leads
+  throughout), the rebalance completes, nothing applied twice.
 
 Deadlines scale with ``PLACEMENT_TEST_TIME_SCALE``. Teardown fails on any traceback in a log.
 """
