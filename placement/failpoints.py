@@ -5,11 +5,13 @@ Enabled only through the environment of the process::
 
     PLACEMENT_FAILPOINTS="NAME=ACTION[,NAME=ACTION...]"
 
-ACTION is ``crash`` (one line on stderr naming the point, then SIGKILL of the process itself: no
-clean-up, no flush, as if killed from outside), ``pause(MS)`` (the task that reached the point
-waits MS milliseconds there; the rest of the process runs on) or ``error`` (raises
-:class:`FailpointError` there). ``N*ACTION`` lets the first N−1 hits pass and acts from the Nth
-on. Unset, a point costs one check of an empty dict. A name or action that does not exist is an
+ACTION is ``crash`` (SIGKILL of the process itself: no clean-up, no flush, as if killed from
+outside), ``pause(MS)`` (the task that reached the point waits MS milliseconds there; the rest of
+the process runs on) or ``error`` (raises :class:`FailpointError`, an unavailable store: whoever
+called does not know whether what came before the point took effect — a lost reply). Each
+action first writes one line on stderr naming the point. Plain ``ACTION`` acts at every hit;
+``N*ACTION`` at the Nth hit only (one fault, at an exact step). Unset, a point costs one check of
+an empty dict. A name or action that does not exist is an
 :class:`~placement.errors.InvalidInput` naming the variable, raised when the process starts
 (:func:`load`, called by every process's command) — never a silently ignored typo.
 """
@@ -22,7 +24,7 @@ import re
 import signal
 from dataclasses import dataclass
 
-from placement.errors import InvalidInput, PlacementError
+from placement.errors import InvalidInput, StoreUnavailable
 
 ENV = "PLACEMENT_FAILPOINTS"
 
@@ -41,19 +43,22 @@ POINTS: dict[str, str] = {
     "before it starts the catch-up and answers",
     "agent.mid-catch-up": "a learner wrote a snapshot page, before it fetches the next",
     "primary.after-append": "a primary appended a batch to its own log, before replicating it",
+    "metastore.end-moves-reply-lost": "a transaction ending moves (finish or finish_cancel) "
+    "committed; its reply is about to be handled (error: as if it were lost)",
 }
 
 _ACTION = re.compile(r"^(?:(\d+)\*)?(crash|error|pause\((\d+)\))$")
 
 
-class FailpointError(PlacementError):
-    """Raised by a failpoint set to ``error``."""
+class FailpointError(StoreUnavailable):
+    """Raised by a failpoint set to ``error``: the outcome of what came before is unknown."""
 
 
 @dataclass(frozen=True, slots=True)
 class Action:
     kind: str  # "crash" | "pause" | "error"
-    from_hit: int = 1
+    #: Act at this hit only (0: at every hit).
+    hit: int = 0
     pause_ms: int = 0
 
 
@@ -77,11 +82,11 @@ def parse(text: str) -> dict[str, Action]:
             raise InvalidInput(
                 ENV,
                 f"{name}: {spec!r} is not an action",
-                "use crash, error or pause(MS), optionally after N* (from the Nth hit on)",
+                "use crash, error or pause(MS), optionally after N* (at the Nth hit only)",
             )
         count, kind, pause = match.groups()
         kind = "pause" if pause is not None else kind
-        actions[name] = Action(kind, int(count or 1), int(pause or 0))
+        actions[name] = Action(kind, int(count or 0), int(pause or 0))
     return actions
 
 
@@ -108,12 +113,12 @@ async def failpoint(name: str) -> None:
     if action is None:
         return
     hits = _hits[name] = _hits.get(name, 0) + 1
-    if hits < action.from_hit:
+    if action.hit and hits != action.hit:
         return
+    os.write(2, f"failpoint {name}: {action.kind} (hit {hits}, pid {os.getpid()})\n".encode())
     if action.kind == "pause":
         await asyncio.sleep(action.pause_ms / 1000)
     elif action.kind == "error":
         raise FailpointError(f"failpoint {name}: error (hit {hits})")
     else:
-        os.write(2, f"failpoint {name}: crash (hit {hits}, pid {os.getpid()})\n".encode())
         os.kill(os.getpid(), signal.SIGKILL)

@@ -48,6 +48,7 @@ from placement.core.limits import MAX_PARTITIONS
 from placement.core.model import Peers, ZoneSpec
 from placement.core.names import validate_name, validate_partition
 from placement.errors import Conflict, InvalidInput, NotLeader, PlacementError, StoreUnavailable
+from placement.failpoints import failpoint
 from placement.metastore.codec import (
     Assignment,
     ControlMark,
@@ -496,6 +497,7 @@ class Metastore:
             txn = batch_txn(fence, batch, (Get(fence.leader_key),))
             try:
                 result = await self.client.txn(txn.compares, txn.success, txn.failure)
+                await failpoint("metastore.end-moves-reply-lost")
             except StoreUnavailable as failed:  # applied or not: the caller's retry re-reads
                 for unit in batch:
                     results[unit.partition] = failed

@@ -12,7 +12,10 @@ process) has recovered:
 * a primary dead right after appending a write to its own log, before replicating it: the write
   is not acknowledged, and once the node is back no replica holds it, while every acknowledged
   write is on every replica (the undo of design/data-plane.md, "A new primary");
-* a learner dead after its second snapshot page: restarted, it resumes and ends identical.
+* a learner dead after its second snapshot page: restarted, it resumes and ends identical;
+* a transaction ending moves that commits but whose reply is lost: the leader retries, counts
+  each switch applied once (a retry that counted it stale was caught: the mutation was tried),
+  and the join completes with nothing applied twice.
 
 Each runs in plaintext and secure (``chaos_etcd``). Teardown fails on a traceback in any log.
 """
@@ -20,7 +23,9 @@ Each runs in plaintext and secure (``chaos_etcd``). Teardown fails on a tracebac
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -264,3 +269,38 @@ async def test_a_learner_crashed_after_its_second_page_resumes_and_ends_identica
         print(f"n3 crashed holding {count} keys; done {time.monotonic() - restarted:.1f}s later")
         assert "n3" in (await stable_of(store, zone))[0]
         await check_replicas(agents, store, bigger, acked)
+
+
+async def test_a_move_end_whose_reply_is_lost_is_retried_and_applied_once(
+    drivers: Drivers, cluster: Cluster, keys: KeySpace
+) -> None:
+    """The first transaction that ends moves commits, and its reply is lost (the failpoint
+    raises an unavailable store after the commit): the leader retries, reads the switch it
+    made, counts it applied — once — and the join completes with nothing applied twice."""
+    client = cluster.client
+    for i in range(4):
+        await cluster.start_agent(f"n{i}")
+    point = "metastore.end-moves-reply-lost"
+    d1 = await drivers.start("d1", env={ENV: f"{point}=1*error"})
+    member, fence = await wait_leader(client, keys)
+    spec = ZoneSpec("fp", partitions=8, replicas=3)
+    assert (await cluster.store.create_zone(spec, fence)).applied
+    await cluster.start_agent("n4")
+
+    async def joined() -> bool:
+        placed = await stable_of(cluster.store, "fp")
+        return any("n4" in p for p in placed.values()) and await settled(cluster.store, spec)
+
+    await eventually(joined, "the join to complete")
+    stables = await stable_of(cluster.store, "fp")
+    await agents_hold_stable(cluster, stables)
+    text = d1.text()
+    assert f"failpoint {point}: error (hit 1" in text
+    ends = re.findall(r"(fp/\d+): finish of revision (\d+) -> (\w+)", text)
+    assert ends, text[-2000:]
+    outcomes = Counter((p, rev) for p, rev, outcome in ends if outcome == "applied")
+    assert all(n == 1 for n in outcomes.values()), outcomes
+    assert not [e for e in ends if e[2] != "applied"], ends
+    assert await leader(client, keys) == (member, fence)  # no new term: the same leader retried
+    repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
+    assert not repeated, f"effects applied more than once: {repeated}"
