@@ -29,6 +29,7 @@ import pytest
 from placement.core.model import ZoneSpec
 from placement.core.retry import RetryPolicy
 from placement.driver.agents import AgentClient
+from placement.driver.core import build_view, zone_outlook
 from placement.driver.leases import LeaseConfig
 from placement.driver.loop import Driver, DriverConfig
 from placement.driver.status import ZoneStatusState, zone_status
@@ -277,6 +278,18 @@ async def settled(store: Metastore, spec: ZoneSpec) -> bool:
         if state.pending or state.planned or state.cancel:
             return False
     return True
+
+
+async def converged(store: Metastore, spec: ZoneSpec) -> bool:
+    """:func:`settled`, and every partition's stable is the placement function's target on
+    the zone's current data nodes (``zone_outlook``: nothing a pass would still move) — the
+    convergence a rebalance promises, not only the replica counts."""
+    if not await settled(store, spec):
+        return False
+    revision, kvs = await store.read_zone_snapshot(spec.name)
+    view = build_view(store.keys, kvs, revision)
+    outlook = zone_outlook(view, spec.name, int(time.time() * 1000))
+    return outlook is not None and not outlook.off_target and not outlook.datanodes_due
 
 
 async def history(client: EtcdClient, prefix: bytes, start: int) -> list[tuple[str, bytes]]:

@@ -37,6 +37,7 @@ from test_driver import (
     TIMEOUT,
     Cluster,
     assert_clean_log,
+    converged,
     eventually,
     settled,
 )
@@ -225,7 +226,7 @@ async def test_sigkill_of_the_leader_mid_rebalance_a_follower_takes_over_and_com
     print(f"failover: d2 leads {took:.2f}s after SIGKILL of d1 (TTL {TTL}s)")
     assert took <= (TTL + 2) * SCALE, f"failover took {took:.1f}s"
 
-    await eventually(lambda: settled(cluster.store, spec), "the rebalance to complete on d2")
+    await eventually(lambda: converged(cluster.store, spec), "the rebalance to complete on d2")
     log = drivers.procs["d2"].text()
     assert f"leader d2 epoch {new_fence.epoch}" in log
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
@@ -346,7 +347,7 @@ async def test_a_leader_sigstopped_for_less_than_half_its_ttl_keeps_leading_and_
         now = await leader(client, keys)
         assert now is not None
         assert now == (member, fence), f"the pause cost a failover: {now}"
-    await eventually(lambda: settled(cluster.store, spec), "the rebalance to complete on d1")
+    await eventually(lambda: converged(cluster.store, spec), "the rebalance to complete on d1")
     assert await leader(client, keys) == (member, fence)
     assert "stepping down" not in d1.text()
     assert "leader d2" not in drivers.procs["d2"].text()

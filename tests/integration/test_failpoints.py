@@ -50,7 +50,7 @@ from test_data_plane import (
     raw_replica,
     stable_of,
 )
-from test_driver import TIMEOUT, Cluster, eventually, hosting, leader_fence, settled
+from test_driver import TIMEOUT, Cluster, converged, eventually, hosting, leader_fence, settled
 from test_driver_chaos import (
     Drivers,
     agents_on,
@@ -141,7 +141,7 @@ async def test_a_leader_crashed_at_a_failpoint_is_replaced_and_the_join_complete
     await cluster.start_agent("n4")
     await died_at(d1.proc, d1.log, point)
     await wait_leader(client, keys, other_than="d1")
-    await eventually(lambda: settled(cluster.store, spec), "the join to complete on d2")
+    await eventually(lambda: converged(cluster.store, spec), "the join to complete on d2")
     stables = await stable_of(cluster.store, "fp")
     assert any("n4" in peers for peers in stables.values())
     await agents_hold_stable(cluster, stables)
@@ -170,7 +170,7 @@ async def test_an_agent_crashed_after_persisting_a_decision_completes_the_move_o
         db.close()
     assert records, "the failpoint is after the decision's commit: a record must be on disk"
     await cluster.start_agent("n3")  # on the same data, registered at its new address
-    await eventually(lambda: settled(cluster.store, spec), "the move onto n3 to complete")
+    await eventually(lambda: converged(cluster.store, spec), "the move onto n3 to complete")
     stables = await stable_of(cluster.store, "fp")
     assert any("n3" in peers for peers in stables.values())
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
@@ -289,7 +289,7 @@ async def test_a_move_end_whose_reply_is_lost_is_retried_and_applied_once(
 
     async def joined() -> bool:
         placed = await stable_of(cluster.store, "fp")
-        return any("n4" in p for p in placed.values()) and await settled(cluster.store, spec)
+        return any("n4" in p for p in placed.values()) and await converged(cluster.store, spec)
 
     await eventually(joined, "the join to complete")
     stables = await stable_of(cluster.store, "fp")
