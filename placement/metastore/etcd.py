@@ -831,14 +831,23 @@ class Losable:
             log.warning("%s lost: %s", self._loss_label, reason)
 
 
+def expiry_margin(ttl: float) -> float:
+    """How long before etcd could expire a lease of ``ttl`` seconds its holder gives it up: an
+    eighth of the TTL, at most 1 s — room for the holder to stop its work (a driver cancels
+    its term's calls) and for the two clocks to run at slightly different rates, so nothing
+    is done under a lease etcd may already have expired (design/metastore.md, "Election")."""
+    return min(1.0, ttl / 8)
+
+
 class Lease(Losable):
     """A granted lease, kept alive by its client's :class:`KeepAliveThread` until revoked,
     stopped or lost.
 
     Lost means etcd answered the keep-alive with TTL 0 (expired or revoked elsewhere), or no
-    keep-alive succeeded until the lease's deadline (when the last confirmed refresh was sent,
-    plus the TTL) passed. Loss is final: :meth:`wait_lost`, on the loop that granted the lease,
-    returns the reason. Keys attached to a lost lease are gone or going.
+    keep-alive succeeded until the lease's deadline passed: when the last confirmed refresh was
+    sent, plus the TTL, less :func:`expiry_margin` — earlier than etcd can expire it, since etcd
+    counts from a moment after the send. Loss is final: :meth:`wait_lost`, on the loop that
+    granted the lease, returns the reason. Keys attached to a lost lease are gone or going.
     """
 
     def __init__(
@@ -852,7 +861,8 @@ class Lease(Losable):
         self._loop = asyncio.get_running_loop()
         self._kept = False
         # Read and written by the keep-alive only (on its thread), once started.
-        self._expires_at = (self._loop.time() if granted_at is None else granted_at) + ttl
+        start = self._loop.time() if granted_at is None else granted_at
+        self._expires_at = start + ttl - expiry_margin(ttl)
 
     def __repr__(self) -> str:
         return f"Lease(id={self.id:#x}, ttl={self.ttl}, lost={self.is_lost})"
@@ -927,7 +937,8 @@ class Lease(Losable):
                     if response.TTL <= 0:
                         self._lost_on_thread("expired (etcd answered TTL 0)")
                         return
-                    self._expires_at = sent_at + int(response.TTL)
+                    ttl = int(response.TTL)
+                    self._expires_at = sent_at + ttl - expiry_margin(ttl)
                     backoff.reset()
                     await client.sleep(max(0.5, int(response.TTL) / 3))
             except _STREAM_ERRORS as e:

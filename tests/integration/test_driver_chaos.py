@@ -10,6 +10,9 @@ with TLS and auth on, the product's etcd user allowed only its prefix).
   its epoch) — and its log says it stepped down.
 * SIGSTOP of the leader for less than half its TTL, three times: no failover (the same term leads
   throughout), the rebalance completes, nothing applied twice.
+* The leader's network to etcd cut (bytes held, nothing closed) mid-rebalance: it steps down by
+  its own clock before etcd expires its key, so no Rebalance leaves it after expiry; the other
+  driver completes the rebalance, nothing applied twice.
 
 Deadlines scale with ``PLACEMENT_TEST_TIME_SCALE``. Teardown fails on any traceback in a log.
 """
@@ -27,6 +30,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -353,3 +357,121 @@ async def test_a_leader_sigstopped_for_less_than_half_its_ttl_keeps_leading_and_
     assert "leader d2" not in drivers.procs["d2"].text()
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
     assert not repeated, f"effects applied more than once: {repeated}"
+
+
+class Blackhole:
+    """A TCP proxy to ``target`` that can be cut: while cut, bytes are held in both directions
+    and nothing is closed — a network partition, not a refused connection."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.open = asyncio.Event()
+        self.open.set()
+        self.server: asyncio.Server | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        pipes = [
+            asyncio.create_task(self._pipe(reader, up_writer)),
+            asyncio.create_task(self._pipe(up_reader, writer)),
+        ]
+        self.tasks.update(pipes)
+        try:
+            await asyncio.gather(*pipes)
+        finally:
+            writer.close()
+            up_writer.close()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                await self.open.wait()
+                writer.write(data)
+                await writer.drain()
+
+    async def close(self) -> None:
+        self.open.set()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.server is not None:
+            self.server.close()
+
+
+def _logged_at(text: str, pattern: str) -> float | None:
+    """The unix time of the first log line matching ``pattern`` (its asctime, local time)."""
+    for line in text.splitlines():
+        if re.search(pattern, line):
+            stamp = line[:23]
+            return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return None
+
+
+async def test_a_leader_cut_off_from_etcd_steps_down_before_its_key_expires(
+    drivers: Drivers, cluster: Cluster, keys: KeySpace, chaos_etcd: ChaosEtcd
+) -> None:
+    """The leader's network to etcd is cut (a partition: bytes held, nothing closed) while it
+    drives a rebalance. It must tell by its own clock that its lease is over — with the
+    keep-alive deadline's margin, before etcd expires its key — and step down within its TTL,
+    so it cannot send a Rebalance once another driver may lead; the other driver takes over
+    and completes the rebalance, nothing applied twice."""
+    client = cluster.client
+    for i in range(5):
+        await cluster.start_agent(f"n{i}")
+    hole = Blackhole(chaos_etcd.endpoints.split(",")[0])
+    proxied = await hole.start()
+    try:
+        await drivers.start("d1", "--max-moves", "4", "--etcd", proxied)
+        await wait_leader(client, keys)
+        await drivers.start("d2", "--max-moves", "4")
+        member, fence = await wait_leader(client, keys)
+        assert member == "d1"
+        spec = await start_rebalance(cluster, client, keys, fence, partitions=24)
+        cut_at = time.time()
+        hole.open.clear()
+
+        seen_at = cut_at  # the start of the last read that still found the key
+
+        async def key_gone() -> bool:
+            nonlocal seen_at
+            asked = time.time()
+            if (await client.get(fence.leader_key)).first() is None:
+                return True
+            seen_at = asked
+            return False
+
+        await eventually(key_gone, "etcd to expire the cut-off leader's key")
+        expired_at = time.time()
+        new_member, _ = await wait_leader(client, keys, other_than="d1")
+        assert new_member == "d2"
+        d1 = drivers.procs["d1"]
+
+        async def stepped_down() -> bool:
+            return _logged_at(d1.text(), rf"d1 stepping down \(epoch {fence.epoch}\)") is not None
+
+        await eventually(stepped_down, "the cut-off leader to log that it stepped down")
+        stepped = _logged_at(d1.text(), rf"d1 stepping down \(epoch {fence.epoch}\)")
+        assert stepped is not None
+        print(
+            f"cut at 0; d1 stepped down at {stepped - cut_at:.2f}s; its key was there at"
+            f" {seen_at - cut_at:.2f}s and gone by {expired_at - cut_at:.2f}s (TTL {TTL}s)"
+        )
+        assert stepped - cut_at <= TTL * SCALE, "it did not notice within its TTL"
+        # Its term's work (every Rebalance it sends) is cancelled before the line is logged: a
+        # step-down logged while etcd still held the key means nothing went out after expiry.
+        assert stepped <= seen_at, "it still believed it led when etcd may have expired its key"
+        await eventually(lambda: converged(cluster.store, spec), "the rebalance to complete on d2")
+        hole.open.set()  # healed: d1 comes back as a follower
+        await asyncio.sleep(TTL)
+        assert (await leader(client, keys) or ("",))[0] == "d2"
+        repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
+        assert not repeated, f"effects applied more than once: {repeated}"
+    finally:
+        await hole.close()
