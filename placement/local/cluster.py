@@ -358,34 +358,60 @@ def launch(
         cluster.driver_apis.append(api)
     for i in range(opts.nodes):
         node = f"node-{i + 1}"
-        agent = Child(
-            node,
-            [
-                *_placectl(),
-                "agent",
-                "run",
-                "--etcd",
-                cluster.etcd_endpoint,
-                "--node",
-                node,
-                "--listen",
-                f"127.0.0.1:{next(agent_ports)}",
-                "--data-dir",
-                str(base / "agents" / node),
-                "--prefix",
-                opts.prefix,
-                "--attribute",
-                f"rack=r{i % 3 + 1}",
-                "--lease-ttl",
-                str(opts.lease_ttl),
-                *observed(node),
-                *tls_flags(node),
-                *cluster.etcd_flags(),
-                *opts.agent_args,
-            ],
-            logs / f"{node}.log",
+        agent = agent_child(
+            cluster, opts, node, f"127.0.0.1:{next(agent_ports)}", f"r{i % 3 + 1}", observed(node)
         )
         _start(cluster, agent, console, stopped)
+
+
+def agent_child(
+    cluster: Cluster, opts: UpOptions, node: str, listen: str, rack: str, observed: list[str]
+) -> Child:
+    """Agent ``node`` (``placectl agent run``) listening on ``listen``, attribute ``rack=RACK``,
+    with ``observed`` (its ``--log-format`` and ``--metrics-listen``) and its certificate."""
+    tls_flags = cluster.pki.flags(node) if cluster.pki is not None else []
+    return Child(
+        node,
+        [
+            *_placectl(),
+            "agent",
+            "run",
+            "--etcd",
+            cluster.etcd_endpoint,
+            "--node",
+            node,
+            "--listen",
+            listen,
+            "--data-dir",
+            str(cluster.base / "agents" / node),
+            "--prefix",
+            opts.prefix,
+            "--attribute",
+            f"rack={rack}",
+            "--lease-ttl",
+            str(opts.lease_ttl),
+            *observed,
+            *tls_flags,
+            *cluster.etcd_flags(),
+            *opts.agent_args,
+        ],
+        cluster.base / "logs" / f"{node}.log",
+    )
+
+
+def add_agent(cluster: Cluster, opts: UpOptions, node: str, rack: str) -> Child:
+    """Start a new agent ``node`` in a running cluster — a node joining (its certificate issued
+    by the cluster's CA first, when secure); :meth:`Cluster.stop` stops it with the rest."""
+    if any(c.name == node for c in cluster.children):
+        raise PlacementError(f"{node} is already a process of this cluster")
+    if cluster.pki is not None:
+        create_pki(cluster.pki.directory, {node: Role.AGENT}, dt.datetime.now(dt.UTC))
+    (port,) = free_ports(1)
+    child = agent_child(
+        cluster, opts, node, f"127.0.0.1:{port}", rack, ["--log-format", opts.log_format]
+    )
+    _start(cluster, child, Console(quiet=True), _never)
+    return child
 
 
 def _start_etcd(

@@ -48,6 +48,7 @@ from test_driver import (
 
 from placement.core.model import ZoneSpec
 from placement.local.certs import LocalPki
+from placement.metastore.audit import agent_written, epoch_of
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient, read_history
 from placement.metastore.keys import AssignField, KeySpace, prefix_range_end
@@ -237,33 +238,6 @@ async def test_sigkill_of_the_leader_mid_rebalance_a_follower_takes_over_and_com
     assert not repeated, f"effects applied more than once: {repeated}"
 
 
-def agent_written(keys: KeySpace, key: bytes) -> bool:
-    """Whether agents write ``key`` — registrations, move reports (they carry the epoch of the
-    move they report on, written after the catch-up ends, whoever leads by then), in-sync sets,
-    sizes, reshard reports — rather than the leader, whose epoch fences it."""
-    return key.startswith(
-        (
-            keys.nodes_prefix(),
-            keys.progress_prefix(),
-            keys.isr_prefix(),
-            keys.sizes_prefix(),
-            keys.reshard_prefix(),
-        )
-    )
-
-
-def _epoch_of(value: bytes) -> int | None:
-    """The writer epoch a driver-written value carries (JSON, or be8 + JSON for triggers)."""
-    for body in (value, value[8:]):
-        try:
-            obj = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("epoch"), int):
-            return int(obj["epoch"])
-    return None
-
-
 async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps_down(
     drivers: Drivers, cluster: Cluster, keys: KeySpace
 ) -> None:
@@ -313,11 +287,11 @@ async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps
         if e.kind is EventKind.PUT
         and e.kv.mod_revision > gone[0]
         and not agent_written(keys, e.kv.key)
-        and _epoch_of(e.kv.value) == fence.epoch
+        and epoch_of(e.kv.value) == fence.epoch
     ]
     assert not after, f"writes with the old epoch {fence.epoch} after it lost its lease: {after}"
     new_epoch_writes = [
-        e for e in events if e.kind is EventKind.PUT and _epoch_of(e.kv.value) == new_fence.epoch
+        e for e in events if e.kind is EventKind.PUT and epoch_of(e.kv.value) == new_fence.epoch
     ]
     assert new_epoch_writes, "the new leader must have finished the rebalance"
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}

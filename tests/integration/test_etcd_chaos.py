@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from test_driver import assert_clean_log
-from test_driver_chaos import _epoch_of, agent_written
 
 from placement.api.client import PlacementClient
 from placement.data.checker import check_workload
@@ -34,9 +33,9 @@ from placement.data.partitioning import partition_of
 from placement.data.workload import run_writers
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
 from placement.local.etcd import EtcdMember
-from placement.metastore.etcd import EtcdClient, read_history
+from placement.metastore.audit import audit_deposed_writes
+from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
-from placement.metastore.kv import EventKind
 from placement.v1 import driver_pb2
 
 pytestmark = pytest.mark.integration
@@ -127,25 +126,11 @@ async def _stable_on_three(api: PlacementClient) -> None:
 
 async def _no_write_after_deposal(etcd: EtcdClient, keys: KeySpace, start: int) -> int:
     """Every leader key deleted since ``start`` (its lease expired or resigned): no value the
-    leader writes carries its epoch after the deletion (agents' keys may: a move report names
-    the epoch of the move it reports on). Returns how many leader keys were deleted."""
-    base = keys.prefix.encode() + b"/"
-    history = await read_history(etcd, base, base[:-1] + b"0", from_revision=start)
-    ended: dict[int, int] = {}  # epoch -> the revision its key was deleted at
-    for e in history.events:
-        if e.kind is EventKind.DELETE and e.kv.key.startswith(keys.leader_prefix()):
-            assert e.prev_kv is not None, "history without the deleted leader key's value"
-            ended[e.prev_kv.create_revision] = e.kv.mod_revision
-    late = [
-        (e.kv.key, e.kv.mod_revision, epoch)
-        for e in history.events
-        if e.kind is EventKind.PUT
-        and not agent_written(keys, e.kv.key)
-        and (epoch := _epoch_of(e.kv.value)) in ended
-        and e.kv.mod_revision > ended[epoch]
-    ]
-    assert not late, f"writes by a deposed leader after its key was deleted: {late}"
-    return len(ended)
+    leader writes carries its epoch after the deletion. Returns how many leader keys were
+    deleted."""
+    audit = await audit_deposed_writes(etcd, keys, start)
+    assert not audit.stale, f"writes by a deposed leader after its key was deleted: {audit.stale}"
+    return audit.terms_ended
 
 
 @pytest.mark.parametrize(
