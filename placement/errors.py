@@ -32,6 +32,13 @@ class StoreUnavailable(PlacementError):
     """The metastore could not be reached or did not answer in time; the outcome is unknown."""
 
 
+class StoreFull(StoreUnavailable):
+    """etcd refuses writes: its space quota is exhausted and the NOSPACE alarm is raised. Reads
+    and deletes still work; writes fail until an operator compacts, defragments and disarms
+    the alarm (design/deployment.md, "etcd out of space"). Retried like any unavailable store,
+    but said for what it is."""
+
+
 class Conflict(PlacementError):
     """A compare-and-swap lost the race: the state changed since it was read."""
 

@@ -16,7 +16,7 @@ Bad input is rejected with ``INVALID_ARGUMENT`` naming the field *before* anythi
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -250,12 +250,18 @@ def replica_sizes(keys: KeySpace, kvs: Mapping[bytes, KeyValue], zone: str) -> d
 
 
 def status_on_view(
-    keys: KeySpace, view: ClusterView, kvs: Mapping[bytes, KeyValue], name: str, now_ms: int
+    keys: KeySpace,
+    view: ClusterView,
+    kvs: Mapping[bytes, KeyValue],
+    name: str,
+    now_ms: int,
+    alarms: Sequence[str] = (),
 ) -> ZoneStatusView | None:
     """Zone ``name``'s status as GetZoneStatus answers it, on ``view`` (built from ``kvs``, one
     read at ``view.revision`` holding at least what ``Metastore.read_zone_snapshot`` reads):
     ``driver.core.view_zone_status`` with the replicas' sizes and NO_LEADER when no leader key
-    is in ``kvs``. None: no readable config."""
+    is in ``kvs``; ``alarms`` (etcd's raised alarms, one line each) lead its details. None: no
+    readable config."""
     leader = any(key.startswith(keys.leader_prefix()) for key in kvs)
     sizes = replica_sizes(keys, kvs, name)
     status = view_zone_status(view, name, now_ms, leader=leader, sizes=sizes)
@@ -269,7 +275,7 @@ def status_on_view(
         status.holddown_remaining_s,
         view.revision,
         status.reshard,
-        status.details,
+        (*alarms, *status.details),
         status.eligible_nodes or 0,
         status.under_replicated,
         status.off_target,
@@ -291,8 +297,11 @@ class PlacementAPI:
         *,
         clock_ms: Callable[[], int] = now_ms,
         cache: ReadCache | None = None,
+        alarms: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         self.client = client
+        #: etcd's raised alarms, one line each (``EtcdHealth.details``): zone status shows them.
+        self.alarms = alarms
         self.keys = keys
         self.store = Metastore(client, keys)
         self.leadership = leadership
@@ -403,7 +412,7 @@ class PlacementAPI:
             _check_revision(revision, read)
             _readable(name, kvs.get(self.keys.zone(name)))
         view = build_view(self.keys, kvs, revision, self._decoded.setdefault(name, DecodeCache()))
-        status = status_on_view(self.keys, view, kvs, name, self._clock_ms())
+        status = status_on_view(self.keys, view, kvs, name, self._clock_ms(), self.alarms())
         if status is None:
             raise ZoneNotFound(name)  # dropped between the two reads
         return status

@@ -7,7 +7,7 @@ to the leader (one hop), and the server hooks the driver process uses (design/co
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import grpc
 from grpc_health.v1 import health
@@ -35,6 +35,7 @@ from placement.errors import (
     InvalidInput,
     NotLeader,
     PlacementError,
+    StoreFull,
     StoreUnavailable,
 )
 from placement.metastore.codec import Corrupt, LayoutValue
@@ -45,6 +46,9 @@ from placement.metastore.transitions import ZoneRecord
 from placement.rpc import API_PROFILE, ChannelPool, StatusTable, abort, add_health
 from placement.security.tls import TlsMaterial
 from placement.v1 import common_pb2, driver_pb2, driver_pb2_grpc
+
+if TYPE_CHECKING:
+    from placement.driver.health import EtcdHealth
 
 #: How ZoneConfig names the ZoneSpec fields it names differently.
 _PROTO_FIELD = {
@@ -68,6 +72,8 @@ STATUS_OF: StatusTable = (
     (Compacted, grpc.StatusCode.OUT_OF_RANGE),
     (NotLeader, grpc.StatusCode.UNAVAILABLE),
     (Forward, grpc.StatusCode.UNAVAILABLE),
+    # Every driver shares the one etcd: another endpoint cannot help, the operator must.
+    (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
 )
 
@@ -524,6 +530,9 @@ class DriverLike(Leadership, Protocol):
     @property
     def tls(self) -> TlsMaterial | None: ...
 
+    @property
+    def etcd_health(self) -> EtcdHealth: ...
+
 
 def add_servicer(
     server: grpc.aio.Server, api: PlacementAPI, tls: TlsMaterial | None = None
@@ -542,7 +551,9 @@ def add_to_server(
     """The hook ``placectl driver run`` calls (health and reflection come from
     :mod:`placement.rpc`): adds PlacementService on ``driver``'s client, key space and
     leadership, answering reads from ``cache`` when given; returns its full name."""
-    api = PlacementAPI(driver.client, driver.keys, driver, cache=cache)
+    api = PlacementAPI(
+        driver.client, driver.keys, driver, cache=cache, alarms=driver.etcd_health.details
+    )
     add_servicer(server, api, driver.tls)
     return [SERVICE_NAME]
 

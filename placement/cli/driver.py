@@ -72,7 +72,7 @@ async def serve_driver(
 
     from placement.aio import cancel_and_wait, first_done, stop_on_signals
     from placement.api.servicer import add_to_server
-    from placement.driver.health import PROBE_EVERY, follow_quorum
+    from placement.driver.health import PROBE_EVERY, follow_etcd
     from placement.driver.leases import LeaseConfig
     from placement.driver.loop import Driver, DriverConfig
     from placement.metastore.etcd import EtcdClient
@@ -120,6 +120,7 @@ async def serve_driver(
             reads.start()
             closing.push_async_callback(reads.close)
         closing.callback(register_collector(driver.gauges))  # unregistered on the way out
+        closing.callback(register_collector(driver.etcd_health.gauges))
         if metrics_listen is not None:
             metrics_server = serve_metrics(metrics_listen, tls)
             closing.callback(metrics_server.close)
@@ -128,7 +129,9 @@ async def serve_driver(
             from placement.api.dashboard.document import DashboardSource
             from placement.api.dashboard.server import serve_dashboard
 
-            source = DashboardSource(client, keys, member_id, driver, cache=reads)
+            source = DashboardSource(
+                client, keys, member_id, driver, cache=reads, alarms=driver.etcd_health.details
+            )
             dashboard = await serve_dashboard(http_listen, source, tls, http_client_cert)
             closing.push_async_callback(dashboard.close)
             logging.getLogger(__name__).info("dashboard at %s", dashboard.url)
@@ -143,7 +146,8 @@ async def serve_driver(
             await set_serving(health_servicer, added, flag)
 
         quorum = asyncio.create_task(
-            follow_quorum(probe_client, keys.leader_prefix(), serving), name="quorum"
+            follow_etcd(probe_client, keys.leader_prefix(), serving, driver.etcd_health),
+            name="etcd-health",
         )
         with stop_on_signals(stop):
             # announced once SIGTERM/SIGINT stop it cleanly (a script may signal at once)

@@ -78,6 +78,7 @@ from placement.driver.core import (
     plan_pass,
     view_zone_status,
 )
+from placement.driver.health import EtcdHealth
 from placement.driver.incremental import ViewBuilder, view_group
 from placement.driver.leases import LeaseConfig
 from placement.driver.liveness import Liveness
@@ -210,6 +211,8 @@ class Driver:
         )
         self._clock = clock
         self._sleep = sleep
+        #: What this instance's etcd probe saw last (``placectl driver run`` runs the probe).
+        self.etcd_health = EtcdHealth()
         #: Agents that answer, probed before lease writes (design/control-plane.md).
         #: An answer is trusted for at most a quarter of the renewal period (0.5 s at most): a
         #: holder that died within that before its renewal is renewed once more, so a killed

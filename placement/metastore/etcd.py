@@ -50,10 +50,12 @@ from placement.errors import (
     CredentialError,
     InvalidInput,
     PlacementError,
+    StoreFull,
     StoreUnavailable,
 )
 from placement.metastore.keys import prefix_range_end
 from placement.metastore.kv import (
+    Alarm,
     DeleteResult,
     EventKind,
     KeyValue,
@@ -163,8 +165,23 @@ def _not_found(details: str, what: str, revision: int) -> PlacementError:
     return StoreUnavailable(f"{what}: {details}")
 
 
+#: What etcd says when its space quota is exhausted (the NOSPACE alarm is raised).
+SPACE_EXCEEDED = "database space exceeded"
+
+#: What an operator does about the NOSPACE alarm (design/deployment.md, "etcd out of space").
+NOSPACE_FIX = (
+    "free space: delete what is not needed, compact the history (etcdctl compact), defragment "
+    "every member (etcdctl defrag, as root) and disarm the alarm (etcdctl alarm disarm), or "
+    "raise --quota-backend-bytes"
+)
+
+
 def _no_space(details: str, what: str, revision: int) -> PlacementError:
-    return StoreUnavailable(f"{what}: etcd refuses writes ({details}); reads still work")
+    if SPACE_EXCEEDED in details:
+        return StoreFull(
+            f"{what}: etcd refuses writes, its NOSPACE alarm is raised ({details}); {NOSPACE_FIX}"
+        )
+    return StoreUnavailable(f"{what}: etcd refuses the request for now ({details})")
 
 
 def _refused(details: str, what: str, revision: int) -> PlacementError:
@@ -384,6 +401,7 @@ class _Endpoint:
         self.lease: Any = rpc.LeaseStub(self.channel)
         self.watch: Any = rpc.WatchStub(self.channel)
         self.auth: Any = rpc.AuthStub(self.channel)
+        self.maintenance: Any = rpc.MaintenanceStub(self.channel)
 
 
 class EtcdClient(AsyncClosing):
@@ -474,13 +492,18 @@ class EtcdClient(AsyncClosing):
 
     # -- endpoint selection ------------------------------------------------------------------
 
+    def _at(self, index: int) -> _Endpoint:
+        """Endpoint ``index``'s channel and stubs, opened on first use."""
+        ep = self._channels.get(index)
+        if ep is None:
+            ep = self._channels[index] = _Endpoint(self._targets[index], self.credentials)
+        return ep
+
     def _endpoint(self) -> tuple[int, _Endpoint]:
         if self._closed:
             raise StoreUnavailable("etcd client is closed")
         index = self._active
-        ep = self._channels.get(index)
-        if ep is None:
-            ep = self._channels[index] = _Endpoint(self._targets[index], self.credentials)
+        ep = self._at(index)
         return index, ep
 
     async def metadata(
@@ -734,6 +757,40 @@ class EtcdClient(AsyncClosing):
         """Discard history before ``revision`` (``physical``: wait until it is gone from disk)."""
         request = rpc.CompactionRequest(revision=revision, physical=physical)
         await self._unary("compact", "kv", "Compact", request, idempotent=True, revision=revision)
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    async def alarms(self) -> tuple[Alarm, ...]:
+        """The alarms raised in the cluster (etcd lets any authenticated user list them)."""
+        request = rpc.AlarmRequest(
+            action=rpc.AlarmRequest.GET, memberID=0, alarm=rpc.AlarmType.Value("NONE")
+        )
+        response = await self._unary("alarm list", "maintenance", "Alarm", request, idempotent=True)
+        return tuple(Alarm(int(a.memberID), rpc.AlarmType.Name(a.alarm)) for a in response.alarms)
+
+    async def disarm(self, alarm: Alarm) -> None:
+        """Disarm ``alarm`` (etcd raises NOSPACE again at the next write while the database is
+        still over its quota: compact and defragment first)."""
+        request = rpc.AlarmRequest(
+            action=rpc.AlarmRequest.DEACTIVATE,
+            memberID=alarm.member_id,
+            alarm=rpc.AlarmType.Value(alarm.kind),
+        )
+        await self._unary("alarm disarm", "maintenance", "Alarm", request, idempotent=True)
+
+    async def defragment(self) -> None:
+        """Defragment every endpoint's member in turn (each blocks its member while it runs; etcd
+        allows it to its root user only)."""
+        for index in range(len(self._targets)):
+            ep = self._at(index)
+            try:
+                await ep.maintenance.Defragment(
+                    rpc.DefragmentRequest(),
+                    timeout=max(self.call_timeout, 30.0),
+                    metadata=await self.metadata(ep, index),
+                )
+            except rpc.AioRpcError as e:
+                raise await self._translated(e, f"defragment {self._targets[index]}", index) from e
 
     # -- leases ------------------------------------------------------------------------------
 

@@ -93,3 +93,15 @@ class WatchBatch:
 
     revision: int
     events: tuple[WatchEvent, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Alarm:
+    """An alarm raised on an etcd member: ``kind`` NOSPACE (its space quota is exhausted: the
+    cluster refuses writes) or CORRUPT (its data disagrees with the others')."""
+
+    member_id: int
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} on member {self.member_id:x}"

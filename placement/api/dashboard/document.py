@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -169,11 +169,16 @@ def _leader(keys: KeySpace, kvs: Mapping[bytes, KeyValue]) -> tuple[str | None, 
 
 
 def _zone_row(
-    keys: KeySpace, view: ClusterView, kvs: Mapping[bytes, KeyValue], zone: ZoneView, now: int
+    keys: KeySpace,
+    view: ClusterView,
+    kvs: Mapping[bytes, KeyValue],
+    zone: ZoneView,
+    now: int,
+    alarms: Sequence[str],
 ) -> ZoneRow:
     moving = sum(1 for s in zone.partitions.values() if s.pending is not None)
     spec = zone.spec
-    status = status_on_view(keys, view, kvs, zone.name, now)
+    status = status_on_view(keys, view, kvs, zone.name, now, alarms)
     if status is None or not isinstance(spec, ZoneSpec):
         why = "its config is corrupt" if spec is not None else "it has keys but no config"
         return ZoneRow(
@@ -371,11 +376,13 @@ def build_document(
     *,
     driver: str,
     leading: bool,
+    alarms: Sequence[str] = (),
 ) -> Document:
     """The dashboard's document on ``view`` (decoded from ``kvs``: the whole prefix at
-    ``view.revision``) at unix ms ``now``, served by instance ``driver``."""
+    ``view.revision``) at unix ms ``now``, served by instance ``driver``; ``alarms``: etcd's
+    raised alarms, one line each, in every zone's details."""
     leader, _ = _leader(keys, kvs)
-    zones = tuple(_zone_row(keys, view, kvs, zone, now) for zone in view.zones.values())
+    zones = tuple(_zone_row(keys, view, kvs, zone, now, alarms) for zone in view.zones.values())
     rebalances = _rebalances(view)
     return Document(
         view.revision,
@@ -411,9 +418,11 @@ class DashboardSource:
         clock_ms: Callable[[], int] = now_ms,
         monotonic: Callable[[], float] = time.monotonic,
         cache: ReadCache | None = None,
+        alarms: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         self.client = client
         self.cache = cache
+        self.alarms = alarms
         self.keys = keys
         self.driver = driver
         self.leadership = leadership
@@ -438,7 +447,13 @@ class DashboardSource:
             view = build_view(self.keys, kvs, revision, self._cache)
             leading = self.leadership is not None and self.leadership.fence() is not None
             document = build_document(
-                self.keys, view, kvs, self._clock_ms(), driver=self.driver, leading=leading
+                self.keys,
+                view,
+                kvs,
+                self._clock_ms(),
+                driver=self.driver,
+                leading=leading,
+                alarms=self.alarms(),
             )
             self._last = (self._monotonic(), document)
             return document
