@@ -7,7 +7,9 @@ Under recorded writes and a rebalance (replicas 2 → 3), one fault each:
 * SIGKILL of the etcd leader member (then it is started again);
 * SIGSTOP of the etcd leader member for a few seconds (then SIGCONT);
 * loss of quorum — two members frozen — for longer than the drivers' lease TTL, then its
-  return.
+  return;
+* defragmentation of every member in turn, after 24 MiB of history was deleted and compacted
+  (each member answers nothing while it rewrites its database).
 
 Each ends with every partition stable on three replicas, no acknowledged write lost (the
 workload checker reads every key and every replica), and — on etcd's history — no write by a
@@ -35,7 +37,7 @@ from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_read
 from placement.local.etcd import EtcdMember
 from placement.metastore.audit import audit_deposed_writes
 from placement.metastore.etcd import EtcdClient
-from placement.metastore.keys import KeySpace
+from placement.metastore.keys import KeySpace, prefix_range_end
 from placement.v1 import driver_pb2
 
 pytestmark = pytest.mark.integration
@@ -43,6 +45,7 @@ pytestmark = pytest.mark.integration
 ZONE = "chaos"
 PARTITIONS = 8
 TTL = 3  # the drivers' election lease and the agents' registration lease, seconds
+BALLAST = b"/ballast/"  # outside the product's prefix
 EVENTUALLY = 120.0 * float(os.environ.get("CI_TIME_MULTIPLIER", "1"))
 
 
@@ -100,6 +103,21 @@ async def _lose_quorum(cluster: Cluster) -> None:
             member.resume()
 
 
+async def _defragment(cluster: Cluster) -> None:
+    """Defragmentation under load: 24 MiB of history written, deleted and compacted outside the
+    product's prefix, so every member has a database to rewrite; then each member defragmented
+    in turn, twice (a member answers nothing while it defragments), as etcd's root must do it."""
+    root_credentials = cluster.etcd_credentials("etcd-root")
+    async with EtcdClient(cluster.etcd_endpoint.split(","), credentials=root_credentials) as root:
+        ballast = b"b" * (1 << 20)
+        for i in range(24):
+            await root.put(BALLAST + b"%02d" % i, ballast)
+        await root.delete(BALLAST, prefix_range_end(BALLAST))
+        await root.compact(await root.current_revision())
+        for _ in range(2):
+            await root.defragment()
+
+
 async def _status(api: PlacementClient) -> driver_pb2.ZoneStatus:
     request = driver_pb2.GetZoneRequest(name=ZONE)
     status: driver_pb2.ZoneStatus = await api.call(lambda s, t: s.GetZoneStatus(request, timeout=t))
@@ -135,8 +153,8 @@ async def _no_write_after_deposal(etcd: EtcdClient, keys: KeySpace, start: int) 
 
 @pytest.mark.parametrize(
     "fault",
-    [_kill_leader, _pause_leader, _lose_quorum],
-    ids=["sigkill-etcd-leader", "sigstop-etcd-leader", "quorum-lost-past-ttl"],
+    [_kill_leader, _pause_leader, _lose_quorum, _defragment],
+    ids=["sigkill-etcd-leader", "sigstop-etcd-leader", "quorum-lost-past-ttl", "defragment"],
 )
 async def test_etcd_faults_mid_rebalance_lose_nothing(
     secure3: Cluster, tmp_path: Path, fault: Callable[[Cluster], Awaitable[None]]
