@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from placement.core.limits import MAX_PAIRS
 from placement.errors import InvalidInput
 
 #: Ordered replica list of one partition; the first member is the preferred primary.
@@ -81,7 +82,10 @@ def effective_min_in_sync(spec: ZoneSpec) -> int:
 
 
 def parse_pairs(items: Sequence[str], option: str) -> dict[str, str]:
-    """``["k=v", ...]`` -> dict; raises InvalidInput naming ``option`` on bad syntax/duplicates."""
+    """``["k=v", ...]`` -> dict; raises InvalidInput naming ``option`` on bad syntax, duplicates
+    or more than :data:`MAX_PAIRS` pairs."""
+    if len(items) > MAX_PAIRS:
+        raise InvalidInput(option, f"{len(items)} pairs given", f"give at most {MAX_PAIRS}")
     result: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")

@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import fields
 
-from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS
+from placement.core.limits import MAX_PAIRS, MAX_PARTITIONS, MAX_REPLICAS
 from placement.core.model import ZoneSpec
 from placement.core.names import has_name_form, validate_name
 from placement.errors import InvalidInput
@@ -90,6 +90,12 @@ def _check_selector(spec: ZoneSpec, user_input: bool) -> None:
         raise InvalidInput("failure_domain", "must be a string or null", "name a node attribute")
     if not user_input:
         return
+    if len(spec.node_selector) > MAX_PAIRS:
+        raise InvalidInput(
+            "node_selector",
+            f"has {len(spec.node_selector)} pairs",
+            f"select with at most {MAX_PAIRS} KEY=VALUE pairs",
+        )
     for key, value in spec.node_selector.items():
         for what, text in (("key", key), ("value", value)):
             if not SELECTOR_PATTERN.match(text):

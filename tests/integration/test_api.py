@@ -149,6 +149,9 @@ async def test_crud_on_leader_and_via_follower(cluster: Cluster) -> None:
         ("z", {"partitions": 0}, "partitions"),
         ("z", {"partitions": 65_537}, "partitions"),
         ("z", {"node_selector": {"rack a": "x"}}, "node_selector"),
+        ("z", {"node_selector": {f"k{i}": "v" for i in range(33)}}, "node_selector"),
+        # 2.5 MiB of selector: over etcd's request limit, refused before it gets there
+        ("z", {"node_selector": {f"k{i:06d}": "v" * 64 for i in range(30_000)}}, "node_selector"),
         ("z", {"scale_up_delay_seconds": -1.0}, "scale_up_delay"),
         ("z", {"scale_down_delay_seconds": -0.5}, "scale_down_delay"),
         ("z", {"min_in_sync": 65}, "min_in_sync"),
