@@ -19,8 +19,9 @@ once in a seeded order, then uniform draws — each after a seeded pause:
 * ``primary-kill``: the same for the agent holding a partition's primary lease;
 * ``etcd-member-kill``: SIGKILL of one of the three etcd members, restarted 1–3 s later;
 * ``node-join``: a new agent (a new node, its certificate issued by the cluster's CA);
-* ``node-leave``: SIGTERM of an agent, which stays gone (never fewer than 4 agents);
-* ``replicas-change``: ``AlterZone`` replicas 3 ↔ 2;
+* ``node-leave``: SIGTERM of an agent, which stays gone (never fewer than the larger R + 1
+  agents);
+* ``replicas-change``: ``AlterZone`` replicas 3 ↔ 2 (``--replicas A,B``);
 * ``partitions-change``: ``AlterZone`` partitions 8 ↔ 12 (a re-shard).
 
 Operator changes go through the product's API (``PlacementClient``); nothing writes etcd. After
@@ -62,6 +63,10 @@ from rich.console import Console
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from placement.grpc_env import quiet_grpc_core  # noqa: E402
+
+quiet_grpc_core()  # before anything imports grpc
+
 from placement.api.client import PlacementClient  # noqa: E402
 from placement.data.checker import CheckResult, check_workload  # noqa: E402
 from placement.data.client import DataClient  # noqa: E402
@@ -86,11 +91,9 @@ from placement.v1 import driver_pb2  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "chaos_campaign.md"
 ZONE = "campaign"
 PARTITIONS = (8, 12)
+#: The replica counts ``replicas-change`` alternates between (``--replicas``), the first the
+#: zone's at creation.
 REPLICAS = (3, 2)
-#: Never fewer running agents than this (the largest R, plus one an agent-kill may take).
-MIN_AGENTS = 4
-#: Never more (node-join is replaced by node-leave beyond it).
-MAX_AGENTS = 6
 MENU = (
     "driver-leader-kill",
     "driver-leader-stop",
@@ -120,10 +123,20 @@ class Step:
     duration: float
 
 
-def schedule(seed: int, faults: int, nodes: int, max_gap: float) -> list[Step]:
+def agent_bounds(replicas: tuple[int, int]) -> tuple[int, int]:
+    """Fewest and most running agents node-leave and node-join keep: the larger R plus one (an
+    agent-kill may take one more), and two more than that."""
+    fewest = max(replicas) + 1
+    return fewest, fewest + 2
+
+
+def schedule(
+    seed: int, faults: int, nodes: int, max_gap: float, replicas: tuple[int, int] = REPLICAS
+) -> list[Step]:
     """The campaign's faults, from ``random.Random(seed)`` alone: every kind of :data:`MENU` once
-    in a seeded order, then uniform draws; a node-leave that would leave fewer than
-    :data:`MIN_AGENTS` agents becomes a node-join and a join beyond :data:`MAX_AGENTS` a leave."""
+    in a seeded order, then uniform draws; a node-leave that would leave fewer agents than
+    :func:`agent_bounds` allows becomes a node-join, and a join beyond them a leave."""
+    fewest, most = agent_bounds(replicas)
     rng = random.Random(seed)
     kinds = list(MENU)
     rng.shuffle(kinds)
@@ -131,9 +144,9 @@ def schedule(seed: int, faults: int, nodes: int, max_gap: float) -> list[Step]:
     agents = nodes
     for i in range(faults):
         kind = kinds[i] if i < len(kinds) else rng.choice(MENU)
-        if kind == "node-leave" and agents <= MIN_AGENTS:
+        if kind == "node-leave" and agents <= fewest:
             kind = "node-join"
-        elif kind == "node-join" and agents >= MAX_AGENTS:
+        elif kind == "node-join" and agents >= most:
             kind = "node-leave"
         agents += {"node-join": 1, "node-leave": -1}.get(kind, 0)
         gap = rng.uniform(max_gap / 3, max_gap)
@@ -158,12 +171,17 @@ class Outcome:
     seed: int
     faults_asked: int
     ttl: int
+    replicas: tuple[int, int]
     stuck_after: float
     faults: list[Fault]
     stats: WorkloadStats | None = None
     check: CheckResult | None = None
     audit: DeposalAudit | None = None
     aborted: str = ""
+    #: The zone's state when the workload stopped (the wait before the check).
+    final: str = ""
+    #: Why the workload checker could not judge (it could not read the zone).
+    check_error: str = ""
     elapsed: float = 0.0
     started_unix: float = 0.0
 
@@ -184,7 +202,7 @@ class Outcome:
             out.append(f"campaign stopped: {self.aborted}")
         c = self.check
         if c is None:
-            out.append("the workload was not checked")
+            out.append(f"the workload was not checked: {self.check_error or 'not reached'}")
         else:
             if self.lost:
                 out.append(f"{self.lost} acknowledged writes lost or wrong")
@@ -230,6 +248,7 @@ class Campaign:
         probe: DataClient,
         etcd: EtcdClient,
         seed: int,
+        replicas: tuple[int, int],
         say: Callable[[str], None],
     ) -> None:
         self.cluster = cluster
@@ -239,7 +258,8 @@ class Campaign:
         self.etcd = etcd
         self.keys = KeySpace(cluster.prefix)
         self.targets = random.Random(seed ^ 0x5EED)  # target choices: a stream of their own
-        self.expect = Expect(PARTITIONS[0], REPLICAS[0])
+        self.replicas = replicas
+        self.expect = Expect(PARTITIONS[0], replicas[0])
         self.say = say
         self.next_node = opts.nodes + 1
         self.gone: set[str] = set()  # agents that left
@@ -459,7 +479,7 @@ class Campaign:
                 await asyncio.to_thread(_reap, agent)
         elif kind == "replicas-change":
             old = self.expect.replicas
-            new = REPLICAS[1] if old == REPLICAS[0] else REPLICAS[0]
+            new = self.replicas[1] if old == self.replicas[0] else self.replicas[0]
             fault.target = f"replicas {old} -> {new}"
             began = await self._alter(driver_pb2.ZoneConfig(replicas=new), "replicas")
             self.expect.replicas = new
@@ -512,13 +532,14 @@ async def run_campaign(
     work: Path,
     *,
     seed: int,
+    replicas: tuple[int, int] = REPLICAS,
     stuck_after: float = 60.0,
     give_up: float = 180.0,
     say: Callable[[str], None] = print,
 ) -> Outcome:
     """Create the zone, run the workload, inject ``steps`` one at a time waiting for each
     recovery, then stop the workload and judge (see the module docstring)."""
-    outcome = Outcome(seed, len(steps), opts.lease_ttl, stuck_after, [])
+    outcome = Outcome(seed, len(steps), opts.lease_ttl, replicas, stuck_after, [])
     record = work / "workload.jsonl"
     tls_admin, tls_client = cluster.tls("admin"), cluster.tls("client")
     async with (
@@ -529,12 +550,12 @@ async def run_campaign(
             cluster.etcd_endpoint.split(","), credentials=cluster.etcd_credentials()
         ) as etcd,
     ):
-        campaign = Campaign(cluster, opts, api, probe, etcd, seed, say)
+        campaign = Campaign(cluster, opts, api, probe, etcd, seed, replicas, say)
         keys = campaign.keys
         start_revision = await etcd.current_revision(keys.zone(ZONE))
         config = driver_pb2.ZoneConfig(
             partitions=PARTITIONS[0],
-            replicas=REPLICAS[0],
+            replicas=replicas[0],
             scale_up_delay_seconds=0.0,
             scale_down_delay_seconds=2.0,
         )
@@ -583,11 +604,20 @@ async def run_campaign(
             f" {outcome.stats.reads} reads; checking"
         )
         final = Fault(0, 0.0, "final", ZONE)
-        await campaign.recover(final, time.monotonic(), _nothing, give_up)
-        outcome.check = await check_workload(data, ZONE, record, settle=30.0)
-        outcome.audit = await audit_deposed_writes(
-            etcd, keys, start_revision, catch_up_within=120.0
+        await campaign.recover(
+            final, time.monotonic(), _nothing, 10.0 if outcome.aborted else give_up
         )
+        outcome.final = "; ".join(final.notes) or f"recovered in {final.recovery or 0.0:.1f}s"
+        try:
+            outcome.check = await check_workload(data, ZONE, record, settle=30.0)
+        except PlacementError as e:  # e.g. a partition that serves nobody: a verdict, not a crash
+            outcome.check_error = f"{type(e).__name__}: {e}"
+        try:
+            outcome.audit = await audit_deposed_writes(
+                etcd, keys, start_revision, catch_up_within=120.0
+            )
+        except PlacementError as e:
+            outcome.check_error += f" (etcd's history unread: {type(e).__name__}: {e})"
     return outcome
 
 
@@ -631,7 +661,9 @@ def render(outcome: Outcome, command: str, machine: str, commit: str) -> str:
         f"- machine: {machine}",
         f"- commit: {commit}",
         f"- started: {dt.datetime.fromtimestamp(outcome.started_unix, dt.UTC):%Y-%m-%d %H:%M:%S}"
-        f" UTC; campaign {outcome.elapsed:.0f}s; driver lease TTL {outcome.ttl}s",
+        f" UTC; campaign {outcome.elapsed:.0f}s; driver lease TTL {outcome.ttl}s; zone"
+        f" {PARTITIONS[0]}×{outcome.replicas[0]}, replicas-change"
+        f" {outcome.replicas[0]} ↔ {outcome.replicas[1]}",
         "",
         "## Verdicts",
         "",
@@ -746,15 +778,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=5)
     parser.add_argument("--drivers", type=int, default=2)
     parser.add_argument("--ttl", type=int, default=3, help="drivers' and agents' lease TTL (s)")
+    parser.add_argument(
+        "--replicas", default="3,2", help="the replica counts replicas-change alternates between"
+    )
     parser.add_argument("--max-gap", type=float, default=3.0, help="most seconds between faults")
     parser.add_argument("--stuck-after", type=float, default=60.0)
     parser.add_argument("--give-up", type=float, default=180.0)
     parser.add_argument("--keep", action="store_true", help="keep the cluster's directory")
     args = parser.parse_args(argv)
-    if args.nodes < MIN_AGENTS or args.faults < 1:
-        parser.error(f"--nodes must be at least {MIN_AGENTS} and --faults positive")
+    try:
+        low, high = (int(r) for r in args.replicas.split(","))
+    except ValueError:
+        parser.error("--replicas takes two replica counts, e.g. 3,2")
+    replicas = (low, high)
+    fewest, _ = agent_bounds(replicas)
+    if args.nodes < fewest or args.faults < 1 or min(replicas) < 1:
+        parser.error(f"--nodes must be at least {fewest} and --faults positive")
     command = " ".join([".venv/bin/python", "bench/chaos_campaign.py", *sys.argv[1:]])
-    steps = schedule(args.seed, args.faults, args.nodes, args.max_gap)
+    steps = schedule(args.seed, args.faults, args.nodes, args.max_gap, replicas)
     opts = campaign_options(args.nodes, args.drivers, args.ttl)
     base = Path(tempfile.mkdtemp(prefix="chaos-campaign-"))
     print(f"cluster in {base}; schedule: {', '.join(s.kind for s in steps[:12])} ...")
@@ -762,7 +803,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         outcome = asyncio.run(
             run_campaign(
-                cluster, opts, steps, base, seed=args.seed,
+                cluster, opts, steps, base, seed=args.seed, replicas=replicas,
                 stuck_after=args.stuck_after, give_up=args.give_up,
             )
         )  # fmt: skip
