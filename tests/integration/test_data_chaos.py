@@ -4,6 +4,9 @@ plane), drivers in-process or as subprocesses, with signals thrown at all of the
 * writers run >= 30 s while a node joins, a node leaves, the primary of a busy partition is
   SIGKILLed (and restarted on its data), the driver leader is SIGKILLed and the zone goes
   R 3 -> 5 -> 3: no acknowledged write is lost or wrong, every replica of stable is identical;
+* overlapping faults under writes: the driver leader SIGKILLed, and while nobody leads a node
+  joins and a busy partition's primary is SIGKILLed — the same checks, and no write by the dead
+  leader's epoch after its key was deleted;
 * a SIGSTOPped primary: writes sent to it while stopped (and right after SIGCONT) are never
   acknowledged nor found on any replica, while the new primary takes writes;
 * a replica SIGKILLed mid catch-up (throttled) resumes on restart and ends identical;
@@ -43,13 +46,21 @@ from test_data_plane import (
     replica_items,
     stable_of,
 )
-from test_driver import TIMEOUT, eventually, leader_fence, running_driver, settled
+from test_driver import (
+    TIMEOUT,
+    converged,
+    eventually,
+    leader_fence,
+    running_driver,
+    settled,
+)
 from test_driver_chaos import Drivers, drivers_on, wait_leader
 
 from placement.core.model import ZoneSpec
 from placement.data.partitioning import partition_of
 from placement.driver.loop import Driver
 from placement.local.certs import LocalPki
+from placement.metastore.audit import audit_deposed_writes
 from placement.metastore.codec import PrimaryLease, decode_primary
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace, prefix_range_end
@@ -276,6 +287,47 @@ class Writer:
             self.acks += 1
 
 
+async def check_writers(
+    agents: Agents,
+    client: EtcdClient,
+    keys: KeySpace,
+    store: Metastore,
+    spec: ZoneSpec,
+    writers: list[Writer],
+) -> int:
+    """Every acknowledged write of ``writers``, read through the primary, is its last ack or a
+    later attempt (nothing never written is found); every replica of stable is identical and
+    holds what the primary serves. Returns the replicas checked."""
+    zone, partitions = spec.name, spec.partitions
+    # Every acknowledged write, read through the primary: the last ack or a later attempt.
+    wrong: list[str] = []
+    latest: dict[bytes, bytes] = {}
+    for w in writers:
+        for key, tried in w.attempts.items():
+            got = await read_through_primary(agents, client, keys, zone, partitions, key)
+            if got is not None:
+                latest[key] = got
+            if key in w.acked:
+                allowed = tried[w.acked[key] :]
+                if got not in allowed:
+                    wrong.append(f"{key!r}: read {got!r}, acked {tried[w.acked[key]]!r}")
+            elif got is not None and got not in tried:
+                wrong.append(f"{key!r}: read {got!r}, never written")
+    assert not wrong, f"{len(wrong)} lost or wrong acknowledged writes: {wrong[:10]}"
+
+    # Every replica of stable is identical and holds what the primary serves.
+    stables = await stable_of(store, zone)
+    checked = 0
+    for p, peers in stables.items():
+        want = {k: v for k, v in latest.items() if partition_of(k, partitions) == p}
+        copies = {n: await replica_items(agents, n, zone, p) for n in peers}
+        for node, copy in copies.items():
+            assert copy == want, f"{zone}/{p}: {node}'s replica differs from the primary's reads"
+            checked += 1
+    await check_replicas(agents, store, spec, latest)
+    return checked
+
+
 async def test_chaos_under_writes_loses_no_acknowledged_write(
     chaos_etcd: ChaosEtcd,
     agents: ChaosAgents,
@@ -401,32 +453,8 @@ async def test_chaos_under_writes_loses_no_acknowledged_write(
     await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable", TIMEOUT * 2)
     assert await settled(store, spec)
 
-    # Every acknowledged write, read through the primary: the last ack or a later attempt.
-    wrong: list[str] = []
-    latest: dict[bytes, bytes] = {}
-    for w in writers:
-        for key, tried in w.attempts.items():
-            got = await read_through_primary(agents, client, keys, zone, partitions, key)
-            if got is not None:
-                latest[key] = got
-            if key in w.acked:
-                allowed = tried[w.acked[key] :]
-                if got not in allowed:
-                    wrong.append(f"{key!r}: read {got!r}, acked {tried[w.acked[key]]!r}")
-            elif got is not None and got not in tried:
-                wrong.append(f"{key!r}: read {got!r}, never written")
-    assert not wrong, f"{len(wrong)} lost or wrong acknowledged writes: {wrong[:10]}"
-
-    # Every replica of stable is identical and holds what the primary serves.
+    checked = await check_writers(agents, client, keys, store, spec, writers)
     stables = await stable_of(store, zone)
-    checked = 0
-    for p, peers in stables.items():
-        want = {k: v for k, v in latest.items() if partition_of(k, partitions) == p}
-        copies = {n: await replica_items(agents, n, zone, p) for n in peers}
-        for node, copy in copies.items():
-            assert copy == want, f"{zone}/{p}: {node}'s replica differs from the primary's reads"
-            checked += 1
-    await check_replicas(agents, store, spec, latest)
 
     total_acks = acks()
     acked_keys = sum(len(w.acked) for w in writers)
@@ -439,6 +467,81 @@ async def test_chaos_under_writes_loses_no_acknowledged_write(
     assert acked_keys > 0
     assert len(stables) == partitions
     assert checked > 0
+
+
+async def test_overlapping_faults_a_join_while_the_leader_is_down_and_a_primary_dies(
+    chaos_etcd: ChaosEtcd,
+    agents: ChaosAgents,
+    chaos_drivers: Drivers,
+    keys: KeySpace,
+) -> None:
+    """Three faults at once under writes: the driver leader SIGKILLed, and while nobody leads a
+    node joins and the primary of a busy partition is SIGKILLed (restarted on its data once its
+    registration expired). The other driver takes over, the lease moves, the join completes onto
+    the placement function's target; no acknowledged write is lost, every replica of stable is
+    identical, and etcd's history shows no write by the dead leader's epoch after its key went."""
+    drivers, client = chaos_drivers, chaos_etcd.client
+    zone, partitions = "ov", 4
+    for n in ("n1", "n2", "n3", "n4"):
+        await agents.start(n)
+    await drivers.start("d1", "--primary-lease", PRIMARY_LEASE)
+    await wait_leader(client, keys)
+    await drivers.start("d2", "--primary-lease", PRIMARY_LEASE)
+    member, fence = await wait_leader(client, keys)
+    assert member == "d1"
+    start = await client.current_revision(keys.zone(zone))
+    store = Metastore(client, keys)
+    spec = ZoneSpec(zone, partitions=partitions, replicas=3)
+    assert (await store.create_zone(spec, fence)).applied
+    await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+
+    writers = [Writer(w, [f"writer{w}/key{i:03d}".encode() for i in range(16)]) for w in range(4)]
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(w.run(agents, client, keys, zone, partitions, stop)) for w in writers
+    ]
+    try:
+        await asyncio.sleep(2)
+        p0 = await primary_of(client, keys, zone, 0)
+        assert p0 is not None
+        victim = p0.node
+        drivers.procs["d1"].proc.send_signal(signal.SIGKILL)
+        await drivers.procs["d1"].proc.wait()
+        await agents.start("n5")
+        await agents.kill(victim)
+        before = sum(w.acks for w in writers)
+        member, fence = await wait_leader(client, keys, other_than="d1")
+        assert member == "d2"
+
+        async def moved() -> bool:
+            lease = await primary_of(client, keys, zone, 0)
+            return lease is not None and lease.node != victim
+
+        await eventually(moved, "the lease of partition 0 to move off the killed primary")
+        await node_gone(client, keys, victim)
+        await agents.start(victim)
+
+        async def joined() -> bool:
+            in_stable = any("n5" in peers for peers in (await stable_of(store, zone)).values())
+            return in_stable and await converged(store, spec)
+
+        await eventually(joined, "the join to complete onto the target", within=TIMEOUT * 2)
+        await asyncio.sleep(1.0)  # writes on the converged zone too
+        assert sum(w.acks for w in writers) > before, "writes went on after the faults"
+    except BaseException:
+        await dump_history(client, keys)
+        raise
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable", TIMEOUT * 2)
+    checked = await check_writers(agents, client, keys, store, spec, writers)
+    audit = await audit_deposed_writes(client, keys, start)
+    assert not audit.stale, f"writes by a deposed leader after its key was deleted: {audit.stale}"
+    assert audit.terms_ended >= 1, "d1's term did not end in etcd's history"
+    acks = sum(w.acks for w in writers)
+    print(f"overlapping faults: {acks} acknowledged writes, {checked} replicas identical")
+    assert checked >= partitions * spec.replicas
 
 
 # -- 2. a SIGSTOPped primary ----------------------------------------------------------------
