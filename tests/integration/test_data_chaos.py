@@ -10,6 +10,8 @@ plane), drivers in-process or as subprocesses, with signals thrown at all of the
 * a SIGSTOPped primary: writes sent to it while stopped (and right after SIGCONT) are never
   acknowledged nor found on any replica, while the new primary takes writes;
 * a replica SIGKILLed mid catch-up (throttled) resumes on restart and ends identical;
+* the primary — the copy's source — SIGKILLed mid-rebalance with writes in flight: the copy
+  completes from the new primary, nothing acknowledged is lost, replicas identical;
 * a cancelled rebalance leaves no copy (no replica, no kv rows) on the node it was copying to.
 
 The chaos events come one at a time (each waits for the rebalances of the previous one): a node
@@ -26,7 +28,7 @@ import functools
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -294,14 +296,16 @@ async def check_writers(
     store: Metastore,
     spec: ZoneSpec,
     writers: list[Writer],
+    others: Mapping[bytes, bytes] | None = None,
 ) -> int:
     """Every acknowledged write of ``writers``, read through the primary, is its last ack or a
     later attempt (nothing never written is found); every replica of stable is identical and
-    holds what the primary serves. Returns the replicas checked."""
+    holds what the primary serves, plus ``others`` (the zone's other acknowledged values, which
+    nothing overwrote). Returns the replicas checked."""
     zone, partitions = spec.name, spec.partitions
     # Every acknowledged write, read through the primary: the last ack or a later attempt.
     wrong: list[str] = []
-    latest: dict[bytes, bytes] = {}
+    latest: dict[bytes, bytes] = dict(others or {})
     for w in writers:
         for key, tried in w.attempts.items():
             got = await read_through_primary(agents, client, keys, zone, partitions, key)
@@ -726,6 +730,54 @@ async def test_a_replica_sigkilled_mid_catch_up_resumes_and_ends_identical(
         copy = await replica_items(agents, "n3", "big", 0)
         assert copy == acked
         print(f"catch-up after SIGKILL: {len(copy)} items on n3 identical to n1, n2")
+
+
+async def test_a_primary_sigkilled_mid_rebalance_with_writes_in_flight(
+    chaos_etcd: ChaosEtcd, slow_agents: ChaosAgents, keys: KeySpace
+) -> None:
+    """Zone "big" grows onto n3 (a throttled copy of ~4 MB from the primary) while writers
+    write; the primary — the copy's source — is SIGKILLed mid-copy with writes in flight, and
+    restarted on its data once its registration expired. The lease moves, n3's copy completes
+    from the new primary, the rebalance settles; every acknowledged write and every loaded value
+    is on every replica of stable, identical."""
+    agents, client = slow_agents, chaos_etcd.client
+    for n in ("n1", "n2"):
+        await agents.start(n)
+    async with _driver(chaos_etcd, keys) as driver:
+        store = Metastore(client, keys)
+        fence = await leader_fence(driver)
+        spec, loaded = await grow_to_new_node(agents, client, keys, store, fence)
+        writers = [Writer(w, [f"mid{w}/k{i:02d}".encode() for i in range(8)]) for w in range(3)]
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(w.run(agents, client, keys, "big", 1, stop)) for w in writers]
+        try:
+            await asyncio.sleep(0.5)
+            lease = await primary_of(client, keys, "big", 0)
+            assert lease is not None
+            victim = lease.node
+            await agents.kill(victim)
+            before = sum(w.acks for w in writers)
+            hosted, items = await raw_replica(agents, "n3", "big", 0)
+            assert not hosted, "the copy ended before the primary was killed"
+            print(f"primary {victim} SIGKILLed; n3 held {len(items)}/{len(loaded)} loaded items")
+
+            async def moved() -> bool:
+                now = await primary_of(client, keys, "big", 0)
+                return now is not None and now.node != victim
+
+            await eventually(moved, "the lease to move off the killed primary")
+            await node_gone(client, keys, victim)
+            await agents.start(victim)
+            await eventually(lambda: settled(store, spec), "the rebalance to settle", TIMEOUT * 2)
+            await eventually_in_sync(client, keys, store, spec)
+            await asyncio.sleep(1.0)  # writes on the settled zone too
+            assert sum(w.acks for w in writers) > before, "writes went on after the kill"
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+        assert "n3" in (await stable_of(store, "big"))[0]
+        checked = await check_writers(agents, client, keys, store, spec, writers, loaded)
+        print(f"{sum(w.acks for w in writers)} acknowledged writes; {checked} replicas identical")
 
 
 async def test_a_cancelled_rebalance_leaves_no_copy(
