@@ -697,6 +697,7 @@ def render(outcome: Outcome, command: str, machine: str, commit: str) -> str:
             f"revisions {a.from_revision}..{a.to_revision}) | 0 |"
         )
     lines.append(f"| recoveries over {outcome.stuck_after:.0f}s (stuck) | {outcome.stuck} | 0 |")
+    lines.append(f"| the zone when the workload stopped | {outcome.final} | recovered |")
     if c is not None and c.examples:
         lines += ["", "Checker examples:", ""] + [f"- {e}" for e in c.examples]
     if a is not None and a.stale:
