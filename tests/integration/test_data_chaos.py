@@ -12,6 +12,8 @@ plane), drivers in-process or as subprocesses, with signals thrown at all of the
 * a replica SIGKILLed mid catch-up (throttled) resumes on restart and ends identical;
 * the primary — the copy's source — SIGKILLed mid-rebalance with writes in flight: the copy
   completes from the new primary, nothing acknowledged is lost, replicas identical;
+* clients routed by stable ∪ pending mid-move: only the primary serves, every other member —
+  the learner still copying included — redirects to it;
 * a cancelled rebalance leaves no copy (no replica, no kv rows) on the node it was copying to.
 
 The chaos events come one at a time (each waits for the rebalances of the previous one): a node
@@ -28,10 +30,11 @@ import functools
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import pytest
@@ -93,6 +96,8 @@ sys.exit(asyncio.run(serve(
     ), tls=tls, etcd_credentials=creds,
 )))
 """
+
+T = TypeVar("T")
 
 # Driver subprocesses (election TTL 2 s) with the in-process tests' 3 s primary leases.
 PRIMARY_LEASE = str(LEASES.duration_ms / 1000)
@@ -778,6 +783,73 @@ async def test_a_primary_sigkilled_mid_rebalance_with_writes_in_flight(
         assert "n3" in (await stable_of(store, "big"))[0]
         checked = await check_writers(agents, client, keys, store, spec, writers, loaded)
         print(f"{sum(w.acks for w in writers)} acknowledged writes; {checked} replicas identical")
+
+
+async def _answer(call: Awaitable[T]) -> tuple[T | None, grpc.aio.AioRpcError | None]:
+    """The reply of ``call``, or the error it ended with."""
+    try:
+        return await call, None
+    except grpc.aio.AioRpcError as e:
+        return None, e
+
+
+async def test_clients_routed_by_stable_and_pending_mid_move_reach_only_the_primary(
+    chaos_etcd: ChaosEtcd, slow_agents: ChaosAgents, keys: KeySpace
+) -> None:
+    """A client may route by an assignment's stable ∪ pending — the old members and the new — in
+    the middle of a move. Every one of them answers a write or a read only as the primary does:
+    the primary serves it, every other member (a follower, the learner still copying) refuses
+    with FAILED_PRECONDITION naming the primary — no acknowledgement and no stale or partial
+    read from a member that is not the primary. What the primary acknowledged is on every
+    replica once the move ends."""
+    agents, client = slow_agents, chaos_etcd.client
+    for n in ("n1", "n2"):
+        await agents.start(n)
+    async with _driver(chaos_etcd, keys) as driver:
+        store = Metastore(client, keys)
+        fence = await leader_fence(driver)
+        spec, acked = await grow_to_new_node(agents, client, keys, store, fence)
+        state = await store.read_partition("big", 0)
+        members = {
+            *(state.peers(AssignField.STABLE) or ()),
+            *(state.peers(AssignField.PENDING) or ()),
+        }
+        assert members == {"n1", "n2", "n3"}, members
+        lease = await primary_of(client, keys, "big", 0)
+        assert lease is not None
+        _, copied = await raw_replica(agents, "n3", "big", 0)
+        uncopied = next(k for k in acked if k not in copied)
+        served: dict[str, str] = {}
+        for node in sorted(members):
+            key = f"routed/{node}".encode()
+            for op, call in (
+                ("put", agents.data(node).Put(
+                    data_pb2.PutRequest(partition=ref("big", 0), key=key, value=b"v-" + key)
+                )),
+                ("get", agents.data(node).Get(
+                    data_pb2.GetRequest(partition=ref("big", 0), key=uncopied)
+                )),
+            ):  # fmt: skip
+                reply, refused = await _answer(call)
+                if refused is not None:
+                    assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION, (node, op)
+                    named = dict(refused.trailing_metadata() or ()).get("x-primary", "")
+                    assert named.startswith(f"{lease.node}@"), (node, op, named)
+                    served[f"{node} {op}"] = "redirected"
+                    continue
+                assert node == lease.node, f"{node} (not the primary) answered a {op}"
+                if op == "get":
+                    assert reply.found, "the primary lost a loaded value"
+                    assert reply.value == acked[uncopied]
+                else:
+                    acked[key] = b"v-" + key
+                served[f"{node} {op}"] = "served"
+        print(f"mid-move routing (primary {lease.node}): {served}")
+        assert served[f"{lease.node} put"] == "served"
+        assert list(served.values()).count("served") == 2, served
+        await eventually(lambda: settled(store, spec), "the move to settle", TIMEOUT * 2)
+        await eventually_in_sync(client, keys, store, spec)
+        await check_replicas(agents, store, spec, acked)
 
 
 async def test_a_cancelled_rebalance_leaves_no_copy(
