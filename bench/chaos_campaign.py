@@ -15,7 +15,8 @@ once in a seeded order, then uniform draws — each after a seeded pause:
 
 * ``driver-leader-kill``: SIGKILL of the leading driver, restarted at once;
 * ``driver-leader-stop``: SIGSTOP of the leading driver for 1.5–3 lease TTLs, then SIGCONT;
-* ``agent-kill``: SIGKILL of an agent, restarted 0.5–2 s later;
+* ``agent-kill``: SIGKILL of an agent, restarted 0.5–2 s after its registration expired (an
+  agent refuses to start while its node is registered under the killed process's lease);
 * ``primary-kill``: the same for the agent holding a partition's primary lease;
 * ``etcd-member-kill``: SIGKILL of one of the three etcd members, restarted 1–3 s later;
 * ``node-join``: a new agent (a new node, its certificate issued by the cluster's CA);
@@ -429,9 +430,15 @@ class Campaign:
             began = time.monotonic()
             agent.signal_group(signal.SIGKILL)
             await asyncio.to_thread(_reap, agent)
+            # An agent refuses to start while its node is registered under another lease (the
+            # killed process's, until its TTL runs out): a supervisor restarts it after that.
+            expired = await self._unregistered(agent.name, began + limit)
             await asyncio.sleep(step.duration)
             agent.start()
-            fault.notes.append(f"restarted after {step.duration:.1f}s")
+            fault.notes.append(
+                f"registration gone after {expired - began:.1f}s, restarted"
+                f" {step.duration:.1f}s later"
+            )
             await self.recover(fault, began, self._listed(agent.name), limit)
         elif kind == "etcd-member-kill":
             member = self.targets.choice(self.cluster.etcd_members)
@@ -499,9 +506,22 @@ class Campaign:
 
     def _listed(self, name: str) -> Callable[[], Awaitable[str | None]]:
         async def listed() -> str | None:
+            child = self.child(name)
+            if child.proc is not None and child.proc.poll() is not None:
+                return f"{name} exited with {child.proc.returncode} (see its log)"
             return None if name in await self.registered() else f"{name} not registered"
 
         return listed
+
+    async def _unregistered(self, name: str, deadline: float) -> float:
+        """Waits (until ``deadline``) for ``name``'s registration to go; returns when it went."""
+        while True:
+            with contextlib.suppress(PlacementError):
+                if name not in await self.registered():
+                    return time.monotonic()
+            if time.monotonic() > deadline:
+                raise PlacementError(f"{name} still registered after its process was killed")
+            await asyncio.sleep(POLL)
 
     async def _alter(self, config: driver_pb2.ZoneConfig, field_name: str) -> float:
         """Alter the zone's ``field_name`` through the API; returns when it was sent."""
