@@ -48,11 +48,10 @@ from test_driver import (
 
 from placement.core.model import ZoneSpec
 from placement.local.certs import LocalPki
-from placement.metastore.audit import agent_written, epoch_of
+from placement.metastore.audit import audit_deposed_writes
 from placement.metastore.election import current_leader
-from placement.metastore.etcd import EtcdClient, read_history
-from placement.metastore.keys import AssignField, KeySpace, prefix_range_end
-from placement.metastore.kv import EventKind
+from placement.metastore.etcd import EtcdClient
+from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.transitions import Fence
 from replica.records import AgentStore
 
@@ -196,6 +195,17 @@ async def start_rebalance(
     return bigger
 
 
+async def no_deposed_write(
+    client: EtcdClient, keys: KeySpace, start: int, *, terms_ended: int
+) -> None:
+    """The history audit every chaos test ends with (``placement.metastore.audit``): since
+    revision ``start``, no value written by a leader term after its key was deleted, and at
+    least ``terms_ended`` terms ended."""
+    audit = await audit_deposed_writes(client, keys, start, catch_up_within=30.0 * SCALE)
+    assert not audit.stale, f"writes by a deposed leader after its key was deleted: {audit.stale}"
+    assert audit.terms_ended >= terms_ended, f"{audit.terms_ended} terms ended, not {terms_ended}"
+
+
 def journal_effects(cluster: Cluster) -> Counter[tuple[str, str, int, int, str]]:
     counts: Counter[tuple[str, str, int, int, str]] = Counter()
     for node, agent in cluster.agents.items():
@@ -215,6 +225,7 @@ async def test_sigkill_of_the_leader_mid_rebalance_a_follower_takes_over_and_com
     client = cluster.client  # the secure run's client presents the product's etcd certificate
     for i in range(5):
         await cluster.start_agent(f"n{i}")
+    start = await client.current_revision(keys.leader_prefix())
     await drivers.start("d1", "--max-moves", "4")
     await wait_leader(client, keys)
     await drivers.start("d2", "--max-moves", "4")
@@ -236,6 +247,7 @@ async def test_sigkill_of_the_leader_mid_rebalance_a_follower_takes_over_and_com
     assert f"leader d2 epoch {new_fence.epoch}" in log
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
     assert not repeated, f"effects applied more than once: {repeated}"
+    await no_deposed_write(client, keys, start, terms_ended=1)
 
 
 async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps_down(
@@ -255,7 +267,7 @@ async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps
     old = drivers.procs["d1"]
     old.proc.send_signal(signal.SIGSTOP)
     try:
-        _, new_fence = await wait_leader(client, keys, other_than="d1")
+        await wait_leader(client, keys, other_than="d1")
         await asyncio.sleep(2 * TTL * SCALE)
     finally:
         old.proc.send_signal(signal.SIGCONT)
@@ -266,34 +278,8 @@ async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps
     await eventually(stepped_down, "the old leader to log that it stepped down")
     await eventually(lambda: settled(cluster.store, spec), "the rebalance to complete on d2")
 
-    # etcd's history since the stop: find when the old term's key went, then every value
-    # written after that must not carry the old epoch.
-    base = keys.prefix.encode() + b"/"
-    # all of it: read_history raises rather than return a truncated history
-    found = await read_history(
-        client, base, prefix_range_end(base), from_revision=stopped_revision,
-        catch_up_within=30.0 * SCALE,
-    )  # fmt: skip
-    events = list(found.events)
-    gone = [
-        e.kv.mod_revision
-        for e in events
-        if e.kv.key == fence.leader_key and e.kind is EventKind.DELETE
-    ]
-    assert gone, "the old leader's key must have been deleted (lease expired)"
-    after = [
-        (e.kv.key, e.kv.mod_revision)
-        for e in events
-        if e.kind is EventKind.PUT
-        and e.kv.mod_revision > gone[0]
-        and not agent_written(keys, e.kv.key)
-        and epoch_of(e.kv.value) == fence.epoch
-    ]
-    assert not after, f"writes with the old epoch {fence.epoch} after it lost its lease: {after}"
-    new_epoch_writes = [
-        e for e in events if e.kind is EventKind.PUT and epoch_of(e.kv.value) == new_fence.epoch
-    ]
-    assert new_epoch_writes, "the new leader must have finished the rebalance"
+    # etcd's history since the stop: no value carries the old epoch after its key went.
+    await no_deposed_write(client, keys, stopped_revision, terms_ended=1)
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
     assert not repeated, f"effects applied more than once: {repeated}"
 
@@ -307,6 +293,7 @@ async def test_a_leader_sigstopped_for_less_than_half_its_ttl_keeps_leading_and_
     client = cluster.client
     for i in range(5):
         await cluster.start_agent(f"n{i}")
+    start = await client.current_revision(keys.leader_prefix())
     await drivers.start("d1", "--max-moves", "4")
     await wait_leader(client, keys)
     await drivers.start("d2", "--max-moves", "4")
@@ -331,6 +318,7 @@ async def test_a_leader_sigstopped_for_less_than_half_its_ttl_keeps_leading_and_
     assert "leader d2" not in drivers.procs["d2"].text()
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
     assert not repeated, f"effects applied more than once: {repeated}"
+    await no_deposed_write(client, keys, start, terms_ended=0)
 
 
 class Blackhole:
@@ -399,6 +387,7 @@ async def test_a_leader_cut_off_from_etcd_steps_down_before_its_key_expires(
     client = cluster.client
     for i in range(5):
         await cluster.start_agent(f"n{i}")
+    start = await client.current_revision(keys.leader_prefix())
     hole = Blackhole(chaos_etcd.endpoints.split(",")[0])
     proxied = await hole.start()
     try:
@@ -447,5 +436,6 @@ async def test_a_leader_cut_off_from_etcd_steps_down_before_its_key_expires(
         assert (await leader(client, keys) or ("",))[0] == "d2"
         repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
         assert not repeated, f"effects applied more than once: {repeated}"
+        await no_deposed_write(client, keys, start, terms_ended=1)
     finally:
         await hole.close()
