@@ -65,6 +65,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "return min(1.0, ttl / 8)",
         "return 0.0",
         (
+            "tests/integration/test_etcd_client.py::"
+            "test_a_lease_is_given_up_a_margin_before_etcd_can_expire_it",
             "tests/integration/test_driver_chaos.py::"
             "test_a_leader_cut_off_from_etcd_steps_down_before_its_key_expires[plaintext]",
         ),

@@ -924,6 +924,12 @@ class Lease(Losable):
     def __repr__(self) -> str:
         return f"Lease(id={self.id:#x}, ttl={self.ttl}, lost={self.is_lost})"
 
+    @property
+    def deadline(self) -> float:
+        """When (the lease's loop time) it is given up unless a refresh succeeds before: the
+        send of the last confirmed refresh (or of the grant) + TTL − :func:`expiry_margin`."""
+        return self._expires_at
+
     def start_keepalive(self) -> None:
         """Start refreshing, on the client's keep-alive thread (returns at once)."""
         if not self._kept and not self.is_lost and not self._client._closed:

@@ -13,7 +13,7 @@ from test_listwatch import _put_once_up
 
 from placement.errors import Compacted, InvalidInput, StoreUnavailable
 from placement.metastore.codec import NodeRecord
-from placement.metastore.etcd import EtcdClient, LeaseExpired
+from placement.metastore.etcd import EtcdClient, LeaseExpired, expiry_margin
 from placement.metastore.keys import KeySpace, prefix_range_end
 from placement.metastore.kv import EventKind, Range, TxnResult, WatchBatch, WatchEvent
 from placement.metastore.txn import MAX_TXN_OPS, Compare, Delete, Get, Put, Txn
@@ -295,6 +295,24 @@ async def test_a_watch_on_a_member_without_quorum_fails(etcd_cluster: Any) -> No
             with pytest.raises(StoreUnavailable):
                 async with asyncio.timeout(WAIT):
                     await anext(it)
+
+
+async def test_a_lease_is_given_up_a_margin_before_etcd_can_expire_it(
+    client: EtcdClient, prefix: str
+) -> None:
+    """The holder's deadline is the grant's send + TTL − the margin; at that deadline etcd
+    still holds the lease and its key (the holder stops first, design/metastore.md §5)."""
+    loop = asyncio.get_running_loop()
+    asked = loop.time()
+    lease = await client.grant_lease(2, keepalive=False)
+    key = f"{prefix}/held".encode()
+    await client.put(key, b"v", lease=lease.id)
+    margin = expiry_margin(lease.ttl)
+    assert margin > 0
+    assert lease.deadline == pytest.approx(asked + lease.ttl - margin, abs=0.01)
+    await asyncio.sleep(max(0.0, lease.deadline - loop.time()))
+    assert (await client.get(key)).first() is not None, "etcd expired it before the holder"
+    await client.revoke_lease(lease.id)
 
 
 async def test_lease_is_lost_when_no_keepalive_succeeds_before_its_deadline(
