@@ -8,10 +8,10 @@ One run::
 
 The cluster is the one ``placectl up --etcd-members 3`` starts (``start_cluster`` +
 ``wait_ready``): secure (mutual TLS, etcd over TLS with auth on), three etcd members, the
-drivers and the agents as subprocesses. One zone (8 partitions, 3 replicas) takes recorded
-writes and reads for the whole campaign (``run_writers`` with readers). Faults come one at a
-time from a schedule drawn up front from ``random.Random(seed)`` — first every kind of the menu
-once in a seeded order, then uniform draws — each after a seeded pause:
+drivers and the agents as subprocesses. One zone (8 partitions, 3 replicas, scale-down delay
+15 s) takes recorded writes and reads for the whole campaign (``run_writers`` with readers).
+Faults come one at a time from a schedule drawn up front from ``random.Random(seed)`` — first
+every kind of the menu once in a seeded order, then uniform draws — each after a seeded pause:
 
 * ``driver-leader-kill``: SIGKILL of the leading driver, restarted at once;
 * ``driver-leader-stop``: SIGSTOP of the leading driver for 1.5–3 lease TTLs, then SIGCONT;
@@ -110,6 +110,10 @@ MENU = (
 #: "recovered within the drivers' lease TTL + 2 s" applies to them. The others wait on a
 #: primary lease (10 s) to expire, a process to start, or data to move.
 FAILOVER_KINDS = frozenset({"driver-leader-kill", "driver-leader-stop", "etcd-member-kill"})
+#: The zone's scale-down delay (``--scale-down-delay``): longer than a killed agent takes to be
+#: back (its registration's TTL, the restart delay, a start on a loaded machine), so kill and
+#: restart faults move no replica, while a node that left is replaced after it.
+SCALE_DOWN_DELAY = 15.0
 #: Seconds between looks at the cluster while waiting for recovery.
 POLL = 0.25
 
@@ -553,6 +557,7 @@ async def run_campaign(
     *,
     seed: int,
     replicas: tuple[int, int] = REPLICAS,
+    scale_down_delay: float = SCALE_DOWN_DELAY,
     stuck_after: float = 60.0,
     give_up: float = 180.0,
     say: Callable[[str], None] = print,
@@ -577,7 +582,7 @@ async def run_campaign(
             partitions=PARTITIONS[0],
             replicas=replicas[0],
             scale_up_delay_seconds=0.0,
-            scale_down_delay_seconds=2.0,
+            scale_down_delay_seconds=scale_down_delay,
         )
         create = driver_pb2.CreateZoneRequest(name=ZONE, config=config)
         await api.call(lambda s, t: s.CreateZone(create, timeout=t))
@@ -802,6 +807,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--replicas", default="3,2", help="the replica counts replicas-change alternates between"
     )
+    parser.add_argument("--scale-down-delay", type=float, default=SCALE_DOWN_DELAY)
     parser.add_argument("--max-gap", type=float, default=3.0, help="most seconds between faults")
     parser.add_argument("--stuck-after", type=float, default=60.0)
     parser.add_argument("--give-up", type=float, default=180.0)
@@ -825,6 +831,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome = asyncio.run(
             run_campaign(
                 cluster, opts, steps, base, seed=args.seed, replicas=replicas,
+                scale_down_delay=args.scale_down_delay,
                 stuck_after=args.stuck_after, give_up=args.give_up,
             )
         )  # fmt: skip
