@@ -121,6 +121,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self._remember(entries)\n            try:\n                pass\n",
         (
             "tests/integration/test_data_plane.py::"
+            "test_a_write_is_acknowledged_only_once_the_in_sync_set_holds_it",
+            "tests/integration/test_data_plane.py::"
             "test_sigkill_of_a_busy_primary_loses_no_acknowledged_write",
         ),
         "a primary acknowledging a write once it is in its own log, before the in-sync set has it",

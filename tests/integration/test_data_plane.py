@@ -381,6 +381,48 @@ async def test_sigkill_of_a_busy_primary_loses_no_acknowledged_write(
                     assert copy.get(key) == value, f"{node} lacks acknowledged {key!r}"
 
 
+async def test_a_write_is_acknowledged_only_once_the_in_sync_set_holds_it(
+    etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
+) -> None:
+    """R=3, at least 2 in sync: with both followers frozen (SIGSTOP) the primary has no one to
+    replicate to and may not shrink its in-sync set below 2 — a write to it is never
+    acknowledged (it fails or times out), however long the client waits; once they resume, a
+    write is acknowledged and is on every replica of the in-sync set."""
+    for n in ("n1", "n2", "n3"):
+        await agents.start(n)
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    async with running_driver(endpoint, keys, leases=LEASES) as driver:
+        store = Metastore(client, keys)
+        spec = ZoneSpec("ack", partitions=1, replicas=3)
+        assert (await store.create_zone(spec, await leader_fence(driver))).applied
+        await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+        lease = await primary_of(client, keys, "ack", 0)
+        assert lease is not None
+        followers = [n for n in ("n1", "n2", "n3") if n != lease.node]
+        request = data_pb2.PutRequest(
+            partition=common_pb2.PartitionRef(zone="ack", partition=0), key=b"k", value=b"v1"
+        )
+        assert (await agents.data(lease.node).Put(request, timeout=10)).index > 0
+        for node in followers:
+            agents.procs[node].send_signal(signal.SIGSTOP)
+        try:
+            frozen = data_pb2.PutRequest(
+                partition=common_pb2.PartitionRef(zone="ack", partition=0), key=b"k", value=b"v2"
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await agents.data(lease.node).Put(frozen, timeout=4)
+            print(f"with both followers frozen: {refused.value.code().name}")
+        finally:
+            for node in followers:
+                agents.procs[node].send_signal(signal.SIGCONT)
+        acked = await put(agents, client, keys, "ack", 1, b"k", b"v3")
+        assert acked.index > 0
+        isr = await isr_of(client, keys, "ack", 0)
+        assert isr is not None
+        for node in isr.members:
+            assert (await replica_items(agents, node, "ack", 0)).get(b"k") == b"v3", node
+
+
 LONG_REGISTRATION_AGENT = AGENT.replace("lease_ttl=2,", "lease_ttl=9,")
 
 
