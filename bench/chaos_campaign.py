@@ -177,6 +177,7 @@ class Outcome:
     faults_asked: int
     ttl: int
     replicas: tuple[int, int]
+    scale_down_delay: float
     stuck_after: float
     faults: list[Fault]
     stats: WorkloadStats | None = None
@@ -564,7 +565,7 @@ async def run_campaign(
 ) -> Outcome:
     """Create the zone, run the workload, inject ``steps`` one at a time waiting for each
     recovery, then stop the workload and judge (see the module docstring)."""
-    outcome = Outcome(seed, len(steps), opts.lease_ttl, replicas, stuck_after, [])
+    outcome = Outcome(seed, len(steps), opts.lease_ttl, replicas, scale_down_delay, stuck_after, [])
     record = work / "workload.jsonl"
     tls_admin, tls_client = cluster.tls("admin"), cluster.tls("client")
     async with (
@@ -688,7 +689,8 @@ def render(outcome: Outcome, command: str, machine: str, commit: str) -> str:
         f"- started: {dt.datetime.fromtimestamp(outcome.started_unix, dt.UTC):%Y-%m-%d %H:%M:%S}"
         f" UTC; campaign {outcome.elapsed:.0f}s; driver lease TTL {outcome.ttl}s; zone"
         f" {PARTITIONS[0]}×{outcome.replicas[0]}, replicas-change"
-        f" {outcome.replicas[0]} ↔ {outcome.replicas[1]}",
+        f" {outcome.replicas[0]} ↔ {outcome.replicas[1]}, scale-down delay"
+        f" {outcome.scale_down_delay:g}s",
         "",
         "## Verdicts",
         "",
@@ -823,6 +825,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--nodes must be at least {fewest} and --faults positive")
     command = " ".join([".venv/bin/python", "bench/chaos_campaign.py", *sys.argv[1:]])
     steps = schedule(args.seed, args.faults, args.nodes, args.max_gap, replicas)
+    tree = commit()  # the code that runs: taken at the start
     opts = campaign_options(args.nodes, args.drivers, args.ttl)
     base = Path(tempfile.mkdtemp(prefix="chaos-campaign-"))
     print(f"cluster in {base}; schedule: {', '.join(s.kind for s in steps[:12])} ...")
@@ -837,7 +840,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
     finally:
         cluster.stop()
-    text = render(outcome, command, machine(), commit())
+    text = render(outcome, command, machine(), tree)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
