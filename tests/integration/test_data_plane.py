@@ -34,6 +34,7 @@ from test_driver import (
 from placement.core.model import ZoneSpec
 from placement.data.partitioning import partition_of
 from placement.driver.leases import LeaseConfig
+from placement.driver.loop import Driver
 from placement.local.certs import LocalPki
 from placement.metastore.codec import (
     InSyncSet,
@@ -250,17 +251,33 @@ async def check_replicas(
     return checked
 
 
-async def test_writes_reach_every_replica_and_a_joining_node_gets_the_data(
-    etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
-) -> None:
+@contextlib.asynccontextmanager
+async def zone_in_sync_on_three(
+    etcd: object,
+    agents: Agents,
+    client: EtcdClient,
+    keys: KeySpace,
+    spec: ZoneSpec,
+    leases: LeaseConfig = LEASES,
+) -> AsyncIterator[tuple[Driver, Metastore]]:
+    """Agents n1..n3 and an in-process driver with ``leases``; zone ``spec`` created and every
+    in-sync set equal to its stable. Yields the driver (running until the block ends) and the
+    store."""
     for n in ("n1", "n2", "n3"):
         await agents.start(n)
     endpoint = etcd.endpoint  # type: ignore[attr-defined]
-    async with running_driver(endpoint, keys, leases=LEASES) as driver:
+    async with running_driver(endpoint, keys, leases=leases) as driver:
         store = Metastore(client, keys)
-        spec = ZoneSpec("kv", partitions=4, replicas=3)
         assert (await store.create_zone(spec, await leader_fence(driver))).applied
         await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+        yield driver, store
+
+
+async def test_writes_reach_every_replica_and_a_joining_node_gets_the_data(
+    etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
+) -> None:
+    spec = ZoneSpec("kv", partitions=4, replicas=3)
+    async with zone_in_sync_on_three(etcd, agents, client, keys, spec, LEASES) as (_, store):
         acked: dict[bytes, bytes] = {}
         for i in range(120):
             key, value = f"k{i:04d}".encode(), f"v{i}".encode() * 20
@@ -316,14 +333,8 @@ async def test_writes_reach_every_replica_and_a_joining_node_gets_the_data(
 async def test_sigkill_of_a_busy_primary_loses_no_acknowledged_write(
     etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
 ) -> None:
-    for n in ("n1", "n2", "n3"):
-        await agents.start(n)
-    endpoint = etcd.endpoint  # type: ignore[attr-defined]
-    async with running_driver(endpoint, keys, leases=LEASES) as driver:
-        store = Metastore(client, keys)
-        spec = ZoneSpec("kv", partitions=2, replicas=3)
-        assert (await store.create_zone(spec, await leader_fence(driver))).applied
-        await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+    spec = ZoneSpec("kv", partitions=2, replicas=3)
+    async with zone_in_sync_on_three(etcd, agents, client, keys, spec, LEASES):
         victim_lease = await primary_of(client, keys, "kv", 0)
         assert victim_lease is not None
         victim = victim_lease.node
@@ -388,14 +399,8 @@ async def test_a_write_is_acknowledged_only_once_the_in_sync_set_holds_it(
     replicate to and may not shrink its in-sync set below 2 — a write to it is never
     acknowledged (it fails or times out), however long the client waits; once they resume, a
     write is acknowledged and is on every replica of the in-sync set."""
-    for n in ("n1", "n2", "n3"):
-        await agents.start(n)
-    endpoint = etcd.endpoint  # type: ignore[attr-defined]
-    async with running_driver(endpoint, keys, leases=LEASES) as driver:
-        store = Metastore(client, keys)
-        spec = ZoneSpec("ack", partitions=1, replicas=3)
-        assert (await store.create_zone(spec, await leader_fence(driver))).applied
-        await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+    spec = ZoneSpec("ack", partitions=1, replicas=3)
+    async with zone_in_sync_on_three(etcd, agents, client, keys, spec, LEASES):
         lease = await primary_of(client, keys, "ack", 0)
         assert lease is not None
         followers = [n for n in ("n1", "n2", "n3") if n != lease.node]
@@ -447,14 +452,8 @@ async def test_a_killed_holders_leases_are_not_renewed_while_its_node_record_lin
     leases = LeaseConfig(duration_ms=4000, renew_before_ms=3000)
     agents = LongRegistrationAgents(tmp_path, etcd.endpoint, keys)  # type: ignore[attr-defined]
     try:
-        for n in ("n1", "n2", "n3"):
-            await agents.start(n)
-        endpoint = etcd.endpoint  # type: ignore[attr-defined]
-        async with running_driver(endpoint, keys, leases=leases) as driver:
-            store = Metastore(client, keys)
-            spec = ZoneSpec("kv", partitions=3, replicas=3)
-            assert (await store.create_zone(spec, await leader_fence(driver))).applied
-            await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+        spec = ZoneSpec("kv", partitions=3, replicas=3)
+        async with zone_in_sync_on_three(etcd, agents, client, keys, spec, leases) as (driver, _):
             first = await primary_of(client, keys, "kv", 0)
             assert first is not None
 

@@ -195,6 +195,25 @@ async def start_rebalance(
     return bigger
 
 
+async def rebalancing_under_two_drivers(
+    drivers: Drivers, cluster: Cluster, keys: KeySpace, *d1_flags: str
+) -> tuple[int, Fence, ZoneSpec]:
+    """Agents n0..n4, driver d1 (``d1_flags`` added) leading and d2 following, and a rebalance
+    in flight (:func:`start_rebalance`); returns the revision before the drivers started (where
+    the history audit begins), d1's fence and the zone."""
+    client = cluster.client
+    for i in range(5):
+        await cluster.start_agent(f"n{i}")
+    start = await client.current_revision(keys.leader_prefix())
+    await drivers.start("d1", "--max-moves", "4", *d1_flags)
+    await wait_leader(client, keys)
+    await drivers.start("d2", "--max-moves", "4")
+    member, fence = await wait_leader(client, keys)
+    assert member == "d1"
+    spec = await start_rebalance(cluster, client, keys, fence, partitions=24)
+    return start, fence, spec
+
+
 async def no_deposed_write(
     client: EtcdClient, keys: KeySpace, start: int, *, terms_ended: int
 ) -> None:
@@ -223,15 +242,7 @@ async def test_sigkill_of_the_leader_mid_rebalance_a_follower_takes_over_and_com
     drivers: Drivers, cluster: Cluster, keys: KeySpace
 ) -> None:
     client = cluster.client  # the secure run's client presents the product's etcd certificate
-    for i in range(5):
-        await cluster.start_agent(f"n{i}")
-    start = await client.current_revision(keys.leader_prefix())
-    await drivers.start("d1", "--max-moves", "4")
-    await wait_leader(client, keys)
-    await drivers.start("d2", "--max-moves", "4")
-    member, fence = await wait_leader(client, keys)
-    assert member == "d1"
-    spec = await start_rebalance(cluster, client, keys, fence, partitions=24)
+    start, _, spec = await rebalancing_under_two_drivers(drivers, cluster, keys)
 
     killed_at = time.monotonic()
     drivers.procs["d1"].proc.send_signal(signal.SIGKILL)
@@ -254,14 +265,7 @@ async def test_sigstopped_leader_makes_no_write_after_losing_its_lease_and_steps
     drivers: Drivers, cluster: Cluster, keys: KeySpace
 ) -> None:
     client = cluster.client  # the secure run's client presents the product's etcd certificate
-    for i in range(5):
-        await cluster.start_agent(f"n{i}")
-    await drivers.start("d1", "--max-moves", "4")
-    await wait_leader(client, keys)
-    await drivers.start("d2", "--max-moves", "4")
-    member, fence = await wait_leader(client, keys)
-    assert member == "d1"
-    spec = await start_rebalance(cluster, client, keys, fence, partitions=24)
+    _, fence, spec = await rebalancing_under_two_drivers(drivers, cluster, keys)
 
     stopped_revision = await client.current_revision(keys.leader_prefix())
     old = drivers.procs["d1"]
@@ -291,15 +295,8 @@ async def test_a_leader_sigstopped_for_less_than_half_its_ttl_keeps_leading_and_
     failover: the same term (epoch) leads before and after, the rebalance it was driving
     completes, and no agent applied anything twice."""
     client = cluster.client
-    for i in range(5):
-        await cluster.start_agent(f"n{i}")
-    start = await client.current_revision(keys.leader_prefix())
-    await drivers.start("d1", "--max-moves", "4")
-    await wait_leader(client, keys)
-    await drivers.start("d2", "--max-moves", "4")
-    member, fence = await wait_leader(client, keys)
-    assert member == "d1"
-    spec = await start_rebalance(cluster, client, keys, fence, partitions=24)
+    start, fence, spec = await rebalancing_under_two_drivers(drivers, cluster, keys)
+    member = "d1"  # it leads: checked
     d1 = drivers.procs["d1"]
     pause = TTL / 2 * 0.8
     for _ in range(3):  # a few short pauses, each followed by time to renew the lease
@@ -385,18 +382,12 @@ async def test_a_leader_cut_off_from_etcd_steps_down_before_its_key_expires(
     so it cannot send a Rebalance once another driver may lead; the other driver takes over
     and completes the rebalance, nothing applied twice."""
     client = cluster.client
-    for i in range(5):
-        await cluster.start_agent(f"n{i}")
-    start = await client.current_revision(keys.leader_prefix())
     hole = Blackhole(chaos_etcd.endpoints.split(",")[0])
     proxied = await hole.start()
     try:
-        await drivers.start("d1", "--max-moves", "4", "--etcd", proxied)
-        await wait_leader(client, keys)
-        await drivers.start("d2", "--max-moves", "4")
-        member, fence = await wait_leader(client, keys)
-        assert member == "d1"
-        spec = await start_rebalance(cluster, client, keys, fence, partitions=24)
+        start, fence, spec = await rebalancing_under_two_drivers(
+            drivers, cluster, keys, "--etcd", proxied
+        )
         cut_at = time.time()
         hole.open.clear()
 

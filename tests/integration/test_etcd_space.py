@@ -22,10 +22,11 @@ from pathlib import Path
 import grpc
 import pytest
 from conftest import ChaosEtcd
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from prometheus_client.parser import text_string_to_metric_families
 from test_driver import eventually, settled
 from test_driver_chaos import agents_on, drivers_on, wait_leader
+from test_health import _status as health_of
 
 from placement.api.client import ApiError, PlacementClient
 from placement.core.model import ZoneSpec
@@ -45,17 +46,6 @@ QUOTA = 16 * 1024 * 1024  # bytes: etcd's --quota-backend-bytes
 FILLER = b"/filler/"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-def _health(address: str, pki: LocalPki) -> int | None:
-    tls = pki.material("reader")
-    credentials = grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
-    with grpc.secure_channel(address, credentials) as ch:
-        try:
-            reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=2)
-        except grpc.RpcError:
-            return None
-    return int(reply.status)
 
 
 def _alarm_gauge(address: str, pki: LocalPki) -> float | None:
@@ -109,7 +99,8 @@ async def test_nospace_is_said_in_health_metrics_and_status_and_recovers(
         root = EtcdCredentials(pki.material("etcd-root"))
         product = EtcdCredentials(pki.material("etcd-client"))
         async with (
-            EtcdClient(member.endpoint, credentials=root) as operator,
+            # A fresh TLS member on a loaded machine may take seconds to finish a handshake.
+            EtcdClient(member.endpoint, credentials=root, call_timeout=20.0) as operator,
             EtcdClient(member.endpoint, credentials=product) as client,
         ):
             await operator.enable_auth(ETCD_USER, None, prefix)
@@ -128,7 +119,7 @@ async def test_nospace_is_said_in_health_metrics_and_status_and_recovers(
                 await eventually(lambda: settled(cluster.store, spec), "the zone to be placed")
                 async with PlacementClient(d1.address, tls=pki.material("admin")) as api:
                     assert "NOSPACE" not in await _details(api, "full")
-                    assert _health(d1.address, pki) == SERVING
+                    assert health_of(d1.address, pki) == SERVING
                     assert _alarm_gauge(metrics_at, pki) == 0.0
 
                     # Fill etcd past its quota, outside the product's prefix.
@@ -141,7 +132,7 @@ async def test_nospace_is_said_in_health_metrics_and_status_and_recovers(
 
                     async def said() -> bool:
                         return (
-                            _health(d1.address, pki) == NOT_SERVING
+                            health_of(d1.address, pki) == NOT_SERVING
                             and _alarm_gauge(metrics_at, pki) == 1.0
                             and "NOSPACE" in await _details(api, "full")
                         )
@@ -174,7 +165,7 @@ async def test_nospace_is_said_in_health_metrics_and_status_and_recovers(
 
                     async def recovered() -> bool:
                         return (
-                            _health(d1.address, pki) == SERVING
+                            health_of(d1.address, pki) == SERVING
                             and _alarm_gauge(metrics_at, pki) == 0.0
                             and "NOSPACE" not in await _details(api, "full")
                         )
