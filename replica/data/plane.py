@@ -42,7 +42,7 @@ from placement.metastore.codec import (
     encode_size,
 )
 from placement.metastore.etcd import EtcdClient
-from placement.metastore.keys import KeySpace
+from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import KeyValue
 from placement.metastore.listwatch import ListWatch
 from placement.metastore.store import IsrWrite, Metastore
@@ -198,6 +198,7 @@ class DataPlane:
             trim=self.maybe_trim,
             member_gone=self.member_gone,
             holders=lambda key: self.view.holders(key),
+            replaced=self.replaced,
         )
         #: The catch-up throttle, shared by learners and re-sharding's copies.
         self._catch_up_bucket = TokenBucket(
@@ -461,6 +462,17 @@ class DataPlane:
         if holders is not None and member not in holders:
             return "the assignment no longer names it"
         return ""
+
+    def replaced(self, key: Key, member: str) -> str:
+        """Why ISR member ``member`` of ``key`` will not come back ("" = it may): its node is
+        not registered and the partition's pending assignment — the move under way, which
+        replaces it — does not name it."""
+        if member in self.view.nodes:
+            return ""
+        pending = (self.view.assignments.get(key) or {}).get(AssignField.PENDING)
+        if pending is None or member in pending:
+            return ""
+        return "its node is not registered and the move under way replaces it"
 
     async def _roles(self, keys: set[Key], *, full: bool) -> None:
         """Start or stop each of ``keys``' primary and learner; a ``full`` pass (``keys`` = every

@@ -100,6 +100,10 @@ class PrimaryDeps:
     member_gone: Callable[[Key, str], str] = lambda key, member: ""
     #: The nodes stable and pending name for the partition (None = unknown).
     holders: Callable[[Key], frozenset[str] | None] = lambda key: None
+    #: Why an ISR member will not come back — its node is not registered and the partition's
+    #: pending assignment (the move that replaces it) does not name it — so it may leave the ISR
+    #: even below the minimum ("" = it may come back: it stays, and writes wait for it).
+    replaced: Callable[[Key, str], str] = lambda key, member: ""
 
 
 @dataclass
@@ -322,7 +326,10 @@ class Primary:
         self.isr_revision = isr_rev
         self.members = {m: self.state.last_index for m in isr.members if m != node}
         async with self._lock:
-            await self._replicate(self.state.last_index)
+            # Below the minimum only once every member that failed was dropped for good: the
+            # reconcile ends, learners can copy from this primary, and writes stay refused until
+            # the ISR grows back (a departed member would otherwise block the partition forever).
+            await self._replicate(self.state.last_index, below_minimum=True)
 
     async def _bootstrap_peers(self) -> set[str]:
         """A brand-new partition (no ISR key: no write was ever acknowledged) whose log is empty:
@@ -423,13 +430,14 @@ class Primary:
             keep = frozenset(self.members) - gone.keys() | {self._deps.node}
             minimum = self._deps.min_in_sync(self.zone)
             if len(keep) < minimum:
-                log.info(
-                    "%s/%s: members gone (%s) but the in-sync set may not shrink below %d",
-                    self.zone,
-                    self.partition,
-                    _reasons(gone),
-                    minimum,
-                )
+                if not await self._drop_hopeless(gone, minimum):
+                    log.info(
+                        "%s/%s: members gone (%s) but the in-sync set may not shrink below %d",
+                        self.zone,
+                        self.partition,
+                        _reasons(gone),
+                        minimum,
+                    )
                 return
             await self._set_isr(keep)
             log.warning(
@@ -481,9 +489,12 @@ class Primary:
         if len(self._recent) > 4096:
             del self._recent[:-2048]
 
-    async def _replicate(self, upto: int) -> None:
-        """Bring every member to ``upto``; drop those that fail (never below the minimum);
-        then commit ``upto``. Raises Unavailable (nothing committed) or Deposed."""
+    async def _replicate(self, upto: int, *, below_minimum: bool = False) -> None:
+        """Bring every member to ``upto``; drop those that fail (never below the minimum, but
+        for members that cannot come back: :meth:`_drop_hopeless`); then commit ``upto``.
+        Raises Unavailable (nothing committed) or Deposed. ``below_minimum`` (the reconcile,
+        which acknowledges nothing): commit even below the minimum once every member that failed
+        was dropped for good."""
         self._check_lease()
         names = list(self.members)
         told = self.state.commit_index  # what this round's appends carry
@@ -493,18 +504,20 @@ class Primary:
             keep = frozenset(self.members) - failed.keys() | {self._deps.node}
             minimum = self._deps.min_in_sync(self.zone)
             if len(keep) < minimum:
-                await self._drop_hopeless(failed, minimum)
-                raise Unavailable(
-                    f"{self.zone}/{self.partition}: members out of sync ({_reasons(failed)}) and"
-                    f" the in-sync set may not shrink below {minimum}; write refused"
+                dropped = await self._drop_hopeless(failed, minimum)
+                if not below_minimum or dropped != failed.keys():
+                    raise Unavailable(
+                        f"{self.zone}/{self.partition}: members out of sync ({_reasons(failed)})"
+                        f" and the in-sync set may not shrink below {minimum}; write refused"
+                    )
+            else:
+                await self._set_isr(keep)
+                log.warning(
+                    "%s/%s: removed from the in-sync set: %s",
+                    self.zone,
+                    self.partition,
+                    _reasons(failed),
                 )
-            await self._set_isr(keep)
-            log.warning(
-                "%s/%s: removed from the in-sync set: %s",
-                self.zone,
-                self.partition,
-                _reasons(failed),
-            )
         # In memory only: the next append (or the commit notice) makes it durable. A commit index
         # that lags on disk is safe: a replica undoes only entries that differ from, or run past,
         # what the current primary holds — never acknowledged ones — and nothing merely because
@@ -513,22 +526,31 @@ class Primary:
             self.state = replace(self.state, commit_index=upto)
         self._told_commit = told
 
-    async def _drop_hopeless(self, failed: dict[str, str], minimum: int) -> None:
-        """Members no append can bring up to date — their log ends below this primary's, which
-        starts at a snapshot point (it caught up from a snapshot, and their log differs from it
-        at its last entry, so they answered with their commit index, which lags on disk) —
-        leave the in-sync set even below the minimum:
-        kept, they would block the partition for good; as learners they copy a snapshot and
-        rejoin. Nothing acknowledged is lost (this primary holds it all); writes wait below the
-        minimum (design/data-plane.md)."""
+    async def _drop_hopeless(self, failed: dict[str, str], minimum: int) -> set[str]:
+        """Members no append can bring back leave the in-sync set even below the minimum —
+        kept, they would block the partition for good — and returns them:
+
+        * a member whose log ends below this primary's, which starts at a snapshot point (it
+          caught up from a snapshot, and their log differs from it at its last entry, so they
+          answered with their commit index, which lags on disk): as a learner it copies a
+          snapshot and rejoins;
+        * a member that is replaced (``PrimaryDeps.replaced``): its node is not registered and
+          the move under way does not name it — it left, and the replica replacing it can copy
+          from this primary only once it serves.
+
+        Nothing acknowledged is lost (this primary holds it all); writes wait below the minimum
+        (design/data-plane.md)."""
         hopeless = {
             m: why
             for m, why in failed.items()
             # a log end of 0 may be a follower's storage error, not its log: not hopeless
             if why.startswith(NEEDS_SNAPSHOT) and self.members.get(m, 0) > 0
         }
+        for m in failed.keys() - hopeless.keys():
+            if gone_for_good := self._deps.replaced(self.key, m):
+                hopeless[m] = gone_for_good
         if not hopeless:
-            return
+            return set()
         await self._set_isr(frozenset(self.members) - hopeless.keys() | {self._deps.node})
         log.warning(
             "%s/%s: removed from the in-sync set below its minimum %d: %s",
@@ -537,6 +559,7 @@ class Primary:
             minimum,
             _reasons(hopeless),
         )
+        return set(hopeless)
 
     async def _sync(self, member: str, upto: int) -> str:
         """Send ``member`` what it lacks up to ``upto``; returns "" once it holds ``upto``, else

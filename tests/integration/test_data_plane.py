@@ -29,6 +29,7 @@ from test_driver import (
     eventually,
     leader_fence,
     running_driver,
+    settled,
 )
 
 from placement.core.model import ZoneSpec
@@ -426,6 +427,47 @@ async def test_a_write_is_acknowledged_only_once_the_in_sync_set_holds_it(
         assert isr is not None
         for node in isr.members:
             assert (await replica_items(agents, node, "ack", 0)).get(b"k") == b"v3", node
+
+
+async def test_a_primary_that_dies_with_its_isr_at_the_minimum_is_replaced_and_writes_resume(
+    etcd: object, agents: Agents, client: EtcdClient, keys: KeySpace
+) -> None:
+    """R=2 with 2 in sync (the ISR is at its minimum): the primary of partition 0 dies for good
+    (SIGKILL, never restarted). Its lease expires and moves to the other member, whose
+    reconcile finds the ISR naming a node no append can reach. Once the move replacing it is
+    under way (its registration expired: scale-down delay 0) the survivor drops it — below the
+    minimum, writes still refused — and serves the new replica's copy; the replica joins, the
+    move completes and writes resume, nothing acknowledged lost. (Kept, the departed member
+    blocked the partition for good: the chaos campaign's stuck node-leave.)"""
+    spec = ZoneSpec("leave", partitions=2, replicas=2)
+    async with zone_in_sync_on_three(etcd, agents, client, keys, spec) as (_, store):
+        acked: dict[bytes, bytes] = {}
+        for i in range(40):
+            key, value = f"k{i:03d}".encode(), f"v{i}".encode()
+            await put(agents, client, keys, "leave", 2, key, value)
+            acked[key] = value
+        lease = await primary_of(client, keys, "leave", 0)
+        assert lease is not None
+        leaver = lease.node
+        isr = await isr_of(client, keys, "leave", 0)
+        assert isr is not None
+        assert len(isr.members) == 2, isr
+        agents.procs[leaver].send_signal(signal.SIGKILL)
+        await agents.procs[leaver].wait()
+        agents.addresses.pop(leaver)
+
+        async def replaced() -> bool:
+            stables = await stable_of(store, "leave")
+            return all(leaver not in peers and len(peers) == 2 for peers in stables.values())
+
+        await eventually(replaced, f"{leaver}'s replicas to be replaced")
+        await eventually(lambda: settled(store, spec), "the zone to settle")
+        await eventually(lambda: all_in_sync(client, keys, store, spec), "ISR = stable")
+        for i in range(40, 60):
+            key, value = f"k{i:03d}".encode(), f"v{i}".encode()
+            await put(agents, client, keys, "leave", 2, key, value)
+            acked[key] = value
+        await check_replicas(agents, store, spec, acked)
 
 
 LONG_REGISTRATION_AGENT = AGENT.replace("lease_ttl=2,", "lease_ttl=9,")
