@@ -57,6 +57,7 @@ from test_driver_chaos import (
     drivers_on,
     journal_effects,
     leader,
+    no_deposed_write,
     wait_leader,
 )
 
@@ -129,6 +130,7 @@ async def test_a_leader_crashed_at_a_failpoint_is_replaced_and_the_join_complete
     client = cluster.client
     for i in range(4):
         await cluster.start_agent(f"n{i}")
+    start = await client.current_revision(keys.leader_prefix())
     d1 = await drivers.start("d1", env=crash_at(point))
     await wait_leader(client, keys)
     await drivers.start("d2")
@@ -147,6 +149,7 @@ async def test_a_leader_crashed_at_a_failpoint_is_replaced_and_the_join_complete
     await agents_hold_stable(cluster, stables)
     repeated = {k: n for k, n in journal_effects(cluster).items() if n > 1}
     assert not repeated, f"effects applied more than once: {repeated}"
+    await no_deposed_write(client, keys, start, terms_ended=1)
 
 
 async def test_an_agent_crashed_after_persisting_a_decision_completes_the_move_on_restart(
