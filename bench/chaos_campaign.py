@@ -315,14 +315,14 @@ class Campaign:
             await asyncio.sleep(POLL)
 
     async def registered(self) -> set[str]:
-        found = await self.api.call(
+        found = await self.api.read(
             lambda s, t: s.ListNodes(driver_pb2.ListNodesRequest(), timeout=t)
         )
         return {n.name for n in found.nodes}
 
     async def assignments(self) -> list[driver_pb2.PartitionAssignment]:
         request = driver_pb2.GetAssignmentsRequest(zone=ZONE)
-        page = await self.api.call(lambda s, t: s.GetAssignments(request, timeout=t))
+        page = await self.api.read(lambda s, t: s.GetAssignments(request, timeout=t))
         return list(page.assignments)
 
     async def unhealthy(self) -> str | None:
@@ -330,11 +330,11 @@ class Campaign:
         every partition writable)."""
         want = self.expect
         get = driver_pb2.GetZoneRequest(name=ZONE)
-        status = await self.api.call(lambda s, t: s.GetZoneStatus(get, timeout=t))
+        status = await self.api.read(lambda s, t: s.GetZoneStatus(get, timeout=t))
         state = driver_pb2.ZoneState.Name(status.state)
         if state != "READY" or status.partitions_off_target or status.under_replicated:
             return f"zone {state}, {status.partitions_off_target} partitions off target"
-        zone = await self.api.call(lambda s, t: s.GetZone(get, timeout=t))
+        zone = await self.api.read(lambda s, t: s.GetZone(get, timeout=t))
         layout = zone.layout
         if layout.partitions != want.partitions or layout.HasField("reshard"):
             return f"layout {layout.partitions} partitions, reshard {layout.HasField('reshard')}"

@@ -4,6 +4,11 @@
   moves to the next endpoint and is retried there, at most once per endpoint, then with capped
   backoff (:data:`BACKOFF`: 0.1 s doubling to 2 s, no jitter) until ``deadline`` seconds have
   passed; other errors are final.
+* A read (:meth:`PlacementClient.read`: any driver answers it the same way) is **hedged**: when
+  the endpoint asked has not answered within ``hedge_after`` seconds, the next one is asked too
+  and the first answer wins (the other call is cancelled), so a frozen driver (SIGSTOP, a stalled
+  host: it accepts the call and never answers) costs a read ``hedge_after``, not ``call_timeout``.
+  Writes (:meth:`PlacementClient.call`) are never sent twice at once.
 * Every call carries ``call_timeout``; channels come from the one factory
   (:data:`placement.rpc.API_PROFILE`: keepalive with a ping timeout, so a frozen peer is noticed,
   and a capped reconnect backoff, so there is no long sit-out after an outage).
@@ -28,6 +33,20 @@ from placement.v1 import driver_pb2, driver_pb2_grpc
 
 #: Pause between rounds over every endpoint: 0.1 s, 0.2 s, ... capped at 2 s, no jitter.
 BACKOFF = RetryPolicy(initial=0.1, cap=2.0, floor=1.0)
+#: The PlacementService methods that change nothing (``Plan`` computes a dry run): safe to hedge.
+READS = frozenset(
+    {
+        "GetZone",
+        "ListZones",
+        "GetZoneStatus",
+        "ListNodes",
+        "GetAssignments",
+        "GetNodeStatus",
+        "Plan",
+    }
+)
+#: Seconds a read waits for the endpoint it asked before it asks the next one as well.
+HEDGE_AFTER = 0.5
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 T = TypeVar("T")
@@ -63,7 +82,7 @@ def parse_endpoints(text: str | Sequence[str]) -> tuple[str, ...]:
 
 
 class PlacementClient(AsyncClosing):
-    """``async with PlacementClient(["h:p"]) as c: await c.call(lambda s, t: s.ListZones(..))``."""
+    """``async with PlacementClient(["h:p"]) as c: await c.read(lambda s, t: s.ListZones(..))``."""
 
     def __init__(
         self,
@@ -73,9 +92,11 @@ class PlacementClient(AsyncClosing):
         deadline: float = 15.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         tls: TlsMaterial | None = None,
+        hedge_after: float = HEDGE_AFTER,
     ) -> None:
         self.endpoints = parse_endpoints(endpoints)
         self.call_timeout = call_timeout
+        self.hedge_after = hedge_after
         self.deadline = deadline
         self._sleep = sleep
         self._active = 0
@@ -121,7 +142,7 @@ class PlacementClient(AsyncClosing):
         backoff = Backoff(BACKOFF)
         revision = from_revision
         if not revision:  # "now", pinned here: a stream that breaks at once must not re-pick it
-            status = await self.call(
+            status = await self.read(
                 lambda s, t: s.GetZoneStatus(
                     driver_pb2.GetZoneRequest(
                         name=zone, read=driver_pb2.ReadOptions(linearizable=True)
@@ -165,17 +186,32 @@ class PlacementClient(AsyncClosing):
 
     async def call(self, method: Callable[[Stub, float], Awaitable[T]]) -> T:
         """Run ``method(stub, timeout)``, failing over between endpoints while unavailable."""
+        return await self._rounds(method, hedged=False)
+
+    async def read(self, method: Callable[[Stub, float], Awaitable[T]]) -> T:
+        """:meth:`call` for a read, hedged (module docstring): ``method`` may run on two
+        endpoints at once, so it must change nothing."""
+        return await self._rounds(method, hedged=True)
+
+    async def _rounds(self, method: Callable[[Stub, float], Awaitable[T]], hedged: bool) -> T:
+        """Rounds over every endpoint, with capped backoff between them, until one answers or
+        ``deadline`` has passed."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.deadline
         backoff = Backoff(BACKOFF)
         last: ApiError | None = None
         while True:
-            for _ in range(len(self.endpoints)):
-                endpoint = self.active_endpoint
-                try:
-                    return await method(self._stub(endpoint), self.call_timeout)
-                except grpc.aio.AioRpcError as e:
-                    last = await self._retryable(endpoint, e, give_up - loop.time())
+            if hedged:
+                found, last = await self._hedged_round(method, give_up)
+                if last is None:
+                    return found  # type: ignore[return-value]
+            else:
+                for _ in range(len(self.endpoints)):
+                    endpoint = self.active_endpoint
+                    try:
+                        return await method(self._stub(endpoint), self.call_timeout)
+                    except grpc.aio.AioRpcError as e:
+                        last = await self._retryable(endpoint, e, give_up - loop.time())
             delay = backoff.next()
             if loop.time() + delay >= give_up:
                 assert last is not None
@@ -185,3 +221,43 @@ class PlacementClient(AsyncClosing):
                     f"({last.detail or last.code.name.lower()})",
                 )
             await self._sleep(delay)
+
+    async def _hedged_round(
+        self, method: Callable[[Stub, float], Awaitable[T]], give_up: float
+    ) -> tuple[T | None, ApiError | None]:
+        """One round of a read over every endpoint, from the active one: the next endpoint is
+        asked when the ones asked so far have not answered within ``hedge_after`` s or have all
+        failed; the first answer wins (its endpoint becomes the active one) and the calls still
+        running are cancelled. ``(answer, None)``, or ``(None, the last retryable error)`` when
+        every endpoint failed; a final error is raised."""
+        loop = asyncio.get_running_loop()
+        first = self._active
+        queue = [
+            self.endpoints[(first + i) % len(self.endpoints)] for i in range(len(self.endpoints))
+        ]
+        running: dict[asyncio.Future[T], str] = {}
+        last: ApiError | None = None
+        try:
+            while queue or running:
+                if queue:
+                    endpoint = queue.pop(0)
+                    started = asyncio.ensure_future(method(self._stub(endpoint), self.call_timeout))
+                    running[started] = endpoint
+                done, _ = await asyncio.wait(
+                    running, timeout=self.hedge_after if queue else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )  # fmt: skip
+                for ended in done:
+                    endpoint = running.pop(ended)
+                    try:
+                        found = ended.result()
+                    except grpc.aio.AioRpcError as e:
+                        last = await self._retryable(endpoint, e, give_up - loop.time())
+                        continue
+                    self._active = self.endpoints.index(endpoint)
+                    return found, None
+            return None, last
+        finally:
+            for left in running:
+                left.cancel()
+            await asyncio.gather(*running, return_exceptions=True)

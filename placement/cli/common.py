@@ -138,9 +138,12 @@ def api_call(ctx: click.Context, method: str, message: Any) -> Any:
     """The reply of one API call ``method(message)``, failing over between the drivers; errors
     are one line and an exit code (:func:`run`)."""
 
+    from placement.api.client import READS
+
     async def go() -> Any:
         async with api_client(ctx) as client:
-            return await client.call(lambda stub, t: getattr(stub, method)(message, timeout=t))
+            send = client.read if method in READS else client.call
+            return await send(lambda stub, t: getattr(stub, method)(message, timeout=t))
 
     return run(go())
 

@@ -101,7 +101,7 @@ async def _follow(ctx: click.Context, name: str, within: float, output: Output) 
     last: dict[str, Any] | None = None
     async with api_client(ctx) as client:
         while True:
-            found = await client.call(lambda s, t: s.GetNodeStatus(request, timeout=t))
+            found = await client.read(lambda s, t: s.GetNodeStatus(request, timeout=t))
             status = node_status_json(found)
             shown = {k: v for k, v in status.items() if k != "revision"}
             if last != shown:

@@ -179,7 +179,7 @@ async def _node_statuses(ctx: click.Context, names: Sequence[str]) -> dict[str, 
         async def one(name: str) -> dict[str, Any]:
             request = driver_pb2.GetNodeStatusRequest(node=name)
             return node_status_json(
-                await client.call(lambda s, t: s.GetNodeStatus(request, timeout=t))
+                await client.read(lambda s, t: s.GetNodeStatus(request, timeout=t))
             )
 
         found = await asyncio.gather(*(one(name) for name in names))
@@ -199,7 +199,7 @@ async def _all(
         request = driver_pb2.GetAssignmentsRequest(zone=zone, page_token=token)
         if partition is not None:
             request.partition = partition
-        page = await client.call(
+        page = await client.read(
             lambda s, t, r=request: s.GetAssignments(r, timeout=t)  # type: ignore[misc]
         )
         found.extend(page.assignments)

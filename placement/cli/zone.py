@@ -419,7 +419,7 @@ async def _watch_status(
             printing = isinstance(bars, NoBars)
             while True:
                 status = status_json(
-                    await client.call(lambda s, t: s.GetZoneStatus(request, timeout=t))
+                    await client.read(lambda s, t: s.GetZoneStatus(request, timeout=t))
                 )
                 if printing and status != last:
                     output.emit(status, functools.partial(status_text, status), stream=True)

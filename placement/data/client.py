@@ -467,11 +467,11 @@ class DriverRoutes:
 
     async def load(self, zone: str) -> ZoneRoutes:
         got_zone, rows, nodes = await asyncio.gather(
-            self._client.call(
+            self._client.read(
                 lambda s, t: s.GetZone(driver_pb2.GetZoneRequest(name=zone), timeout=t)
             ),
             self._assignments(zone),
-            self._client.call(lambda s, t: s.ListNodes(driver_pb2.ListNodesRequest(), timeout=t)),
+            self._client.read(lambda s, t: s.ListNodes(driver_pb2.ListNodesRequest(), timeout=t)),
         )
         layout = got_zone.layout if got_zone.HasField("layout") else None
         return build_routes(
@@ -487,7 +487,7 @@ class DriverRoutes:
         token = ""
         while True:
             request = driver_pb2.GetAssignmentsRequest(zone=zone, page_token=token)
-            page = await self._client.call(
+            page = await self._client.read(
                 lambda s, t, r=request: s.GetAssignments(r, timeout=t)  # type: ignore[misc]
             )
             rows.extend((a.partition, a.primary, list(a.stable.names)) for a in page.assignments)

@@ -968,7 +968,7 @@ class Driver:
             outcome = Outcome.APPLIED  # the try whose answer was lost had committed it
         if outcome is Outcome.APPLIED:
             self._start_retires(drive, result.state, fence)
-            if verdict is Verdict.CANCEL_REVERTED:
+            if verdict is not Verdict.FINISH:
                 self._start_readopts(drive, result.state, fence)
             self.stats["finished" if verdict is Verdict.FINISH else "cancel_finished"] += 1
             done = "done" if verdict is Verdict.FINISH else "cancelled"
@@ -984,16 +984,18 @@ class Driver:
         self._wake.set()
 
     def _start_readopts(self, drive: Drive, after: PartitionState, fence: Fence) -> None:
-        """After a committed finish_cancel that left the partition idle on old: the members of
-        old the cancelled move also named get an adopt at the transaction's revision. A member
-        the move reached before the zone creation's adopt did (no replica record yet) had
-        started a catch-up, which the cancel discarded; an adopt at stable's own, older revision
-        would be STALE there (design/replica-protocol.md). For a member that holds its replica
-        the adopt is answered DONE at once."""
+        """After a committed finish_cancel that left the partition idle (on old, or on new when
+        the cancel came too late): every member of stable gets an adopt at the transaction's
+        revision. A member the move reached before the zone creation's adopt did (no replica
+        record yet) either started a catch-up, which the cancel discarded (a staying member),
+        or recorded the move as done without a replica (a leaving one); its creation adopt, at
+        stable's older revision, is then STALE (design/replica-protocol.md). Which staying
+        member answered CANCELLED does not decide the verdict, so all of stable is asked: one
+        holding its replica answers DONE at once."""
         stable = after.peers(AssignField.STABLE)
         if stable is None or after.pending is not None or after.planned is not None:
             return  # a move that names them follows (or stable is unreadable)
-        for node in sorted(set(stable) & set(drive.new)):
+        for node in sorted(stable):
             self._spawn_adopt(drive.zone, drive.partition, node, stable, after.revision, fence)
 
     # -- retire (make-before-break cleanup) -----------------------------------------------------

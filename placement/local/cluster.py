@@ -476,7 +476,7 @@ async def wait_ready(cluster: Cluster, opts: UpOptions, *, demo_zone: bool = Tru
         while True:
             _check_children(cluster)
             try:
-                found = await client.call(
+                found = await client.read(
                     lambda s, t: s.ListNodes(driver_pb2.ListNodesRequest(), timeout=t)
                 )
                 if len(found.nodes) >= opts.nodes:
@@ -522,7 +522,7 @@ def _check_children(cluster: Cluster) -> None:
 async def _status_table(cluster: Cluster, client: PlacementClient) -> Table:
     """Processes (pid, address, which driver leads), then the demo zone's status."""
     try:
-        found = await client.call(
+        found = await client.read(
             lambda s, t: s.ListNodes(driver_pb2.ListNodesRequest(), timeout=t)
         )
         registered = {n.name: n.address for n in found.nodes}
@@ -544,7 +544,7 @@ async def _status_table(cluster: Cluster, client: PlacementClient) -> Table:
         address = child.address or registered.get(child.name, "-")
         table.add_row(child.name, str(proc.pid if proc else "-"), state, address, role)
     try:
-        status = await client.call(
+        status = await client.read(
             lambda s, t: s.GetZoneStatus(driver_pb2.GetZoneRequest(name=DEMO_ZONE), timeout=t)
         )
         detail = f"{status.partitions_done}/{status.partitions_total} partitions stable"

@@ -16,7 +16,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from test_driver_chaos import Blackhole
 
+from placement.api.client import PlacementClient
 from placement.api.service import PlacementAPI
 from placement.api.servicer import SERVICE_NAME, register
 from placement.core.model import ZoneSpec, effective_min_in_sync
@@ -423,3 +425,40 @@ async def test_registration_survives_lease_loss_and_revokes(etcd: Any, keys: Key
         assert registration.registrations == 2
         await registration.stop()
         assert not (await client.get(keys.node("n1"))).kvs
+
+
+async def test_a_read_is_hedged_past_a_frozen_driver_and_a_write_is_not(cluster: Cluster) -> None:
+    """The client is connected to the leader when it freezes (a proxy in front of it holds
+    every byte and closes nothing: what a SIGSTOPped process looks like to a connection already
+    open). A read asks the next endpoint after ``hedge_after`` and returns its answer long
+    before ``call_timeout``; a write is never sent twice at once, so it waits ``call_timeout``
+    on the frozen driver before it fails over — and is applied once."""
+    c = cluster
+    proxy = Blackhole(c.leader.address)
+    frozen = await proxy.start()
+    loop = asyncio.get_running_loop()
+    list_zones = driver_pb2.ListZonesRequest()
+    create = driver_pb2.CreateZoneRequest(name="written", config=_config())
+    try:
+        endpoints = [frozen, c.follower.address]
+        for hedged in (True, False):
+            async with PlacementClient(endpoints, call_timeout=3.0, hedge_after=0.2) as api:
+                await api.call(lambda s, t: s.ListZones(list_zones, timeout=t))  # connected
+                assert api.active_endpoint == frozen
+                proxy.open.clear()
+                began = loop.time()
+                if hedged:
+                    zones = await api.read(lambda s, t: s.ListZones(list_zones, timeout=t))
+                    took = loop.time() - began
+                    assert [z.name for z in zones.zones] == [], zones
+                    assert took < 2.0, f"the read waited {took:.2f}s on the frozen driver"
+                else:
+                    await api.call(lambda s, t: s.CreateZone(create, timeout=t))
+                    took = loop.time() - began
+                    assert took >= 3.0, f"the write left the frozen driver after {took:.2f}s"
+                assert api.active_endpoint == c.follower.address
+                proxy.open.set()
+        names = await c.follower.stub.ListZones(list_zones, timeout=5)
+        assert [z.name for z in names.zones] == ["written"]
+    finally:
+        await proxy.close()
