@@ -39,7 +39,7 @@ from placement.algo.solver import (
     solve_rows,
     stable_argsort,
 )
-from placement.algo.targets import Targets, weighted_targets
+from placement.algo.targets import Targets, demand_targets, weighted_targets
 from placement.core.model import Node, Peers, ZoneSpec
 from placement.errors import InvalidInput
 
@@ -648,9 +648,7 @@ def _inside_domain(
     nodes = dom.nodes[d]
     if part_rows.size == 0:
         return part_rows, part_rows
-    weights = dom.node_weights[d]
-    cap = len(part_rows)
-    _, targets = weighted_targets(weights, int(demand.sum()), hi=[cap] * len(weights))
+    targets = demand_targets(dom.node_weights[d], demand.astype(np.int64))
     out_rows, out_nodes = solve(
         CoreProblem(
             demand=demand.astype(np.int64),

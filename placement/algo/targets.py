@@ -135,3 +135,52 @@ def _water_filled(
     floor = tuple(s.numerator // s.denominator for s in shares)
     eligible = tuple(s.denominator != 1 for s in shares)
     return tuple(shares), floor, eligible, total - sum(floor)
+
+
+def demand_targets(weights: Sequence[float], demand: NDArray[np.int64]) -> Targets:
+    """Targets of nodes sharing rows that need ``demand[p]`` distinct nodes each (a failure
+    domain's share of its partitions, level 2 of design/placement.md).
+
+    The shares are the weighted water-fill over the load vectors such rows can realise: by
+    Gale–Ryser, ``x`` is realisable iff every ``k`` nodes hold at most
+    ``g(k) = Σ_p min(demand[p], k)`` (a node at most one replica per row: ``g(1)`` = the rows)
+    and all of them ``g(n)``. When the plain water-fill capped at the row count satisfies that —
+    every row of demand ≤ 1, and nearly every other case — it is returned unchanged. Otherwise
+    (a heavy node would need more rows than the demands allow it, e.g. demands of 1 and 3 with
+    weights 10, 10, 1: the light node must be in every row of 3) the lexicographically optimal
+    base of that polymatroid (Fujishige's decomposition) replaces it: the set ``K`` of heaviest
+    nodes with the smallest ``g(|K|)/W(K)`` gets ``w_i·g(|K|)/W(K)``, the rest share what
+    remains the same way. The box ``[⌊x⌋, ⌈x⌉]`` around a realisable ``x`` holds an integral
+    realisable vector (an integral polymatroid), so the core's flow always fills these
+    targets."""
+    n = len(weights)
+    total = int(demand.sum())
+    rows = len(demand)
+    shares, targets = weighted_targets(weights, total, hi=[rows] * n)
+    if n == 0 or int(demand.max(initial=0)) <= 1:
+        return targets
+    at_least = np.bincount(demand, minlength=n + 1)[::-1].cumsum()[::-1]  # rows with demand >= j
+    g = [0, *np.cumsum(at_least[1 : n + 1]).tolist()]
+    order = sorted(range(n), key=lambda i: -weights[i])  # stable: ties in index order
+    prefix = Fraction(0)
+    for k, i in enumerate(order, start=1):
+        prefix += shares[i]
+        if prefix > g[k]:
+            break
+    else:
+        return targets  # realisable as it is
+    exact = [Fraction(w) for w in weights]
+    out = [Fraction(0)] * n
+    start = 0
+    while start < n:
+        best_k, best = 0, Fraction(0)
+        heavy = Fraction(0)
+        for k in range(1, n - start + 1):
+            heavy += exact[order[start + k - 1]]
+            ratio = (g[start + k] - g[start]) / heavy
+            if best_k == 0 or ratio <= best:
+                best_k, best = k, ratio
+        for i in order[start : start + best_k]:
+            out[i] = exact[i] * best
+        start += best_k
+    return round_shares(out, total)

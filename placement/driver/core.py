@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from placement.algo.place import place
+from placement.algo.place import Placement, place
 from placement.core.layout import (
     SEAL_LAG,
     Reshard,
@@ -517,10 +517,9 @@ def zone_targets(
         peers = current_peers(state)
         if peers is not None and p < spec.partitions:
             current[p] = peers
-    try:
-        result = place(spec, eligible, current)
-    except InvalidInput as e:
-        return f"placement refused: {e}"
+    result = _placed(spec, eligible, current)
+    if isinstance(result, str):
+        return result
     targets = dict(enumerate(result.assignments))
     removed = {
         p: peers
@@ -530,12 +529,23 @@ def zone_targets(
     }
     lost = [p for p, peers in removed.items() if not set(peers) <= set(applied)]
     if lost:
-        try:
-            wide = place(replace(spec, partitions=kept), eligible, current | removed)
-        except InvalidInput as e:
-            return f"placement refused: {e}"
+        wide = _placed(replace(spec, partitions=kept), eligible, current | removed)
+        if isinstance(wide, str):
+            return wide
         targets.update((p, wide.assignments[p]) for p in lost)
     return targets
+
+
+def _placed(spec: ZoneSpec, eligible: list[Node], current: dict[int, Peers]) -> Placement | str:
+    """``place(...)``, or why not. Any other exception is a bug in placement: reported as the
+    zone's reason (status shows it, the zone is left as it is) so that one zone never stops the
+    driver placing the others."""
+    try:
+        return place(spec, eligible, current)
+    except InvalidInput as e:
+        return f"placement refused: {e}"
+    except Exception as e:  # contained per zone, named in its status
+        return f"placement failed ({type(e).__name__}: {e}); the zone is left as it is — a bug"
 
 
 def abandoned_moves(zone: ZoneView, applied: tuple[str, ...]) -> list[CancelMove]:

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from placement.aio import ByteBudget
 from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
@@ -39,6 +40,7 @@ from replica.data.storage import AppendResult, DataState
 from replica.records import NotHosted, StoreThread
 
 log = logging.getLogger(__name__)
+W = TypeVar("W")
 
 #: A learner's waits for a primary that is absent, unreachable or not (yet) primary.
 LEARNER_RETRY = RetryPolicy(initial=0.2, cap=0.5, floor=0.5)
@@ -265,11 +267,11 @@ class Learner:
             log.warning("learner of %s/%s stopped, restarting: %s", *self.key, e)
             await asyncio.sleep(0.5)
 
-    async def _write(self, fn: Callable[..., DataState], *args: object) -> DataState:
+    async def _write(self, fn: Callable[..., W], *args: object) -> W:
         """One of this learner's writes to its replica (a part of a group commit), refused once
         the replica is no longer hosted (``NotHosted``)."""
-        state: DataState = await self._db.group(self._db.store.hosted, fn, *self.key, *args)
-        return state
+        result: W = await self._db.group(self._db.store.hosted, fn, *self.key, *args)
+        return result
 
     def _load(
         self, zone: str, partition: int, reply: FetchReply, expect: DataState | None
@@ -291,8 +293,9 @@ class Learner:
         )
         if state is None:  # a read first: a catch-up has created it already
             state = await self._write(self._data.ensure)
-        if not state.loading_snapshot and state.last_index > state.commit_index:
-            state = await self._write(self._data.truncate, state.commit_index)
+        # Nothing is undone here: entries past the commit index (written lazily) may be
+        # acknowledged ones — this node may be an in-sync member its view does not show yet —
+        # and only the primary can tell which are not (a fetch MISMATCH).
         return state
 
     async def _pull(self) -> None:
@@ -318,6 +321,7 @@ class Learner:
                 snapshot_after=(state.snap_after or b"") if snapshot else b"",
                 after_index=0 if snapshot else state.last_index,
                 max_bytes=page_bytes if snapshot else deps.fetch_bytes,
+                after_epoch=0 if snapshot else state.last_epoch,
             )
             try:
                 async with deps.bucket.turn(deps.sleep, page=snapshot, size=call.max_bytes):
@@ -334,6 +338,13 @@ class Learner:
             backoff.reset()
             if reply.outcome is FetchOutcome.SNAPSHOT_NEEDED:
                 fresh = True
+                continue
+            if reply.outcome is FetchOutcome.MISMATCH:
+                undone = await self._write(self._data.undo_unmatched, reply.last_index)
+                if undone is None:
+                    fresh = True  # nothing left to undo: start over from a snapshot
+                else:
+                    state = undone
                 continue
             if snapshot:
                 # nobody else touched the replica since ``state`` (see begin_snapshot)

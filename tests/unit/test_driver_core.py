@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from placement.algo.place import place
 from placement.core.layout import Reshard, ReshardPhase, Step, ZoneLayout
 from placement.core.model import Node, ZoneSpec
@@ -530,3 +532,29 @@ def test_a_shrinks_removed_partitions_that_lost_a_member_are_re_placed_the_other
     store.put(KEYS.layout("z"), encode_layout(LayoutValue(ZoneLayout(created, 2), 1, 0)))
     done = plan_pass(store.view(), now_ms=0)
     assert not [p for trigger in done.triggers for p in trigger.targets if p >= 2]
+
+
+def test_a_placement_failure_in_one_zone_is_its_status_and_the_others_are_placed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One zone's placement raising (a bug) must never stop the pass: that zone is skipped with
+    the error as its reason, every other zone is planned as usual."""
+    import placement.driver.core as core
+
+    good, bad = ZoneSpec("good", 6, 2), ZoneSpec("bad", 6, 2)
+    store = cluster(good)
+    created = store.put(KEYS.zone("bad"), encode_zone_spec(bad))
+    store.put(KEYS.layout("bad"), encode_layout(LayoutValue(ZoneLayout(created, 6), 1, 0)))
+    store.put(KEYS.datanodes("bad"), encode_datanodes(DataNodes(NODES, NODES, None, None)))
+    real = core.place
+
+    def buggy(spec: ZoneSpec, nodes: object, current: object = None) -> object:
+        if spec.name == "bad":
+            raise AssertionError("placement core: no augmenting path although holes remain")
+        return real(spec, nodes, current)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(core, "place", buggy)
+    plan = plan_pass(store.view(), now_ms=0)
+    assert [c.zone for c in plan.creates] == ["good"]
+    assert plan.skipped["bad"].startswith("placement failed (AssertionError: placement core:")
+    assert "good" not in plan.skipped

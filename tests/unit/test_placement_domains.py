@@ -114,3 +114,53 @@ def test_nodes_without_the_attribute_are_their_own_domain() -> None:
     check_all(zone, nodes, result)
     for peers in result.assignments:
         assert not {"a1", "a2"} <= set(peers)
+
+
+def test_demands_the_weights_cannot_follow_are_placed_not_a_crash() -> None:
+    """D < R' with extreme weights inside a domain: the kept multiplicities give rack A rows
+    needing 3 of its nodes and rows needing 1, so its light node must be in every row of 3 —
+    far above its weighted share. The plain water-fill made these targets infeasible and
+    ``place`` raised AssertionError (inside the driver's pass); the shares are now the fair ones
+    those rows can realise (design/placement.md, Targets)."""
+    a = [Node("a1", {"rack": "A"}, 10), Node("a2", {"rack": "A"}, 10), Node("a3", {"rack": "A"}, 1)]
+    nodes = a + [Node(f"b{i}", {"rack": "B"}, 8) for i in range(1, 5)]
+    zone = ZoneSpec("z", 20, 5, failure_domain="rack")
+    three = ["a1", "a2", "a3", "b1", "b2"]
+    current = {p: three if p % 2 == 0 else ["a1", "b1", "b2", "b3", "b4"] for p in range(20)}
+    result = place(zone, nodes, current)
+    check_all(zone, nodes, result)
+    assert result.loads["a3"] == 10  # every row of 3 in rack A
+    # a1 holds 20 (target 15) and b1, b2 hold 20 each (target 15): 15 replicas must move, and
+    # only those — the rows of 3 in rack A and their multiplicities are kept
+    assert count_moves(current, result.assignments) == 15
+
+
+@st.composite
+def skewed_case(draw: st.DrawFn) -> tuple[ZoneSpec, list[Node], dict[int, list[str]]]:
+    """Fewer domains than replicas, weights a hundredfold apart, arbitrary current members."""
+    sizes = draw(st.lists(st.integers(1, 5), min_size=2, max_size=3))
+    nodes = [
+        Node(f"d{d}n{i}", {"rack": f"r{d}"}, draw(st.sampled_from([1.0, 10.0, 100.0])))
+        for d, size in enumerate(sizes)
+        for i in range(size)
+    ]
+    replicas = draw(st.integers(len(sizes) + 1, len(nodes) + 1))
+    zone = ZoneSpec("z", draw(st.integers(1, 30)), replicas, failure_domain="rack")
+    racks = [[n.name for n in nodes if n.attributes["rack"] == f"r{d}"] for d in range(len(sizes))]
+    current: dict[int, list[str]] = {}
+    for p in range(zone.partitions):  # any multiplicity per rack: rows of 1 and of 3 in one rack
+        members = [x for rack in racks for x in draw(st.lists(st.sampled_from(rack), unique=True))]
+        current[p] = members + (["gone"] if draw(st.booleans()) else [])
+    return zone, nodes, current
+
+
+@settings(max_examples=400, deadline=None)
+@given(skewed_case())
+def test_fewer_domains_than_replicas_with_skewed_weights_never_crash(
+    case: tuple[ZoneSpec, list[Node], dict[int, list[str]]],
+) -> None:
+    zone, nodes, current = case
+    result = place(zone, nodes, current)
+    check_all(zone, nodes, result)
+    again = place(zone, nodes, as_current(result.assignments))
+    assert again.assignments == result.assignments

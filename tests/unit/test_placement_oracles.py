@@ -58,6 +58,44 @@ def eligible_nodes(zone: ZoneSpec, nodes: Sequence[Node]) -> list[Node]:
     return sorted((n for n in nodes if n.matches(zone.node_selector)), key=lambda n: n.name)
 
 
+def realizable_shares(weights: Sequence[float], demands: Sequence[int]) -> list[Fraction]:
+    """The weighted fair shares of nodes serving rows that need ``demands[p]`` distinct nodes
+    each, by progressive filling over **every** subset (exponential: small domains only): all
+    shares grow as ``λ·w_i``; a subset ``K`` may hold at most ``Σ_p min(d_p, |K|)`` (Gale–Ryser:
+    what those rows can give ``|K|`` nodes); when one becomes tight its nodes stop growing."""
+    n = len(weights)
+    w = [Fraction(x) for x in weights]
+
+    def g(k: int) -> int:
+        return sum(min(d, k) for d in demands)
+
+    x = [Fraction(0)] * n
+    frozen = [False] * n
+    subsets = [[i for i in range(n) if mask >> i & 1] for mask in range(1, 1 << n)]
+    lam = Fraction(0)
+    while not all(frozen):
+        best: Fraction | None = None
+        tight: list[list[int]] = []
+        for k in subsets:
+            free = [i for i in k if not frozen[i]]
+            if not free:
+                continue
+            fixed = sum((x[i] for i in k if frozen[i]), Fraction(0))
+            level = (g(len(k)) - fixed) / sum(w[i] for i in free)
+            if best is None or level < best:
+                best, tight = level, [free]
+            elif level == best:
+                tight.append(free)
+        assert best is not None
+        assert best >= lam
+        lam = best
+        for free in tight:
+            for i in free:
+                frozen[i], x[i] = True, lam * w[i]
+    assert sum(x) == sum(demands)
+    return x
+
+
 def width(zone: ZoneSpec, nodes: Sequence[Node]) -> int:
     return min(zone.replicas, len(eligible_nodes(zone, nodes)))
 
@@ -130,7 +168,12 @@ def check_domains(zone: ZoneSpec, nodes: Sequence[Node], result: Placement) -> N
     for d, share in zip(labels, shares(weights, p * w, hi, lo), strict=True):
         assert within_one(totals[d], share), (d, totals[d], share)
     for d in labels:
-        inside = shares([n.weight for n in members[d]], totals[d], [p] * len(members[d]))
+        names = {n.name for n in members[d]}
+        demands = [len(names & set(peers)) for peers in result.assignments]
+        if len(members[d]) <= 10:
+            inside = realizable_shares([n.weight for n in members[d]], demands)
+        else:  # too many subsets: the plain water-fill (right whenever it is realisable)
+            inside = shares([n.weight for n in members[d]], totals[d], [p] * len(members[d]))
         for node, share in zip(members[d], inside, strict=True):
             assert within_one(got[node.name], share), (node.name, got[node.name], share)
     sizes = {len(m) for m in members.values()}
