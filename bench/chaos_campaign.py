@@ -359,16 +359,23 @@ class Campaign:
         self, fault: Fault, began: float, ready: Callable[[], Awaitable[str | None]], limit: float
     ) -> None:
         """Wait (at most ``limit`` s after ``began``) until ``ready()`` and :meth:`unhealthy`
-        find nothing; records the recovery time (or that none came) on ``fault``."""
+        find nothing; records the recovery time (or that none came) on ``fault`` — and, for a
+        failover kind, what it waited on and from when (the phases of its recovery)."""
         why = "not looked at yet"
+        phases: list[tuple[float, str]] = []
         while True:
             try:
                 why = await ready() or await self.unhealthy() or ""
             except PlacementError as e:
                 why = f"{type(e).__name__}: {e}"
             now = time.monotonic()
+            if why and (not phases or phases[-1][1] != why):
+                phases.append((now - began, why))
             if not why:
                 fault.recovery = now - began
+                if fault.kind in FAILOVER_KINDS and phases:
+                    waited = "; ".join(f"{at:.1f}s {what[:60]}" for at, what in phases[-3:])
+                    fault.notes.append(f"waited on: {waited}")
                 return
             if now - began > limit:
                 fault.notes.append(f"not recovered after {limit:.0f}s: {why}")
