@@ -363,9 +363,14 @@ class Campaign:
         failover kind, what it waited on and from when (the phases of its recovery)."""
         why = "not looked at yet"
         phases: list[tuple[float, str]] = []
+        ready_at: float | None = None  # when the fault's own condition first held
         while True:
+            look = time.monotonic()
             try:
-                why = await ready() or await self.unhealthy() or ""
+                why = await ready() or ""
+                if not why:
+                    ready_at = ready_at if ready_at is not None else time.monotonic() - began
+                    why = await self.unhealthy() or ""
             except PlacementError as e:
                 why = f"{type(e).__name__}: {e}"
             now = time.monotonic()
@@ -373,9 +378,12 @@ class Campaign:
                 phases.append((now - began, why))
             if not why:
                 fault.recovery = now - began
-                if fault.kind in FAILOVER_KINDS and phases:
+                if fault.kind in FAILOVER_KINDS:
                     waited = "; ".join(f"{at:.1f}s {what[:60]}" for at, what in phases[-3:])
-                    fault.notes.append(f"waited on: {waited}")
+                    fault.notes.append(
+                        f"waited on: {waited or '-'}; own condition at {ready_at or 0:.1f}s,"
+                        f" the last look took {now - look:.1f}s"
+                    )
                 return
             if now - began > limit:
                 fault.notes.append(f"not recovered after {limit:.0f}s: {why}")
