@@ -287,12 +287,17 @@ class Learner:
             state = data.raise_fence(zone, partition, reply.lease_epoch)
         return state
 
-    async def _start(self) -> DataState:
+    async def _durable(self) -> DataState:
+        """The replica's state on disk (NotHosted once its record is gone)."""
         state: DataState | None = await self._db.call(
             self._db.store.hosted, self._data.state, *self.key
         )
         if state is None:  # a read first: a catch-up has created it already
             state = await self._write(self._data.ensure)
+        return state
+
+    async def _start(self) -> DataState:
+        state = await self._durable()
         # Nothing is undone here: entries past the commit index (written lazily) may be
         # acknowledged ones — this node may be an in-sync member its view does not show yet —
         # and only the primary can tell which are not (a fetch MISMATCH).
@@ -312,6 +317,14 @@ class Learner:
                 await deps.sleep(backoff.next())
                 continue
             address = primary[1]
+            # The replica as it is on disk, read before every fetch: it may have been discarded
+            # (a retire) and created again empty (a new move) under this task, or appended to
+            # as an in-sync member. A fetch sent with a remembered position that no longer holds
+            # would have the primary admit an empty replica to the in-sync set.
+            durable = await self._durable()
+            if durable != state:
+                state = durable
+                fresh = state.last_index == 0 and not state.loading_snapshot
             snapshot = fresh or state.loading_snapshot
             call = FetchCall(
                 zone,
