@@ -128,28 +128,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "a primary acknowledging a write once it is in its own log, before the in-sync set has it",
     ),
     Mutant(
-        "learner-undoes-to-commit",
-        "durability",
-        "replica/data/storage.py",
-        "upto = max(min(state.last_index - 1, primary_last), state.commit_index)",
-        "upto = state.commit_index",
-        ("tests/unit/test_log_matching.py",),
-        "a learner undoing its log down to its (lazily written) commit index on a mismatch",
-    ),
-    Mutant(
-        "fetch-unchecked",
-        "durability",
-        "replica/data/storage.py",
-        "return index == 0 or self.epoch_at(zone, partition, index, state) == epoch",
-        "return True",
-        (
-            "tests/unit/test_log_matching.py",
-            "tests/integration/test_data_plane.py::"
-            "test_a_learner_joins_the_in_sync_set_only_once_it_holds_the_last_entry",
-        ),
-        "a primary serving (and admitting) a learner whose last entry it does not hold",
-    ),
-    Mutant(
         "linearizability-accepts-all",
         "checker",
         "placement/data/linearizability.py",

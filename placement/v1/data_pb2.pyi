@@ -69,11 +69,6 @@ class _FetchOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FetchOut
     """Not the primary (trailing metadata "x-primary" names it when known)."""
     FETCH_SNAPSHOT_NEEDED: _FetchOutcome.ValueType  # 3
     """The entries after after_index are no longer in the log: start over with a snapshot."""
-    FETCH_MISMATCH: _FetchOutcome.ValueType  # 4
-    """The primary's log does not hold (after_index, after_epoch): the learner undoes its log down
-    to last_index (the primary's last entry) or one entry, never below its commit index, and
-    asks again.
-    """
 
 class FetchOutcome(_FetchOutcome, metaclass=_FetchOutcomeEnumTypeWrapper): ...
 
@@ -83,11 +78,6 @@ FETCH_NOT_PRIMARY: FetchOutcome.ValueType  # 2
 """Not the primary (trailing metadata "x-primary" names it when known)."""
 FETCH_SNAPSHOT_NEEDED: FetchOutcome.ValueType  # 3
 """The entries after after_index are no longer in the log: start over with a snapshot."""
-FETCH_MISMATCH: FetchOutcome.ValueType  # 4
-"""The primary's log does not hold (after_index, after_epoch): the learner undoes its log down
-to last_index (the primary's last entry) or one entry, never below its commit index, and
-asks again.
-"""
 Global___FetchOutcome: _TypeAlias = FetchOutcome  # noqa: Y015
 
 @_typing.final
@@ -579,7 +569,6 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     SELECT_PARTITIONS_FIELD_NUMBER: _builtins.int
     SELECT_PARTITION_FIELD_NUMBER: _builtins.int
-    AFTER_EPOCH_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """The learner's node name."""
     snapshot: _builtins.bool
@@ -595,12 +584,6 @@ class FetchRequest(_message.Message):
     partition's seal) are returned, and the fetch never makes the caller an in-sync member.
     """
     select_partition: _builtins.int
-    after_epoch: _builtins.int
-    """snapshot = false, no selection: the epoch of the learner's entry at after_index (its
-    last_epoch). The primary serves entries only when its own log holds that entry at that
-    epoch; otherwise FETCH_MISMATCH (the learner's log ends in entries no acknowledgement
-    covers, which it may then undo).
-    """
     @_builtins.property
     def partition(self) -> _common_pb2.PartitionRef: ...
     def __init__(
@@ -614,11 +597,10 @@ class FetchRequest(_message.Message):
         max_bytes: _builtins.int = ...,
         select_partitions: _builtins.int = ...,
         select_partition: _builtins.int = ...,
-        after_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_epoch", b"after_epoch", "after_index", b"after_index", "max_bytes", b"max_bytes", "node", b"node", "partition", b"partition", "select_partition", b"select_partition", "select_partitions", b"select_partitions", "snapshot", b"snapshot", "snapshot_after", b"snapshot_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_index", b"after_index", "max_bytes", b"max_bytes", "node", b"node", "partition", b"partition", "select_partition", b"select_partition", "select_partitions", b"select_partitions", "snapshot", b"snapshot", "snapshot_after", b"snapshot_after"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -638,7 +620,6 @@ class FetchResponse(_message.Message):
     LEASE_EPOCH_FIELD_NUMBER: _builtins.int
     SCANNED_AFTER_FIELD_NUMBER: _builtins.int
     SCANNED_TO_FIELD_NUMBER: _builtins.int
-    LAST_INDEX_FIELD_NUMBER: _builtins.int
     outcome: Global___FetchOutcome.ValueType
     snapshot_done: _builtins.bool
     """Snapshot page: no key after the last item."""
@@ -652,8 +633,6 @@ class FetchResponse(_message.Message):
     it), the entries every index up to scanned_to.
     """
     scanned_to: _builtins.int
-    last_index: _builtins.int
-    """FETCH_MISMATCH: the primary's last log index."""
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyValue]: ...
     @_builtins.property
@@ -671,11 +650,10 @@ class FetchResponse(_message.Message):
         lease_epoch: _builtins.int = ...,
         scanned_after: _builtins.bytes = ...,
         scanned_to: _builtins.int = ...,
-        last_index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_index", b"commit_index", "entries", b"entries", "items", b"items", "last_index", b"last_index", "lease_epoch", b"lease_epoch", "outcome", b"outcome", "scanned_after", b"scanned_after", "scanned_to", b"scanned_to", "snapshot_done", b"snapshot_done", "snapshot_epoch", b"snapshot_epoch", "snapshot_index", b"snapshot_index"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_index", b"commit_index", "entries", b"entries", "items", b"items", "lease_epoch", b"lease_epoch", "outcome", b"outcome", "scanned_after", b"scanned_after", "scanned_to", b"scanned_to", "snapshot_done", b"snapshot_done", "snapshot_epoch", b"snapshot_epoch", "snapshot_index", b"snapshot_index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

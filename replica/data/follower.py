@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from placement.aio import ByteBudget
 from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
@@ -40,7 +39,6 @@ from replica.data.storage import AppendResult, DataState
 from replica.records import NotHosted, StoreThread
 
 log = logging.getLogger(__name__)
-W = TypeVar("W")
 
 #: A learner's waits for a primary that is absent, unreachable or not (yet) primary.
 LEARNER_RETRY = RetryPolicy(initial=0.2, cap=0.5, floor=0.5)
@@ -267,11 +265,11 @@ class Learner:
             log.warning("learner of %s/%s stopped, restarting: %s", *self.key, e)
             await asyncio.sleep(0.5)
 
-    async def _write(self, fn: Callable[..., W], *args: object) -> W:
+    async def _write(self, fn: Callable[..., DataState], *args: object) -> DataState:
         """One of this learner's writes to its replica (a part of a group commit), refused once
         the replica is no longer hosted (``NotHosted``)."""
-        result: W = await self._db.group(self._db.store.hosted, fn, *self.key, *args)
-        return result
+        state: DataState = await self._db.group(self._db.store.hosted, fn, *self.key, *args)
+        return state
 
     def _load(
         self, zone: str, partition: int, reply: FetchReply, expect: DataState | None
@@ -287,20 +285,14 @@ class Learner:
             state = data.raise_fence(zone, partition, reply.lease_epoch)
         return state
 
-    async def _durable(self) -> DataState:
-        """The replica's state on disk (NotHosted once its record is gone)."""
+    async def _start(self) -> DataState:
         state: DataState | None = await self._db.call(
             self._db.store.hosted, self._data.state, *self.key
         )
         if state is None:  # a read first: a catch-up has created it already
             state = await self._write(self._data.ensure)
-        return state
-
-    async def _start(self) -> DataState:
-        state = await self._durable()
-        # Nothing is undone here: entries past the commit index (written lazily) may be
-        # acknowledged ones — this node may be an in-sync member its view does not show yet —
-        # and only the primary can tell which are not (a fetch MISMATCH).
+        if not state.loading_snapshot and state.last_index > state.commit_index:
+            state = await self._write(self._data.truncate, state.commit_index)
         return state
 
     async def _pull(self) -> None:
@@ -317,14 +309,6 @@ class Learner:
                 await deps.sleep(backoff.next())
                 continue
             address = primary[1]
-            # The replica as it is on disk, read before every fetch: it may have been discarded
-            # (a retire) and created again empty (a new move) under this task, or appended to
-            # as an in-sync member. A fetch sent with a remembered position that no longer holds
-            # would have the primary admit an empty replica to the in-sync set.
-            durable = await self._durable()
-            if durable != state:
-                state = durable
-                fresh = state.last_index == 0 and not state.loading_snapshot
             snapshot = fresh or state.loading_snapshot
             call = FetchCall(
                 zone,
@@ -334,7 +318,6 @@ class Learner:
                 snapshot_after=(state.snap_after or b"") if snapshot else b"",
                 after_index=0 if snapshot else state.last_index,
                 max_bytes=page_bytes if snapshot else deps.fetch_bytes,
-                after_epoch=0 if snapshot else state.last_epoch,
             )
             try:
                 async with deps.bucket.turn(deps.sleep, page=snapshot, size=call.max_bytes):
@@ -351,13 +334,6 @@ class Learner:
             backoff.reset()
             if reply.outcome is FetchOutcome.SNAPSHOT_NEEDED:
                 fresh = True
-                continue
-            if reply.outcome is FetchOutcome.MISMATCH:
-                undone = await self._write(self._data.undo_unmatched, reply.last_index)
-                if undone is None:
-                    fresh = True  # nothing left to undo: start over from a snapshot
-                else:
-                    state = undone
                 continue
             if snapshot:
                 # nobody else touched the replica since ``state`` (see begin_snapshot)

@@ -107,8 +107,6 @@ class FetchOutcome(Enum):
     OK = "ok"
     NOT_PRIMARY = "not primary"
     SNAPSHOT_NEEDED = "snapshot needed"
-    #: The primary's log does not hold the learner's (after_index, after_epoch).
-    MISMATCH = "mismatch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +121,6 @@ class FetchCall:
     snapshot_after: bytes = b""
     after_index: int = 0
     max_bytes: int = 0
-    #: The epoch of the learner's entry at ``after_index``: a full (unselected) fetch is served
-    #: only when the primary's log holds that entry at that epoch (else MISMATCH).
-    after_epoch: int = 0
     #: Re-sharding's copy: ``(partitions, partition)`` — only the keys routing there (and the
     #: seal); the caller never joins the in-sync set (design/resharding.md). None = all.
     select: tuple[int, int] | None = None
@@ -145,8 +140,6 @@ class FetchReply:
     #: covered (filtered-out rows still move the cursor on).
     scanned_after: bytes = b""
     scanned_to: int = 0
-    #: MISMATCH: the primary's last log index.
-    last_index: int = 0
 
     @property
     def size(self) -> int:

@@ -449,7 +449,6 @@ def fetch_call_to_pb(call: FetchCall) -> data_pb2.FetchRequest:
         partition=ref,
         node=call.node,
         after_index=call.after_index,
-        after_epoch=call.after_epoch,
         max_bytes=call.max_bytes,
         select_partitions=partitions,
         select_partition=partition,
@@ -464,7 +463,6 @@ def fetch_call_from_pb(request: data_pb2.FetchRequest) -> FetchCall:
         snapshot=request.snapshot,
         snapshot_after=request.snapshot_after,
         after_index=request.after_index,
-        after_epoch=request.after_epoch,
         max_bytes=request.max_bytes,
         select=(
             (request.select_partitions, request.select_partition)
@@ -475,13 +473,6 @@ def fetch_call_from_pb(request: data_pb2.FetchRequest) -> FetchCall:
 
 
 def fetch_reply_to_pb(reply: FetchReply) -> data_pb2.FetchResponse:
-    if reply.outcome is FetchOutcome.MISMATCH:
-        return data_pb2.FetchResponse(
-            outcome=data_pb2.FETCH_MISMATCH,
-            commit_index=reply.commit_index,
-            last_index=reply.last_index,
-            lease_epoch=reply.lease_epoch,
-        )
     if reply.outcome is not FetchOutcome.OK:
         return data_pb2.FetchResponse(outcome=_FETCH_OUTCOMES[reply.outcome])
     return data_pb2.FetchResponse(
@@ -511,5 +502,4 @@ def fetch_reply_from_pb(reply: data_pb2.FetchResponse) -> FetchReply:
         reply.lease_epoch,
         reply.scanned_after,
         reply.scanned_to,
-        reply.last_index,
     )

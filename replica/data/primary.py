@@ -666,16 +666,6 @@ class Primary:
                 return await self._snapshot_page(call.snapshot_after, max_bytes, call.select)
             if call.after_index < self.state.base_index:
                 return FetchReply(FetchOutcome.SNAPSHOT_NEEDED)
-            if not await self._holds(call.after_index, call.after_epoch):
-                # The learner's log ends in entries this log does not hold: none of them was
-                # acknowledged (every acknowledged entry is here, at its index and epoch), so
-                # it may undo them — and it must not join the in-sync set with them.
-                return FetchReply(
-                    FetchOutcome.MISMATCH,
-                    commit_index=self.state.commit_index,
-                    lease_epoch=self.lease_epoch,
-                    last_index=self.state.last_index,
-                )
             entries = await self._db.call(
                 self._data.entries,
                 self.zone,
@@ -698,13 +688,6 @@ class Primary:
                 commit_index=self.state.commit_index,
                 lease_epoch=self.lease_epoch,
             )
-
-    async def _holds(self, index: int, epoch: int) -> bool:
-        """This replica's log holds the entry ``(index, epoch)`` (:meth:`DataStore.holds`)."""
-        held: bool = await self._db.call(
-            self._data.holds, self.zone, self.partition, index, epoch, self.state
-        )
-        return held
 
     async def _read(self, fn: Callable[..., T], *args: object) -> T:
         """A read of this primary's replica for a fetch; NotPrimary once the replica's record is

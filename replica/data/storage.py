@@ -277,26 +277,6 @@ class DataStore:
         ).fetchone()
         return None if row is None else int(row[0])
 
-    def holds(self, zone: str, partition: int, index: int, epoch: int, state: DataState) -> bool:
-        """The log holds an entry at ``index`` of ``epoch`` (index 0: the empty log's start).
-        By log matching it then holds everything before it as well."""
-        return index == 0 or self.epoch_at(zone, partition, index, state) == epoch
-
-    def undo_unmatched(self, zone: str, partition: int, primary_last: int) -> DataState | None:
-        """A learner's log ends in an entry the primary does not hold (a fetch MISMATCH): undo
-        that entry and every one past ``primary_last`` — none of them was acknowledged, as the
-        primary holds every acknowledged entry at its index and epoch — never below the commit
-        index. None (nothing undone) when the log ends at its commit index: committed entries
-        always match, so the learner starts over from a snapshot."""
-        with self._transaction():
-            state = self._ensure(zone, partition)
-            if state.loading_snapshot or state.last_index <= state.commit_index:
-                return None
-            upto = max(min(state.last_index - 1, primary_last), state.commit_index)
-            state = self._undo_to(zone, partition, state, upto)
-            self._put_state(zone, partition, state)
-            return state
-
     def size(self, zone: str, partition: int) -> tuple[int, int]:
         """(bytes of keys plus values, number of keys) of a replica."""
         row = self._conn.execute(

@@ -109,25 +109,6 @@ class Cluster:
         self.replicate(reliable)
         self.own.set_commit(Z, P, self.commit)
 
-    def learn(self, node: int) -> None:
-        """``node`` runs a learner although it is an in-sync member (its view of etcd lags the
-        in-sync set, or its catch-up ended before it saw itself there): one fetch, handled on
-        both sides by the product's own rules — the primary serves committed entries only when
-        its log holds the learner's last entry (``DataStore.holds``), else the learner undoes
-        what is proven unacknowledged (``DataStore.undo_unmatched``)."""
-        if node == self.primary:
-            return
-        learner = self.stores[node]
-        mine, own = learner.state(Z, P), self.own.state(Z, P)
-        assert mine is not None
-        assert own is not None
-        if not self.own.holds(Z, P, mine.last_index, mine.last_epoch, own):
-            learner.undo_unmatched(Z, P, own.last_index)  # None: a snapshot would follow
-            return
-        learner.append(
-            Z, P, self.own.entries(Z, P, mine.last_index, self.commit, 1 << 20), self.commit
-        )
-
     def deliver_late(self, i: int) -> None:
         member, call = self.delayed.pop(i)
         self.stores[member].follow(*call)  # whatever it answers: nobody is waiting for it
@@ -144,7 +125,7 @@ class Cluster:
 def test_no_acknowledged_entry_is_ever_undone_and_replicas_converge(data: st.DataObject) -> None:
     cluster = Cluster(data)
     cluster.take_over(0, reliable=True)
-    kinds = st.sampled_from(["write", "write", "fail-over", "notice", "late", "learn"])
+    kinds = st.sampled_from(["write", "write", "fail-over", "notice", "late"])
     steps = data.draw(st.lists(kinds, max_size=40))
     for n, step in enumerate(steps):
         if step == "write":
@@ -153,8 +134,6 @@ def test_no_acknowledged_entry_is_ever_undone_and_replicas_converge(data: st.Dat
             cluster.take_over(data.draw(st.integers(0, NODES - 1)))
         elif step == "notice":
             cluster.commit_notice()
-        elif step == "learn":
-            cluster.learn(data.draw(st.integers(0, NODES - 1)))
         elif cluster.delayed:
             cluster.deliver_late(data.draw(st.integers(0, len(cluster.delayed) - 1)))
         cluster.check_acked_everywhere()
@@ -216,32 +195,3 @@ def test_the_commit_index_never_covers_a_suffix_the_append_did_not_match() -> No
     result, state = follower.follow(Z, P, 2, 2, 1, [], 4)
     assert result is AppendResult.OK
     assert state.commit_index == 2
-
-
-def test_a_learner_undoes_only_what_the_primary_does_not_hold() -> None:
-    """The loss the chaos campaign found (2026-11-28): a node running a learner undid its log
-    down to its commit index — written lazily, so below acknowledged entries — when the learner
-    started; the node was already an in-sync member, got the lease next, and the acknowledged
-    entries it had undone were overwritten. Now only the primary can make a learner undo, and
-    only entries it does not hold: here entry 4 of epoch 1 (a deposed primary's half-replicated
-    batch), while entries 2 and 3 — above the learner's commit index, acknowledged — stay."""
-    primary, learner = store(), store()
-    first = [Entry(i, 1, f"k{i}".encode(), b"a", False) for i in (1, 2, 3)]
-    for s in (primary, learner):
-        s.append(Z, P, first, 1)  # acknowledged; the learner's commit index still says 1
-    learner.append(Z, P, [Entry(4, 1, b"k4", b"foreign", False)], 1)
-    primary.raise_fence(Z, P, 2)
-    primary.append(Z, P, [Entry(4, 2, b"k4", b"b", False)], 4)
-    mine, own = learner.state(Z, P), primary.state(Z, P)
-    assert mine is not None
-    assert own is not None
-    assert not primary.holds(Z, P, mine.last_index, mine.last_epoch, own)
-    undone = learner.undo_unmatched(Z, P, own.last_index)
-    assert undone is not None
-    assert [(e.index, e.epoch) for e in log_of(learner)] == [(1, 1), (2, 1), (3, 1)]
-    assert learner.get(Z, P, b"k4") is None  # the foreign value is gone with its entry
-    assert primary.holds(Z, P, undone.last_index, undone.last_epoch, own)  # the next fetch
-    learner.append(Z, P, primary.entries(Z, P, undone.last_index, 4, 1 << 20), 4)
-    assert log_of(learner) == log_of(primary)
-    # A log that ends at its commit index has nothing unproven to undo: a snapshot follows.
-    assert learner.undo_unmatched(Z, P, 0) is None
