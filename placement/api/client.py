@@ -201,17 +201,11 @@ class PlacementClient(AsyncClosing):
         backoff = Backoff(BACKOFF)
         last: ApiError | None = None
         while True:
-            if hedged:
-                found, last = await self._hedged_round(method, give_up)
-                if last is None:
-                    return found  # type: ignore[return-value]
-            else:
-                for _ in range(len(self.endpoints)):
-                    endpoint = self.active_endpoint
-                    try:
-                        return await method(self._stub(endpoint), self.call_timeout)
-                    except grpc.aio.AioRpcError as e:
-                        last = await self._retryable(endpoint, e, give_up - loop.time())
+            # A write's round is the same round never hedged: the next endpoint only on failure.
+            hedge = self.hedge_after if hedged else None
+            found, last = await self._round(method, give_up, hedge)
+            if last is None:
+                return found  # type: ignore[return-value]
             delay = backoff.next()
             if loop.time() + delay >= give_up:
                 assert last is not None
@@ -222,11 +216,11 @@ class PlacementClient(AsyncClosing):
                 )
             await self._sleep(delay)
 
-    async def _hedged_round(
-        self, method: Callable[[Stub, float], Awaitable[T]], give_up: float
+    async def _round(
+        self, method: Callable[[Stub, float], Awaitable[T]], give_up: float, hedge: float | None
     ) -> tuple[T | None, ApiError | None]:
-        """One round of a read over every endpoint, from the active one: the next endpoint is
-        asked when the ones asked so far have not answered within ``hedge_after`` s or have all
+        """One round over every endpoint, from the active one: the next endpoint is asked when
+        the ones asked so far have not answered within ``hedge`` s (None: never) or have all
         failed; the first answer wins (its endpoint becomes the active one) and the calls still
         running are cancelled. ``(answer, None)``, or ``(None, the last retryable error)`` when
         every endpoint failed; a final error is raised."""
@@ -244,7 +238,7 @@ class PlacementClient(AsyncClosing):
                     started = asyncio.ensure_future(method(self._stub(endpoint), self.call_timeout))
                     running[started] = endpoint
                 done, _ = await asyncio.wait(
-                    running, timeout=self.hedge_after if queue else None,
+                    running, timeout=hedge if queue else None,
                     return_when=asyncio.FIRST_COMPLETED,
                 )  # fmt: skip
                 for ended in done:
