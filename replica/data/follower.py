@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from placement.aio import ByteBudget
 from placement.core.retry import Backoff, Clock, RetryPolicy, Sleep
@@ -39,6 +40,7 @@ from replica.data.storage import AppendResult, DataState
 from replica.records import NotHosted, StoreThread
 
 log = logging.getLogger(__name__)
+W = TypeVar("W")
 
 #: A learner's waits for a primary that is absent, unreachable or not (yet) primary.
 LEARNER_RETRY = RetryPolicy(initial=0.2, cap=0.5, floor=0.5)
@@ -265,11 +267,11 @@ class Learner:
             log.warning("learner of %s/%s stopped, restarting: %s", *self.key, e)
             await asyncio.sleep(0.5)
 
-    async def _write(self, fn: Callable[..., DataState], *args: object) -> DataState:
+    async def _write(self, fn: Callable[..., W], *args: object) -> W:
         """One of this learner's writes to its replica (a part of a group commit), refused once
         the replica is no longer hosted (``NotHosted``)."""
-        state: DataState = await self._db.group(self._db.store.hosted, fn, *self.key, *args)
-        return state
+        result: W = await self._db.group(self._db.store.hosted, fn, *self.key, *args)
+        return result
 
     def _load(
         self, zone: str, partition: int, reply: FetchReply, expect: DataState | None
@@ -285,20 +287,28 @@ class Learner:
             state = data.raise_fence(zone, partition, reply.lease_epoch)
         return state
 
-    async def _start(self) -> DataState:
+    async def _durable(self) -> DataState:
+        """The replica's state as it is on disk (``NotHosted`` once its record is gone); created
+        empty when a catch-up has not created it yet."""
         state: DataState | None = await self._db.call(
             self._db.store.hosted, self._data.state, *self.key
         )
-        if state is None:  # a read first: a catch-up has created it already
+        if state is None:
             state = await self._write(self._data.ensure)
-        if not state.loading_snapshot and state.last_index > state.commit_index:
-            state = await self._write(self._data.truncate, state.commit_index)
         return state
 
     async def _pull(self) -> None:
+        """Nothing is undone when the learner starts, nor on its own: entries past the commit
+        index (written lazily) may be acknowledged ones — this node may be an in-sync member
+        its view of etcd does not show yet — so it asks for what follows its commit index, the
+        last entry it knows is the primary's too, and applies the answer by the followers' rule
+        (``DataStore.learn``), which undoes only entries the primary does not hold. Until
+        2026-12-01 a learner undid its log down to its commit index when it started: the chaos
+        campaign caught an in-sync node doing so, then taking the lease — acknowledged writes
+        lost (design/data-plane.md, "Learners")."""
         zone, partition = self.key
         deps = self._deps
-        state = await self._start()
+        state = await self._durable()
         fresh = state.last_index == 0 and not state.loading_snapshot
         backoff = Backoff(deps.retry)
         idle = Backoff(IDLE_WAIT)
@@ -309,6 +319,18 @@ class Learner:
                 await deps.sleep(backoff.next())
                 continue
             address = primary[1]
+            # The replica as it is on disk, read before every fetch: a position remembered from
+            # an earlier answer no longer holds once the replica was retired and created again
+            # under this task (or appended to as an in-sync member), and a fetch after the
+            # primary's last index makes the primary add this node to the in-sync set.
+            durable = await self._durable()
+            if _position(durable) != _position(state):
+                log.info(
+                    "learner of %s/%s: the replica changed under it (%s -> %s); starting over",
+                    *self.key, _position(state), _position(durable),
+                )  # fmt: skip
+                return
+            state = durable
             snapshot = fresh or state.loading_snapshot
             call = FetchCall(
                 zone,
@@ -316,7 +338,7 @@ class Learner:
                 deps.node,
                 snapshot=snapshot,
                 snapshot_after=(state.snap_after or b"") if snapshot else b"",
-                after_index=0 if snapshot else state.last_index,
+                after_index=0 if snapshot else state.commit_index,
                 max_bytes=page_bytes if snapshot else deps.fetch_bytes,
             )
             try:
@@ -342,14 +364,33 @@ class Learner:
                 fresh = False
                 page_bytes = min(page_bytes * 2, deps.fetch_bytes)
                 continue
+            result, state = await self._write(
+                self._data.learn,
+                reply.lease_epoch,
+                call.after_index,
+                list(reply.entries),
+                reply.commit_index,
+            )
+            if result is AppendResult.STALE_EPOCH:  # a deposed primary answered: ask again
+                await deps.sleep(backoff.next())
+                continue
+            if result is AppendResult.MISMATCH:
+                # The primary's log differs at an entry this replica holds as committed: it
+                # cannot be matched entry by entry. A snapshot starts it over (``begin_snapshot``
+                # refuses once a primary appended to it: it is an in-sync member then).
+                log.warning("learner of %s/%s: the primary's log differs below the commit"
+                            " index %d; starting over from a snapshot", *self.key,
+                            call.after_index)  # fmt: skip
+                fresh = True
+                continue
             if reply.entries:
-                state = await self._write(
-                    self._data.append,
-                    list(reply.entries),
-                    reply.commit_index,
-                )
                 idle.reset()
             elif not deps.done(self.key):  # no await since the check: no change is missed
                 await deps.idle(self.key, idle.next())
-            if reply.lease_epoch > state.seen_epoch and not state.loading_snapshot:
-                state = await self._write(self._data.raise_fence, reply.lease_epoch)
+
+
+def _position(state: DataState) -> tuple[int, int, int, int, bytes | None]:
+    """Where a replica's log stands (its base, last entry and snapshot cursor): what only a
+    learner's own writes change while it runs, unless the replica is replaced or appended to."""
+    return (state.base_index, state.base_epoch, state.last_index, state.last_epoch,
+            state.snap_after)  # fmt: skip

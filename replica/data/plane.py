@@ -572,9 +572,14 @@ class DataPlane:
 
     async def catch_up(self, job: StartCatchUp, db: StoreThread) -> None:
         """The rebalance catch-up (``replica.service.CatchUp``): create the replica, let the
-        learner copy it, return once this node is in the partition's in-sync set."""
-        await db.group(_begin_replica, db.store, job.zone, job.partition)
+        learner copy it, return once this node is in the partition's in-sync set. A learner
+        still running for the partition is stopped first: it may remember a replica that was
+        retired since, and this one may be new."""
         key = (job.zone, job.partition)
+        stale = self._learners.pop(key, None)
+        if stale is not None:
+            stale.cancel()
+        await db.group(_begin_replica, db.store, job.zone, job.partition)
         self._held.add(key)
         self._note(Changes(partitions={key}))  # the roles loop starts this replica's learner
         joined = self._joining.setdefault(key, asyncio.Event())

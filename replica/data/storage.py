@@ -414,6 +414,34 @@ class DataStore:
             self._put_state(zone, partition, state)
             return AppendResult.OK, state
 
+    def learn(
+        self,
+        zone: str,
+        partition: int,
+        epoch: int,
+        after_index: int,
+        entries: Sequence[Entry],
+        commit_index: int,
+    ) -> tuple[AppendResult, DataState]:
+        """A learner's handling of one ``Fetch`` answer of the primary of lease ``epoch``: the
+        committed entries after ``after_index`` — the learner's own commit index when it asked,
+        so the entry there is the primary's as well (an acknowledged entry is in every later
+        primary's log at its index and epoch) — up to ``commit_index``, the primary's last entry
+        when it answered. Applied by the one rule of :meth:`follow`: entries the log holds are
+        skipped, from the first that differs the suffix is undone, and when they reach the
+        primary's last entry a suffix after them from an older epoch is undone. Nothing the
+        primary holds is ever undone, so a node that runs a learner while it is an in-sync
+        member (its view of etcd lagging) keeps every acknowledged entry."""
+        with self._transaction():
+            state = self._ensure(zone, partition)
+            prev_epoch = self.epoch_at(zone, partition, after_index, state)
+            if prev_epoch is None:
+                return AppendResult.MISMATCH, state
+            tail = after_index + len(entries) >= commit_index
+            return self.follow(
+                zone, partition, epoch, after_index, prev_epoch, entries, commit_index, tail
+            )
+
     def set_commit(self, zone: str, partition: int, commit_index: int) -> DataState:
         with self._transaction():
             state = self._ensure(zone, partition)

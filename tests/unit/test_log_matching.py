@@ -109,6 +109,20 @@ class Cluster:
         self.replicate(reliable)
         self.own.set_commit(Z, P, self.commit)
 
+    def learn(self, node: int) -> None:
+        """``node`` runs a learner although it may be an in-sync member (its view of etcd lags
+        the in-sync set): one fetch by the product's rules — the primary answers once its whole
+        log is committed (``Primary.committed``) with the entries after the learner's commit
+        index, and the learner applies them with ``DataStore.learn``."""
+        if node == self.primary or not self.replicate():
+            return
+        learner = self.stores[node]
+        mine = learner.state(Z, P)
+        assert mine is not None
+        upto = self.last()
+        entries = self.own.entries(Z, P, mine.commit_index, upto, 1 << 20)
+        learner.learn(Z, P, self.epoch, mine.commit_index, entries, upto)
+
     def deliver_late(self, i: int) -> None:
         member, call = self.delayed.pop(i)
         self.stores[member].follow(*call)  # whatever it answers: nobody is waiting for it
@@ -125,7 +139,7 @@ class Cluster:
 def test_no_acknowledged_entry_is_ever_undone_and_replicas_converge(data: st.DataObject) -> None:
     cluster = Cluster(data)
     cluster.take_over(0, reliable=True)
-    kinds = st.sampled_from(["write", "write", "fail-over", "notice", "late"])
+    kinds = st.sampled_from(["write", "write", "fail-over", "notice", "late", "learn"])
     steps = data.draw(st.lists(kinds, max_size=40))
     for n, step in enumerate(steps):
         if step == "write":
@@ -134,6 +148,8 @@ def test_no_acknowledged_entry_is_ever_undone_and_replicas_converge(data: st.Dat
             cluster.take_over(data.draw(st.integers(0, NODES - 1)))
         elif step == "notice":
             cluster.commit_notice()
+        elif step == "learn":
+            cluster.learn(data.draw(st.integers(0, NODES - 1)))
         elif cluster.delayed:
             cluster.deliver_late(data.draw(st.integers(0, len(cluster.delayed) - 1)))
         cluster.check_acked_everywhere()
