@@ -93,14 +93,17 @@ def place(
 
 def count_moves(current: Mapping[int, Sequence[str]], new: Sequence[Peers]) -> int:
     """Number of (partition, node) pairs of ``new`` that ``current`` does not have."""
-    moves = 0
-    for partition, peers in enumerate(new):
-        now = current.get(partition, ())
-        if peers == now:  # unchanged (often the very tuple given): nothing new
-            continue
-        before = set(now)
-        moves += sum(1 for name in set(peers) if name not in before)
-    return moves
+    if not current:  # a fresh zone: every pair is new
+        return sum(map(len, map(set, new)))
+    get = current.get
+    return sum(new_pairs(get(partition, ()), peers) for partition, peers in enumerate(new))
+
+
+def new_pairs(now: Sequence[str], peers: Sequence[str]) -> int:
+    """How many of ``peers`` (distinct names) ``now`` does not hold."""
+    if peers == now:  # unchanged (often the very tuple given): nothing new
+        return 0
+    return len(set(peers).difference(now))
 
 
 # --- validation ----------------------------------------------------------------------------------

@@ -54,10 +54,16 @@ def spread(load: Mapping[str, int]) -> int:
     return max(load.values()) - min(load.values()) if load else 0
 
 
-def zone_plan_json(plan: ZonePlan) -> dict[str, Any]:
+def zone_plan_json(plan: ZonePlan, assignments: Any = None) -> dict[str, Any]:
+    """The zone's plan as JSON data; ``assignments`` stands in for the assignments' dict (the
+    plan file's writer renders them itself: ``placement.pipeline.planning.zone_fragment``)."""
     return {
         "name": plan.name,
-        "assignments": {str(p): list(peers) for p, peers in enumerate(plan.assignments)},
+        "assignments": (
+            {str(p): list(peers) for p, peers in enumerate(plan.assignments)}
+            if assignments is None
+            else assignments
+        ),
         "summary": {
             "moves": plan.moves,
             "load": dict(plan.load),

@@ -17,8 +17,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import itemgetter
 from typing import Any
 
+from placement.algo.place import new_pairs
 from placement.core.layout import Moves
 from placement.core.model import Node, Peers, ZoneSpec
 from placement.pipeline.fleet import ZonePlan, plan_zone, spread, zone_plan_json
@@ -119,14 +121,12 @@ class ZoneResult:
 def bytes_to_move(
     stable: Mapping[int, Peers], target: Sequence[Peers], sizes: Mapping[int, int]
 ) -> int:
-    """Sum over new (partition, node) pairs of the partition's size."""
+    """Sum over new (partition, node) pairs of the partition's size (only partitions with a
+    known size can cost anything: none at all for a snapshot without sizes)."""
     total = 0
-    for partition, peers in enumerate(target):
-        now = stable.get(partition, ())
-        if peers == now:  # unchanged (often the same tuple): nothing new
-            continue
-        before = set(now)
-        total += sizes.get(partition, 0) * sum(1 for n in set(peers) if n not in before)
+    for partition, size in sizes.items():
+        if size and 0 <= partition < len(target):
+            total += size * new_pairs(stable.get(partition, ()), target[partition])
     return total
 
 
@@ -170,9 +170,9 @@ def plan_zone_input(zone: ZoneInput, nodes: Sequence[Node]) -> ZoneResult:
     )
 
 
-def zone_json(result: ZoneResult) -> dict[str, Any]:
+def zone_json(result: ZoneResult, assignments: Any = None) -> dict[str, Any]:
     """``placement.pipeline.fleet.zone_plan_json`` plus the summary fields this pipeline adds."""
-    out = zone_plan_json(result.plan)
+    out = zone_plan_json(result.plan, assignments)
     out["summary"].update(
         {
             "bytes_to_move": result.bytes_to_move,
@@ -205,6 +205,8 @@ def indented_json(value: Any, pad: str = "") -> str:
         return int.__repr__(value)
     inner = pad + " "
     sep = ",\n" + inner
+    if kind is Rows:
+        return value.json(pad)
     if kind is dict:
         if not value:
             return "{}"
@@ -232,9 +234,39 @@ def indented_json(value: Any, pad: str = "") -> str:
     return json.dumps(value, indent=1).replace("\n", "\n" + pad)
 
 
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """A zone's assignments as the plan file holds them — ``{"0": [names], ...}`` — rendered
+    straight from the placement's rows (:meth:`json`), without building that dict first."""
+
+    rows: Sequence[Peers]
+
+    def json(self, pad: str) -> str:
+        """``indented_json({str(p): list(peers) ...}, pad)``: rows of one width go through one
+        format string per row, mapped over the columns (C loops, not one call per row)."""
+        rows = self.rows
+        if not rows:
+            return "{}"
+        inner, leaf = pad + " ", pad + "  "
+        quoted = {name: _quote(name) for name in set(chain.from_iterable(rows))}
+        widths = set(map(len, rows))
+        if len(widths) == 1 and (width := widths.pop()) > 0:
+            row = "".join(
+                ['"{}": [', *(("\n" + leaf + "{}") + ("," if k < width - 1 else "")
+                             for k in range(width)), "\n" + inner + "]"]
+            )  # fmt: skip
+            columns = [map(quoted.__getitem__, map(itemgetter(k), rows)) for k in range(width)]
+            body = (",\n" + inner).join(map(row.format, range(len(rows)), *columns))
+        else:
+            body = (",\n" + inner).join(
+                f'"{p}": ' + indented_json(list(peers), inner) for p, peers in enumerate(rows)
+            )
+        return "{\n" + inner + body + "\n" + pad + "}"
+
+
 def zone_fragment(result: ZoneResult) -> str:
     """The zone's text exactly as ``json.dump(plan, indent=1)`` prints it inside ``"zones"``."""
-    return "  " + indented_json(zone_json(result), "  ")
+    return "  " + indented_json(zone_json(result, Rows(result.plan.assignments)), "  ")
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ from placement.pipeline.planning import (
     COUNTER_KINDS,
     FleetTotals,
     PartitionSize,
+    Rows,
     ZoneInput,
     bytes_to_move,
     indented_json,
@@ -227,6 +228,21 @@ _any_json = st.recursive(
 @given(_any_json, st.sampled_from(["", " ", "  "]))
 def test_indented_json_is_json_dumps_text(value: Any, pad: str) -> None:
     assert indented_json(value, pad) == json.dumps(value, indent=1).replace("\n", "\n" + pad)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.lists(st.text(max_size=3), max_size=4).map(tuple), max_size=6)
+    | st.integers(0, 4).flatmap(
+        lambda w: st.lists(st.lists(st.text(max_size=3), min_size=w, max_size=w).map(tuple))
+    ),
+    st.sampled_from(["", " ", "   "]),
+)
+def test_rows_render_as_the_assignments_dict(rows: list[tuple[str, ...]], pad: str) -> None:
+    """The plan file's assignments, rendered from the rows (one width: a format string mapped
+    over the columns; mixed widths, empty rows, any text) = json.dumps of the dict."""
+    want = {str(p): list(peers) for p, peers in enumerate(rows)}
+    assert Rows(rows).json(pad) == json.dumps(want, indent=1).replace("\n", "\n" + pad)
 
 
 def test_zone_fragment_is_the_zone_as_json_dump_prints_it() -> None:
