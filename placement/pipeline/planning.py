@@ -203,10 +203,10 @@ def indented_json(value: Any, pad: str = "") -> str:
         return _quote(value)
     if kind is int:
         return int.__repr__(value)
+    if isinstance(value, Rows):
+        return value.json(pad)
     inner = pad + " "
     sep = ",\n" + inner
-    if kind is Rows:
-        return value.json(pad)
     if kind is dict:
         if not value:
             return "{}"
