@@ -53,7 +53,9 @@ class _ZoneIn(BaseModel):
     node_selector: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     failure_domain: StrictStr | None = None
     min_in_sync: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | None = None
-    stable: dict[StrictStr, list[Name]] = Field(default_factory=dict)
+    #: Its names are checked by :func:`_zone`, once per distinct name: the same rule as
+    #: ``Name``, whose per-item Python validator cost 0.5 s for 300,000 replicas.
+    stable: dict[StrictStr, list[StrictStr]] = Field(default_factory=dict)
 
 
 class _SnapshotIn(BaseModel):
@@ -151,18 +153,10 @@ def _unique(field: str, names: list[str]) -> None:
 
 
 def _zone(index: int, z: _ZoneIn) -> ZoneSnapshot:
-    stable: dict[int, Peers] = {}
-    for key, peers in z.stable.items():
-        field = f"zones[{index}].stable.{key}"
-        if not key.isdigit() or int(key) >= z.partitions:
-            raise InvalidInput(
-                field,
-                f"partition {key!r} is not a partition of this zone",
-                f"use a partition number from 0 to {z.partitions - 1}",
-            )
-        if len(set(peers)) != len(peers):
-            raise InvalidInput(field, "a node is listed twice", "list each node once")
-        stable[int(key)] = tuple(peers)
+    _check_stable_names(index, z.stable)
+    stable = _valid_stable(z.stable, z.partitions)
+    if stable is None:
+        stable = _stable_or_error(index, z.stable, z.partitions)
     spec = ZoneSpec(
         z.name,
         z.partitions,
@@ -172,3 +166,54 @@ def _zone(index: int, z: _ZoneIn) -> ZoneSnapshot:
         min_in_sync=z.min_in_sync,
     )
     return ZoneSnapshot(spec, stable)
+
+
+def _valid_stable(raw: Mapping[str, list[str]], partitions: int) -> dict[int, Peers] | None:
+    """``raw`` as partition -> peers when every key is a partition below ``partitions`` and no
+    list names a node twice (None otherwise: :func:`_stable_or_error` says where) — checked
+    with one pass of C-level maps each, not a Python loop per partition."""
+    keys, lists = list(raw), list(raw.values())
+    if not all(map(str.isdecimal, keys)):
+        return None
+    numbers = list(map(int, keys))
+    if numbers and max(numbers) >= partitions:
+        return None
+    if sum(map(len, map(set, lists))) != sum(map(len, lists)):
+        return None
+    return dict(zip(numbers, map(tuple, lists), strict=True))
+
+
+def _stable_or_error(index: int, raw: Mapping[str, list[str]], partitions: int) -> dict[int, Peers]:
+    """:func:`_valid_stable` one partition at a time, raising InvalidInput at the first bad one."""
+    stable: dict[int, Peers] = {}
+    for key, peers in raw.items():
+        field = f"zones[{index}].stable.{key}"
+        if not key.isdecimal() or int(key) >= partitions:
+            raise InvalidInput(
+                field,
+                f"partition {key!r} is not a partition of this zone",
+                f"use a partition number from 0 to {partitions - 1}",
+            )
+        if len(set(peers)) != len(peers):
+            raise InvalidInput(field, "a node is listed twice", "list each node once")
+        stable[int(key)] = tuple(peers)
+    return stable
+
+
+def _check_stable_names(index: int, stable: Mapping[str, list[str]]) -> None:
+    """Every name in ``stable`` is a valid name (``Name``'s rule), each distinct one checked
+    once; the first bad one is reported where it is, ``zones[i].stable.P[j]``."""
+    names: set[str] = set()
+    for peers in stable.values():
+        names.update(peers)
+    bad = {name for name in names if not is_name(name)}
+    if not bad:
+        return
+    for key, peers in stable.items():
+        for j, name in enumerate(peers):
+            if name in bad:
+                raise InvalidInput(
+                    f"zones[{index}].stable.{key}[{j}]",
+                    f"{name!r} is not a valid name ({NAME_HINT})",
+                    _FIXES["string_pattern_mismatch"],
+                )
