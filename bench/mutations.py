@@ -128,6 +128,38 @@ MUTANTS: tuple[Mutant, ...] = (
         "a primary acknowledging a write once it is in its own log, before the in-sync set has it",
     ),
     Mutant(
+        "learner-undoes-at-start",
+        "durability",
+        "replica/data/follower.py",
+        "        state = await self._durable()\n        fresh = state.last_index == 0",
+        "        state = await self._durable()\n"
+        "        if not state.loading_snapshot and state.last_index > state.commit_index:\n"
+        "            state = await self._write(self._data.truncate, state.commit_index)\n"
+        "        fresh = state.last_index == 0",
+        ("tests/unit/test_learner.py",),
+        "a learner undoing its log down to its lazily written commit index when it starts (the"
+        " chaos campaign's lost write: the node was an in-sync member and took the lease next)",
+    ),
+    Mutant(
+        "learner-keeps-foreign-suffix",
+        "durability",
+        "replica/data/storage.py",
+        "            tail = after_index + len(entries) >= commit_index\n",
+        "            tail = False\n",
+        ("tests/unit/test_learner.py",),
+        "a learner keeping entries past the primary's last one that the primary does not hold",
+    ),
+    Mutant(
+        "learner-remembers-position",
+        "durability",
+        "replica/data/follower.py",
+        "            if _position(durable) != _position(state):\n",
+        "            if False:\n",
+        ("tests/unit/test_learner.py",),
+        "a learner fetching with the position it remembers after its replica was retired and"
+        " created again under it (the primary adds an empty replica to the in-sync set)",
+    ),
+    Mutant(
         "linearizability-accepts-all",
         "checker",
         "placement/data/linearizability.py",

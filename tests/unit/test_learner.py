@@ -160,6 +160,28 @@ async def test_a_learner_undoes_exactly_the_entries_the_primary_does_not_hold(
         store.close()
 
 
+async def test_a_learner_undoes_a_suffix_past_the_primarys_last_entry(tmp_path: Path) -> None:
+    """n2 holds 1..3 (acknowledged) and 4..5 of epoch 1 that were never acknowledged; the new
+    primary (epoch 2) has written nothing yet, so its log ends at 3 and nothing in the answer
+    differs from n2's entries: the suffix past the primary's last entry must go all the same —
+    kept, n2 would join the in-sync set with the values of writes nobody acknowledged."""
+    store, db = await open_store(tmp_path)
+    await db.call(store.data.append, *KEY, [entry(i, 1, f"v{i}") for i in range(1, 4)], 1)
+    await db.call(store.data.append, *KEY, [entry(4, 1, "lost"), entry(5, 1, "lost")], 1)
+    primary = Primary(epoch=2)
+    primary.append([entry(i, 1, f"v{i}") for i in range(1, 4)])
+    primary.learner_log = lambda: [(i, e) for i, e, _ in log_of(store)]
+    done = [False]
+    try:
+        await asyncio.wait_for(Learner(deps(db, primary, done), KEY).run(), TIMEOUT)
+        assert log_of(store) == primary.log()
+        assert primary.admitted == [[(1, 1), (2, 1), (3, 1)]]
+        assert store.data.get(*KEY, b"k4") is None
+        assert store.data.get(*KEY, b"k5") is None
+    finally:
+        store.close()
+
+
 async def test_a_learner_whose_replica_is_created_again_under_it_starts_over(
     tmp_path: Path,
 ) -> None:
