@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from replica.data.follower import Learner, LearnerDeps, TokenBucket
@@ -92,9 +92,17 @@ def log_of(store: AgentStore) -> list[tuple[int, int, bytes]]:
     ]
 
 
-def deps(db: StoreThread, primary: Primary, done: list[bool]) -> LearnerDeps:
-    async def idle(key: Key, at_most: float) -> None:
-        done[0] = True  # caught up and asked to join: the view now shows it in the ISR
+def deps(
+    db: StoreThread,
+    primary: Primary,
+    done: list[bool],
+    idle: Callable[[Key, float], Awaitable[None]] | None = None,
+) -> LearnerDeps:
+    """A learner of n2 pulling from ``primary``; by default, once caught up (its first idle
+    wait) the view shows it in the ISR (``done``)."""
+
+    async def joined(key: Key, at_most: float) -> None:
+        done[0] = True
         await asyncio.sleep(0)
 
     return LearnerDeps(
@@ -105,7 +113,7 @@ def deps(db: StoreThread, primary: Primary, done: list[bool]) -> LearnerDeps:
         bucket=TokenBucket(0),
         primary_of=lambda k: ("n1", "127.0.0.1:1"),
         done=lambda k: done[0],
-        idle=idle,
+        idle=idle or joined,
     )
 
 
@@ -203,16 +211,7 @@ async def test_a_learner_whose_replica_is_created_again_under_it_starts_over(
             await db.call(store.begin_replica, *KEY)
             await db.call(store.data.ensure, *KEY)
 
-    learner_deps = LearnerDeps(
-        node="n2",
-        db=db,
-        fetch_bytes=1 << 20,
-        send_fetch=primary.fetch,
-        bucket=TokenBucket(0),
-        primary_of=lambda k: ("n1", "127.0.0.1:1"),
-        done=lambda k: False,
-        idle=idle,
-    )
+    learner_deps = deps(db, primary, [False], idle)
     primary.learner_log = lambda: [(i, e) for i, e, _ in log_of(store)]
     try:
         await asyncio.wait_for(Learner(learner_deps, KEY).run(), TIMEOUT)
