@@ -13,7 +13,7 @@ Every problem is reported as :class:`InvalidInput` naming the field as a path
 
 from __future__ import annotations
 
-import json
+import orjson
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,8 +134,8 @@ def load_snapshot(path: Path) -> ClusterSnapshot:
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidInput("--input", f"cannot read {path}: {e}", "pass a readable file") from e
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as e:  # a json.JSONDecodeError: msg, lineno
         raise InvalidInput(
             "--input", f"{path} is not JSON: {e.msg} at line {e.lineno}", "fix the JSON syntax"
         ) from e

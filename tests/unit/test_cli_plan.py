@@ -118,7 +118,7 @@ def test_bad_snapshot_names_the_field_and_writes_nothing(
     assert list(tmp_path.iterdir()) == [src]
 
 
-@pytest.mark.parametrize("content", ["", "{not json", "\xff\xfe"])
+@pytest.mark.parametrize("content", ["", "{not json", "\xff\xfe", '{"nodes": [\n 1,\n', "[NaN]"])
 def test_unreadable_snapshot(tmp_path: Path, content: str) -> None:
     src, out = tmp_path / "snap.json", tmp_path / "plan.json"
     src.write_bytes(content.encode("latin-1"))
