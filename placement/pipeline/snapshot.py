@@ -13,12 +13,12 @@ Every problem is reported as :class:`InvalidInput` naming the field as a path
 
 from __future__ import annotations
 
-import orjson
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 from pydantic import ValidationError as PydanticValidationError
 
