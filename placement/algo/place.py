@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, pairwise
 from operator import attrgetter
@@ -29,6 +29,7 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import NDArray
 
+from placement.algo.cordon import solve_cordoned
 from placement.algo.hashing import mix64, name_key, name_keys
 from placement.algo.preferred import choose_primaries
 from placement.algo.solver import (
@@ -61,12 +62,18 @@ class Placement:
 
 
 def place(
-    zone: ZoneSpec, nodes: Sequence[Node], current: Mapping[int, Sequence[str]] | None = None
+    zone: ZoneSpec,
+    nodes: Sequence[Node],
+    current: Mapping[int, Sequence[str]] | None = None,
+    cordoned: Collection[str] = frozenset(),
 ) -> Placement:
     """Balanced replica sets for ``zone`` that keep as much of ``current`` as balance allows.
 
     ``nodes`` are filtered by ``zone.node_selector``; current members that are not eligible have
     left and their replicas are re-placed; current entries for partitions ``≥ P`` are ignored.
+    Eligible nodes named in ``cordoned`` keep current replicas (up to their share) and take no
+    new one unless a partition could not otherwise have ``R'`` members or span its failure
+    domains (:mod:`placement.algo.cordon`).
     Raises :class:`InvalidInput` for P < 1, R < 1, weights ≤ 0, duplicate names, no eligible node.
     """
     _check_zone(zone)
@@ -80,7 +87,7 @@ def place(
             f"register nodes matching the selector {dict(zone.node_selector)} "
             "or relax the zone's node_selector",
         )
-    ctx = _Context.build(zone, eligible, current or {})
+    ctx = _Context.build(zone, eligible, current or {}, cordoned)
     if zone.failure_domain is None:
         members = _solve_flat(ctx)
     else:
@@ -190,12 +197,18 @@ class _Context:
     cur_first: NDArray[np.bool_]
     cur_primary: I64
     given: _Given | None
+    #: Which eligible nodes are cordoned; None when none is.
+    cordoned: NDArray[np.bool_] | None = None
 
     @staticmethod
     def build(
-        zone: ZoneSpec, eligible: list[Node], current: Mapping[int, Sequence[str]]
+        zone: ZoneSpec,
+        eligible: list[Node],
+        current: Mapping[int, Sequence[str]],
+        cordoned: Collection[str] = frozenset(),
     ) -> _Context:
         names = [n.name for n in eligible]
+        mask = np.asarray([n in cordoned for n in names], dtype=np.bool_) if cordoned else None
         rows, nodes, firsts, primary, given = _parse_current(
             current, zone.partitions, _Index((name, i) for i, name in enumerate(names))
         )
@@ -213,6 +226,7 @@ class _Context:
             cur_first=firsts,
             cur_primary=primary,
             given=given,
+            cordoned=mask if mask is not None and mask.any() else None,
         )
 
     @property
@@ -456,6 +470,21 @@ def _solve_flat(ctx: _Context) -> I64:
     members matrix."""
     _, targets = weighted_targets(ctx.weights, ctx.total, hi=[ctx.partitions] * len(ctx.names))
     given = ctx.given
+    if ctx.cordoned is not None:
+        pairs = solve_cordoned(
+            CoreProblem(
+                demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
+                targets=targets,
+                cur_row=ctx.cur_row,
+                cur_node=ctx.cur_node,
+                cur_first=ctx.cur_first,
+                row_key=ctx.row_key,
+                node_key=ctx.node_key,
+            ),
+            ctx.weights,
+            ctx.cordoned,
+        )
+        return members_matrix(pairs, ctx.partitions, ctx.width, len(ctx.names))
     dense = given is not None and given.matrix.shape[1] == ctx.width
     return solve_rows(
         CoreProblem(
@@ -558,17 +587,22 @@ def _domains_distinct(ctx: _Context, dom: _Domains) -> Pairs:
     n_dom = len(dom.labels)
     _, targets = weighted_targets(dom.weights, ctx.total, hi=[ctx.partitions] * n_dom)
     rows, doms, first, _ = _domain_pairs(ctx, dom)
-    return solve(
-        CoreProblem(
-            demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
-            targets=targets,
-            cur_row=rows,
-            cur_node=doms,
-            cur_first=first,
-            row_key=ctx.row_key,
-            node_key=_domain_keys(ctx, dom.labels),
-        )
+    pb = CoreProblem(
+        demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
+        targets=targets,
+        cur_row=rows,
+        cur_node=doms,
+        cur_first=first,
+        row_key=ctx.row_key,
+        node_key=_domain_keys(ctx, dom.labels),
     )
+    if ctx.cordoned is not None:
+        # A domain whose nodes are all cordoned is a cordoned node of this level: it keeps
+        # partitions it holds and takes a new one only when the spread needs it.
+        closed = np.asarray([bool(ctx.cordoned[m].all()) for m in dom.nodes], dtype=np.bool_)
+        if closed.any():
+            return solve_cordoned(pb, dom.weights, closed)
+    return solve(pb)
 
 
 def _domains_all(ctx: _Context, dom: _Domains) -> Pairs:
@@ -652,17 +686,20 @@ def _inside_domain(
     if part_rows.size == 0:
         return part_rows, part_rows
     targets = demand_targets(dom.node_weights[d], demand.astype(np.int64))
-    out_rows, out_nodes = solve(
-        CoreProblem(
-            demand=demand.astype(np.int64),
-            targets=targets,
-            cur_row=np.searchsorted(part_rows, ctx.cur_row[mine]).astype(np.int64),
-            cur_node=dom.local[ctx.cur_node[mine]],
-            cur_first=ctx.cur_first[mine],
-            row_key=mix64(ctx.row_key[part_rows], name_key(ctx.zone, dom.labels[d])),
-            node_key=ctx.node_key[nodes],
-        )
+    pb = CoreProblem(
+        demand=demand.astype(np.int64),
+        targets=targets,
+        cur_row=np.searchsorted(part_rows, ctx.cur_row[mine]).astype(np.int64),
+        cur_node=dom.local[ctx.cur_node[mine]],
+        cur_first=ctx.cur_first[mine],
+        row_key=mix64(ctx.row_key[part_rows], name_key(ctx.zone, dom.labels[d])),
+        node_key=ctx.node_key[nodes],
     )
+    closed = ctx.cordoned[nodes] if ctx.cordoned is not None else None
+    if closed is not None and closed.any():
+        out_rows, out_nodes = solve_cordoned(pb, dom.node_weights[d], closed)
+    else:
+        out_rows, out_nodes = solve(pb)
     return part_rows[out_rows], nodes[out_nodes]
 
 

@@ -127,6 +127,7 @@ class NodeStatusView:
     primaries: int
     safe_to_stop: bool
     revision: int
+    cordoned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -680,6 +681,13 @@ class PlacementAPI:
         await self.store.set_drain(node, drain, fence, self._clock_ms())
         return await self.node_status(node)
 
+    async def cordon(self, node: str, cordon: bool) -> NodeStatusView:
+        """Write (or delete) the node's cordon mark through the leader; then its status."""
+        validate_name(node, "node")
+        fence = await self._fence()
+        await self.store.set_cordon(node, cordon, fence, self._clock_ms())
+        return await self.node_status(node)
+
     async def node_status(self, node: str) -> NodeStatusView:
         """What ``node`` still holds over every zone (one consistent read)."""
         validate_name(node, "node")
@@ -706,6 +714,7 @@ class PlacementAPI:
             primaries,
             draining and replicas == 0 and primaries == 0,
             revision,
+            node in view.cordoned,
         )
 
     async def set_paused(self, paused: bool) -> bool:

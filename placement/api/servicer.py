@@ -421,6 +421,14 @@ class PlacementServicer(driver_pb2_grpc.PlacementServiceServicer):
 
         return await self._run(context, work, request, "DrainNode")
 
+    async def CordonNode(
+        self, request: driver_pb2.CordonNodeRequest, context: Any
+    ) -> driver_pb2.NodeStatus:
+        async def work() -> driver_pb2.NodeStatus:
+            return node_status_pb(await self.api.cordon(request.node, request.cordon))
+
+        return await self._run(context, work, request, "CordonNode")
+
     async def GetNodeStatus(
         self, request: driver_pb2.GetNodeStatusRequest, context: Any
     ) -> driver_pb2.NodeStatus:
@@ -515,6 +523,7 @@ def node_status_pb(s: NodeStatusView) -> driver_pb2.NodeStatus:
         primaries=s.primaries,
         safe_to_stop=s.safe_to_stop,
         revision=s.revision,
+        cordoned=s.cordoned,
     )
 
 

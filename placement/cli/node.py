@@ -1,9 +1,12 @@
-"""``placectl node``: drain, undrain and status of one node (design/control-plane.md, "Drain").
+"""``placectl node``: drain, undrain, cordon, uncordon and status of one node
+(design/control-plane.md, "Drain" and "Cordon").
 
 ``drain NODE`` asks the leader to drain it — its primary leases are handed over at once, then
 its replicas move away, make-before-break — and follows it until the node holds nothing (a
 progress line per change), then says it may be stopped; ``--no-wait`` returns at once.
-``undrain NODE`` takes the mark away. ``status NODE`` shows what it still holds. Each takes
+``undrain NODE`` takes the mark away. ``cordon NODE`` marks it to take no new replicas (it keeps
+what it holds); ``uncordon NODE`` takes that mark away. ``status NODE`` shows what it still
+holds. Each takes
 ``-o json|yaml|table|wide`` (``--json``): what the driver answered (``drain``: one per change);
 ``wide`` adds the revision.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -33,6 +37,7 @@ def node_status_json(s: driver_pb2.NodeStatus) -> dict[str, Any]:
         "replicas": s.replicas,
         "primaries": s.primaries,
         "safe_to_stop": s.safe_to_stop,
+        "cordoned": s.cordoned,
         "revision": s.revision,
     }
 
@@ -42,8 +47,16 @@ def node_text(s: dict[str, Any], wide: bool = False) -> str:
     return _line(s) + (f" (revision {s['revision']})" if wide else "")
 
 
-def _line(s: dict[str, Any]) -> str:
+def node_state(s: Mapping[str, Any]) -> str:
+    """draining, stopping or active; ``, cordoned`` when it takes no new replicas."""
     state = "draining" if s["draining"] else "stopping" if s["stopping"] else "active"
+    return state + (", cordoned" if s["cordoned"] else "")
+
+
+def _line(s: dict[str, Any]) -> str:
+    state = node_state(s)
+    if s["cordoned"]:
+        state += " (takes no new replicas)"
     if not s["registered"]:
         state += ", not registered"
     line = (
@@ -56,7 +69,7 @@ def _line(s: dict[str, Any]) -> str:
 
 @click.group()
 def node() -> None:
-    """Drain, undrain and inspect a node."""
+    """Drain, undrain, cordon, uncordon and inspect a node."""
 
 
 @node.command("drain")
@@ -128,6 +141,32 @@ def undrain(ctx: click.Context, name: str, output: Output) -> None:
 
     status = api_call(ctx, "DrainNode", driver_pb2.DrainNodeRequest(node=name, drain=False))
     _show(node_status_json(status), output)
+
+
+@node.command("cordon")
+@click.argument("name")
+@output_option
+@click.pass_context
+def cordon(ctx: click.Context, name: str, output: Output) -> None:
+    """Cordon node NAME: it keeps the replicas it holds and takes no new ones."""
+    _set_cordon(ctx, name, True, output)
+
+
+@node.command("uncordon")
+@click.argument("name")
+@output_option
+@click.pass_context
+def uncordon(ctx: click.Context, name: str, output: Output) -> None:
+    """Take node NAME's cordon mark away: it takes new replicas again (the zones rebalance onto
+    it)."""
+    _set_cordon(ctx, name, False, output)
+
+
+def _set_cordon(ctx: click.Context, name: str, on: bool, output: Output) -> None:
+    from placement.v1 import driver_pb2
+
+    request = driver_pb2.CordonNodeRequest(node=name, cordon=on)
+    _show(node_status_json(api_call(ctx, "CordonNode", request)), output)
 
 
 @node.command("status")

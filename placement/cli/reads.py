@@ -88,6 +88,8 @@ def nodes_table(
     node) also each node's drain state, replicas and primary leases."""
     from rich.table import Table
 
+    from placement.cli.node import node_state
+
     table = Table("node", "address", "attributes", "weight")
     if statuses is not None:
         for column in ("state", "replicas", "primaries"):
@@ -99,8 +101,7 @@ def nodes_table(
             if s is None:
                 row += ["-", "-", "-"]
             else:
-                state = "draining" if s["draining"] else "stopping" if s["stopping"] else "active"
-                row += [state, str(s["replicas"]), str(s["primaries"])]
+                row += [node_state(s), str(s["replicas"]), str(s["primaries"])]
         table.add_row(*row)
     return table
 

@@ -142,6 +142,8 @@ class ClusterView:
     )
     #: Nodes an operator drains (``{p}/drain/{node}``): leases, then replicas, move away.
     draining: frozenset[str] = frozenset()
+    #: Nodes an operator cordons (``{p}/cordon/{node}``): they take no new replicas.
+    cordoned: frozenset[str] = frozenset()
 
     @property
     def leaving(self) -> frozenset[str]:
@@ -196,7 +198,7 @@ def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
         return decode_layout(kv.value)
     if parsed.kind is KeyKind.RESHARD:
         return decode_reshard_report(kv.value)
-    if parsed.kind is KeyKind.DRAIN:
+    if parsed.kind in (KeyKind.DRAIN, KeyKind.CORDON):
         return decode_control(kv.value)
     if parsed.kind is KeyKind.PRIMARY:
         return Versioned(decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision)
@@ -235,6 +237,7 @@ def build_view(
     reports: dict[tuple[str, int], dict[str, MoveReport]] = {}
     paused = False
     draining: set[str] = set()
+    cordoned: set[str] = set()
     for key, kv in kvs.items():
         parsed, value = cache.decode(keys, key, kv)
         if parsed is None:
@@ -256,6 +259,8 @@ def build_view(
             paused = True
         elif parsed.kind is KeyKind.DRAIN:
             draining.add(parsed.name)  # even a corrupt mark: the operator asked for it
+        elif parsed.kind is KeyKind.CORDON:
+            cordoned.add(parsed.name)  # likewise
         elif parsed.kind is KeyKind.PRIMARY:
             assert parsed.partition is not None
             primaries.setdefault(parsed.name, {})[parsed.partition] = value  # type: ignore[assignment]
@@ -306,6 +311,7 @@ def build_view(
         paused,
         MappingProxyType({k: MappingProxyType(v) for k, v in reports.items()}),
         frozenset(draining),
+        frozenset(cordoned),
     )
 
 
@@ -450,6 +456,7 @@ def plan_zone_targets(
     nodes: Mapping[str, NodeRecord],
     applied: tuple[str, ...],
     kept: int = 0,
+    cordoned: frozenset[str] = frozenset(),
 ) -> tuple[dict[int, Peers], dict[int, Peers], int] | str:
     """``(creates, triggers, R)`` for one zone, or a reason string when it cannot be placed.
 
@@ -457,7 +464,7 @@ def plan_zone_targets(
     they hold keys until its clean-up, so one whose members include a node that is no longer a
     data node is re-placed — by the placement of all ``kept`` partitions, which replaces only
     the lost members — and the others stay where they are (design/resharding.md, PREPARE)."""
-    targets = zone_targets(zone, spec, nodes, applied, kept)
+    targets = zone_targets(zone, spec, nodes, applied, kept, cordoned)
     if isinstance(targets, str):
         return targets
     return (*target_writes(zone, targets), max(zone.zone_mod, zone.datanodes_mod))
@@ -497,11 +504,14 @@ def zone_targets(
     nodes: Mapping[str, NodeRecord],
     applied: tuple[str, ...],
     kept: int = 0,
+    cordoned: frozenset[str] = frozenset(),
 ) -> dict[int, Peers] | str:
     """The placement target of every partition ``0..P-1`` of one zone on the data nodes
     ``applied`` (and of a shrink's removed partitions that lost a member, see
     :func:`plan_zone_targets`), or why it cannot be placed. Every caller that asks "where should
-    the replicas be" — a pass, the status outlook, a dry-run plan — asks it here."""
+    the replicas be" — a pass, the status outlook, a dry-run plan — asks it here. Nodes in
+    ``cordoned`` keep their replicas and take no new ones (design/placement.md, "Cordoned
+    nodes")."""
     # A data node whose record is gone (held down by the scale-down delay) matched the selector
     # when it was applied: it keeps matching it until the delay removes it.
     eligible = [
@@ -517,7 +527,7 @@ def zone_targets(
         peers = current_peers(state)
         if peers is not None and p < spec.partitions:
             current[p] = peers
-    result = _placed(spec, eligible, current)
+    result = _placed(spec, eligible, current, cordoned)
     if isinstance(result, str):
         return result
     targets = dict(enumerate(result.assignments))
@@ -529,19 +539,21 @@ def zone_targets(
     }
     lost = [p for p, peers in removed.items() if not set(peers) <= set(applied)]
     if lost:
-        wide = _placed(replace(spec, partitions=kept), eligible, current | removed)
+        wide = _placed(replace(spec, partitions=kept), eligible, current | removed, cordoned)
         if isinstance(wide, str):
             return wide
         targets.update((p, wide.assignments[p]) for p in lost)
     return targets
 
 
-def _placed(spec: ZoneSpec, eligible: list[Node], current: dict[int, Peers]) -> Placement | str:
+def _placed(
+    spec: ZoneSpec, eligible: list[Node], current: dict[int, Peers], cordoned: frozenset[str]
+) -> Placement | str:
     """``place(...)``, or why not. Any other exception is a bug in placement: reported as the
     zone's reason (status shows it, the zone is left as it is) so that one zone never stops the
     driver placing the others."""
     try:
-        return place(spec, eligible, current)
+        return place(spec, eligible, current, cordoned)
     except InvalidInput as e:
         return f"placement refused: {e}"
     except Exception as e:  # contained per zone, named in its status
@@ -718,7 +730,7 @@ def zone_outlook(view: ClusterView, name: str, now_ms: int) -> ZoneOutlook | Non
     held = holddown_remaining(spec, record, now_ms)
     applied = record.applied
     kept = kept_partitions(zone.layout, spec)
-    targets = zone_targets(zone, spec, view.nodes, applied, kept)
+    targets = zone_targets(zone, spec, view.nodes, applied, kept, view.cordoned)
     if isinstance(targets, str):
         return ZoneOutlook(due, held, applied, (), 0, targets)
     creates, triggers = target_writes(zone, targets)
@@ -787,6 +799,7 @@ def view_zone_status(
         outlook=zone_outlook(view, name, now_ms),
         leader=leader,
         sizes=sizes,
+        cordoned=view.cordoned,
     )
 
 
@@ -865,7 +878,7 @@ def plan_zone(
         plan.due.append(now_ms + max(1, math.ceil(held * 1000)))
     if not view.paused:
         plan.cancels.extend(abandoned_moves(zone, previous.applied))
-    decided = plan_zone_targets(zone, spec, view.nodes, previous.applied, kept)
+    decided = plan_zone_targets(zone, spec, view.nodes, previous.applied, kept, view.cordoned)
     if isinstance(decided, str):
         plan.skipped = decided
     else:
@@ -896,9 +909,9 @@ def plan_zone(
 class PlanMemo:
     """Zone plans kept between passes (the incremental pass, design/control-plane.md): a zone
     whose plan writes nothing is not decided again while its view, the registered nodes, the
-    drain marks, the pause flag and the silent nodes are the same objects and its next due time
-    has not come — :func:`plan_zone` would decide exactly the same (it depends on time only
-    through what its due times cover). A plan that writes is always decided again: its writes
+    drain and cordon marks, the pause flag and the silent nodes are the same objects and its
+    next due time has not come — :func:`plan_zone` would decide exactly the same (it depends
+    on time only through what its due times cover). A plan that writes is always decided again: its writes
     carry times."""
 
     def __init__(self) -> None:
@@ -918,7 +931,7 @@ class PlanMemo:
         leases: LeaseConfig | None,
         silent: frozenset[str] = frozenset(),
     ) -> ZonePlan:
-        inputs = (zone, view.nodes, view.draining, view.paused, silent)
+        inputs = (zone, view.nodes, view.draining, view.cordoned, view.paused, silent)
         held = self._plans.get(name)
         if (
             held is not None

@@ -40,7 +40,7 @@ _ZONE_KINDS = frozenset(
         KeyKind.RESHARD,
     }
 )
-_CLUSTER_KINDS = frozenset({KeyKind.NODE, KeyKind.DRAIN, KeyKind.CONTROL})
+_CLUSTER_KINDS = frozenset({KeyKind.NODE, KeyKind.DRAIN, KeyKind.CORDON, KeyKind.CONTROL})
 
 
 def view_group(keys: KeySpace) -> Callable[[bytes], str | None]:
@@ -139,10 +139,14 @@ class ViewBuilder:
             nodes = cluster[1].nodes if cluster is not None else MappingProxyType({})
             paused = cluster[1].paused if cluster is not None else False
             draining = cluster[1].draining if cluster is not None else frozenset()
+            cordoned = cluster[1].cordoned if cluster is not None else frozenset()
         else:
-            nodes, paused, draining = view.nodes, view.paused, view.draining
+            nodes, paused = view.nodes, view.paused
+            draining, cordoned = view.draining, view.cordoned
         zones = self._zone_views()
-        self._view = ClusterView(revision, zones, nodes, paused, self._reports, draining)
+        self._view = ClusterView(
+            revision, zones, nodes, paused, self._reports, draining, cordoned
+        )
         return self._view
 
     def _zone_views(self) -> Mapping[str, ZoneView]:

@@ -156,7 +156,7 @@ def _zone_preview(
     }
     reshard = (old_count, spec.partitions) if old_count != spec.partitions else None
     kept = kept_partitions(zone.layout, spec)
-    targets = zone_targets(zone, spec, view.nodes, eligible, kept)
+    targets = zone_targets(zone, spec, view.nodes, eligible, kept, view.cordoned)
     if isinstance(targets, str):
         before = Counter(n for peers in stable.values() for n in peers)
         loads = tuple(NodeLoad(n, before[n], before[n]) for n in sorted(before))

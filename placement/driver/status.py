@@ -166,6 +166,7 @@ def zone_status(
     outlook: ZoneOutlookFacts | None = None,
     leader: bool = True,
     sizes: Mapping[int, int] | None = None,
+    cordoned: frozenset[str] = frozenset(),
 ) -> ZoneStatus:
     """The status of ``spec``'s zone.
 
@@ -176,9 +177,9 @@ def zone_status(
     in the data nodes, a partition off its target or a move waiting for a node that left is
     REBALANCING, a membership change not yet recorded is HOLDDOWN. ``leader`` False: NO_LEADER,
     whatever the rest says (in ``details``). ``sizes`` (partition -> bytes): a rebalance's
-    bytes left and ETA.
+    bytes left and ETA. ``cordoned``: nodes an operator cordons (they may hold nothing).
     """
-    found = _zone_status(spec, partitions, datanodes, now_s, reshard)
+    found = _zone_status(spec, partitions, datanodes, now_s, reshard, cordoned)
     details: list[str] = []
     state, held = found.state, found.holddown_remaining_s
     eligible: int | None = None
@@ -256,6 +257,7 @@ def _zone_status(
     datanodes: DataNodes | Corrupt | None,
     now_s: float,
     reshard: ReshardProgress | None,
+    cordoned: frozenset[str],
 ) -> ZoneStatus:
     total = spec.partitions
     done = 0
@@ -273,7 +275,7 @@ def _zone_status(
     applied = datanodes.applied if isinstance(datanodes, DataNodes) else None
     if reshard is not None:
         return ZoneStatus(ZoneStatusState.RESHARDING, total, done, reshard=reshard)
-    if rebalancing or not triggered(spec, stables, applied):
+    if rebalancing or not triggered(spec, stables, applied, cordoned):
         return ZoneStatus(ZoneStatusState.REBALANCING, total, done)
     if isinstance(datanodes, DataNodes):
         remaining = holddown_remaining(spec, datanodes, int(now_s * 1000))
@@ -283,11 +285,15 @@ def _zone_status(
 
 
 def triggered(
-    spec: ZoneSpec, stables: Sequence[tuple[str, ...]], applied: tuple[str, ...] | None
+    spec: ZoneSpec,
+    stables: Sequence[tuple[str, ...]],
+    applied: tuple[str, ...] | None,
+    cordoned: frozenset[str] = frozenset(),
 ) -> bool:
     """Whether stable already reflects the zone's config and applied data nodes, as far as can
     be told without placing: the window between a change and the driver's pending writes must
-    not read as READY. ``stables``: stable peers of the partitions that exist."""
+    not read as READY. ``stables``: stable peers of the partitions that exist; a ``cordoned``
+    data node may hold nothing (it takes no new replica)."""
     if len(stables) < spec.partitions:
         return False
     if applied is None:
@@ -298,4 +304,4 @@ def triggered(
     holding = {node for peers in stables for node in peers}
     if not holding <= set(applied):
         return False
-    return spec.partitions * width < len(applied) or holding == set(applied)
+    return spec.partitions * width < len(applied) or holding >= set(applied) - cordoned

@@ -64,6 +64,7 @@ class KeyKind(StrEnum):
     LAYOUT = "layout"
     RESHARD = "reshard"
     DRAIN = "drain"
+    CORDON = "cordon"
 
 
 #: Names of the control keys under ``{p}/control/``.
@@ -217,6 +218,14 @@ class KeySpace:
         away; design/control-plane.md, "Drain")."""
         return self.drain_prefix() + validate_name(node, "node").encode()
 
+    def cordon_prefix(self) -> bytes:
+        return self._base + b"/cordon/"
+
+    def cordon(self, node: str) -> bytes:
+        """``{p}/cordon/{node}``: an operator cordons the node (it keeps its replicas and takes
+        no new ones; design/control-plane.md, "Cordon")."""
+        return self.cordon_prefix() + validate_name(node, "node").encode()
+
     # -- move reports (agents push completion) ------------------------------------------------
 
     def progress_prefix(self) -> bytes:
@@ -294,7 +303,7 @@ class KeySpace:
             if len(rest) != 1 or not is_name(rest[0]):
                 return None
             return ParsedKey(KeyKind(kind_text), rest[0])
-        if kind_text in (KeyKind.DATANODES, KeyKind.LAYOUT, KeyKind.DRAIN):
+        if kind_text in (KeyKind.DATANODES, KeyKind.LAYOUT, KeyKind.DRAIN, KeyKind.CORDON):
             if len(rest) != 1 or not is_name(rest[0]):
                 return None
             return ParsedKey(KeyKind(kind_text), rest[0])

@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds a read waits for the watch to reach the revision it needs before reading etcd.
 LAG_WAIT = 1.0
-#: The group of the keys every zone's decisions read: nodes, drain marks, leader, pause flag.
+#: The group of the keys every zone's decisions read: nodes, drain and cordon marks, leader,
+#: pause flag.
 GLOBAL = ""
 #: Kinds kept in their zone's group: what ``Metastore.read_zone_snapshot`` reads of a zone.
 ZONE_KINDS = frozenset(
@@ -52,7 +53,9 @@ ZONE_KINDS = frozenset(
         KeyKind.RESHARD,
     }
 )
-GLOBAL_KINDS = frozenset({KeyKind.NODE, KeyKind.LEADER, KeyKind.DRAIN, KeyKind.CONTROL})
+GLOBAL_KINDS = frozenset(
+    {KeyKind.NODE, KeyKind.LEADER, KeyKind.DRAIN, KeyKind.CORDON, KeyKind.CONTROL}
+)
 
 
 class ReadCache(AsyncClosing):

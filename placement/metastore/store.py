@@ -180,8 +180,8 @@ class Metastore:
     async def read_zone_snapshot(self, zone: str) -> tuple[int, dict[bytes, KeyValue]]:
         """Everything the leader decides ``zone`` on, at one revision, in one read transaction:
         its config, layout, data nodes, assignments, primary leases, in-sync sets, reshard
-        reports and replica sizes, the registered nodes and drain marks, the leader keys and the
-        pause flag —
+        reports and replica sizes, the registered nodes, drain and cordon marks, the leader keys
+        and the pause flag —
         ``(revision, key -> KeyValue)``, what :func:`placement.driver.core.build_view` reads."""
         keys = self.keys
         prefixes = (
@@ -193,6 +193,7 @@ class Metastore:
             keys.nodes_prefix(),
             keys.leader_prefix(),
             keys.drain_prefix(),
+            keys.cordon_prefix(),
         )
         singles = (keys.zone(zone), keys.layout(zone), keys.datanodes(zone), keys.paused())
         result = await self.client.txn(
@@ -217,7 +218,7 @@ class Metastore:
 
     async def read_node_snapshot(self, node: str) -> tuple[int, dict[bytes, KeyValue]]:
         """What a node holds, at one revision: every zone config, assignment and primary lease,
-        its node record and its drain mark — ``(revision, key -> KeyValue)`` for
+        its node record and its drain and cordon marks — ``(revision, key -> KeyValue)`` for
         :func:`placement.driver.core.build_view`. Paged reads pinned to the first one's
         revision (a fleet's assignments do not fit one answer)."""
         keys = self.keys
@@ -227,7 +228,7 @@ class Metastore:
         for prefix in (keys.assign_prefix(), keys.primary_prefix()):
             page = await self.client.list_prefix(prefix, revision=revision)
             found.update((kv.key, kv) for kv in page.kvs)
-        for key in (keys.node(node), keys.drain(node)):
+        for key in (keys.node(node), keys.drain(node), keys.cordon(node)):
             one = (await self.client.get(key, revision=revision)).first()
             if one is not None:
                 found[key] = one
@@ -918,23 +919,24 @@ class Metastore:
 
     async def set_paused(self, paused: bool, fence: Fence, ts: int) -> None:
         """Put (``paused``) or delete ``{p}/control/paused``, fenced; raises NotLeader."""
-        key = self.keys.paused()
-        op: Put | Delete = (
-            Put(key, encode_control(ControlMark(fence.epoch, ts))) if paused else Delete(key)
-        )
-        result = await self.client.txn((fence.compare(),), (op,), ())
-        if not result.succeeded:
-            raise _fenced("lost leadership while writing the pause flag; retry")
+        await self._set_mark(self.keys.paused(), paused, fence, ts, "the pause flag")
 
     async def set_drain(self, node: str, drain: bool, fence: Fence, ts: int) -> None:
         """Put (``drain``) or delete ``{p}/drain/{node}``, fenced; raises NotLeader."""
-        key = self.keys.drain(node)
+        await self._set_mark(self.keys.drain(node), drain, fence, ts, "the drain mark")
+
+    async def set_cordon(self, node: str, cordon: bool, fence: Fence, ts: int) -> None:
+        """Put (``cordon``) or delete ``{p}/cordon/{node}``, fenced; raises NotLeader."""
+        await self._set_mark(self.keys.cordon(node), cordon, fence, ts, "the cordon mark")
+
+    async def _set_mark(self, key: bytes, on: bool, fence: Fence, ts: int, what: str) -> None:
+        """An operator's mark: put (``on``, written by epoch at ``ts``) or delete ``key``."""
         op: Put | Delete = (
-            Put(key, encode_control(ControlMark(fence.epoch, ts))) if drain else Delete(key)
+            Put(key, encode_control(ControlMark(fence.epoch, ts))) if on else Delete(key)
         )
         result = await self.client.txn((fence.compare(),), (op,), ())
         if not result.succeeded:
-            raise _fenced("lost leadership while writing the drain mark; retry")
+            raise _fenced(f"lost leadership while writing {what}; retry")
 
     async def read_assignment_page(
         self, zone: str, first: int, last: int

@@ -45,6 +45,7 @@ TABLE: Mapping[str, frozenset[Role]] = {
     _P + "PauseRebalancing": _ADMIN,
     _P + "ResumeRebalancing": _ADMIN,
     _P + "DrainNode": _ADMIN,
+    _P + "CordonNode": _ADMIN,
     _P + "GetNodeStatus": _READS,
     _P + "Plan": _READS,
     _P + "GetZone": _READS,

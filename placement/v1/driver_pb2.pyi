@@ -768,6 +768,29 @@ class DrainNodeRequest(_message.Message):
 Global___DrainNodeRequest: _TypeAlias = DrainNodeRequest  # noqa: Y015
 
 @_typing.final
+class CordonNodeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    CORDON_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    cordon: _builtins.bool
+    """false: uncordon (the node takes new replicas again)."""
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        cordon: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cordon", b"cordon", "node", b"node"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CordonNodeRequest: _TypeAlias = CordonNodeRequest  # noqa: Y015
+
+@_typing.final
 class GetNodeStatusRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -798,6 +821,7 @@ class NodeStatus(_message.Message):
     PRIMARIES_FIELD_NUMBER: _builtins.int
     SAFE_TO_STOP_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
+    CORDONED_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     registered: _builtins.bool
     draining: _builtins.bool
@@ -811,6 +835,8 @@ class NodeStatus(_message.Message):
     safe_to_stop: _builtins.bool
     """Draining and holding nothing: its agent may be stopped without moving anything."""
     revision: _builtins.int
+    cordoned: _builtins.bool
+    """An operator cordons it: it takes no new replicas."""
     def __init__(
         self,
         *,
@@ -822,10 +848,11 @@ class NodeStatus(_message.Message):
         primaries: _builtins.int = ...,
         safe_to_stop: _builtins.bool = ...,
         revision: _builtins.int = ...,
+        cordoned: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining", "node", b"node", "primaries", b"primaries", "registered", b"registered", "replicas", b"replicas", "revision", b"revision", "safe_to_stop", b"safe_to_stop", "stopping", b"stopping"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cordoned", b"cordoned", "draining", b"draining", "node", b"node", "primaries", b"primaries", "registered", b"registered", "replicas", b"replicas", "revision", b"revision", "safe_to_stop", b"safe_to_stop", "stopping", b"stopping"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

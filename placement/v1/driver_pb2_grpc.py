@@ -105,6 +105,11 @@ class PlacementServiceStub:
                 request_serializer=placement_dot_v1_dot_driver__pb2.DrainNodeRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_driver__pb2.NodeStatus.FromString,
                 _registered_method=True)
+        self.CordonNode = channel.unary_unary(
+                '/placement.v1.PlacementService/CordonNode',
+                request_serializer=placement_dot_v1_dot_driver__pb2.CordonNodeRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_driver__pb2.NodeStatus.FromString,
+                _registered_method=True)
         self.GetNodeStatus = channel.unary_unary(
                 '/placement.v1.PlacementService/GetNodeStatus',
                 request_serializer=placement_dot_v1_dot_driver__pb2.GetNodeStatusRequest.SerializeToString,
@@ -210,6 +215,14 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CordonNode(self, request, context):
+        """Cordon (cordon = true) or uncordon a node: it keeps the replicas it holds and takes no
+        new ones (design/control-plane.md, "Cordon").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetNodeStatus(self, request, context):
         """A node's state: registered, draining, stopping, what it still holds, whether it may stop.
         """
@@ -297,6 +310,11 @@ def add_PlacementServiceServicer_to_server(servicer, server):
             'DrainNode': grpc.unary_unary_rpc_method_handler(
                     servicer.DrainNode,
                     request_deserializer=placement_dot_v1_dot_driver__pb2.DrainNodeRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_driver__pb2.NodeStatus.SerializeToString,
+            ),
+            'CordonNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.CordonNode,
+                    request_deserializer=placement_dot_v1_dot_driver__pb2.CordonNodeRequest.FromString,
                     response_serializer=placement_dot_v1_dot_driver__pb2.NodeStatus.SerializeToString,
             ),
             'GetNodeStatus': grpc.unary_unary_rpc_method_handler(
@@ -687,6 +705,33 @@ class PlacementService:
             target,
             '/placement.v1.PlacementService/DrainNode',
             placement_dot_v1_dot_driver__pb2.DrainNodeRequest.SerializeToString,
+            placement_dot_v1_dot_driver__pb2.NodeStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CordonNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/CordonNode',
+            placement_dot_v1_dot_driver__pb2.CordonNodeRequest.SerializeToString,
             placement_dot_v1_dot_driver__pb2.NodeStatus.FromString,
             options,
             channel_credentials,

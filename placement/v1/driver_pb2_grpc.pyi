@@ -54,6 +54,10 @@ class PlacementServiceStub:
     """Drain (drain = true) or undrain a node: its primary leases are handed over at once, then
     its replicas move away, make-before-break (design/control-plane.md, "Drain").
     """
+    CordonNode: _grpc.UnaryUnaryMultiCallable[_driver_pb2.CordonNodeRequest, _driver_pb2.NodeStatus]
+    """Cordon (cordon = true) or uncordon a node: it keeps the replicas it holds and takes no
+    new ones (design/control-plane.md, "Cordon").
+    """
     GetNodeStatus: _grpc.UnaryUnaryMultiCallable[_driver_pb2.GetNodeStatusRequest, _driver_pb2.NodeStatus]
     """A node's state: registered, draining, stopping, what it still holds, whether it may stop."""
     Plan: _grpc.UnaryUnaryMultiCallable[_driver_pb2.PlanRequest, _driver_pb2.PlanReply]
@@ -86,6 +90,10 @@ class PlacementServiceAsyncStub(PlacementServiceStub):
     DrainNode: _aio.UnaryUnaryMultiCallable[_driver_pb2.DrainNodeRequest, _driver_pb2.NodeStatus]  # type: ignore[assignment]
     """Drain (drain = true) or undrain a node: its primary leases are handed over at once, then
     its replicas move away, make-before-break (design/control-plane.md, "Drain").
+    """
+    CordonNode: _aio.UnaryUnaryMultiCallable[_driver_pb2.CordonNodeRequest, _driver_pb2.NodeStatus]  # type: ignore[assignment]
+    """Cordon (cordon = true) or uncordon a node: it keeps the replicas it holds and takes no
+    new ones (design/control-plane.md, "Cordon").
     """
     GetNodeStatus: _aio.UnaryUnaryMultiCallable[_driver_pb2.GetNodeStatusRequest, _driver_pb2.NodeStatus]  # type: ignore[assignment]
     """A node's state: registered, draining, stopping, what it still holds, whether it may stop."""
@@ -200,6 +208,16 @@ class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_driver_pb2.NodeStatus, _abc.Awaitable[_driver_pb2.NodeStatus]]:
         """Drain (drain = true) or undrain a node: its primary leases are handed over at once, then
         its replicas move away, make-before-break (design/control-plane.md, "Drain").
+        """
+
+    @_abc_1.abstractmethod
+    def CordonNode(
+        self,
+        request: _driver_pb2.CordonNodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_driver_pb2.NodeStatus, _abc.Awaitable[_driver_pb2.NodeStatus]]:
+        """Cordon (cordon = true) or uncordon a node: it keeps the replicas it holds and takes no
+        new ones (design/control-plane.md, "Cordon").
         """
 
     @_abc_1.abstractmethod

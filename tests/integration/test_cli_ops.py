@@ -288,6 +288,9 @@ def test_output_formats_on_a_live_cluster(
     assert ok_json(c, "rebalance", "resume", "--json") == {"paused": False}
     undrained = ok_json(c, "node", "undrain", "node-1", "-o", "json")
     assert (undrained["node"], undrained["draining"]) == ("node-1", False)
+    cordoned = ok_json(c, "node", "cordon", "node-1", "-o", "json")
+    assert (cordoned["node"], cordoned["cordoned"]) == ("node-1", True)
+    assert ok_json(c, "node", "uncordon", "node-1", "--json")["cordoned"] is False
 
     # pipeline export: the summary as data; its bar only on a terminal's stderr
     export = [

@@ -7,6 +7,8 @@ session etcd; a routing client writes throughout, retrying within its deadline:
   in etcd comes before the first pending that moves a replica off it), then its replicas, and
   the command ends saying it may be stopped; node-1 holds nothing; not one write failed and
   every acknowledged value reads back; ``undrain`` gives it replicas again;
+* ``placectl node cordon node-2``: it keeps (its share of) what it holds through ``R`` 3 → 2 →
+  3 and takes nothing in a new zone; ``uncordon`` gives it its share there;
 * SIGTERM of an agent that holds primary leases: they move to other in-sync members before its
   node record goes (etcd's order), no write fails, and the agent exits 0.
 """
@@ -76,10 +78,10 @@ def placectl(
     return result
 
 
-async def _ready(cluster: Cluster) -> None:
+async def _ready(cluster: Cluster, zone: str = ZONE) -> None:
     deadline = time.monotonic() + EVENTUALLY
     while True:
-        out = await asyncio.to_thread(placectl, cluster, "zone", "status", ZONE, "--json")
+        out = await asyncio.to_thread(placectl, cluster, "zone", "status", zone, "--json")
         if json.loads(out.stdout)["state"] == "READY":
             return
         assert time.monotonic() < deadline, out.stdout
@@ -191,11 +193,11 @@ async def _leases_of(cluster: Cluster, node: str) -> dict[int, int]:
     return held
 
 
-async def _stables(cluster: Cluster) -> dict[int, tuple[str, ...]]:
+async def _stables(cluster: Cluster, zone: str = ZONE) -> dict[int, tuple[str, ...]]:
     """Partition -> its stable replica set, as etcd holds it now."""
     keys = KeySpace(cluster.prefix)
     async with EtcdClient([cluster.etcd_endpoint], credentials=cluster.etcd_credentials()) as c:
-        found = await c.list_prefix(keys.zone_assign_prefix(ZONE))
+        found = await c.list_prefix(keys.zone_assign_prefix(zone))
     stables = {}
     for kv in found.kvs:
         parsed = keys.parse(kv.key)
@@ -369,6 +371,55 @@ def test_a_dry_run_of_bad_input_is_one_line_naming_it(cluster: Cluster) -> None:
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert field in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr
+
+
+def test_a_cordoned_node_keeps_what_it_holds_and_takes_no_new_replica(cluster: Cluster) -> None:
+    """Cordon node-2: ``R`` 3 → 2 → 3 leaves it a subset of what it held (its share of it,
+    the dry run saying so first), a new zone gives it nothing, and ``uncordon`` gives it its
+    share of the new zone again — the cordon in etcd, read by the leader's passes."""
+    asyncio.run(_ready(cluster))
+    victim, side = "node-2", "side"
+
+    def mine(stables: dict[int, tuple[str, ...]]) -> set[int]:
+        return {p for p, peers in stables.items() if victim in peers}
+
+    held = mine(asyncio.run(_stables(cluster)))
+    assert held, "node-2 holds nothing: nothing to show"
+    status = json.loads(placectl(cluster, "node", "cordon", victim, "-o", "json").stdout)
+    assert status["cordoned"], status
+    assert not status["draining"], status
+    assert "cordoned" in placectl(cluster, "node", "status", victim).stdout
+    for replicas in (2, 3):
+        before = asyncio.run(_stables(cluster))
+        out = placectl(
+            cluster, "zone", "alter", ZONE, "--replicas", str(replicas), "--dry-run", "--json"
+        )
+        (planned,) = json.loads(out.stdout)["zones"]
+        gains = [m for m in planned["moves"] if victim in m["after"] and victim not in m["before"]]
+        assert not gains, gains
+        placectl(cluster, "zone", "alter", ZONE, "--replicas", str(replicas))
+        asyncio.run(_ready(cluster))
+        final = asyncio.run(_stables(cluster))
+        assert final == _planned(before, planned), replicas
+        assert mine(final) <= mine(before), (replicas, mine(before), mine(final))
+        if replicas == 2:
+            assert len(mine(final)) == PARTITIONS * 2 // 4  # its share, all from what it held
+    assert mine(asyncio.run(_stables(cluster))) <= held
+    placectl(cluster, "zone", "create", side, "--partitions", "6", "--replicas", "2")
+    try:
+        asyncio.run(_ready(cluster, side))
+        assert mine(asyncio.run(_stables(cluster, side))) == set()
+        status = json.loads(placectl(cluster, "node", "uncordon", victim, "-o", "json").stdout)
+        assert not status["cordoned"], status
+        deadline = time.monotonic() + EVENTUALLY
+        while len(mine(asyncio.run(_stables(cluster, side)))) != 6 * 2 // 4:
+            assert time.monotonic() < deadline, asyncio.run(_stables(cluster, side))
+            time.sleep(0.3)
+        asyncio.run(_ready(cluster, side))
+    finally:
+        placectl(cluster, "node", "uncordon", victim)
+        placectl(cluster, "zone", "drop", side)
+    asyncio.run(_ready(cluster))
 
 
 def test_a_sigterm_hands_the_agent_s_leases_over_before_it_leaves(cluster: Cluster) -> None:

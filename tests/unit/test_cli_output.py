@@ -128,6 +128,11 @@ class CannedDriver(driver_pb2_grpc.PlacementServiceServicer):
         status.safe_to_stop = request.drain
         return status
 
+    def CordonNode(self, request: Any, context: Any) -> driver_pb2.NodeStatus:
+        status = _node_status(request.node)
+        status.cordoned = request.cordon
+        return status
+
     def GetAssignments(self, request: Any, context: Any) -> driver_pb2.GetAssignmentsResponse:
         return driver_pb2.GetAssignmentsResponse(
             revision=99,
@@ -203,6 +208,8 @@ WRITES = [
     ("rebalance", "resume"),
     ("node", "drain", "node-1"),
     ("node", "undrain", "node-1"),
+    ("node", "cordon", "node-1"),
+    ("node", "uncordon", "node-1"),
 ]
 
 
@@ -321,7 +328,7 @@ def test_every_command_that_prints_an_answer_takes_o() -> None:
             continue
         assert {"-o", "--output", "--json"} <= options, path
         with_o.append(" ".join(path))
-    assert len(with_o) == 23, with_o  # a new command is in one list or the other
+    assert len(with_o) == 25, with_o  # a new command is in one list or the other
 
 
 # -- the pieces ----------------------------------------------------------------------------------
