@@ -911,8 +911,8 @@ class PlanMemo:
     whose plan writes nothing is not decided again while its view, the registered nodes, the
     drain and cordon marks, the pause flag and the silent nodes are the same objects and its
     next due time has not come — :func:`plan_zone` would decide exactly the same (it depends
-    on time only through what its due times cover). A plan that writes is always decided again: its writes
-    carry times."""
+    on time only through what its due times cover). A plan that writes is always decided
+    again: its writes carry times."""
 
     def __init__(self) -> None:
         self._plans: dict[
