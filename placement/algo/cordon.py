@@ -34,9 +34,7 @@ from placement.algo.targets import demand_targets
 I64 = NDArray[np.int64]
 
 
-def solve_cordoned(
-    pb: CoreProblem, weights: Sequence[float], cordoned: NDArray[np.bool_]
-) -> Pairs:
+def solve_cordoned(pb: CoreProblem, weights: Sequence[float], cordoned: NDArray[np.bool_]) -> Pairs:
     """The pairs of ``pb`` (whose targets are every node's share as if none were cordoned)
     with the nodes marked in ``cordoned`` taking no new row, by the rules above."""
     pin_row, pin_node = _pins(pb, cordoned)

@@ -144,9 +144,7 @@ class ViewBuilder:
             nodes, paused = view.nodes, view.paused
             draining, cordoned = view.draining, view.cordoned
         zones = self._zone_views()
-        self._view = ClusterView(
-            revision, zones, nodes, paused, self._reports, draining, cordoned
-        )
+        self._view = ClusterView(revision, zones, nodes, paused, self._reports, draining, cordoned)
         return self._view
 
     def _zone_views(self) -> Mapping[str, ZoneView]:

@@ -158,9 +158,7 @@ def test_a_cordoned_node_keeps_its_replicas_and_a_grown_zone_avoids_it() -> None
     assert sum(others.values()) == 40 * 3 - len(held)
 
 
-def test_a_joining_node_takes_the_share_a_cordoned_node_sheds_and_nothing_new_lands_on_it() -> (
-    None
-):
+def test_a_joining_node_takes_the_share_a_cordoned_node_sheds_and_nothing_new_lands_on_it() -> None:
     nodes = [Node(f"n{i}") for i in range(3)]
     before = place(ZoneSpec("z", 30, 2), nodes)
     current = {p: list(peers) for p, peers in enumerate(before.assignments)}
