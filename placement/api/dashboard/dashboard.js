@@ -91,6 +91,7 @@ function drawHeatmap(doc) {
     const tags = [];
     if (!n.registered) tags.push(el("span", { class: "tag bad" }, "not registered"));
     if (n.draining) tags.push(el("span", { class: "tag warn" }, "draining"));
+    if (n.cordoned) tags.push(el("span", { class: "tag warn" }, "cordoned"));
     if (n.stopping) tags.push(el("span", { class: "tag warn" }, "stopping"));
     const attrs = Object.entries(n.attributes).map(([k, v]) => `${k}=${v}`).join(" ");
     const cells = zones.map((z) => {

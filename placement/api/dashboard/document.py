@@ -96,6 +96,8 @@ class NodeRow:
     primaries: int
     #: zone -> ``{"replicas": n, "primaries": n}`` (the heat map's row).
     zones: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: An operator cordons it: it takes no new replicas.
+    cordoned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +250,7 @@ def _node_rows(view: ClusterView, now: int) -> tuple[NodeRow, ...]:
                 sum(c["replicas"] for c in per_zone.values()),
                 sum(c["primaries"] for c in per_zone.values()),
                 per_zone,
+                name in view.cordoned,
             )
         )
     return tuple(rows)
