@@ -17,6 +17,7 @@ from placement.driver.core import (
     aggregate,
     build_view,
     plan_pass,
+    view_zone_status,
 )
 from placement.driver.leases import LeaseConfig, plan_primaries
 from placement.metastore.codec import (
@@ -548,13 +549,38 @@ def test_a_placement_failure_in_one_zone_is_its_status_and_the_others_are_placed
     store.put(KEYS.datanodes("bad"), encode_datanodes(DataNodes(NODES, NODES, None, None)))
     real = core.place
 
-    def buggy(spec: ZoneSpec, nodes: object, current: object = None) -> object:
+    def buggy(
+        spec: ZoneSpec, nodes: object, current: object = None, cordoned: object = frozenset()
+    ) -> object:
         if spec.name == "bad":
             raise AssertionError("placement core: no augmenting path although holes remain")
-        return real(spec, nodes, current)  # type: ignore[arg-type]
+        return real(spec, nodes, current, cordoned)  # type: ignore[arg-type]
 
     monkeypatch.setattr(core, "place", buggy)
     plan = plan_pass(store.view(), now_ms=0)
     assert [c.zone for c in plan.creates] == ["good"]
     assert plan.skipped["bad"].startswith("placement failed (AssertionError: placement core:")
     assert "good" not in plan.skipped
+
+
+def test_a_cordoned_node_gets_nothing_of_a_new_zone_and_the_zone_reads_ready() -> None:
+    """The cordon mark reaches placement through the view (``ClusterView.cordoned``): a zone
+    created while n2 is cordoned is placed on the three others; once its stables are written it
+    is READY although the data node n2 holds nothing (``triggered`` counts it as done)."""
+    store = cluster(ZoneSpec("z", 6, 3))
+    store.put(KEYS.cordon("n2"), encode_control(ControlMark(1, 0)))
+    view = store.view()
+    assert view.cordoned == frozenset({"n2"})
+    (create,) = plan_pass(view, now_ms=0).creates
+    assert len(create.stables) == 6
+    assert all("n2" not in peers for peers in create.stables.values())
+    for p, peers in create.stables.items():
+        store.put(
+            KEYS.assign("z", p, AssignField.STABLE),
+            encode_assignment(Assignment(tuple(peers), 1, 0, 2)),
+        )
+        store.put(KEYS.assign("z", p, AssignField.TRIGGER), encode_trigger(TriggerMark(2, 1, 0)))
+    status = view_zone_status(store.view(), "z", 0)
+    assert status is not None
+    assert status.state.value == "READY", status
+    assert not plan_pass(store.view(), now_ms=0).triggers

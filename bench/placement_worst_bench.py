@@ -1,0 +1,253 @@
+"""Placement's worst case: adversarial current assignments on P = 65,536, N = 1,000.
+
+Run from the repository root::
+
+    .venv/bin/python bench/placement_worst_bench.py [--quick]
+
+Every construction below is a current assignment built to defeat one of place()'s shortcuts
+(design/placement.md, "How it stays fast"): the greedy keep, the bulk fill, the swap repair
+and — behind them — the SPFA fallback, O(P·N) per augmenting path. Each is run with and without
+failure domains (20 racks of 50 nodes; and 2 racks, fewer than R', where every partition spans
+both), with equal and with mixed weights, and while R changes at the same time. The time is
+one call of ``place()`` (the best and the worst of ``REPEATS``, after ``gc.collect()``); every
+result is checked (R' distinct eligible members per partition, the domain spread). Then a
+random search at P = 4,096, N = 64 mixes the constructions' ingredients and keeps the slowest
+per pair, which is re-run at full size. Writes bench/results/placement_worst.md.
+
+Goal (the placement issue): the worst time constructed ≤ 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import platform
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from placement.algo.place import place
+from placement.core.model import Node, ZoneSpec
+
+RESULTS = Path(__file__).resolve().parent / "results" / "placement_worst.md"
+REPEATS = 3
+GOAL_S = 2.0
+
+Current = dict[int, list[str]]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    #: How the current assignment is built: (rng, partitions, node names, R before) -> current.
+    build: Callable[[random.Random, int, list[str], int], Current]
+    before: int  # R of the current assignment
+    after: int  # R asked for
+    departed: float  # share of the nodes gone (every other one, then more)
+
+
+def shuffled(rng: random.Random, p: int, names: list[str], r: int) -> Current:
+    """Every pair shuffled: each partition on r uniformly random nodes."""
+    return {q: rng.sample(names, r) for q in range(p)}
+
+
+def crowded(rng: random.Random, p: int, names: list[str], r: int) -> Current:
+    """Everything on 5 % of the nodes: the keep must shed almost every pair."""
+    few = names[: max(r, len(names) // 20)]
+    return {q: rng.sample(few, r) for q in range(p)}
+
+
+def mirrored(rng: random.Random, p: int, names: list[str], r: int) -> Current:
+    """Whole blocks of partitions on the same r nodes: every shed row meets the same nodes."""
+    blocks = [rng.sample(names, r) for _ in range(max(1, len(names) // (4 * r)))]
+    return {q: list(blocks[q % len(blocks)]) for q in range(p)}
+
+
+def striped(rng: random.Random, p: int, names: list[str], r: int) -> Current:
+    """Consecutive nodes per partition, in node order: the bulk fill's runs of one node's
+    slots meet rows that already hold its neighbours."""
+    n = len(names)
+    return {q: [names[(q + k) % n] for k in range(r)] for q in range(p)}
+
+
+def ragged(rng: random.Random, p: int, names: list[str], r: int) -> Current:
+    """Rows of 0..2r members with duplicates and unknown names, and gaps in the keys."""
+    current: Current = {}
+    for q in range(p):
+        if rng.random() < 0.1:
+            continue
+        size = rng.randrange(0, 2 * r + 1)
+        row = [rng.choice(names) for _ in range(size)]
+        if row and rng.random() < 0.2:
+            row.append(row[0])
+        if rng.random() < 0.05:
+            row.append("departed-long-ago")
+        current[q] = row
+    return current
+
+
+BUILDERS = {f.__name__: f for f in (shuffled, crowded, mirrored, striped, ragged)}
+
+
+def make_nodes(n: int, domains: int | None, weighted: bool, rng: random.Random) -> list[Node]:
+    weights = [0.5, 1.0, 1.0, 2.0, 4.0]
+    return [
+        Node(
+            f"n{i:04d}",
+            {"rack": f"r{i % domains:02d}"} if domains else {},
+            rng.choice(weights) if weighted else 1.0,
+        )
+        for i in range(n)
+    ]
+
+
+def check(zone: ZoneSpec, eligible: list[Node], assignments: tuple[tuple[str, ...], ...]) -> None:
+    names = {n.name for n in eligible}
+    width = min(zone.replicas, len(eligible))
+    rack = {n.name: n.attributes.get("rack", n.name) for n in eligible}
+    spread = min(width, len(set(rack.values())))
+    for peers in assignments:
+        if len(peers) != width or len(set(peers)) != width or not set(peers) <= names:
+            raise SystemExit(f"invalid partition {peers} for {zone}")
+        if zone.failure_domain and len({rack[x] for x in peers}) != spread:
+            raise SystemExit(f"partition {peers} spans too few domains")
+
+
+def live_nodes(nodes: list[Node], departed: float, rng: random.Random) -> list[Node]:
+    if departed <= 0:
+        return nodes
+    gone = set(rng.sample(range(len(nodes)), int(len(nodes) * departed)))
+    return [n for i, n in enumerate(nodes) if i not in gone]
+
+
+def timed(zone: ZoneSpec, nodes: list[Node], current: Current) -> tuple[float, float]:
+    times = []
+    for _ in range(REPEATS):
+        gc.collect()
+        start = time.perf_counter()
+        result = place(zone, nodes, current)
+        times.append(time.perf_counter() - start)
+    check(zone, nodes, result.assignments)
+    return min(times), max(times)
+
+
+def cases() -> list[Case]:
+    out = []
+    for name in BUILDERS:
+        out.append(Case(name, BUILDERS[name], 3, 3, 0.0))
+        out.append(Case(name, BUILDERS[name], 3, 4, 0.5))
+        out.append(Case(name, BUILDERS[name], 5, 2, 0.5))
+    return out
+
+
+LAYOUTS = (("flat", None, False), ("flat, weighted", None, True), ("20 racks", 20, False),
+           ("20 racks, weighted", 20, True), ("2 racks", 2, False))  # fmt: skip
+
+
+def search(rng: random.Random, rounds: int) -> list[tuple[float, str, dict[str, object]]]:
+    """Random mixes at P = 4,096, N = 64; the slowest per replica first."""
+    found = []
+    for _ in range(rounds):
+        spec: dict[str, object] = {
+            "builder": rng.choice(list(BUILDERS)),
+            "before": rng.randint(1, 6),
+            "after": rng.randint(1, 6),
+            "departed": rng.choice([0.0, 0.25, 0.5, 0.75]),
+            "layout": rng.randrange(len(LAYOUTS)),
+        }
+        t = _run_spec(rng, spec, 4096, 64)[0]
+        found.append((t / (4096 * int(spec["after"])), f"{spec}", spec))  # type: ignore[call-overload]
+    found.sort(key=lambda x: -x[0])
+    return found
+
+
+def _run_spec(rng: random.Random, spec: dict[str, object], p: int, n: int) -> tuple[float, float]:
+    label, domains, weighted = LAYOUTS[int(spec["layout"])]  # type: ignore[call-overload]
+    nodes = make_nodes(n, domains, weighted, rng)
+    build = BUILDERS[str(spec["builder"])]
+    current = build(rng, p, [x.name for x in nodes], int(spec["before"]))  # type: ignore[call-overload]
+    live = live_nodes(nodes, float(spec["departed"]), rng)  # type: ignore[arg-type]
+    zone = ZoneSpec("z", p, int(spec["after"]), failure_domain="rack" if domains else None)  # type: ignore[call-overload]
+    return timed(zone, live, current)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="P = 8,192, N = 200, no search")
+    args = parser.parse_args()
+    p, n = (8192, 200) if args.quick else (65536, 1000)
+    rng = random.Random(1)
+    started = time.time()
+    load = [subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()]
+    rows = []
+    worst = (0.0, "")
+    for case in cases():
+        for label, domains, weighted in LAYOUTS:
+            nodes = make_nodes(n, domains, weighted, rng)
+            current = case.build(rng, p, [x.name for x in nodes], case.before)
+            live = live_nodes(nodes, case.departed, rng)
+            zone = ZoneSpec("z", p, case.after, failure_domain="rack" if domains else None)
+            best, slowest = timed(zone, live, current)
+            what = (
+                f"{case.name}, R {case.before} → {case.after},"
+                f" {int(case.departed * 100)} % departed, {label}"
+            )
+            rows.append((what, best, slowest))
+            worst = max(worst, (slowest, what))
+            print(f"{what}: {best:.3f} / {slowest:.3f} s", flush=True)
+    load.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    searched: list[tuple[str, float, float]] = []
+    if not args.quick:
+        for _, label, spec in search(rng, 300)[:5]:
+            best, slowest = _run_spec(rng, spec, p, n)
+            searched.append((label, best, slowest))
+            worst = max(worst, (slowest, f"search: {label}"))
+            print(f"search {label}: {best:.3f} / {slowest:.3f} s", flush=True)
+    load.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    if args.quick:
+        print(f"worst {worst[0]:.3f} s: {worst[1]}")
+        return 0
+    lines = [
+        "# Placement's worst case",
+        "",
+        "Produced by `.venv/bin/python bench/placement_worst_bench.py` (do not edit by hand).",
+        f"P = {p:,}, N = {n:,} (before departures); one `place()` call per run, best and worst"
+        f" of {REPEATS} after `gc.collect()`; every result checked (R' distinct eligible members,"
+        " the domain spread). Constructions: see the module docstring.",
+        "",
+        f"**Worst time constructed: {worst[0]:.2f} s** ({worst[1]}); goal ≤ {GOAL_S:g} s:"
+        f" {'met' if worst[0] <= GOAL_S else 'NOT met'}.",
+        "",
+        "| current assignment | best s | worst s |",
+        "|---|---:|---:|",
+        *(f"| {w} | {b:.3f} | {s:.3f} |" for w, b, s in rows),
+        "",
+        "Random search (300 mixes at P = 4,096, N = 64, ranked by time per replica; the five"
+        " slowest re-run at full size):",
+        "",
+        "| mix | best s | worst s |",
+        "|---|---:|---:|",
+        *(f"| `{w}` | {b:.3f} | {s:.3f} |" for w, b, s in searched),
+        "",
+        "## Run",
+        "",
+        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC;"
+        f" wall time {time.time() - started:.0f} s",
+        f"- machine: {platform.processor() or platform.machine()}, Python"
+        f" {platform.python_version()}, {sys.platform}",
+        "- load (`uptime`) at start / after the constructions / end:",
+        *(f"  - `{line}`" for line in load),
+        "",
+    ]
+    RESULTS.write_text("\n".join(lines))
+    print(f"worst {worst[0]:.3f} s: {worst[1]}; wrote {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
