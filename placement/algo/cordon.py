@@ -16,8 +16,10 @@ core. Rules (design/placement.md, "Cordoned nodes"):
    assignments with those loads (the core's guarantee, on the reduced problem).
 3. A cordoned node takes a new pair only when nothing else can: a row needs more members than
    the non-cordoned nodes number (e.g. ``R`` of ``N`` nodes with one cordoned, or a failure
-   domain every partition must span whose nodes are all cordoned). It then takes first a row
-   it held beyond its share, then the cordoned node with the fewest pairs.
+   domain every partition must span whose nodes are all cordoned). Those rows are decided
+   first: the cordoned nodes holding the row (in hash order), then the cordoned nodes with the
+   fewest such pairs; they count against the node's share in rule 1. Holders first makes the
+   output, fed back, a fixed point.
 """
 
 from __future__ import annotations
@@ -37,15 +39,14 @@ I64 = NDArray[np.int64]
 def solve_cordoned(pb: CoreProblem, weights: Sequence[float], cordoned: NDArray[np.bool_]) -> Pairs:
     """The pairs of ``pb`` (whose targets are every node's share as if none were cordoned)
     with the nodes marked in ``cordoned`` taking no new row, by the rules above."""
-    pin_row, pin_node = _pins(pb, cordoned)
-    pinned = np.bincount(pin_row, minlength=pb.n_rows)
-    rest = pb.demand - pinned
     others = np.flatnonzero(~cordoned)
-    forced_row, forced_node = _forced(pb, cordoned, pin_row, pin_node, rest, len(others))
-    rest -= np.bincount(forced_row, minlength=pb.n_rows)
+    forced_row, forced_node = _forced(pb, cordoned, len(others))
+    pin_row, pin_node = _pins(pb, cordoned, forced_row, forced_node)
+    rest = pb.demand - np.bincount(forced_row, minlength=pb.n_rows)
+    rest -= np.bincount(pin_row, minlength=pb.n_rows)
     rows = np.flatnonzero(rest > 0)
     if not len(rows):
-        return np.concatenate([pin_row, forced_row]), np.concatenate([pin_node, forced_node])
+        return np.concatenate([forced_row, pin_row]), np.concatenate([forced_node, pin_node])
     row_at = np.full(pb.n_rows, -1, dtype=np.int64)
     row_at[rows] = np.arange(len(rows))
     node_at = np.full(pb.n_nodes, -1, dtype=np.int64)
@@ -66,56 +67,39 @@ def solve_cordoned(pb: CoreProblem, weights: Sequence[float], cordoned: NDArray[
         )
     )
     return (
-        np.concatenate([pin_row, forced_row, rows[sub_row]]),
-        np.concatenate([pin_node, forced_node, others[sub_node]]),
+        np.concatenate([forced_row, pin_row, rows[sub_row]]),
+        np.concatenate([forced_node, pin_node, others[sub_node]]),
     )
 
 
-def _pins(pb: CoreProblem, cordoned: NDArray[np.bool_]) -> Pairs:
-    """Rule 1: the current pairs the cordoned nodes keep, node by node in key order."""
-    upper = pb.targets.floor + pb.targets.eligible
-    pinned = np.zeros(pb.n_rows, dtype=np.int64)
-    out_rows: list[I64] = []
-    out_nodes: list[I64] = []
-    chosen = np.flatnonzero(cordoned)
-    for c in chosen[np.argsort(pb.node_key[chosen], kind="stable")].tolist():
-        held = np.flatnonzero(pb.cur_node == c)
-        rows = pb.cur_row[held]
-        tie = mix64(pb.row_key[rows] ^ pb.node_key[c])
-        rows = rows[np.lexsort((tie, ~pb.cur_first[held]))]
-        rows = rows[pinned[rows] < pb.demand[rows]][: int(upper[c])]
-        pinned[rows] += 1
-        out_rows.append(rows)
-        out_nodes.append(np.full(len(rows), c, dtype=np.int64))
-    empty = np.zeros(0, dtype=np.int64)
-    return np.concatenate([empty, *out_rows]), np.concatenate([empty, *out_nodes])
+def _tie(pb: CoreProblem, rows: I64, node: int) -> NDArray[np.uint64]:
+    return mix64(pb.row_key[rows] ^ pb.node_key[node])
 
 
-def _forced(
-    pb: CoreProblem,
-    cordoned: NDArray[np.bool_],
-    pin_row: I64,
-    pin_node: I64,
-    rest: I64,
-    others: int,
-) -> Pairs:
-    """Rule 3: cordoned members for the rows that need more than the ``others`` nodes."""
-    short = np.flatnonzero(rest > others).tolist()
+def _forced(pb: CoreProblem, cordoned: NDArray[np.bool_], others: int) -> Pairs:
+    """Rule 3, decided first: the cordoned members of the rows that need more than the
+    ``others`` nodes — holders of the row first (in hash order), then the cordoned nodes with
+    the fewest forced pairs. Holders first makes a forced pair stay where it is next time."""
+    short = np.flatnonzero(pb.demand > others).tolist()
     if not short:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    load = np.bincount(pin_node, minlength=pb.n_nodes)
-    key = pb.node_key.tolist()
     candidates = np.flatnonzero(cordoned).tolist()
+    load = dict.fromkeys(candidates, 0)
+    key = pb.node_key.tolist()
+    row_key = pb.row_key.tolist()
     out_rows: list[int] = []
     out_nodes: list[int] = []
     for r in short:
-        members = set(pin_node[pin_row == r].tolist())
         held = set(pb.cur_node[pb.cur_row == r].tolist())
         order = sorted(
-            (c for c in candidates if c not in members),
-            key=lambda c: (c not in held, int(load[c]), key[c]),
+            candidates,
+            key=lambda c: (
+                (0, int(mix64(np.asarray([row_key[r] ^ key[c]], dtype=np.uint64))[0]))
+                if c in held
+                else (1, load[c], key[c])
+            ),
         )
-        need = int(rest[r]) - others
+        need = int(pb.demand[r]) - others
         if need > len(order):
             raise AssertionError("placement: a partition demands more members than nodes")
         for c in order[:need]:
@@ -123,3 +107,28 @@ def _forced(
             out_nodes.append(c)
             load[c] += 1
     return np.asarray(out_rows, dtype=np.int64), np.asarray(out_nodes, dtype=np.int64)
+
+
+def _pins(pb: CoreProblem, cordoned: NDArray[np.bool_], forced_row: I64, forced_node: I64) -> Pairs:
+    """Rule 1: the current pairs the cordoned nodes keep besides the forced ones, node by node
+    in key order, each up to its upper share (its forced pairs counted)."""
+    upper = pb.targets.floor + pb.targets.eligible
+    upper -= np.bincount(forced_node, minlength=pb.n_nodes)
+    pinned = np.bincount(forced_row, minlength=pb.n_rows)
+    out_rows: list[I64] = []
+    out_nodes: list[I64] = []
+    chosen = np.flatnonzero(cordoned)
+    for c in chosen[np.argsort(pb.node_key[chosen], kind="stable")].tolist():
+        if upper[c] <= 0:
+            continue
+        held = np.flatnonzero(pb.cur_node == c)
+        rows = pb.cur_row[held]
+        rows = rows[np.lexsort((_tie(pb, rows, c), ~pb.cur_first[held]))]
+        if len(forced_row):
+            rows = rows[~np.isin(rows, forced_row[forced_node == c])]
+        rows = rows[pinned[rows] < pb.demand[rows]][: int(upper[c])]
+        pinned[rows] += 1
+        out_rows.append(rows)
+        out_nodes.append(np.full(len(rows), c, dtype=np.int64))
+    empty = np.zeros(0, dtype=np.int64)
+    return np.concatenate([empty, *out_rows]), np.concatenate([empty, *out_nodes])

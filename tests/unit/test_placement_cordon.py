@@ -104,7 +104,7 @@ def check_cordon(
     if zone.failure_domain is None and closed:
         # Each cordoned node keeps its current pairs up to ⌊share⌋ (unless rows it holds are
         # over-full, which only happens when R shrank or a row lists a node twice) and never
-        # exceeds ⌈share⌉ with its own pairs.
+        # exceeds ⌈share⌉ — while enough nodes are open.
         weights = [n.weight for n in eligible]
         hi = [zone.partitions] * len(names)
         share = dict(zip(names, shares(weights, zone.partitions * w, hi), strict=True))
@@ -114,6 +114,8 @@ def check_cordon(
             )
             mine = sum(1 for p, x in held if x == c)
             rows_full = all(len(set(current.get(p, []))) <= w for p, x in held if x == c)
+            if open_domains(zone, nodes, cordoned) < w:
+                continue  # rule 3 decides first: it may keep more, or other rows than it held
             if rows_full:
                 assert kept >= min(mine, share[c].numerator // share[c].denominator), c
             assert kept <= -(-share[c].numerator // share[c].denominator), c
