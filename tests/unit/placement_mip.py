@@ -48,9 +48,9 @@ def valid_pairs(
 ) -> tuple[set[tuple[int, str]], dict[int, str]]:
     """The current pairs placement keeps track of, and each partition's current primary."""
     names = set(eligible)
-    pairs = {
-        (p, n) for p, peers in current.items() if 0 <= p < zone.partitions for n in peers
-    } & {(p, n) for p in range(zone.partitions) for n in names}
+    pairs = {(p, n) for p, peers in current.items() if 0 <= p < zone.partitions for n in peers} & {
+        (p, n) for p in range(zone.partitions) for n in names
+    }
     primary = {
         p: peers[0]
         for p, peers in current.items()

@@ -1,0 +1,87 @@
+"""Placement against an exact oracle (tests/unit/placement_mip.py: its targets as a MIP, HiGHS).
+
+Without failure domains the function's kept pairs must equal the optimum on random small zones
+— P ≤ 12, N ≤ 8, R ≤ 4, weights, selectors, arbitrary current assignments with departed nodes,
+duplicates, over-long rows and stray partitions (design/placement.md, "Why the number of moves
+is the minimum"). The recorded 10,000-instance run, with failure domains and primary changes,
+is bench/placement_oracle_bench.py (bench/results/placement_oracle.md).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from placement_mip import kept_and_changes, optimum
+
+from placement.algo.place import place
+from placement.core.model import Node, ZoneSpec
+
+Case = tuple[ZoneSpec, list[Node], dict[int, list[str]]]
+
+
+def random_case(rng: random.Random, domains: bool) -> Case:
+    """One small zone: the oracle bench's generator too."""
+    count = rng.randint(1, 8)
+    nodes = []
+    for i in range(count):
+        attributes = {}
+        if domains and rng.random() < 0.9:
+            attributes["rack"] = rng.choice("abcd")
+        if rng.random() < 0.15:
+            attributes["tier"] = "hdd"
+        weight = rng.choice([0.5, 1.0, 2.0, 3.0]) if rng.random() < 0.4 else 1.0
+        nodes.append(Node(f"n{i}", attributes, weight))
+    selector = (
+        {"tier": "hdd"}
+        if any(n.attributes.get("tier") for n in nodes) and rng.random() < 0.2
+        else {}
+    )
+    zone = ZoneSpec(
+        "z",
+        rng.randint(1, 12),
+        rng.randint(1, 4),
+        node_selector=selector,
+        failure_domain="rack" if domains else None,
+    )
+    pool = [n.name for n in nodes] + ["gone", "gone2"]
+    current = {
+        p: [rng.choice(pool) for _ in range(rng.randint(0, 5))]
+        for p in range(zone.partitions + 2)
+        if rng.random() < 0.8
+    }
+    return zone, nodes, current
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_kept_pairs_equal_the_exact_optimum_without_failure_domains(seed: int) -> None:
+    rng = random.Random(seed)
+    checked = 0
+    for _ in range(50):
+        zone, nodes, current = random_case(rng, domains=False)
+        if not any(n.matches(zone.node_selector) for n in nodes):
+            continue
+        best = optimum(zone, nodes, current)
+        assert best is not None
+        result = place(zone, nodes, current)
+        got = kept_and_changes(zone, nodes, current, result.assignments)
+        assert got.kept == best.kept, (zone, nodes, current, got, best)
+        assert got.primary_changes >= best.primary_changes  # the oracle's is the minimum
+        checked += 1
+    assert checked >= 40
+
+
+def test_the_oracle_sees_a_move_that_was_not_needed() -> None:
+    """The oracle itself: one node joins a balanced zone; keeping everything but the joiner's
+    share is optimal, and an assignment that moves one more pair keeps one fewer."""
+    nodes = [Node("a"), Node("b"), Node("c")]
+    zone = ZoneSpec("z", 6, 1)
+    current = {p: ["ab"[p % 2]] for p in range(6)}
+    best = optimum(zone, nodes, current)
+    assert best is not None
+    assert best.kept == 4
+    assert best.primary_changes == 2
+    needless = [("a",), ("b",), ("a",), ("b",), ("c",), ("c",)]
+    assert kept_and_changes(zone, nodes, current, needless).kept == 4
+    worse = [("a",), ("b",), ("c",), ("b",), ("c",), ("a",)]
+    assert kept_and_changes(zone, nodes, current, worse).kept == 3
