@@ -470,36 +470,22 @@ def _solve_flat(ctx: _Context) -> I64:
     members matrix."""
     _, targets = weighted_targets(ctx.weights, ctx.total, hi=[ctx.partitions] * len(ctx.names))
     given = ctx.given
-    if ctx.cordoned is not None:
-        pairs = solve_cordoned(
-            CoreProblem(
-                demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
-                targets=targets,
-                cur_row=ctx.cur_row,
-                cur_node=ctx.cur_node,
-                cur_first=ctx.cur_first,
-                row_key=ctx.row_key,
-                node_key=ctx.node_key,
-            ),
-            ctx.weights,
-            ctx.cordoned,
-        )
-        return members_matrix(pairs, ctx.partitions, ctx.width, len(ctx.names))
     dense = given is not None and given.matrix.shape[1] == ctx.width
-    return solve_rows(
-        CoreProblem(
-            demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
-            targets=targets,
-            cur_row=ctx.cur_row,
-            cur_node=ctx.cur_node,
-            cur_first=ctx.cur_first,
-            row_key=ctx.row_key,
-            node_key=ctx.node_key,
-            row_count=given.row_count if given is not None else None,
-            slots=given.slots if dense and given is not None else None,
-        ),
-        ctx.width,
+    pb = CoreProblem(
+        demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
+        targets=targets,
+        cur_row=ctx.cur_row,
+        cur_node=ctx.cur_node,
+        cur_first=ctx.cur_first,
+        row_key=ctx.row_key,
+        node_key=ctx.node_key,
+        row_count=given.row_count if given is not None else None,
+        slots=given.slots if dense and given is not None else None,
     )
+    if ctx.cordoned is not None:
+        pairs = solve_cordoned(pb, ctx.weights, ctx.cordoned)
+        return members_matrix(pairs, ctx.partitions, ctx.width, len(ctx.names))
+    return solve_rows(pb, ctx.width)
 
 
 # --- failure domains -----------------------------------------------------------------------------

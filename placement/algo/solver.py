@@ -677,19 +677,27 @@ def _maximize_keep(st: _State) -> None:
     the loop repeats while a pass made progress only as a safety net.
     """
     sources = [r for r in range(st.n_rows) if st.hole(r) > 0 and st.cur[r] - st.members[r]]
+    dead: set[int] = set()
     progress = True
     while progress and sources:
         progress = False
         for r in sources:
-            while st.hole(r) > 0 and _augment_keep(st, r):
+            while st.hole(r) > 0 and r not in dead and _augment_keep(st, r, dead):
                 progress = True
         sources = [r for r in sources if st.hole(r) > 0]
 
 
-def _augment_keep(st: _State, source: int) -> bool:
-    """One BFS augmenting path from ``source`` over current pairs only; True when applied."""
+def _augment_keep(st: _State, source: int, dead: set[int] | None = None) -> bool:
+    """One BFS augmenting path from ``source`` over current pairs only; True when applied.
+
+    ``dead`` (kept across the searches of one :func:`_maximize_keep`): vertices a failed search
+    reached. They reach no vertex with room, and no later augmentation can change that — a path
+    applied later never enters them (it would then end at one), so the edges leaving them stay
+    as they are — so searches skip them: each vertex fails at most once, instead of every
+    search from a hole re-exploring the same closed region (O(rows) searches × O(pairs))."""
     n_rows, hub = st.n_rows, st.hub
-    parent: dict[int, int] = {source: -1}
+    parent: dict[int, int] = _Reached(dead) if dead is not None else {}
+    parent[source] = -1
     queue: deque[int] = deque([source])
     while queue:
         v = queue.popleft()
@@ -706,7 +714,22 @@ def _augment_keep(st: _State, source: int) -> bool:
             _expand_node(st, v - n_rows, v, hub, st.rows_of, parent, queue)
         elif _expand_hub(st, n_rows, hub, parent, queue):
             return True
+    if dead is not None:
+        dead.update(parent)
     return False
+
+
+class _Reached(dict[int, int]):
+    """A search's parent map whose membership test also says yes for the ``dead`` vertices."""
+
+    __slots__ = ("dead",)
+
+    def __init__(self, dead: set[int]) -> None:
+        super().__init__()
+        self.dead = dead
+
+    def __contains__(self, vertex: object) -> bool:
+        return dict.__contains__(self, vertex) or vertex in self.dead
 
 
 def _expand_node(
