@@ -80,29 +80,33 @@ def _forced(pb: CoreProblem, cordoned: NDArray[np.bool_], others: int) -> Pairs:
     """Rule 3, decided first: the cordoned members of the rows that need more than the
     ``others`` nodes — holders of the row first (in hash order), then the cordoned nodes with
     the fewest forced pairs. Holders first makes a forced pair stay where it is next time."""
-    short = np.flatnonzero(pb.demand > others).tolist()
-    if not short:
+    short = np.flatnonzero(pb.demand > others)
+    if not len(short):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     candidates = np.flatnonzero(cordoned).tolist()
     load = dict.fromkeys(candidates, 0)
     key = pb.node_key.tolist()
-    row_key = pb.row_key.tolist()
+    # Each short row's current pairs (``cur_row`` is sorted), their cordoned holders ranked by
+    # the row-node hash — all hashed at once.
+    if len(pb.cur_row) > 1 and (pb.cur_row[1:] < pb.cur_row[:-1]).any():
+        raise AssertionError("placement: current pairs not sorted by row")
+    start = np.searchsorted(pb.cur_row, short).tolist()
+    stop = np.searchsorted(pb.cur_row, short, side="right").tolist()
+    tie = mix64(pb.row_key[pb.cur_row] ^ pb.node_key[pb.cur_node]).tolist()
+    nodes = pb.cur_node.tolist()
+    need_of = (pb.demand[short] - others).tolist()
     out_rows: list[int] = []
     out_nodes: list[int] = []
-    for r in short:
-        held = set(pb.cur_node[pb.cur_row == r].tolist())
-        order = sorted(
-            candidates,
-            key=lambda c: (
-                (0, int(mix64(np.asarray([row_key[r] ^ key[c]], dtype=np.uint64))[0]))
-                if c in held
-                else (1, load[c], key[c])
-            ),
-        )
-        need = int(pb.demand[r]) - others
-        if need > len(order):
+    for r, lo, hi, need in zip(short.tolist(), start, stop, need_of, strict=True):
+        held = sorted((tie[k], nodes[k]) for k in range(lo, hi) if cordoned[nodes[k]])
+        chosen = [c for _, c in held[:need]]
+        if len(chosen) < need:
+            mine = set(chosen)
+            rest = sorted((c for c in candidates if c not in mine), key=lambda c: (load[c], key[c]))
+            chosen += rest[: need - len(chosen)]
+        if len(chosen) < need:
             raise AssertionError("placement: a partition demands more members than nodes")
-        for c in order[:need]:
+        for c in chosen:
             out_rows.append(r)
             out_nodes.append(c)
             load[c] += 1
