@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
-import platform
 import random
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -33,6 +30,7 @@ sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
 import numpy as np  # noqa: E402
 from placement_mip import kept_and_changes, optimum  # noqa: E402
+from run_info import run_section, uptime  # noqa: E402
 from test_placement_mip import random_case  # noqa: E402
 
 import placement.algo.solver as solver  # noqa: E402
@@ -95,7 +93,7 @@ def main() -> int:
     parser.add_argument("--variant-instances", type=int, default=2_000)
     args = parser.parse_args()
     started = time.time()
-    load = [subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()]
+    load = [uptime()]
     rng = random.Random(2026)
     tally: dict[str, Counter[str]] = {"flat": Counter(), "domains": Counter()}
     gaps: dict[str, Counter[int]] = {"kept": Counter(), "primary": Counter()}
@@ -131,7 +129,7 @@ def main() -> int:
             else:
                 tally[kind]["primary changes above the optimum"] += 1
                 gaps["primary"][got.primary_changes - best.primary_changes] += 1
-    load.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    load.append(uptime())
     caught: list[tuple[str, str, int, int]] = []
     for name, (what, patch) in VARIANTS.items():
         worse = 0
@@ -147,7 +145,7 @@ def main() -> int:
                     worse += 1
         caught.append((name, what, worse, len(tried)))
         print(f"variant {name}: {worse} of {len(tried)} below the optimum", flush=True)
-    load.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    load.append(uptime())
     lines = [
         "# Placement against its exact oracle",
         "",
@@ -181,15 +179,7 @@ def main() -> int:
         "|---|---|---:|",
         *(f"| {n} | {w} | {c:,} of {t:,} |" for n, w, c, t in caught),
         "",
-        "## Run",
-        "",
-        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC;"
-        f" wall time {time.time() - started:.0f} s",
-        f"- machine: {platform.processor() or platform.machine()}, Python"
-        f" {platform.python_version()}",
-        "- load (`uptime`) at start / after the comparison / end:",
-        *(f"  - `{line}`" for line in load),
-        "",
+        *run_section(started, load, "start / after the comparison / end"),
     ]
     RESULTS.write_text("\n".join(lines))
     print("\n".join(lines))

@@ -20,18 +20,16 @@ Goal (the placement issue): the worst time constructed ≤ 2 s.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import math
-import platform
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from run_info import run_section, uptime
 
 from placement.algo.place import place
 from placement.core.model import Node, ZoneSpec
@@ -230,7 +228,7 @@ def main() -> int:
     p, n = (8192, 200) if args.quick else (65536, 1000)
     rng = random.Random(1)
     started = time.time()
-    load = [subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()]
+    load = [uptime()]
     rows = []
     worst = (0.0, "")
     for case in cases():
@@ -247,7 +245,7 @@ def main() -> int:
             rows.append((what, best, slowest))
             worst = max(worst, (slowest, what))
             print(f"{what}: {seconds(best)} / {seconds(slowest)} s", flush=True)
-    load.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    load.append(uptime())
     searched: list[tuple[str, float, float]] = []
     if not args.quick:
         for _, mix in search(rng, SEARCH_ROUNDS)[:5]:
@@ -255,7 +253,7 @@ def main() -> int:
             searched.append((str(mix), best, slowest))
             worst = max(worst, (slowest, f"search: {mix}"))
             print(f"search {mix}: {seconds(best)} / {seconds(slowest)} s", flush=True)
-    load.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    load.append(uptime())
     if args.quick:
         print(f"worst {seconds(worst[0])} s: {worst[1]}")
         return 0
@@ -282,15 +280,7 @@ def main() -> int:
         "|---|---:|---:|",
         *(f"| {w} | {seconds(b)} | {seconds(s)} |" for w, b, s in searched),
         "",
-        "## Run",
-        "",
-        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC;"
-        f" wall time {time.time() - started:.0f} s",
-        f"- machine: {platform.processor() or platform.machine()}, Python"
-        f" {platform.python_version()}, {sys.platform}",
-        "- load (`uptime`) at start / after the constructions / end:",
-        *(f"  - `{line}`" for line in load),
-        "",
+        *run_section(started, load, "start / after the constructions / end"),
     ]
     RESULTS.write_text("\n".join(lines))
     print(f"worst {seconds(worst[0])} s: {worst[1]}; wrote {RESULTS}")
