@@ -3,13 +3,14 @@ passes"). Pure: no I/O.
 
 The leader's list-watch keeps its keys in groups (:func:`view_group`): one per zone for what the
 zone is decided on, one per zone for its agents' replica sizes and one for their move reports,
-and one for the cluster-wide keys (registered nodes, drain marks, the pause flag). The list-watch
-stamps a group whenever one of its keys changes; :class:`ViewBuilder` decodes again only the
-groups whose stamp moved (with :func:`~placement.driver.core.build_view`, the one decoder) and
-reuses every other part — the same objects, so :class:`~placement.driver.core.PlanMemo` reuses
-the plans of zones nothing happened to. The view built is the one ``build_view`` gives on the
-whole prefix (tested: ``tests/unit/test_incremental.py``), except that a zone's partitions carry
-the revision at which that zone last changed, not the view's (the keys are the same at both).
+and one for the cluster-wide keys (registered nodes, drain and cordon marks, the pause flag).
+The list-watch stamps a group whenever one of its keys changes; :class:`ViewBuilder` decodes
+again only the groups whose stamp moved (with :func:`~placement.driver.core.build_view`, the one
+decoder) and reuses every other part — the same objects, so
+:class:`~placement.driver.core.PlanMemo` reuses the plans of zones nothing happened to. The view
+built is the one ``build_view`` gives on the whole prefix (tested:
+``tests/unit/test_incremental.py``), except that a zone's partitions carry the revision at which
+that zone last changed, not the view's (the keys are the same at both).
 """
 
 from __future__ import annotations
