@@ -526,10 +526,13 @@ async def test_replicate_refuses_bad_calls_and_changes_nothing(data_cluster: Clu
     # only agents replicate: a client certificate may not call Replicate at all
     async with channel_to(address, data_cluster.tls("client")) as channel:
         stub = data_pb2_grpc.ReplicationServiceStub(channel)
+        # The role check refuses on the certificate alone, before any message is read, so the
+        # stream is opened and read without a write: a write racing the refusal fails in the
+        # client's own transport and grpc.aio then ends the call INTERNAL on its side, hiding
+        # the server's status (a race CI hit).
+        stream: Any = stub.Replicate(timeout=10)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await replicate(
-                stub, data_pb2.ReplicateRequest(from_node=sender, to_node=node, appends=[good])
-            )
+            await stream.read()
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, caught.value
         assert "needs role agent" in (caught.value.details() or "")
     assert await _replica_state(address, data_cluster) == before
