@@ -76,6 +76,21 @@ def path_option(flag: str, dest: str, help: str, *, dir_okay: bool = True) -> Ca
     )
 
 
+def location_option(flag: str, dest: str, help: str) -> Callable[[F], F]:
+    """A required ``--flag PATH|URI`` option: a local path (a :class:`~pathlib.Path`) or a
+    Hadoop/Spark URI kept as text (:func:`placement.pipeline.locations.parse_location`)."""
+    from placement.pipeline.locations import parse_location
+
+    return click.option(
+        flag,
+        dest,
+        required=True,
+        metavar="PATH|URI",
+        callback=lambda ctx, param, value: parse_location(value),
+        help=help,
+    )
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """Prints one clear line on stderr and exits ``code`` (2, bad input, unless told)."""
     click.echo(f"placectl: error: {message}", err=True)

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import Bars, NoBars, Output, path_option, pipeline_extra
+from placement.cli.common import Bars, NoBars, Output, location_option, pipeline_extra
 from placement.errors import InvalidInput
+from placement.pipeline.locations import Location, as_location, local_path
 from placement.pipeline.outputs import check_target, write_text_parts
+from placement.pipeline.ship_env import archive_for, missing_on_executors, parse_ship_env
 from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
 from placement.pipeline.whatif import parse_whatif, split_setting
 
@@ -32,49 +34,99 @@ def parse_conf(items: Sequence[str]) -> dict[str, str]:
     return dict(split_setting("--spark-conf", item, "spark.driver.memory=4g") for item in items)
 
 
+def check_spark_options(
+    engine: str, master: str | None, spark_conf: Sequence[str], ship_env: str | None
+) -> None:
+    """``--master``, ``--spark-conf`` and ``--ship-env`` only go with ``--engine spark``."""
+    if engine == "spark":
+        return
+    for option, given in (
+        ("--master", master),
+        ("--spark-conf", spark_conf),
+        ("--ship-env", ship_env),
+    ):
+        if given:
+            raise InvalidInput(option, "only applies to --engine spark", "add --engine spark")
+
+
 def run_plan(
-    input_path: Path,
-    output_path: Path,
+    input_path: Path | str,
+    output_path: Path | str,
     *,
     engine: str,
     master: str | None = None,
     spark_conf: Sequence[str] = (),
+    ship_env: str | None = None,
     add_nodes: Sequence[str] = (),
     remove_nodes: Sequence[str] = (),
     set_replicas: Sequence[str] = (),
     set_partitions: Sequence[str] = (),
     stages: StageReport | None = None,
+    packed: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
     """Validates everything, plans with ``engine``, writes the plan; returns its fleet summary.
-    On Spark, ``stages`` is told the active stages while it runs (from another thread)."""
+    ``input_path`` and ``output_path`` are local paths or URIs (text: a Hadoop/Spark URI is read
+    and written through Spark). On Spark, ``stages`` is told the active stages while it runs
+    (from another thread), and ``packed`` the executors' environment archive when it had to be
+    packed (not cached). Local input and output are checked before Spark starts; a URI, once it
+    has (it is read through Spark) — in either case before anything is written."""
     from placement.pipeline.engines import plan_local
     from placement.pipeline.inputs import load_plan_input
     from placement.pipeline.planning import FleetTotals, plan_text_parts
 
-    if engine != "spark" and (master is not None or spark_conf):
-        raise InvalidInput("--master", "only applies to --engine spark", "add --engine spark")
+    check_spark_options(engine, master, spark_conf, ship_env)
+    source, target = as_location(input_path), as_location(output_path)
     whatif = parse_whatif(add_nodes, remove_nodes, set_replicas, set_partitions)
     parsed_master = parse_master(master or DEFAULT_MASTER)
     conf = parse_conf(spark_conf)
-    check_target(output_path, "--output", directory=False)
-    plan_input = load_plan_input(input_path, whatif)
+    ship = parse_ship_env(ship_env or "auto")
     if engine == "local":
+        local_output = local_path(target, "--output")
+        check_target(local_output, "--output", directory=False)
+        local_input = load_plan_input(local_path(source, "--input"), whatif)
         totals = FleetTotals()
-        write_text_parts(
-            output_path, "--output", plan_text_parts(plan_local(plan_input, totals), totals.summary)
-        )
+        parts = plan_text_parts(plan_local(local_input, totals), totals.summary)
+        write_text_parts(local_output, "--output", parts)
         return totals.summary()
+    if isinstance(target, Path):
+        check_target(target, "--output", directory=False)
+    plan_input = load_plan_input(source, whatif) if isinstance(source, Path) else None
+    from placement.pipeline.hadoop_fs import HadoopFs
+    from placement.pipeline.spark_inputs import load_plan_input_spark
     from placement.pipeline.spark_plan import plan_spark, start_spark
     from placement.pipeline.spark_progress import StageWatcher
 
-    spark = start_spark(parsed_master, conf)
-    with StageWatcher(spark.sparkContext.statusTracker(), stages or (lambda found: None)):
-        totals, fragments, result = plan_spark(spark, plan_input)
-        try:
-            write_text_parts(output_path, "--output", plan_text_parts(fragments, totals.summary))
-        finally:
-            result.unpersist()
+    archive, fresh = archive_for(ship, parsed_master)
+    if fresh is not None and packed is not None:
+        packed(fresh)
+    spark = start_spark(parsed_master, conf, archive=archive)
+    if isinstance(target, str):
+        HadoopFs(spark).check_target(target, "--output", directory=False)
+    if plan_input is None:
+        plan_input = load_plan_input_spark(spark, str(source), whatif)
+    try:
+        with StageWatcher(spark.sparkContext.statusTracker(), stages or (lambda found: None)):
+            totals, fragments, result = plan_spark(spark, plan_input)
+            try:
+                parts = plan_text_parts(fragments, totals.summary)
+                if isinstance(target, Path):
+                    write_text_parts(target, "--output", parts)
+                else:
+                    HadoopFs(spark).write_text_parts(target, "--output", parts)
+            finally:
+                result.unpersist()
+    except Exception as e:
+        missing = missing_on_executors(e, ship)
+        if missing is None:
+            raise
+        raise missing from None
     return totals.summary()
+
+
+def announce_pack(archive: Path) -> None:
+    """Says on stderr that the executors' environment was packed (once per content)."""
+    size = archive.stat().st_size / 2**20
+    click.echo(f"packed the executors' environment: {archive} ({size:.0f} MiB)", err=True)
 
 
 def stage_bars(bars: Bars) -> StageReport:
@@ -100,12 +152,17 @@ def stage_bars(bars: Bars) -> StageReport:
 
 
 @click.command("plan")
-@path_option(
+@location_option(
     "--input",
     "input_path",
-    "Cluster snapshot JSON, or a directory written by `placectl pipeline export`.",
+    "Cluster snapshot JSON, or a directory written by `placectl pipeline export`: a local path,"
+    " or with --engine spark any URI Spark reads (file:, hdfs:, s3a:, ...).",
 )
-@path_option("--output", "output_path", "Where to write the plan JSON.", dir_okay=False)
+@location_option(
+    "--output",
+    "output_path",
+    "Where to write the plan JSON: a local path, or with --engine spark a URI.",
+)
 @click.option(
     "--engine",
     type=click.Choice(["local", "spark"]),
@@ -116,6 +173,15 @@ def stage_bars(bars: Bars) -> StageReport:
 @click.option("--master", default=None, help="Spark master URL for --engine spark [local[*]].")
 @click.option(
     "--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."
+)
+@click.option(
+    "--ship-env",
+    default=None,
+    metavar="auto|none|PATH",
+    help="What the executors run: auto packs this environment (the product and its"
+    " dependencies) and ships it to a cluster master's executors, nothing for local[...];"
+    " none ships nothing; PATH or URI ships that archive (`placectl pipeline pack-env`)."
+    " [auto]",
 )
 @click.option(
     "--add-node",
@@ -133,7 +199,7 @@ def stage_bars(bars: Bars) -> StageReport:
 @click.option(
     "--set-partitions", multiple=True, metavar="ZONE=P", help="What if ZONE had P partitions."
 )
-def plan(input_path: Path, output_path: Path, engine: str, **options: Any) -> None:
+def plan(input_path: Location, output_path: Location, engine: str, **options: Any) -> None:
     """Compute the target assignment of every zone in a snapshot, with moves and balance."""
     # the other options are run_plan's keyword arguments (Spark and what-if), named alike
     from placement.pipeline.planning import reshard_line
@@ -142,7 +208,12 @@ def plan(input_path: Path, output_path: Path, engine: str, **options: Any) -> No
     bars_shown = Output().progress() if engine == "spark" else nullcontext(NoBars())
     with pipeline_extra(f"placectl plan --engine {engine}"), bars_shown as bars:
         summary = run_plan(
-            input_path, output_path, engine=engine, stages=stage_bars(bars), **options
+            input_path,
+            output_path,
+            engine=engine,
+            stages=stage_bars(bars),
+            packed=announce_pack,
+            **options,
         )
     click.echo(
         f"planned {summary['zones']} zone(s): {summary['moves']} move(s), "

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from placement.core.model import Node, ZoneSpec
 from placement.core.names import is_name
 from placement.errors import InvalidInput
+from placement.pipeline.locations import Location, local_path
 from placement.pipeline.planning import PartitionSize, ZoneInput, partition_size
 from placement.pipeline.rows import REQUIRED_FOR_PLAN, skeleton, stable_from_rows
 from placement.pipeline.snapshot import ClusterSnapshot, load_snapshot
@@ -44,13 +45,14 @@ class PlanInput:
     """The validated input with the what-if applied to nodes and zone configs.
 
     ``snapshot`` carries the stable assignments for JSON input; for a Parquet directory
-    (``parquet_dir`` set) they stay in ``assignments.parquet`` until an engine reads them.
+    (``parquet_dir`` set: a local path, or a URI the Spark engine reads) they stay in
+    ``assignments.parquet`` until an engine reads them.
     """
 
     snapshot: ClusterSnapshot
     nodes: tuple[Node, ...]
     zones: tuple[PlannedZone, ...]
-    parquet_dir: Path | None = None
+    parquet_dir: Location | None = None
 
 
 def read_table(directory: Path, name: str, columns: Sequence[str] | None = None) -> pa.Table:
@@ -85,19 +87,30 @@ def _load_skeleton(directory: Path) -> ClusterSnapshot:
     for name in REQUIRED_FOR_PLAN:
         if not (directory / f"{name}.parquet").exists():
             raise InvalidInput("--input", f"{directory} has no {name}.parquet", _FIX_DIR)
-    nodes = read_table(directory, "nodes", ["name", "attributes", "weight"]).to_pylist()
-    zones = read_table(
-        directory, "zones", ["name", "partitions", "replicas", "node_selector", "failure_domain"]
-    ).to_pylist()
+    nodes = read_table(directory, "nodes", SKELETON_COLUMNS["nodes"]).to_pylist()
+    zones = read_table(directory, "zones", SKELETON_COLUMNS["zones"]).to_pylist()
     return skeleton(nodes, zones)
 
 
 def load_plan_input(path: Path, whatif: WhatIf) -> PlanInput:
     """Reads and validates the input and applies the what-if to its nodes and zone configs."""
     if path.is_dir():
-        snapshot, parquet_dir = _load_skeleton(path), path
-    else:
-        snapshot, parquet_dir = load_snapshot(path), None
+        return plan_input_from(_load_skeleton(path), whatif, path)
+    return plan_input_from(load_snapshot(path), whatif, None)
+
+
+#: The columns of the small tables a plan reads up front.
+SKELETON_COLUMNS: Mapping[str, Sequence[str]] = {
+    "nodes": ("name", "attributes", "weight"),
+    "zones": ("name", "partitions", "replicas", "node_selector", "failure_domain"),
+}
+
+
+def plan_input_from(
+    snapshot: ClusterSnapshot, whatif: WhatIf, parquet_dir: Location | None
+) -> PlanInput:
+    """The plan's input from a validated snapshot (or an export's skeleton, its large tables
+    left in ``parquet_dir``), the what-if applied."""
     nodes = apply_to_nodes(snapshot.nodes, whatif)
     check_zones((z.spec.name for z in snapshot.zones), whatif)
     zones = tuple(
@@ -243,8 +256,9 @@ def local_zone_inputs(plan_input: PlanInput) -> Iterator[tuple[PlannedZone, Zone
         for zone, snap in zip(plan_input.zones, plan_input.snapshot.zones, strict=True):
             yield zone, ZoneInput(zone.spec, snap.stable, {}, zone.partitions_now)
         return
-    stable, valid_names = read_stable(plan_input.parquet_dir)
-    sizes = read_partition_sizes(plan_input.parquet_dir)
+    directory = local_path(plan_input.parquet_dir, "--input")
+    stable, valid_names = read_stable(directory)
+    sizes = read_partition_sizes(directory)
     for zone in plan_input.zones:
         name = zone.spec.name
         yield zone, zone_input(zone, stable.pop(name, []), sizes.pop(name, {}), valid_names)

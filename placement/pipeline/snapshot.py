@@ -133,11 +133,16 @@ def load_snapshot(path: Path) -> ClusterSnapshot:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidInput("--input", f"cannot read {path}: {e}", "pass a readable file") from e
+    return decode_snapshot(text, str(path))
+
+
+def decode_snapshot(text: str | bytes, where: str) -> ClusterSnapshot:
+    """Decodes and validates a snapshot's JSON text (``where`` names it in errors)."""
     try:
         data = orjson.loads(text)
     except orjson.JSONDecodeError as e:  # a json.JSONDecodeError: msg, lineno
         raise InvalidInput(
-            "--input", f"{path} is not JSON: {e.msg} at line {e.lineno}", "fix the JSON syntax"
+            "--input", f"{where} is not JSON: {e.msg} at line {e.lineno}", "fix the JSON syntax"
         ) from e
     return parse_snapshot(data)
 

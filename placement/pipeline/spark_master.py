@@ -28,6 +28,12 @@ class Master:
     url: str
     probe: tuple[tuple[str, int], ...] = ()
 
+    @property
+    def local(self) -> bool:
+        """``local[...]``: the executors are threads of this process's JVM, and their Python
+        workers this interpreter."""
+        return self.url.startswith("local")
+
 
 def _host_port(text: str, default_port: int, url: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")

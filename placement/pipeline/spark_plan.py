@@ -39,7 +39,9 @@ from placement.pipeline.engines import (
     totals_from_sums,
     zone_rows_and_counters,
 )
+from placement.pipeline.hadoop_fs import HadoopFs
 from placement.pipeline.inputs import PlanInput, PlannedZone, peer_lists, zone_input
+from placement.pipeline.locations import join, spark_uri
 from placement.pipeline.planning import COUNTER_KINDS, FleetTotals, partition_size
 from placement.pipeline.rows import snapshot_rows
 from placement.pipeline.spark_master import Master, probe_master
@@ -74,20 +76,40 @@ appender.console.layout.pattern = spark: %p %c{1}: %m%n
 """
 
 
-def start_spark(master: Master, conf: Mapping[str, str] | None = None) -> SparkSession:
+def executor_python(master: Master, conf: Mapping[str, str]) -> str:
+    """The Python the executors' workers run: ``spark.pyspark.python`` if given, else
+    ``$PYSPARK_PYTHON``, else this interpreter for a local master (the executors are this
+    process's) and ``python3`` on the executors' ``PATH`` for a cluster."""
+    return (
+        conf.get("spark.pyspark.python")
+        or os.environ.get("PYSPARK_PYTHON")
+        or (sys.executable if master.local else "python3")
+    )
+
+
+def start_spark(
+    master: Master, conf: Mapping[str, str] | None = None, *, archive: str | None = None
+) -> SparkSession:
     """A SparkSession on ``master`` (probed first: an unreachable master fails in seconds).
 
-    The JVM logs only errors, and Python workers run this interpreter (the venv's)."""
+    The JVM logs only errors; the executors' Python is :func:`executor_python`; ``archive``
+    (a URI, from :func:`placement.pipeline.ship_env.archive_for`) is shipped to the executors
+    and its ``site-packages`` put on their Python path."""
+    from placement.pipeline.ship_env import spark_settings
+
     probe_master(master)
+    conf = dict(conf or {})
     log4j = Path(tempfile.gettempdir()) / f"placectl-spark-log4j2-{os.getuid()}.properties"
     if not log4j.exists() or log4j.read_text() != _LOG4J:
         log4j.write_text(_LOG4J)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # PySpark reads the workers' Python from the environment when its context starts
+    os.environ["PYSPARK_PYTHON"] = executor_python(master, conf)
     builder = SparkSession.builder.master(master.url).appName("placectl-plan")
     settings = {
         **DEFAULT_CONF,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
-        **(conf or {}),
+        **conf,
+        **(spark_settings(archive, conf) if archive else {}),
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -103,7 +125,7 @@ def start_spark(master: Master, conf: Mapping[str, str] | None = None) -> SparkS
 
 def _stable_frame(spark: SparkSession, plan_input: PlanInput) -> DataFrame:
     if plan_input.parquet_dir is not None:
-        path = str(plan_input.parquet_dir / "assignments.parquet")
+        path = spark_uri(join(plan_input.parquet_dir, "assignments.parquet"))
         return (
             spark.read.parquet(path)
             .where(F.col("field") == "stable")
@@ -117,10 +139,11 @@ def _stable_frame(spark: SparkSession, plan_input: PlanInput) -> DataFrame:
 
 def _sizes_frame(spark: SparkSession, plan_input: PlanInput) -> DataFrame:
     directory = plan_input.parquet_dir
-    if directory is None or not (directory / "sizes.parquet").exists():
+    sizes = None if directory is None else spark_uri(join(directory, "sizes.parquet"))
+    if sizes is None or HadoopFs(spark).kind(sizes, "--input") is None:
         return spark.createDataFrame([], "zone string, partition int, bytes long, keys long")
     return (
-        spark.read.parquet(str(directory / "sizes.parquet"))
+        spark.read.parquet(sizes)
         .groupBy("zone", F.col("partition").cast("int").alias("partition"))
         .agg(
             F.max(F.coalesce(F.col("bytes"), F.lit(0))).alias("bytes"),

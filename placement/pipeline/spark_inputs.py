@@ -1,0 +1,63 @@
+"""The plan's input at a URI (``hdfs:``, ``s3a:``, ``file:`` ...), read through Spark: a
+snapshot JSON file through the Hadoop FileSystem, an export directory's small tables (nodes,
+zone configs) with Spark's Parquet reader — validated exactly like local input
+(:mod:`placement.pipeline.inputs`); the large tables stay where they are for the executors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from placement.errors import InvalidInput
+from placement.pipeline.hadoop_fs import HadoopFs
+from placement.pipeline.inputs import SKELETON_COLUMNS, PlanInput, plan_input_from
+from placement.pipeline.locations import join
+from placement.pipeline.rows import REQUIRED_FOR_PLAN, skeleton
+from placement.pipeline.snapshot import decode_snapshot
+from placement.pipeline.whatif import WhatIf
+
+_FIX = "pass a snapshot JSON file or a directory written by `placectl pipeline export`"
+
+
+def read_small_table(
+    spark: SparkSession, directory: str, name: str, columns: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The rows of one small table of an export directory at a URI, in file order, checked for
+    the columns read (errors name the table, as for a local directory)."""
+    uri = str(join(directory, f"{name}.parquet"))
+    if HadoopFs(spark).kind(uri, "--input") is None:
+        raise InvalidInput("--input", f"{directory} has no {name}.parquet", _FIX)
+    try:
+        frame = spark.read.parquet(uri)
+    except Exception as e:
+        raise InvalidInput("--input", f"{uri} is not a readable Parquet file: {e}", _FIX) from e
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InvalidInput(
+            f"{name}.parquet",
+            f"lacks column(s) {', '.join(missing)}",
+            "re-export with `placectl pipeline export`",
+        )
+    rows: list[dict[str, Any]] = frame.select(*columns).toArrow().to_pylist()
+    return rows
+
+
+def load_plan_input_spark(spark: SparkSession, uri: str, whatif: WhatIf) -> PlanInput:
+    """:func:`placement.pipeline.inputs.load_plan_input` for a URI."""
+    kind = HadoopFs(spark).kind(uri, "--input")
+    if kind is None:
+        raise InvalidInput("--input", f"{uri} does not exist", _FIX)
+    if kind == "file":
+        text = HadoopFs(spark).read_bytes(uri, "--input")
+        return plan_input_from(decode_snapshot(text, uri), whatif, None)
+    for name in REQUIRED_FOR_PLAN:
+        if HadoopFs(spark).kind(str(join(uri, f"{name}.parquet")), "--input") is None:
+            raise InvalidInput("--input", f"{uri} has no {name}.parquet", _FIX)
+    tables = {
+        name: read_small_table(spark, uri, name, columns)
+        for name, columns in SKELETON_COLUMNS.items()
+    }
+    return plan_input_from(skeleton(tables["nodes"], tables["zones"]), whatif, uri)

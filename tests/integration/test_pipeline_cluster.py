@@ -1,0 +1,123 @@
+"""The Spark engine on a Spark standalone cluster it does not control (design/pipeline.md,
+"Shipping the environment", "Storage"): a real master and worker from the pyspark package on
+loopback, the worker run as ``nobody`` in a mount namespace where this checkout — the product
+and its virtual environment — is an empty tmpfs. Its executors have Spark, Java and the system's
+Python only; ``placectl plan`` (a subprocess, as a user runs it) ships them the packed
+environment and plans byte-identically to the local engine, with every what-if option, from a
+JSON snapshot and from an export directory at a ``file:`` URI; without the environment
+(``--ship-env none``) the plan fails with one line naming the option.
+
+Needs root (``unshare``, ``mount``, ``setpriv``): skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_pipeline_spark import EXAMPLE, _fleet_dir
+
+from placement.local.spark_standalone import StandaloneSpark
+
+ROOT = Path(__file__).resolve().parents[2]
+PLACECTL = ROOT / ".venv" / "bin" / "placectl"
+#: The driver's side of a loopback cluster: executors connect back to 127.0.0.1.
+LOOPBACK = ("--spark-conf", "spark.driver.host=127.0.0.1",
+            "--spark-conf", "spark.driver.bindAddress=127.0.0.1")  # fmt: skip
+WHAT_IF = (
+    "--remove-node", "node-a2",
+    "--add-node", "node-d1,rack=d,tier=ssd", "--add-node", "node-d2,rack=d,tier=hdd",
+    "--set-replicas", "orders=2", "--set-replicas", "sessions=3",
+    "--set-partitions", "orders=20",
+)  # fmt: skip
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")),
+    reason="a worker as another user in its own mount namespace needs root, unshare and setpriv",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[StandaloneSpark]:
+    with StandaloneSpark(cores=2, memory="2g", user="nobody", hide=[ROOT]) as spark:
+        yield spark
+
+
+def placectl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(PLACECTL), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def plan(cluster: StandaloneSpark, *args: str) -> subprocess.CompletedProcess[str]:
+    return placectl("plan", "--engine", "spark", "--master", cluster.master_url, *LOOPBACK, *args)
+
+
+def local_plan(source: Path, out: Path, *args: str) -> str:
+    done = placectl("plan", "--input", str(source), "--output", str(out), *args)
+    assert done.returncode == 0, done.stderr
+    return out.read_text()
+
+
+def test_the_worker_sees_neither_the_product_nor_its_environment(
+    cluster: StandaloneSpark,
+) -> None:
+    """The running worker's own mount namespace, as its user: the checkout (the product and its
+    virtual environment) is empty, and Spark is there — the premise of the tests below."""
+    look = (
+        f"ls -A {ROOT}; test -e {PLACECTL} && echo VISIBLE;"
+        f" test -x {cluster.directory}/worker/spark-home/bin/spark-class && echo SPARK"
+    )
+    seen = subprocess.run(
+        ["nsenter", f"--target={cluster.worker_pid}", "--mount",
+         "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sh", "-c", look],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert seen.stdout.split() == ["SPARK"], (seen.stdout, seen.stderr)
+
+
+def test_without_the_environment_the_executors_fail_with_one_line(
+    cluster: StandaloneSpark,
+) -> None:
+    out = cluster.shared / "none.json"
+    done = plan(cluster, "--input", str(EXAMPLE), "--output", str(out), "--ship-env", "none")
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "placectl: error: --ship-env: the executors' Python could not import 'placement'"
+        " with --ship-env none"
+    ), done.stderr[-3000:]
+    assert not out.exists()
+
+
+def test_a_cluster_plans_json_input_with_every_what_if_like_the_local_engine(
+    cluster: StandaloneSpark, tmp_path: Path
+) -> None:
+    expected = local_plan(EXAMPLE, tmp_path / "local.json", *WHAT_IF)
+    out = tmp_path / "cluster.json"
+    done = plan(cluster, "--input", str(EXAMPLE), "--output", str(out), *WHAT_IF)
+    assert done.returncode == 0, done.stderr[-3000:] + cluster.worker_log()
+    assert out.read_text() == expected
+    assert "planned 2 zone(s)" in done.stdout
+
+
+def test_a_cluster_plans_an_export_at_a_uri_like_the_local_engine(
+    cluster: StandaloneSpark, tmp_path: Path
+) -> None:
+    """An export directory the executors read (a ``file:`` URI on storage they share), the plan
+    written back to a URI through Spark's Hadoop file system."""
+    fleet = _fleet_dir(cluster.shared / "fleet")
+    for path in [fleet, *fleet.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    options = ("--remove-node", "n03", "--set-partitions", "z1=24", "--set-replicas", "z2=2")
+    expected = local_plan(fleet, tmp_path / "local.json", *options)
+    out = cluster.shared / "out" / "plan.json"
+    out.parent.mkdir()
+    done = plan(cluster, "--input", fleet.as_uri(), "--output", out.as_uri(), *options)
+    assert done.returncode == 0, done.stderr[-3000:] + cluster.worker_log()
+    assert out.read_text() == expected
+    assert sorted(p.name for p in out.parent.iterdir()) == ["plan.json"]  # no temporaries
