@@ -7,9 +7,13 @@ plans it with one node removed, as a ``placectl plan`` subprocess; the bench sam
 that whole process tree (placectl, the JVM, Spark's Python workers) with psutil every 0.1 s.
 
     .venv/bin/python bench/pipeline_bench.py [--zones 2000] [--partitions 512] [--nodes 1000]
+        [--standalone]
 
-Prints a Markdown table (recorded in bench/results/pipeline.md) and checks that both plans are
-byte-identical.
+``--standalone`` also plans on a Spark standalone cluster on loopback (one master, one worker of
+``--worker-cores`` cores, started from the pyspark package by ``placement.local.spark_standalone``;
+as root the worker runs as ``nobody`` with this checkout hidden, so the environment is shipped
+with ``--ship-env auto``, its packing timed separately). Prints a Markdown table (recorded in
+bench/results/pipeline.md) and checks that every plan is byte-identical.
 """
 
 from __future__ import annotations
@@ -100,6 +104,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--data", type=Path, default=Path("/tmp/placement-pipeline-bench"))
+    parser.add_argument("--standalone", action="store_true")
+    parser.add_argument("--worker-cores", type=int, default=2)
+    parser.add_argument("--worker-memory", default="6g")
     ns = parser.parse_args()
     fleet = ns.data / f"fleet-{ns.zones}x{ns.partitions}x{ns.replicas}-{ns.nodes}"
     if not (fleet / "meta.json").exists():
@@ -109,12 +116,55 @@ def main() -> None:
         print(f"fleet written in {time.monotonic() - began:.0f} s: {fleet}", file=sys.stderr)
     common = ["plan", "--input", str(fleet), "--remove-node", "n0000"]
     results = {}
-    for engine, extra in (("local", []), ("spark", ["--master", ns.master])):
-        out = ns.data / f"plan-{engine}.json"
-        wall, peak, line = run([*common, "--output", str(out), "--engine", engine, *extra])
-        results[engine] = (wall, peak, line, out)
-        print(f"{engine}: {wall:.1f} s, peak {peak / 2**30:.2f} GiB: {line}", file=sys.stderr)
-    same = filecmp.cmp(results["local"][3], results["spark"][3], shallow=False)
+    engines: list[tuple[str, list[str]]] = [
+        ("local", []),
+        (f"spark ({ns.master})", ["--master", ns.master]),
+    ]
+    with contextlib.ExitStack() as stack:
+        if ns.standalone:
+            from placement.local.spark_standalone import StandaloneSpark
+            from placement.pipeline.ship_env import pack_environment
+
+            root = os.geteuid() == 0
+            cluster = stack.enter_context(
+                StandaloneSpark(
+                    cores=ns.worker_cores,
+                    memory=ns.worker_memory,
+                    user="nobody" if root else None,
+                    hide=[ROOT] if root else [],
+                )
+            )
+            began = time.monotonic()
+            archive, fresh = pack_environment()
+            packing = time.monotonic() - began
+            print(f"environment {'packed' if fresh else 'cached'} in {packing:.1f} s: {archive}",
+                  file=sys.stderr)  # fmt: skip
+            engines.append(
+                (
+                    f"spark (standalone, 1 worker x {ns.worker_cores} cores"
+                    f"{', as nobody, checkout hidden' if root else ''})",
+                    [
+                        "--master",
+                        cluster.master_url,
+                        "--ship-env",
+                        "auto",
+                        "--spark-conf",
+                        "spark.driver.host=127.0.0.1",
+                        "--spark-conf",
+                        "spark.driver.bindAddress=127.0.0.1",
+                        "--spark-conf",
+                        f"spark.executor.memory={ns.worker_memory}",
+                    ],
+                )
+            )
+        for index, (label, extra) in enumerate(engines):
+            out = ns.data / f"plan-{index}.json"
+            engine = "local" if label == "local" else "spark"
+            wall, peak, line = run([*common, "--output", str(out), "--engine", engine, *extra])
+            results[label] = (wall, peak, line, out)
+            print(f"{label}: {wall:.1f} s, peak {peak / 2**30:.2f} GiB: {line}", file=sys.stderr)
+    first = results["local"][3]
+    same = all(filecmp.cmp(first, r[3], shallow=False) for r in results.values())
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
     models = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
     cpu = models[0] if models else platform.processor()
@@ -125,10 +175,10 @@ def main() -> None:
           f"{ns.nodes} nodes (rack failure domain), plan with n0000 removed\n")  # fmt: skip
     print("| engine | wall time | peak RSS (process tree) | plan |")
     print("|---|---|---|---|")
-    for engine, (wall, peak, line, _) in results.items():
-        label = engine if engine == "local" else f"spark ({ns.master})"
+    for label, (wall, peak, line, _) in results.items():
         print(f"| {label} | {wall:.1f} s | {peak / 2**30:.2f} GiB | {line.split(' -> ')[0]} |")
-    print(f"\nplans byte-identical: {same} ({results['local'][3].stat().st_size / 2**20:.0f} MiB)")
+    size = first.stat().st_size / 2**20
+    print(f"\nplans byte-identical: {same} ({size:.0f} MiB)")
     if not same:
         raise SystemExit("the engines disagree")
 

@@ -4,20 +4,40 @@
 Every check that can fail on bad input runs before any output is opened; outputs are written to
 a temporary directory and renamed at the end (:mod:`placement.pipeline.outputs`). Both print a
 summary line, or with ``-o json|yaml`` (``--json``) the summary as data; ``export`` draws a
-progress bar of its steps on stderr while it runs, when that is a terminal.
+progress bar of its steps on stderr while it runs, and ``report --engine spark`` one per Spark
+stage (as ``placectl plan`` does), when that is a terminal.
 """
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cli.common import Output, output_option, path_option, pipeline_extra
+from placement.cli.common import (
+    Bars,
+    NoBars,
+    Output,
+    location_option,
+    output_option,
+    path_option,
+    pipeline_extra,
+)
+from placement.cli.plan import ship_env_option
 from placement.metastore.keys import DEFAULT_PREFIX
+from placement.pipeline.locations import Location, as_location, join, local_path, spark_uri
 from placement.pipeline.outputs import check_target
+from placement.pipeline.ship_env import archive_for, missing_on_executors, parse_ship_env
+from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
 from placement.security.credentials import EtcdCredentials
 from placement.security.flags import etcd_flags
+
+if TYPE_CHECKING:
+    from placement.cli.plan import StageReport
 
 _OUT = path_option("--out", "out", "Directory to write (replaced).")
 
@@ -68,21 +88,150 @@ def export_command(
     )
 
 
-@pipeline.command("report")
-@path_option("--input", "input_dir", "A directory written by `placectl pipeline export`.")
-@_OUT
-@output_option
-def report_command(input_dir: Path, out: Path, output: Output) -> None:
-    """Rebalances per zone, durations, moves, skew over time: report.html with plots."""
-    with pipeline_extra("placectl pipeline report"):
-        from placement.pipeline.report import build_report
+def run_report(
+    input_dir: Path | str,
+    out: Path | str,
+    *,
+    engine: str,
+    master: str | None = None,
+    spark_conf: Sequence[str] = (),
+    ship_env: str | None = None,
+    stages: StageReport | None = None,
+    packed: Callable[[Path], None] | None = None,
+) -> dict[str, Any]:
+    """Validates everything, computes the report with ``engine``, writes it; returns its totals.
+    ``input_dir`` and ``out`` are local paths or (Spark engine) URIs, as for ``placectl plan``
+    (:func:`placement.cli.plan.run_plan`, whose Spark options and environment shipping this
+    shares). On Spark, ``stages`` is told the active stages while it runs (from another
+    thread)."""
+    from placement.cli.plan import check_spark_options, parse_conf
+    from placement.pipeline.report import build_report, check_export, write_report
 
-    check_target(out, "--out", directory=True)
-    summary = build_report(input_dir, out)
+    check_spark_options(engine, master, spark_conf, ship_env)
+    source, target = as_location(input_dir), as_location(out)
+    parsed_master = parse_master(master or DEFAULT_MASTER)
+    conf = parse_conf(spark_conf)
+    ship = parse_ship_env(ship_env or "auto")
+    if engine == "local":
+        local_out = local_path(target, "--out")
+        check_target(local_out, "--out", directory=True)
+        return build_report(local_path(source, "--input"), local_out)
+    if isinstance(target, Path):
+        check_target(target, "--out", directory=True)
+    if isinstance(source, Path):
+        check_export(source)
+    from placement.pipeline.hadoop_fs import HadoopFs
+    from placement.pipeline.spark_plan import start_spark
+    from placement.pipeline.spark_progress import StageWatcher
+    from placement.pipeline.spark_report import spark_report_input
+
+    archive, fresh = archive_for(ship, parsed_master)
+    if fresh is not None and packed is not None:
+        packed(fresh)
+    spark = start_spark(parsed_master, conf, archive=archive)
+    if isinstance(target, str):
+        HadoopFs(spark).check_target(target, "--out", directory=True)
+    try:
+        with (
+            StageWatcher(spark.sparkContext.statusTracker(), stages or (lambda found: None)),
+            spark_report_input(spark, spark_uri(source)) as data,
+        ):
+            if isinstance(target, Path):
+                return write_report(data, target)
+            # rendered here, then copied to the URI through Spark's Hadoop file system
+            with tempfile.TemporaryDirectory(prefix="placectl-report-") as scratch:
+                rendered = Path(scratch) / "report"
+                totals = write_report(data, rendered)
+                HadoopFs(spark).put_directory(rendered, target, "--out")
+                return totals
+    except Exception as e:
+        missing = missing_on_executors(e, ship)
+        if missing is None:
+            raise
+        raise missing from None
+
+
+@pipeline.command("report")
+@location_option(
+    "--input",
+    "input_dir",
+    "A directory written by `placectl pipeline export`: a local path, or with --engine spark a"
+    " URI Spark reads (file:, hdfs:, s3a:, ...).",
+)
+@location_option(
+    "--out", "out", "Directory to write (replaced): a local path, or with --engine spark a URI."
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark"]),
+    default="local",
+    show_default=True,
+    help="Analytics engine; both give identical report.json and rebalances.csv.",
+)
+@click.option("--master", default=None, help="Spark master URL for --engine spark [local[*]].")
+@click.option(
+    "--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."
+)
+@ship_env_option
+@output_option
+def report_command(
+    input_dir: Location,
+    out: Location,
+    engine: str,
+    master: str | None,
+    spark_conf: tuple[str, ...],
+    ship_env: str | None,
+    output: Output,
+) -> None:
+    """Rebalances per zone, durations, moves, skew over time: report.html with plots."""
+    from placement.cli.plan import announce_pack, stage_bars
+
+    bars_shown: AbstractContextManager[Bars]
+    bars_shown = output.progress() if engine == "spark" else nullcontext(NoBars())
+    what = "placectl pipeline report" + (" --engine spark" if engine == "spark" else "")
+    with pipeline_extra(what), bars_shown as bars:
+        summary = run_report(
+            input_dir,
+            out,
+            engine=engine,
+            master=master,
+            spark_conf=spark_conf,
+            ship_env=ship_env,
+            stages=stage_bars(bars),
+            packed=announce_pack,
+        )
     output.emit(
-        {**summary, "report": str(out / "report.html")},
+        {**summary, "report": str(join(out, "report.html"))},
         lambda wide: (
             f"{summary['rebalances']} rebalance(s) in {summary['zones']} zone(s), "
-            f"{summary['moves']} move(s) -> {out / 'report.html'}"
+            f"{summary['moves']} move(s) -> {join(out, 'report.html')}"
+        ),
+    )
+
+
+@pipeline.command("pack-env")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write the archive here (always packed) instead of the cache.",
+)
+@output_option
+def pack_env_command(out: Path | None, output: Output) -> None:
+    """Pack what Spark executors need (the product and its dependencies, from this environment)
+    into one archive for --ship-env PATH|URI (design/pipeline.md, "Shipping the environment")."""
+    from placement.pipeline.ship_env import pack_environment
+
+    if out is not None:
+        check_target(out, "--out", directory=False)
+    with pipeline_extra("placectl pipeline pack-env"):
+        archive, fresh = pack_environment(output=out)
+    size = archive.stat().st_size
+    output.emit(
+        {"archive": str(archive), "bytes": size, "packed": fresh},
+        lambda wide: (
+            f"{'packed' if fresh else 'cached'}: {archive} ({size / 2**20:.0f} MiB);"
+            f" use --ship-env {archive}"
         ),
     )

@@ -123,6 +123,17 @@ def run_plan(
     return totals.summary()
 
 
+ship_env_option = click.option(
+    "--ship-env",
+    default=None,
+    metavar="auto|none|PATH",
+    help="What the executors run: auto packs this environment (the product and its"
+    " dependencies) and ships it to a cluster master's executors, nothing for local[...];"
+    " none ships nothing; PATH or URI ships that archive (`placectl pipeline pack-env`)."
+    " [auto]",
+)
+
+
 def announce_pack(archive: Path) -> None:
     """Says on stderr that the executors' environment was packed (once per content)."""
     size = archive.stat().st_size / 2**20
@@ -174,15 +185,7 @@ def stage_bars(bars: Bars) -> StageReport:
 @click.option(
     "--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."
 )
-@click.option(
-    "--ship-env",
-    default=None,
-    metavar="auto|none|PATH",
-    help="What the executors run: auto packs this environment (the product and its"
-    " dependencies) and ships it to a cluster master's executors, nothing for local[...];"
-    " none ships nothing; PATH or URI ships that archive (`placectl pipeline pack-env`)."
-    " [auto]",
-)
+@ship_env_option
 @click.option(
     "--add-node",
     "add_nodes",

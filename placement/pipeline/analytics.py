@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placement.pipeline.history import DONE, IN_PROGRESS, Rebalance
+from placement.pipeline.history import DONE, IN_PROGRESS, Rebalance, SkewPoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,16 +90,74 @@ def zone_stats(
     return out
 
 
+#: One zone's rebalances of one outcome, summed: ``(outcome, rebalances, moves, bytes)`` (bytes:
+#: each move times its partition's size).
+OutcomeSums = tuple[str, int, int, int]
+
+
+def zone_stats_of_sums(zone: str, sums: Iterable[OutcomeSums], durations: Durations) -> ZoneStats:
+    """A zone's :class:`ZoneStats` from its per-outcome sums and durations — the numbers
+    :func:`zone_stats` computes from its rebalances (the Spark engine sums them in a group-by
+    and runs :meth:`Durations.of` per zone on the executors)."""
+    by_outcome = {outcome: (n, moves, size) for outcome, n, moves, size in sums}
+    done = by_outcome.get(DONE, (0, 0, 0))
+    open_ = by_outcome.get(IN_PROGRESS, (0, 0, 0))
+    return ZoneStats(
+        zone,
+        sum(n for n, _, _ in by_outcome.values()),
+        {outcome: by_outcome[outcome][0] for outcome in sorted(by_outcome)},
+        done[1],
+        open_[1],
+        done[2],
+        open_[2],
+        durations,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReportInput:
+    """What a report is made of, from either engine: the zones' statistics (sorted by name),
+    the number of rebalances and every ``done`` duration, the export's ``meta.json``, replicas
+    per node before and after the history, the skew points, and ``rows``: called once, while
+    the report is written, it yields the rebalances in (zone, partition, start) order for
+    ``rebalances.csv`` (the Spark engine streams them from the executors)."""
+
+    stats: Mapping[str, ZoneStats]
+    rebalances: int
+    durations: Sequence[float]
+    meta: Mapping[str, Any]
+    load_before: Mapping[str, int]
+    load_after: Mapping[str, int]
+    skew: Sequence[SkewPoint]
+    rows: Callable[[], Iterable[Rebalance]]
+
+
 def report_json(
     stats: Mapping[str, ZoneStats], items: Sequence[Rebalance], meta: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The numbers of the report (``report.json``)."""
-    durations = [d for r in items if (d := r.duration_s) is not None]
+    return numbers_json(stats, len(items), done_durations(items), meta)
+
+
+def done_durations(items: Iterable[Rebalance]) -> list[float]:
+    """The durations of the ``done`` rebalances (seconds), in their order."""
+    return [d for r in items if (d := r.duration_s) is not None]
+
+
+def numbers_json(
+    stats: Mapping[str, ZoneStats],
+    rebalances: int,
+    durations: Sequence[float],
+    meta: Mapping[str, Any],
+) -> dict[str, Any]:
+    """:func:`report_json` from the zones' statistics, the number of rebalances and every
+    ``done`` duration (in any order: :meth:`Durations.of` sorts them) — what the Spark engine
+    brings to the driver instead of the rebalances."""
     return {
         "history": dict(meta),
         "totals": {
             "zones": len(stats),
-            "rebalances": len(items),
+            "rebalances": rebalances,
             "done": sum(s.outcomes.get(DONE, 0) for s in stats.values()),
             "in_progress": sum(s.outcomes.get(IN_PROGRESS, 0) for s in stats.values()),
             "moves": sum(s.moves for s in stats.values()),

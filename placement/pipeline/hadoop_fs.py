@@ -41,7 +41,7 @@ class HadoopFs:
         except Exception as e:  # no file system for the scheme, bad authority, ...
             raise InvalidInput(
                 option,
-                f"cannot open {uri}: {_first_line(e)}",
+                f"cannot open {uri}: {first_line(e)}",
                 "check the URI's scheme and its --spark-conf spark.hadoop.* settings",
             ) from e
 
@@ -62,7 +62,7 @@ class HadoopFs:
                 stream.close()
         except Exception as e:
             raise InvalidInput(
-                option, f"cannot read {uri}: {_first_line(e)}", "pass a readable file"
+                option, f"cannot read {uri}: {first_line(e)}", "pass a readable file"
             ) from e
 
     def check_target(self, uri: str, option: str, *, directory: bool) -> None:
@@ -129,7 +129,8 @@ class HadoopFs:
             fs.copyFromLocalFile(False, True, source, temporary)
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The line of a (py4j) error worth showing: the Java exception's, else the first."""
     text = str(error).strip()
     # py4j errors carry the Java exception's message after a header line
     for line in text.splitlines():

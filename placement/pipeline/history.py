@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from placement.core.model import Peers
 
@@ -43,6 +44,22 @@ class Event:
     peers: Peers | None = None
     prev_peers: Peers | None = None
     ts: int | None = None
+
+
+def event_of(row: Mapping[str, Any]) -> Event:
+    """An :class:`Event` from a ``history.parquet`` row as pyarrow's ``to_pylist`` gives it (the
+    local engine's rows and the Spark engine's, one partition's at a time)."""
+    peers, prev = row["peers"], row["prev_peers"]
+    return Event(
+        int(row["revision"]),
+        str(row["zone"]),
+        int(row["partition"]),
+        str(row["field"]),
+        str(row["event"]),
+        None if peers is None else tuple(peers),
+        None if prev is None else tuple(prev),
+        row["ts"],
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +89,12 @@ class Rebalance:
         return (self.end_ts - self.start_ts) / 1000.0
 
 
+def _sort_key(event: Event) -> tuple[int, int]:
+    return (event.revision, _FIELD_ORDER.get(event.field, 9))
+
+
 def _ordered(events: Iterable[Event]) -> list[Event]:
-    return sorted(events, key=lambda e: (e.revision, _FIELD_ORDER.get(e.field, 9)))
+    return sorted(events, key=_sort_key)
 
 
 def rebalances(
@@ -182,25 +203,103 @@ def node_load(stables: Iterable[Peers]) -> dict[str, int]:
     return dict(sorted(load.items()))
 
 
+@dataclass(frozen=True, slots=True)
+class LoadChange:
+    """Replicas gained (> 0) or lost (< 0) per node by the stable events of one revision — of
+    one partition (:func:`partition_history`) or of the fleet (:func:`merge_changes`). ``ts``:
+    the stable value's ``ts`` of the revision's last stable event (in input order)."""
+
+    revision: int
+    ts: int | None
+    delta: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionHistory:
+    """One partition's history reconstructed (the unit of work of the Spark engine).
+
+    ``start``: stable just before the history's first event (:func:`stable_at_start`);
+    ``changes``: one per stable event, in order, each with the event's index in the sequence
+    given to :func:`partition_history` (its position, to find a revision's last event)."""
+
+    start: Peers | None
+    rebalances: list[Rebalance]
+    changes: list[tuple[int, LoadChange]]
+
+
+def partition_history(events: Sequence[Event], current: Peers | None) -> PartitionHistory:
+    """The rebalances and load changes of one partition from its events (in input order: ties
+    of revision and field keep it) and its current stable (None: none now). The same as
+    :func:`rebalances`, :func:`stable_at_start` and :func:`load_changes` give for it."""
+    order = sorted(range(len(events)), key=lambda i: _sort_key(events[i]))
+    ordered = [(i, events[i]) for i in order]
+    first = next((e for _, e in ordered if e.field == "stable"), None)
+    start = first.prev_peers if first is not None else current
+    found = _partition_rebalances([e for _, e in ordered], start)
+    return PartitionHistory(start, found, _partition_changes(ordered, start))
+
+
+def _partition_changes(
+    ordered: Sequence[tuple[int, Event]], stable: Peers | None
+) -> list[tuple[int, LoadChange]]:
+    out: list[tuple[int, LoadChange]] = []
+    for i, event in ordered:
+        if event.field != "stable":
+            continue
+        new = event.peers if event.event == "put" else None
+        delta: Counter[str] = Counter(new or ())
+        delta.subtract(stable or ())
+        stable = new
+        out.append((i, LoadChange(event.revision, event.ts, {n: v for n, v in delta.items() if v})))
+    return out
+
+
+def merge_changes(changes: Iterable[tuple[int, LoadChange]]) -> list[LoadChange]:
+    """Per revision, ascending: the deltas summed, the ``ts`` of the change of the highest
+    position (the revision's last stable event in input order). The Spark engine does this
+    with a group-by (``placement.pipeline.spark_report``)."""
+    last: dict[int, tuple[int, int | None]] = {}
+    totals: dict[int, Counter[str]] = defaultdict(Counter)
+    for position, change in changes:
+        seen = last.get(change.revision)
+        if seen is None or position > seen[0]:
+            last[change.revision] = (position, change.ts)
+        totals[change.revision].update(change.delta)
+    return [
+        LoadChange(rev, last[rev][1], {n: v for n, v in sorted(totals[rev].items()) if v})
+        for rev in sorted(last)
+    ]
+
+
+def load_changes(
+    events: Iterable[Event], start: Mapping[tuple[str, int], Peers]
+) -> list[LoadChange]:
+    """The fleet's per-node load change at every revision that switched (or deleted) a stable."""
+    by_partition: dict[tuple[str, int], list[tuple[int, Event]]] = defaultdict(list)
+    for i, event in enumerate(events):
+        by_partition[(event.zone, event.partition)].append((i, event))
+    found: list[tuple[int, LoadChange]] = []
+    for key, indexed in by_partition.items():
+        ordered = sorted(indexed, key=lambda item: _sort_key(item[1]))
+        found.extend(_partition_changes(ordered, start.get(key)))
+    return merge_changes(found)
+
+
+def skew_sweep(start_load: Mapping[str, int], changes: Iterable[LoadChange]) -> list[SkewPoint]:
+    """The per-node load spread after each change (ascending revisions) from the load at the
+    start: the loop both engines run (on the driver for Spark, over Spark's aggregates)."""
+    load: Counter[str] = Counter(start_load)
+    points: list[SkewPoint] = []
+    for change in changes:
+        load.update(change.delta)
+        held = [v for v in load.values() if v > 0]
+        high, low = (max(held), min(held)) if held else (0, 0)
+        points.append(SkewPoint(change.revision, change.ts, high - low, high, low))
+    return points
+
+
 def skew_over_time(
     events: Iterable[Event], start: Mapping[tuple[str, int], Peers]
 ) -> list[SkewPoint]:
     """The fleet's per-node load spread after every revision that switched some stable."""
-    state = dict(start)
-    load: Counter[str] = Counter()
-    for peers in state.values():
-        load.update(peers)
-    points: list[SkewPoint] = []
-    ordered = [e for e in _ordered(events) if e.field == "stable"]
-    for i, event in enumerate(ordered):
-        key = (event.zone, event.partition)
-        load.subtract(state.pop(key, ()))
-        if event.event == "put" and event.peers is not None:
-            state[key] = event.peers
-            load.update(event.peers)
-        if i + 1 < len(ordered) and ordered[i + 1].revision == event.revision:
-            continue
-        held = [v for v in load.values() if v > 0]
-        high, low = (max(held), min(held)) if held else (0, 0)
-        points.append(SkewPoint(event.revision, event.ts, high - low, high, low))
-    return points
+    return skew_sweep(node_load(start.values()), load_changes(events, start))

@@ -2,7 +2,9 @@
 
 Reading and drawing only; the numbers come from :mod:`placement.pipeline.history` and
 :mod:`placement.pipeline.analytics`. The HTML is self-contained (every PNG embedded as base64)
-and the PNGs are also written as files under ``plots/``.
+and the PNGs are also written as files under ``plots/``. The local engine reads the export here
+(:func:`build_report`); the Spark engine's numbers come from
+:mod:`placement.pipeline.spark_report`, and both are written by :func:`write_report`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import csv
 import html
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from placement.errors import InvalidInput
-from placement.pipeline.analytics import ZoneStats, report_json, zone_stats
+from placement.pipeline.analytics import (
+    ReportInput,
+    ZoneStats,
+    done_durations,
+    numbers_json,
+    zone_stats,
+)
 from placement.pipeline.history import (
     Event,
     Rebalance,
     SkewPoint,
+    event_of,
     node_load,
     rebalances,
     skew_over_time,
@@ -45,26 +54,23 @@ PLOTS = {
 }
 
 
-def _peers(value: Sequence[str] | None) -> tuple[str, ...] | None:
-    return None if value is None else tuple(value)
+#: The tables a report reads (sizes.parquet too, when present).
+REQUIRED = ("history", "assignments")
+_FIX_EXPORT = "pass a directory written by `placectl pipeline export`"
+
+
+def check_export(directory: Path) -> None:
+    """Raises InvalidInput (``--input``) unless ``directory`` holds the tables a report reads."""
+    if not directory.is_dir():
+        raise InvalidInput("--input", f"{directory} is not a directory", _FIX_EXPORT)
+    for name in REQUIRED:
+        if not (directory / f"{name}.parquet").exists():
+            raise InvalidInput("--input", f"{directory} has no {name}.parquet", _FIX_EXPORT)
 
 
 def read_history(directory: Path) -> tuple[list[Event], dict[tuple[str, int], tuple[str, ...]]]:
     """History events and the current stable assignment of an export directory."""
-    history = read_table(directory, "history").to_pylist()
-    events = [
-        Event(
-            int(r["revision"]),
-            str(r["zone"]),
-            int(r["partition"]),
-            str(r["field"]),
-            str(r["event"]),
-            _peers(r["peers"]),
-            _peers(r["prev_peers"]),
-            r["ts"],
-        )
-        for r in history
-    ]
+    events = [event_of(r) for r in read_table(directory, "history").to_pylist()]
     current = {
         (str(r["zone"]), int(r["partition"])): tuple(r["peers"])
         for r in read_table(
@@ -108,7 +114,7 @@ def _bar(
 
 def plots(
     stats: Mapping[str, ZoneStats],
-    items: Sequence[Rebalance],
+    durations: Sequence[float],
     before: Mapping[str, int],
     after: Mapping[str, int],
     skew: Sequence[SkewPoint],
@@ -145,7 +151,6 @@ def plots(
         ),
     }
     fig, ax = plt.subplots(figsize=(6, 4))
-    durations = [d for r in items if (d := r.duration_s) is not None]
     ax.hist(durations, bins=min(30, max(1, len(durations))))
     ax.set_title("Rebalance durations (pending written -> stable switched)")
     ax.set_xlabel("seconds")
@@ -226,7 +231,7 @@ snapshot revision {history.get("revision", "?")}.</p>
 """
 
 
-def _write_rebalances(path: Path, items: Sequence[Rebalance]) -> None:
+def _write_rebalances(path: Path, items: Iterable[Rebalance]) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(
@@ -241,30 +246,43 @@ def _write_rebalances(path: Path, items: Sequence[Rebalance]) -> None:
 
 
 def build_report(directory: Path, out: Path) -> dict[str, Any]:
-    """Reads the export, computes the numbers, writes the report directory atomically."""
-    if not directory.is_dir():
-        raise InvalidInput(
-            "--input", f"{directory} is not a directory", "pass a `placectl pipeline export` dir"
-        )
+    """Reads the export, computes the numbers, writes the report directory atomically (the
+    local engine)."""
+    check_export(directory)
     events, current = read_history(directory)
     sizes_by_zone = read_partition_sizes(directory)
     sizes = {(z, p): s.bytes for z, parts in sizes_by_zone.items() for p, s in parts.items()}
     start = stable_at_start(events, current)
     items = rebalances(events, start)
-    stats = zone_stats(items, sizes)
-    numbers = report_json(stats, items, _meta(directory))
-    before, after = node_load(start.values()), node_load(current.values())
-    skew = skew_over_time(events, start)
+    return write_report(
+        ReportInput(
+            stats=zone_stats(items, sizes),
+            rebalances=len(items),
+            durations=done_durations(items),
+            meta=_meta(directory),
+            load_before=node_load(start.values()),
+            load_after=node_load(current.values()),
+            skew=skew_over_time(events, start),
+            rows=lambda: items,
+        ),
+        out,
+    )
+
+
+def write_report(data: ReportInput, out: Path) -> dict[str, Any]:
+    """Writes the report directory atomically from either engine's numbers; returns the totals."""
+    numbers = numbers_json(data.stats, data.rebalances, data.durations, data.meta)
+    before, after = dict(data.load_before), dict(data.load_after)
     numbers["load_before"], numbers["load_after"] = before, after
-    numbers["skew"] = [_skew(p) for p in skew]
-    images = plots(stats, items, before, after, skew)
+    numbers["skew"] = [_skew(p) for p in data.skew]
+    images = plots(data.stats, data.durations, before, after, data.skew)
     with atomic_directory(out, "--out") as tmp:
         (tmp / "plots").mkdir()
         for key, png in images.items():
             (tmp / "plots" / PLOTS[key]).write_bytes(png)
         (tmp / "report.json").write_text(json.dumps(numbers, indent=1) + "\n")
         (tmp / "report.html").write_text(render_html(numbers, images))
-        _write_rebalances(tmp / "rebalances.csv", items)
+        _write_rebalances(tmp / "rebalances.csv", data.rows())
     return {**numbers["totals"]}
 
 

@@ -9,31 +9,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from placement.errors import InvalidInput
-from placement.pipeline.hadoop_fs import HadoopFs
+from placement.pipeline.hadoop_fs import HadoopFs, first_line
 from placement.pipeline.inputs import SKELETON_COLUMNS, PlanInput, plan_input_from
 from placement.pipeline.locations import join
 from placement.pipeline.rows import REQUIRED_FOR_PLAN, skeleton
 from placement.pipeline.snapshot import decode_snapshot
 from placement.pipeline.whatif import WhatIf
 
-_FIX = "pass a snapshot JSON file or a directory written by `placectl pipeline export`"
+_FIX = "pass a directory written by `placectl pipeline export`"
+_FIX_PLAN = "pass a snapshot JSON file or a directory written by `placectl pipeline export`"
 
 
-def read_small_table(
-    spark: SparkSession, directory: str, name: str, columns: Sequence[str]
-) -> list[dict[str, Any]]:
-    """The rows of one small table of an export directory at a URI, in file order, checked for
-    the columns read (errors name the table, as for a local directory)."""
+def read_frame(spark: SparkSession, directory: str, name: str, columns: Sequence[str]) -> DataFrame:
+    """One table of an export directory at a URI as a Spark frame, checked like a local
+    directory's (:func:`placement.pipeline.inputs.read_table`): there, readable, and holding
+    ``columns`` (errors name the table)."""
     uri = str(join(directory, f"{name}.parquet"))
     if HadoopFs(spark).kind(uri, "--input") is None:
         raise InvalidInput("--input", f"{directory} has no {name}.parquet", _FIX)
     try:
         frame = spark.read.parquet(uri)
-    except Exception as e:
-        raise InvalidInput("--input", f"{uri} is not a readable Parquet file: {e}", _FIX) from e
+    except Exception as e:  # AnalysisException, Py4JJavaError: not Parquet, unreadable
+        raise InvalidInput(
+            "--input", f"{uri} is not a readable Parquet file: {first_line(e)}", _FIX
+        ) from e
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise InvalidInput(
@@ -41,6 +43,14 @@ def read_small_table(
             f"lacks column(s) {', '.join(missing)}",
             "re-export with `placectl pipeline export`",
         )
+    return frame
+
+
+def read_small_table(
+    spark: SparkSession, directory: str, name: str, columns: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The rows of one small table (nodes, zone configs), in file order."""
+    frame = read_frame(spark, directory, name, columns)
     rows: list[dict[str, Any]] = frame.select(*columns).toArrow().to_pylist()
     return rows
 
@@ -49,13 +59,13 @@ def load_plan_input_spark(spark: SparkSession, uri: str, whatif: WhatIf) -> Plan
     """:func:`placement.pipeline.inputs.load_plan_input` for a URI."""
     kind = HadoopFs(spark).kind(uri, "--input")
     if kind is None:
-        raise InvalidInput("--input", f"{uri} does not exist", _FIX)
+        raise InvalidInput("--input", f"{uri} does not exist", _FIX_PLAN)
     if kind == "file":
         text = HadoopFs(spark).read_bytes(uri, "--input")
         return plan_input_from(decode_snapshot(text, uri), whatif, None)
     for name in REQUIRED_FOR_PLAN:
         if HadoopFs(spark).kind(str(join(uri, f"{name}.parquet")), "--input") is None:
-            raise InvalidInput("--input", f"{uri} has no {name}.parquet", _FIX)
+            raise InvalidInput("--input", f"{uri} has no {name}.parquet", _FIX_PLAN)
     tables = {
         name: read_small_table(spark, uri, name, columns)
         for name, columns in SKELETON_COLUMNS.items()

@@ -102,8 +102,7 @@ def start_spark(
     log4j = Path(tempfile.gettempdir()) / f"placectl-spark-log4j2-{os.getuid()}.properties"
     if not log4j.exists() or log4j.read_text() != _LOG4J:
         log4j.write_text(_LOG4J)
-    # PySpark reads the workers' Python from the environment when its context starts
-    os.environ["PYSPARK_PYTHON"] = executor_python(master, conf)
+    python = executor_python(master, conf)
     builder = SparkSession.builder.master(master.url).appName("placectl-plan")
     settings = {
         **DEFAULT_CONF,
@@ -113,6 +112,10 @@ def start_spark(
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
+    # PySpark reads the workers' Python from the environment when its context starts; it is
+    # set for that moment only, so that no process this one starts later inherits it
+    before = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = python
     try:
         return builder.getOrCreate()
     except Exception as e:  # the JVM could not start: no Java, bad conf, ...
@@ -121,6 +124,11 @@ def start_spark(
             f"could not start Spark on {master.url}: {str(e).splitlines()[0] if str(e) else e!r}",
             "check Java 17 (scripts/setup.sh installs it) and the --spark-conf values",
         ) from e
+    finally:
+        if before is None:
+            del os.environ["PYSPARK_PYTHON"]
+        else:
+            os.environ["PYSPARK_PYTHON"] = before
 
 
 def _stable_frame(spark: SparkSession, plan_input: PlanInput) -> DataFrame:

@@ -186,3 +186,17 @@ async def chaos_etcd(
     finally:
         for member in members:
             member.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The pipeline tests' one local Spark (``local[2]``; a process holds one SparkContext)."""
+    from placement.pipeline.spark_master import parse_master
+    from placement.pipeline.spark_plan import start_spark
+
+    session = start_spark(
+        parse_master("local[2]"),
+        {"spark.sql.shuffle.partitions": "2", "spark.sql.adaptive.enabled": "false"},
+    )
+    yield session
+    session.stop()

@@ -12,6 +12,7 @@ Needs root (``unshare``, ``mount``, ``setpriv``): skipped with the reason otherw
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_pipeline_report_spark import _generated_export, _same_report
 from test_pipeline_spark import EXAMPLE, _fleet_dir
 
 from placement.local.spark_standalone import StandaloneSpark
@@ -48,8 +50,11 @@ def cluster() -> Iterator[StandaloneSpark]:
 
 
 def placectl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """As a user runs it: no Spark settings inherited from this process's environment (a
+    ``PYSPARK_PYTHON`` naming this virtual environment would be taken by the executors)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
     return subprocess.run(
-        [str(PLACECTL), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        [str(PLACECTL), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
     )
 
 
@@ -121,3 +126,27 @@ def test_a_cluster_plans_an_export_at_a_uri_like_the_local_engine(
     assert done.returncode == 0, done.stderr[-3000:] + cluster.worker_log()
     assert out.read_text() == expected
     assert sorted(p.name for p in out.parent.iterdir()) == ["plan.json"]  # no temporaries
+
+
+def test_a_cluster_reports_an_export_at_a_uri_like_the_local_engine(
+    cluster: StandaloneSpark, tmp_path: Path
+) -> None:
+    """``pipeline report --engine spark``: the history's analytics on the cluster's executors
+    (the shipped environment, cached by the plans before), read from a ``file:`` URI and the
+    report written to one; report.json and rebalances.csv identical to the local engine's."""
+    export_dir = _generated_export(cluster.shared / "history")
+    for path in [export_dir, *export_dir.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    local = tmp_path / "local"
+    done = placectl("pipeline", "report", "--input", str(export_dir), "--out", str(local))
+    assert done.returncode == 0, done.stderr
+    out = cluster.shared / "report"
+    done = placectl(
+        "pipeline", "report", "--engine", "spark", "--master", cluster.master_url, *LOOPBACK,
+        "--input", export_dir.as_uri(), "--out", out.as_uri(), "-o", "json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:] + cluster.worker_log()
+    numbers = _same_report(local, out)
+    assert numbers["totals"]["rebalances"] > 300
+    assert json.loads(done.stdout)["report"] == f"{out.as_uri()}/report.html"
+    assert sorted(p.name for p in cluster.shared.iterdir() if p.name.startswith(".")) == []

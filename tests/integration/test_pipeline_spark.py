@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +22,10 @@ from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
 from placement.pipeline.export import export, write_tables
 from placement.pipeline.schemas import ASSIGNMENTS
-from placement.pipeline.spark_master import parse_master
-from placement.pipeline.spark_plan import start_spark
 from placement.pipeline.spark_progress import StageProgress, StageWatcher
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "snapshot.json"
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = start_spark(
-        parse_master("local[2]"),
-        {"spark.sql.shuffle.partitions": "2", "spark.sql.adaptive.enabled": "false"},
-    )
-    yield session
-    session.stop()
 
 
 def _both(input_path: Path, tmp_path: Path, **options: Any) -> tuple[str, dict[str, Any]]:

@@ -125,7 +125,7 @@ def test_the_roots_cover_every_distribution_the_executor_side_modules_load() -> 
     code = (
         "import sys, json, importlib.metadata as md\n"
         "before = set(sys.modules)\n"
-        "import placement.pipeline.spark_plan, pandas, pyarrow\n"
+        "import placement.pipeline.spark_plan, placement.pipeline.spark_report, pandas, pyarrow\n"
         "top = {m.split('.')[0] for m in sys.modules if m not in before}\n"
         "found = md.packages_distributions()\n"
         "print(json.dumps(sorted({d for t in top for d in found.get(t, [])})))\n"
