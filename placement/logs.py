@@ -69,6 +69,27 @@ class _ContextFilter(logging.Filter):
         return True
 
 
+#: gRPC's asyncio server logs this, with a traceback, when it cannot send a unary answer
+#: because the call already ended — the client gave up (deadline, cancel, disconnect) while the
+#: handler ran — and it has not noticed the cancellation yet (when it has, it says nothing).
+_UNSENT = "ExecuteBatchError raised in core by servicer method"
+
+
+class _AnswerNotSent(logging.Filter):
+    """Turns gRPC's traceback for an answer its client no longer waited for into one INFO
+    line: nothing failed on this side, and a traceback in an operator's log says otherwise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(_UNSENT):
+            method = message.removeprefix(_UNSENT).strip(" []")
+            record.msg = "the answer to %s was not sent: the client's call had ended (it gave up)"
+            record.args = (method,)
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info = record.exc_text = None
+        return True
+
+
 class _TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -105,6 +126,9 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(numeric)
+    grpc_core = logging.getLogger("grpc._cython.cygrpc")
+    if not any(isinstance(f, _AnswerNotSent) for f in grpc_core.filters):
+        grpc_core.addFilter(_AnswerNotSent())
 
 
 #: LogRecord attributes that are not fields of a JSON line (the library's own default list).

@@ -84,6 +84,34 @@ def test_text_lines_append_the_context(
     assert line.endswith(" WARNING x moved [zone=z revision=12]"), line
 
 
+def test_an_answer_the_client_no_longer_waited_for_is_one_line_not_a_traceback(
+    root_restored: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gRPC's asyncio server logs ERROR with a traceback when a unary answer cannot be sent
+    because the client's call already ended (a chaos test's driver log had two); other gRPC
+    errors pass unchanged."""
+    configure_logging("INFO", "text", {"component": "driver"})
+    configure_logging("INFO", "text", {"component": "driver"})  # the filter is added once
+    grpc_core = logging.getLogger("grpc._cython.cygrpc")
+    try:
+        raise RuntimeError('Failed "execute_batch": (<SendMessageOperation>,)')
+    except RuntimeError:
+        grpc_core.exception(
+            "ExecuteBatchError raised in core by servicer method [%s]",
+            "/placement.v1.PlacementService/GetZone",
+        )
+        grpc_core.exception("Unexpected [RuntimeError] raised by servicer method [/x/Y]")
+    err = capsys.readouterr().err
+    first, *rest = err.splitlines()
+    assert first.endswith(
+        " INFO grpc._cython.cygrpc the answer to /placement.v1.PlacementService/GetZone was"
+        " not sent: the client's call had ended (it gave up)"
+    ), first
+    assert rest[0].endswith("ERROR grpc._cython.cygrpc Unexpected [RuntimeError] raised by"
+                            " servicer method [/x/Y]")  # fmt: skip
+    assert err.count("Traceback") == 1  # the other error keeps its own
+
+
 @pytest.mark.parametrize(
     ("level", "fmt", "field"),
     [("LOUD", "text", "--log-level"), ("INFO", "xml", "--log-format")],
