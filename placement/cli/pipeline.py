@@ -10,6 +10,7 @@ stage (as ``placectl plan`` does), when that is a terminal.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -24,10 +25,10 @@ from placement.cli.common import (
     Output,
     location_option,
     output_option,
-    path_option,
     pipeline_extra,
 )
 from placement.cli.plan import ship_env_option
+from placement.errors import InvalidInput
 from placement.metastore.keys import DEFAULT_PREFIX
 from placement.pipeline.locations import Location, as_location, join, local_path, spark_uri
 from placement.pipeline.outputs import check_target
@@ -38,8 +39,6 @@ from placement.security.flags import etcd_flags
 
 if TYPE_CHECKING:
     from placement.cli.plan import StageReport
-
-_OUT = path_option("--out", "out", "Directory to write (replaced).")
 
 
 @click.group()
@@ -52,26 +51,60 @@ def pipeline() -> None:
 @click.option(
     "--prefix", default=DEFAULT_PREFIX, show_default=True, help="Key prefix of the deployment."
 )
-@_OUT
+@location_option(
+    "--out",
+    "out",
+    "Directory to write (replaced): a local path, or a URI written through Spark's Hadoop file"
+    " system (hdfs:, s3a:, file: ...).",
+)
+@click.option(
+    "--spark-conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Spark setting for writing to a URI --out, e.g. spark.hadoop.fs.s3a.endpoint=...",
+)
 @output_option
 @etcd_flags
 def export_command(
-    endpoints: str, prefix: str, out: Path, output: Output, etcd_credentials: EtcdCredentials
+    endpoints: str,
+    prefix: str,
+    out: Location,
+    spark_conf: tuple[str, ...],
+    output: Output,
+    etcd_credentials: EtcdCredentials,
 ) -> None:
     """Write the cluster snapshot and the assignment history still in etcd as Parquet."""
     import asyncio
 
+    from placement.cli.plan import parse_conf
+
     with pipeline_extra("placectl pipeline export"):
         from placement.pipeline.export import EXPORT_STEPS, export
 
-    check_target(out, "--out", directory=True)
-    with output.progress() as bars:
-        task = bars.add_task("exporting", total=EXPORT_STEPS)
+    conf = parse_conf(spark_conf)
+    if isinstance(out, Path) and conf:
+        raise InvalidInput("--spark-conf", "only applies to a URI --out", "drop it, or name a URI")
+    with contextlib.ExitStack() as stack:
+        if isinstance(out, Path):
+            check_target(out, "--out", directory=True)
+            written = out
+        else:  # written here first, then copied through the Hadoop file system of a local Spark
+            with pipeline_extra("placectl pipeline export --out URI"):
+                from placement.pipeline.hadoop_fs import HadoopFs
+                from placement.pipeline.spark_plan import start_spark
+            spark = start_spark(parse_master("local[1]"), conf)
+            HadoopFs(spark).check_target(out, "--out", directory=True)
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="placectl-export-"))
+            written = Path(scratch) / "export"
+        with output.progress() as bars:
+            task = bars.add_task("exporting", total=EXPORT_STEPS)
 
-        def progress(what: str, done: int, total: int) -> None:
-            bars.update(task, completed=done, total=total, detail=what)
+            def progress(what: str, done: int, total: int) -> None:
+                bars.update(task, completed=done, total=total, detail=what)
 
-        summary = asyncio.run(export(endpoints, prefix, out, etcd_credentials, progress))
+            summary = asyncio.run(export(endpoints, prefix, written, etcd_credentials, progress))
+        if isinstance(out, str):
+            HadoopFs(spark).put_directory(written, out, "--out")
     rows = ", ".join(f"{n} {c}" for n, c in summary.rows.items())
     output.emit(
         {
