@@ -27,7 +27,7 @@ from placement.cli.common import (
     output_option,
     pipeline_extra,
 )
-from placement.cli.plan import ship_env_option
+from placement.cli.plan import spark_options
 from placement.errors import InvalidInput
 from placement.metastore.keys import DEFAULT_PREFIX
 from placement.pipeline.locations import Location, as_location, join, local_path, spark_uri
@@ -194,18 +194,7 @@ def run_report(
 @location_option(
     "--out", "out", "Directory to write (replaced): a local path, or with --engine spark a URI."
 )
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "spark"]),
-    default="local",
-    show_default=True,
-    help="Analytics engine; both give identical report.json and rebalances.csv.",
-)
-@click.option("--master", default=None, help="Spark master URL for --engine spark [local[*]].")
-@click.option(
-    "--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."
-)
-@ship_env_option
+@spark_options("Analytics engine; both give identical report.json and rebalances.csv.")
 @output_option
 def report_command(
     input_dir: Location,

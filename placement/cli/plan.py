@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from placement.pipeline.spark_progress import StageProgress
 
 StageReport = Callable[[Sequence["StageProgress"]], None]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def parse_conf(items: Sequence[str]) -> dict[str, str]:
@@ -123,15 +124,43 @@ def run_plan(
     return totals.summary()
 
 
-ship_env_option = click.option(
-    "--ship-env",
-    default=None,
-    metavar="auto|none|PATH",
-    help="What the executors run: auto packs this environment (the product and its"
-    " dependencies) and ships it to a cluster master's executors, nothing for local[...];"
-    " none ships nothing; PATH or URI ships that archive (`placectl pipeline pack-env`)."
-    " [auto]",
-)
+def spark_options(engine_help: str) -> Callable[[F], F]:
+    """``--engine local|spark``, ``--master``, ``--spark-conf`` and ``--ship-env``: the options
+    of a command that runs on either engine (``plan``, ``pipeline report``)."""
+    options = [
+        click.option(
+            "--engine",
+            type=click.Choice(["local", "spark"]),
+            default="local",
+            show_default=True,
+            help=engine_help,
+        ),
+        click.option(
+            "--master", default=None, help="Spark master URL for --engine spark [local[*]]."
+        ),
+        click.option(
+            "--spark-conf",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Extra Spark setting (repeatable).",
+        ),
+        click.option(
+            "--ship-env",
+            default=None,
+            metavar="auto|none|PATH",
+            help="What the executors run: auto packs this environment (the product and its"
+            " dependencies) and ships it to a cluster master's executors, nothing for"
+            " local[...]; none ships nothing; PATH or URI ships that archive (`placectl"
+            " pipeline pack-env`). [auto]",
+        ),
+    ]
+
+    def decorate(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
 
 
 def announce_pack(archive: Path) -> None:
@@ -174,18 +203,7 @@ def stage_bars(bars: Bars) -> StageReport:
     "output_path",
     "Where to write the plan JSON: a local path, or with --engine spark a URI.",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "spark"]),
-    default="local",
-    show_default=True,
-    help="Planning engine; both give byte-identical plans.",
-)
-@click.option("--master", default=None, help="Spark master URL for --engine spark [local[*]].")
-@click.option(
-    "--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."
-)
-@ship_env_option
+@spark_options("Planning engine; both give byte-identical plans.")
 @click.option(
     "--add-node",
     "add_nodes",

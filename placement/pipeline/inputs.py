@@ -69,18 +69,23 @@ def read_table(directory: Path, name: str, columns: Sequence[str] | None = None)
     wanted = list(columns) if columns is not None else TABLES[name].names
     try:
         schema = pq.read_schema(path)
-        missing = [c for c in wanted if c not in schema.names]
-        if missing:
-            raise InvalidInput(
-                f"{name}.parquet",
-                f"lacks column(s) {', '.join(missing)}",
-                "re-export with `placectl pipeline export`",
-            )
+        check_columns(name, schema.names, wanted)
         return pq.read_table(path, columns=wanted)
     except (pa.ArrowException, OSError) as e:
         raise InvalidInput(
             "--input", f"{path} is not a readable Parquet file: {e}", _FIX_DIR
         ) from e
+
+
+def check_columns(name: str, have: Collection[str], wanted: Sequence[str]) -> None:
+    """InvalidInput naming the table unless it has every ``wanted`` column."""
+    missing = [c for c in wanted if c not in have]
+    if missing:
+        raise InvalidInput(
+            f"{name}.parquet",
+            f"lacks column(s) {', '.join(missing)}",
+            "re-export with `placectl pipeline export`",
+        )
 
 
 def _load_skeleton(directory: Path) -> ClusterSnapshot:

@@ -13,7 +13,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from placement.errors import InvalidInput
 from placement.pipeline.hadoop_fs import HadoopFs, first_line
-from placement.pipeline.inputs import SKELETON_COLUMNS, PlanInput, plan_input_from
+from placement.pipeline.inputs import (
+    SKELETON_COLUMNS,
+    PlanInput,
+    check_columns,
+    plan_input_from,
+)
 from placement.pipeline.locations import join
 from placement.pipeline.rows import REQUIRED_FOR_PLAN, skeleton
 from placement.pipeline.snapshot import decode_snapshot
@@ -36,13 +41,7 @@ def read_frame(spark: SparkSession, directory: str, name: str, columns: Sequence
         raise InvalidInput(
             "--input", f"{uri} is not a readable Parquet file: {first_line(e)}", _FIX
         ) from e
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise InvalidInput(
-            f"{name}.parquet",
-            f"lacks column(s) {', '.join(missing)}",
-            "re-export with `placectl pipeline export`",
-        )
+    check_columns(name, frame.columns, columns)
     return frame
 
 
