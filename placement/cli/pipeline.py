@@ -33,7 +33,7 @@ from placement.metastore.keys import DEFAULT_PREFIX
 from placement.pipeline.locations import Location, as_location, join, local_path, spark_uri
 from placement.pipeline.outputs import check_target
 from placement.pipeline.ship_env import archive_for, missing_on_executors, parse_ship_env
-from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
+from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master, probe_master
 from placement.security.credentials import EtcdCredentials
 from placement.security.flags import etcd_flags
 
@@ -158,6 +158,7 @@ def run_report(
     from placement.pipeline.spark_progress import StageWatcher
     from placement.pipeline.spark_report import spark_report_input
 
+    probe_master(parsed_master)  # an unreachable master fails before anything is packed
     archive, fresh = archive_for(ship, parsed_master)
     if fresh is not None and packed is not None:
         packed(fresh)

@@ -20,7 +20,7 @@ from placement.errors import InvalidInput
 from placement.pipeline.locations import Location, as_location, local_path
 from placement.pipeline.outputs import check_target, write_text_parts
 from placement.pipeline.ship_env import archive_for, missing_on_executors, parse_ship_env
-from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
+from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master, probe_master
 from placement.pipeline.whatif import parse_whatif, split_setting
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ def run_plan(
     from placement.pipeline.spark_plan import plan_spark, start_spark
     from placement.pipeline.spark_progress import StageWatcher
 
+    probe_master(parsed_master)  # an unreachable master fails before anything is packed
     archive, fresh = archive_for(ship, parsed_master)
     if fresh is not None and packed is not None:
         packed(fresh)

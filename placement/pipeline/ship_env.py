@@ -218,7 +218,25 @@ def pack_environment(
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    if directory is not None:
+        _prune(directory, output)
     return output, True
+
+
+#: Archives kept in the cache: the one just packed and the newest before it (a run of the
+#: previous version may still be shipping it); each is about 90 MiB.
+KEEP = 2
+
+
+def _prune(directory: Path, packed_now: Path) -> None:
+    """Removes all but the :data:`KEEP` newest archives of the cache."""
+    archives = sorted(
+        (p for p in directory.glob(f"{ALIAS}-*.tar.gz") if p != packed_now),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for old in archives[KEEP - 1 :]:
+        old.unlink(missing_ok=True)
 
 
 def spark_settings(archive_uri: str, conf: Mapping[str, str]) -> dict[str, str]:

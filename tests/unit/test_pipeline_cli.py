@@ -47,18 +47,29 @@ def test_bad_plan_options(tmp_path: Path, args: list[str], option: str) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
 
 
-def test_unreachable_master_fails_fast_with_nothing_written(tmp_path: Path) -> None:
-    out = tmp_path / "plan.json"
+def test_unreachable_master_fails_fast_with_nothing_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before anything is packed for the executors, too (an empty cache would be filled)."""
+    out, cache = tmp_path / "out" / "plan.json", tmp_path / "cache"
+    out.parent.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     master = f"spark://127.0.0.1:{_closed_port()}"
-    result = placectl(
-        "plan", "--input", str(EXAMPLE), "--output", str(out), "--engine", "spark",
-        "--master", master,
-    )  # fmt: skip
-    assert result.returncode == 2
-    (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"placectl: error: --master: Spark master {master} is unreachable")
-    assert "omit --master" in line
-    assert list(tmp_path.iterdir()) == []
+    export = tmp_path / "export"  # what the report checks before Spark starts
+    export.mkdir()
+    for table in ("history", "assignments"):
+        (export / f"{table}.parquet").write_bytes(b"")
+    for command in (
+        ["plan", "--input", str(EXAMPLE), "--output", str(out)],
+        ["pipeline", "report", "--input", str(export), "--out", str(out.parent / "r")],
+    ):
+        result = placectl(*command, "--engine", "spark", "--master", master)
+        assert result.returncode == 2
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"placectl: error: --master: Spark master {master} is unreachable")
+        assert "omit --master" in line
+        assert list(out.parent.iterdir()) == []
+        assert not (cache / "placement").exists()  # (matplotlib keeps its own cache there)
 
 
 def test_malformed_snapshot_with_the_spark_engine(tmp_path: Path) -> None:

@@ -160,6 +160,10 @@ def test_the_archive_is_packed_once_per_content(
     other, fresh_other = pack_environment(tmp_path)
     assert fresh_other
     assert other != first
+    # a third content: the cache keeps the newest two
+    monkeypatch.setattr(ship_env, "EXECUTOR_ROOTS", ("typing-extensions", "typing-inspection"))
+    third, _ = pack_environment(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([other.name, third.name])
     out = tmp_path / "given" / "env.tar.gz"
     assert pack_environment(output=out) == (out, True)
     assert out.is_file()
