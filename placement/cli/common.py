@@ -52,7 +52,7 @@ BAD_INPUT = frozenset(
 #: Seconds a command keeps retrying unavailable drivers before it gives up (exit 1).
 CLI_DEADLINE = 5.0
 #: Third-party modules that only the ``pipeline`` extra installs.
-PIPELINE_MODULES = frozenset({"pyspark", "pandas", "pyarrow", "matplotlib"})
+PIPELINE_MODULES = frozenset({"pyspark", "pandas", "pyarrow", "matplotlib", "packaging"})
 
 #: ``-o`` values: ``table`` the human output, ``wide`` with more columns, ``json``/``yaml`` data.
 OUTPUT_FORMATS = ("table", "wide", "json", "yaml")

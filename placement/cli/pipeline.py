@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -27,18 +27,15 @@ from placement.cli.common import (
     output_option,
     pipeline_extra,
 )
-from placement.cli.plan import spark_options
+from placement.cli.spark_run import StageReport, check_spark_options, spark_options, spark_run
 from placement.errors import InvalidInput
 from placement.metastore.keys import DEFAULT_PREFIX
 from placement.pipeline.locations import Location, as_location, join, local_path, spark_uri
 from placement.pipeline.outputs import check_target
-from placement.pipeline.ship_env import archive_for, missing_on_executors, parse_ship_env
-from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master, probe_master
+from placement.pipeline.ship_env import parse_ship_env
+from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
 from placement.security.credentials import EtcdCredentials
 from placement.security.flags import etcd_flags
-
-if TYPE_CHECKING:
-    from placement.cli.plan import StageReport
 
 
 @click.group()
@@ -137,7 +134,7 @@ def run_report(
     (:func:`placement.cli.plan.run_plan`, whose Spark options and environment shipping this
     shares). On Spark, ``stages`` is told the active stages while it runs (from another
     thread)."""
-    from placement.cli.plan import check_spark_options, parse_conf
+    from placement.cli.plan import parse_conf
     from placement.pipeline.report import build_report, check_export, write_report
 
     check_spark_options(engine, master, spark_conf, ship_env)
@@ -154,22 +151,13 @@ def run_report(
     if isinstance(source, Path):
         check_export(source)
     from placement.pipeline.hadoop_fs import HadoopFs
-    from placement.pipeline.spark_plan import start_spark
-    from placement.pipeline.spark_progress import StageWatcher
     from placement.pipeline.spark_report import spark_report_input
 
-    probe_master(parsed_master)  # an unreachable master fails before anything is packed
-    archive, fresh = archive_for(ship, parsed_master)
-    if fresh is not None and packed is not None:
-        packed(fresh)
-    spark = start_spark(parsed_master, conf, archive=archive)
-    if isinstance(target, str):
-        HadoopFs(spark).check_target(target, "--out", directory=True)
-    try:
-        with (
-            StageWatcher(spark.sparkContext.statusTracker(), stages or (lambda found: None)),
-            spark_report_input(spark, spark_uri(source)) as data,
-        ):
+    run = spark_run(parsed_master, conf, ship, app="placectl-report", stages=stages, packed=packed)
+    with run as spark:
+        if isinstance(target, str):
+            HadoopFs(spark).check_target(target, "--out", directory=True)
+        with spark_report_input(spark, spark_uri(source)) as data:
             if isinstance(target, Path):
                 return write_report(data, target)
             # rendered here, then copied to the URI through Spark's Hadoop file system
@@ -178,11 +166,6 @@ def run_report(
                 totals = write_report(data, rendered)
                 HadoopFs(spark).put_directory(rendered, target, "--out")
                 return totals
-    except Exception as e:
-        missing = missing_on_executors(e, ship)
-        if missing is None:
-            raise
-        raise missing from None
 
 
 @pipeline.command("report")

@@ -11,43 +11,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from placement.cli.common import Bars, NoBars, Output, location_option, pipeline_extra
-from placement.errors import InvalidInput
+from placement.cli.spark_run import StageReport, check_spark_options, spark_options, spark_run
 from placement.pipeline.locations import Location, as_location, local_path
 from placement.pipeline.outputs import check_target, write_text_parts
-from placement.pipeline.ship_env import archive_for, missing_on_executors, parse_ship_env
-from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master, probe_master
+from placement.pipeline.ship_env import parse_ship_env
+from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
 from placement.pipeline.whatif import parse_whatif, split_setting
 
 if TYPE_CHECKING:
     from placement.pipeline.spark_progress import StageProgress
 
-StageReport = Callable[[Sequence["StageProgress"]], None]
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 def parse_conf(items: Sequence[str]) -> dict[str, str]:
     """``--spark-conf KEY=VALUE`` options -> a dict."""
     return dict(split_setting("--spark-conf", item, "spark.driver.memory=4g") for item in items)
-
-
-def check_spark_options(
-    engine: str, master: str | None, spark_conf: Sequence[str], ship_env: str | None
-) -> None:
-    """``--master``, ``--spark-conf`` and ``--ship-env`` only go with ``--engine spark``."""
-    if engine == "spark":
-        return
-    for option, given in (
-        ("--master", master),
-        ("--spark-conf", spark_conf),
-        ("--ship-env", ship_env),
-    ):
-        if given:
-            raise InvalidInput(option, "only applies to --engine spark", "add --engine spark")
 
 
 def run_plan(
@@ -94,74 +76,24 @@ def run_plan(
     plan_input = load_plan_input(source, whatif) if isinstance(source, Path) else None
     from placement.pipeline.hadoop_fs import HadoopFs
     from placement.pipeline.spark_inputs import load_plan_input_spark
-    from placement.pipeline.spark_plan import plan_spark, start_spark
-    from placement.pipeline.spark_progress import StageWatcher
+    from placement.pipeline.spark_plan import plan_spark
 
-    probe_master(parsed_master)  # an unreachable master fails before anything is packed
-    archive, fresh = archive_for(ship, parsed_master)
-    if fresh is not None and packed is not None:
-        packed(fresh)
-    spark = start_spark(parsed_master, conf, archive=archive)
-    if isinstance(target, str):
-        HadoopFs(spark).check_target(target, "--output", directory=False)
-    if plan_input is None:
-        plan_input = load_plan_input_spark(spark, str(source), whatif)
-    try:
-        with StageWatcher(spark.sparkContext.statusTracker(), stages or (lambda found: None)):
-            totals, fragments, result = plan_spark(spark, plan_input)
-            try:
-                parts = plan_text_parts(fragments, totals.summary)
-                if isinstance(target, Path):
-                    write_text_parts(target, "--output", parts)
-                else:
-                    HadoopFs(spark).write_text_parts(target, "--output", parts)
-            finally:
-                result.unpersist()
-    except Exception as e:
-        missing = missing_on_executors(e, ship)
-        if missing is None:
-            raise
-        raise missing from None
+    run = spark_run(parsed_master, conf, ship, app="placectl-plan", stages=stages, packed=packed)
+    with run as spark:
+        if isinstance(target, str):
+            HadoopFs(spark).check_target(target, "--output", directory=False)
+        if plan_input is None:
+            plan_input = load_plan_input_spark(spark, str(source), whatif)
+        totals, fragments, result = plan_spark(spark, plan_input)
+        try:
+            parts = plan_text_parts(fragments, totals.summary)
+            if isinstance(target, Path):
+                write_text_parts(target, "--output", parts)
+            else:
+                HadoopFs(spark).write_text_parts(target, "--output", parts)
+        finally:
+            result.unpersist()
     return totals.summary()
-
-
-def spark_options(engine_help: str) -> Callable[[F], F]:
-    """``--engine local|spark``, ``--master``, ``--spark-conf`` and ``--ship-env``: the options
-    of a command that runs on either engine (``plan``, ``pipeline report``)."""
-    options = [
-        click.option(
-            "--engine",
-            type=click.Choice(["local", "spark"]),
-            default="local",
-            show_default=True,
-            help=engine_help,
-        ),
-        click.option(
-            "--master", default=None, help="Spark master URL for --engine spark [local[*]]."
-        ),
-        click.option(
-            "--spark-conf",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="Extra Spark setting (repeatable).",
-        ),
-        click.option(
-            "--ship-env",
-            default=None,
-            metavar="auto|none|PATH",
-            help="What the executors run: auto packs this environment (the product and its"
-            " dependencies) and ships it to a cluster master's executors, nothing for"
-            " local[...]; none ships nothing; PATH or URI ships that archive (`placectl"
-            " pipeline pack-env`). [auto]",
-        ),
-    ]
-
-    def decorate(command: F) -> F:
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
 
 
 def announce_pack(archive: Path) -> None:

@@ -3,9 +3,11 @@ storage layer Spark itself uses, so every scheme Spark is configured for (``file
 ``s3a:`` with ``hadoop-aws`` on the classpath, ...) works the same, with the same ``--spark-conf
 spark.hadoop.*`` settings (design/pipeline.md, "Storage").
 
-Writes are made whole under a temporary name in the target's directory and renamed over the
-target at the end, as the local outputs are (:mod:`placement.pipeline.outputs`): atomic where
-the file system's rename is (HDFS, local), a copy on object stores.
+Writes are made whole under a temporary name in the target's directory; at the end an existing
+output is renamed aside, the new one renamed in and the old one deleted (put back if the new one
+could not be renamed in), as the local outputs are (:mod:`placement.pipeline.outputs`): each
+rename atomic where the file system's is (HDFS, local), a copy on object stores. Every failure of
+the store is one InvalidInput line naming the option.
 """
 
 from __future__ import annotations
@@ -48,32 +50,32 @@ class HadoopFs:
     def kind(self, uri: str, option: str) -> str | None:
         """``"dir"``, ``"file"``, or None when nothing is there."""
         fs, path = self._fs(uri, option)
-        if not fs.exists(path):
-            return None
-        return "dir" if fs.getFileStatus(path).isDirectory() else "file"
+        with _storage_error(option, "look at", uri):
+            if not fs.exists(path):
+                return None
+            return "dir" if fs.getFileStatus(path).isDirectory() else "file"
 
     def read_bytes(self, uri: str, option: str) -> bytes:
         fs, path = self._fs(uri, option)
-        try:
+        with _storage_error(option, "read", uri):
             stream = fs.open(path)
             try:
                 return bytes(stream.readAllBytes())
             finally:
                 stream.close()
-        except Exception as e:
-            raise InvalidInput(
-                option, f"cannot read {uri}: {first_line(e)}", "pass a readable file"
-            ) from e
 
     def check_target(self, uri: str, option: str, *, directory: bool) -> None:
         """Raises InvalidInput unless ``uri`` can be written (its parent exists; a file is not
         written over a directory, nor a directory over a file)."""
         fs, path = self._fs(uri, option)
         parent = path.getParent()
-        if parent is not None and not fs.exists(parent):
-            raise InvalidInput(
-                option, f"directory {parent.toString()} does not exist", "create it first"
-            )
+        if parent is None:
+            raise InvalidInput(option, f"{uri} has no parent directory", "name a path inside one")
+        with _storage_error(option, "look at", uri):
+            if not fs.exists(parent):
+                raise InvalidInput(
+                    option, f"directory {parent.toString()} does not exist", "create it first"
+                )
         kind = self.kind(uri, option)
         if kind == "dir" and not directory:
             raise InvalidInput(option, f"{uri} is a directory", "name a file")
@@ -82,20 +84,34 @@ class HadoopFs:
 
     @contextlib.contextmanager
     def _replacing(self, uri: str, option: str, *, directory: bool) -> Iterator[Any]:
-        """A temporary path beside ``uri``, renamed over it if the block ends without error."""
+        """A temporary path beside ``uri`` that replaces it if the block ends without error,
+        as :func:`placement.pipeline.outputs.atomic_directory` does locally: an existing output
+        is renamed aside first, the new one renamed in, then the old one deleted — and put
+        back if the new one could not be renamed in."""
         self.check_target(uri, option, directory=directory)
         fs, path = self._fs(uri, option)
-        temporary = self._jvm.org.apache.hadoop.fs.Path(
-            path.getParent(), f".{name_of(uri)}.{uuid.uuid4().hex[:12]}"
-        )
+        tag = uuid.uuid4().hex[:12]
+        Path_ = self._jvm.org.apache.hadoop.fs.Path
+        temporary = Path_(path.getParent(), f".{name_of(uri)}.{tag}")
+        aside = Path_(path.getParent(), f".{name_of(uri)}.old.{tag}")
         try:
             yield temporary
-            if fs.exists(path):
-                fs.delete(path, True)
-            if not fs.rename(temporary, path):
-                raise InvalidInput(
-                    option, f"could not rename the new output to {uri}", "check permissions"
-                )
+            with _storage_error(option, "replace", uri):
+                moved = bool(fs.exists(path))
+                if moved and not fs.rename(path, aside):
+                    raise InvalidInput(option, f"could not move {uri} aside", _FIX_WRITE)
+                try:
+                    if not fs.rename(temporary, path):
+                        raise InvalidInput(
+                            option, f"could not rename the output to {uri}", _FIX_WRITE
+                        )
+                except BaseException:
+                    if moved:  # the old output back where it was
+                        with contextlib.suppress(Exception):
+                            fs.rename(aside, path)
+                    raise
+                if moved:
+                    fs.delete(aside, True)
         except BaseException:
             with contextlib.suppress(Exception):
                 fs.delete(temporary, True)
@@ -105,7 +121,8 @@ class HadoopFs:
         """Writes the concatenation of ``parts`` (UTF-8) as the file ``uri``."""
         fs, _ = self._fs(uri, option)
         with self._replacing(uri, option, directory=False) as temporary:
-            out = fs.create(temporary, True)
+            with _storage_error(option, "write", uri):
+                out = fs.create(temporary, True)
             try:
                 pending: list[bytes] = []
                 size = 0
@@ -114,19 +131,40 @@ class HadoopFs:
                     pending.append(data)
                     size += len(data)
                     if size >= CHUNK:
-                        out.write(bytearray(b"".join(pending)))
+                        with _storage_error(option, "write", uri):
+                            out.write(bytearray(b"".join(pending)))
                         pending, size = [], 0
-                if pending:
-                    out.write(bytearray(b"".join(pending)))
+                with _storage_error(option, "write", uri):
+                    if pending:
+                        out.write(bytearray(b"".join(pending)))
             finally:
-                out.close()
+                with contextlib.suppress(Exception):
+                    out.close()
 
     def put_directory(self, local: Path, uri: str, option: str) -> None:
         """Copies the local directory ``local`` to ``uri`` (replacing what is there)."""
         fs, _ = self._fs(uri, option)
         source = self._jvm.org.apache.hadoop.fs.Path(local.resolve().as_uri())
-        with self._replacing(uri, option, directory=True) as temporary:
+        with (
+            self._replacing(uri, option, directory=True) as temporary,
+            _storage_error(option, "write", uri),
+        ):
             fs.copyFromLocalFile(False, True, source, temporary)
+
+
+_FIX_WRITE = "check the permissions and the store's --spark-conf spark.hadoop.* settings"
+
+
+@contextlib.contextmanager
+def _storage_error(option: str, what: str, uri: str) -> Iterator[None]:
+    """A failure of the JVM's file system (permission, connection, a store's refusal) as the
+    one-line InvalidInput naming ``option``."""
+    try:
+        yield
+    except InvalidInput:
+        raise
+    except Exception as e:  # py4j's Py4JJavaError, or a network error talking to the JVM
+        raise InvalidInput(option, f"cannot {what} {uri}: {first_line(e)}", _FIX_WRITE) from e
 
 
 def first_line(error: BaseException) -> str:

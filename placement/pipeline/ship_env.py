@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from placement.errors import InvalidInput
+from placement.pipeline.locations import local_path, parse_location
 from placement.pipeline.spark_master import Master
 
 #: What the executors import beyond the product: the plan's and the report's Arrow functions
@@ -47,7 +48,6 @@ PRODUCT_PACKAGE = "placement"
 _FIX = (
     "use --ship-env auto, none, or the path or URI of an archive from `placectl pipeline pack-env`"
 )
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _FORMAT = 1  # bump when the archive's layout changes
 
 
@@ -61,15 +61,18 @@ class ShipEnv:
 
 
 def parse_ship_env(text: str) -> ShipEnv:
-    """Validates ``--ship-env`` (a local archive must exist; a URI is Spark's to fetch)."""
+    """Validates ``--ship-env`` (a local archive or ``file:`` URI must exist; another URI is
+    Spark's to fetch)."""
     value = text.strip()
     if value in ("auto", "none"):
         return ShipEnv(value)
     if not value:
         raise InvalidInput("--ship-env", "is empty", _FIX)
-    if _URI.match(value) and not value.startswith("file:"):
+    location = parse_location(value)
+    try:
+        path = local_path(location, "--ship-env")
+    except InvalidInput:  # hdfs:, s3a: ...: the executors fetch it
         return ShipEnv("archive", value)
-    path = Path(value.removeprefix("file://") if value.startswith("file://") else value)
     if not path.is_file():
         raise InvalidInput("--ship-env", f"{value!r} is not an archive file", _FIX)
     if not path.name.endswith((".tar.gz", ".tgz", ".tar", ".zip")):
@@ -145,7 +148,13 @@ def _distribution_files(name: str) -> Iterator[tuple[str, Path]]:
     from importlib import metadata
 
     dist = metadata.distribution(name)
-    for entry in dist.files or ():
+    if dist.files is None:
+        raise InvalidInput(
+            "--ship-env",
+            f"{name} is installed without a file list (RECORD), so it cannot be packed",
+            "install it with pip, or pack an environment yourself and pass --ship-env PATH",
+        )
+    for entry in dist.files:
         relative = str(entry)
         if packed(relative):
             path = Path(str(dist.locate_file(entry)))
@@ -166,7 +175,10 @@ def _product_files() -> Iterator[tuple[str, Path]]:
 def _version(name: str) -> str:
     from importlib import metadata
 
-    return metadata.version(name)
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:  # the product run from a source tree
+        return "unknown"
 
 
 def environment_files() -> tuple[list[tuple[str, Path]], str]:
@@ -204,9 +216,17 @@ def pack_environment(
         output = directory / f"{ALIAS}-{_version(PRODUCT_PACKAGE)}-{digest}.tar.gz"
         if output.is_file():
             return output, False
-    output.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
-    os.close(handle)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+        os.close(handle)
+    except OSError as e:
+        raise InvalidInput(
+            "--ship-env",
+            f"cannot write the executors' environment in {output.parent}: {e.strerror or e}",
+            "set XDG_CACHE_HOME to a writable directory, or pack one with"
+            " `placectl pipeline pack-env --out FILE` and pass --ship-env FILE",
+        ) from e
     try:
         # level 1: the archive is built once per content and unpacked on every executor; the
         # stronger levels cost several times the time for a few percent of size
@@ -215,6 +235,13 @@ def pack_environment(
                 tar.add(path, arcname=f"site-packages/{relative}", recursive=False)
         os.chmod(temporary, 0o644)
         os.replace(temporary, output)
+    except OSError as e:
+        Path(temporary).unlink(missing_ok=True)
+        raise InvalidInput(
+            "--ship-env",
+            f"cannot write the executors' environment {output}: {e.strerror or e}",
+            "free space there, or set XDG_CACHE_HOME to another directory",
+        ) from e
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
@@ -230,19 +257,22 @@ KEEP = 2
 
 def _prune(directory: Path, packed_now: Path) -> None:
     """Removes all but the :data:`KEEP` newest archives of the cache."""
-    archives = sorted(
-        (p for p in directory.glob(f"{ALIAS}-*.tar.gz") if p != packed_now),
-        key=lambda p: p.stat().st_mtime,
-        reverse=True,
-    )
-    for old in archives[KEEP - 1 :]:
+    dated = []
+    for path in directory.glob(f"{ALIAS}-*.tar.gz"):
+        try:
+            if path != packed_now:
+                dated.append((path.stat().st_mtime, path))
+        except OSError:  # another placectl pruned it meanwhile
+            continue
+    for _, old in sorted(dated, reverse=True)[KEEP - 1 :]:
         old.unlink(missing_ok=True)
 
 
 def spark_settings(archive_uri: str, conf: Mapping[str, str]) -> dict[str, str]:
     """The Spark settings that ship ``archive_uri`` to the executors and put its
-    ``site-packages`` first on their Python workers' path; the user's own ``spark.archives``
-    and ``spark.executorEnv.PYTHONPATH`` (from ``conf``) are kept after ours."""
+    ``site-packages`` on their Python workers' path (after PySpark's own); the user's own
+    ``spark.archives`` and ``spark.executorEnv.PYTHONPATH`` (from ``conf``) are kept after
+    ours."""
     archives = [f"{archive_uri}#{ALIAS}"]
     if conf.get("spark.archives"):
         archives.append(conf["spark.archives"])
@@ -264,23 +294,48 @@ def archive_for(ship: ShipEnv, master: Master) -> tuple[str | None, Path | None]
 
 
 _MISSING = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+_VERSION = re.compile(r"Python in worker has different version: (\S+) than that in driver: (\S+),")
+_CANNOT_RUN = re.compile(r'Cannot run program "([^"]+)"')
+_NO_PATH = re.compile(r"(?:FileNotFoundException|PATH_NOT_FOUND)\]?:? *(?:File )?(\S+)")
+_PYTHON_FIX = (
+    "set --spark-conf spark.pyspark.python=PATH (or $PYSPARK_PYTHON) to a Python of the"
+    " driver's minor version on the executors"
+)
 
 
-def missing_on_executors(error: BaseException, ship: ShipEnv) -> InvalidInput | None:
-    """A Spark job that failed because the executors' Python could not import a module, as
-    the one-line error naming ``--ship-env`` (None: another failure)."""
-    found = _MISSING.search(str(error))
-    if found is None:
-        return None
-    module = found.group(1)
-    if ship.mode == "none":
-        why, fix = "with --ship-env none", "use --ship-env auto, or install the product there"
-    elif ship.mode == "archive":
-        why, fix = f"from {ship.archive}", "pack a new one: placectl pipeline pack-env --out FILE"
-    else:
-        why, fix = "", "set spark.pyspark.python to a Python of this version on the executors"
-    return InvalidInput(
-        "--ship-env",
-        f"the executors' Python could not import {module!r}{' ' + why if why else ''}",
-        fix,
-    )
+def executor_failure(error: BaseException, ship: ShipEnv, master: Master) -> InvalidInput | None:
+    """A Spark job that failed because the executors could not run the product — a module
+    their Python could not import, a Python of another minor version or none at all, an input
+    they cannot read — as the one-line error naming the option to change (None: another
+    failure, left as it is)."""
+    text = str(error)
+    if found := _MISSING.search(text):
+        module = found.group(1)
+        if ship.mode == "none":
+            why, fix = " with --ship-env none", "use --ship-env auto, or install the product there"
+        elif ship.mode == "archive":
+            why = f" from {ship.archive}"
+            fix = "pack a new one: placectl pipeline pack-env --out FILE"
+        else:
+            why, fix = "", _PYTHON_FIX
+        return InvalidInput(
+            "--ship-env", f"the executors' Python could not import {module!r}{why}", fix
+        )
+    if found := _VERSION.search(text):
+        worker, driver = found.groups()
+        return InvalidInput(
+            "--spark-conf",
+            f"the executors' Python is {worker}, the driver's {driver}",
+            _PYTHON_FIX,
+        )
+    if found := _CANNOT_RUN.search(text):
+        return InvalidInput(
+            "--spark-conf", f"the executors cannot run Python {found.group(1)!r}", _PYTHON_FIX
+        )
+    if not master.local and (found := _NO_PATH.search(text)):
+        return InvalidInput(
+            "--input",
+            f"the executors cannot read {found.group(1).rstrip('.')}",
+            "put the input on storage every executor reads (hdfs:, s3a:, a shared mount)",
+        )
+    return None

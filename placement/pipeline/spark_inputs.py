@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from placement.errors import InvalidInput
 from placement.pipeline.hadoop_fs import HadoopFs, first_line
@@ -33,8 +34,11 @@ def read_frame(spark: SparkSession, directory: str, name: str, columns: Sequence
     directory's (:func:`placement.pipeline.inputs.read_table`): there, readable, and holding
     ``columns`` (errors name the table)."""
     uri = str(join(directory, f"{name}.parquet"))
-    if HadoopFs(spark).kind(uri, "--input") is None:
+    kind = HadoopFs(spark).kind(uri, "--input")
+    if kind is None:
         raise InvalidInput("--input", f"{directory} has no {name}.parquet", _FIX)
+    if kind != "file":  # a directory of part files has no one file order (history's order)
+        raise InvalidInput("--input", f"{uri} is a directory, not one Parquet file", _FIX)
     try:
         frame = spark.read.parquet(uri)
     except Exception as e:  # AnalysisException, Py4JJavaError: not Parquet, unreadable
@@ -43,6 +47,23 @@ def read_frame(spark: SparkSession, directory: str, name: str, columns: Sequence
         ) from e
     check_columns(name, frame.columns, columns)
     return frame
+
+
+def partition_sizes(spark: SparkSession, directory: str) -> DataFrame | None:
+    """(zone, partition, bytes, keys) of an export at a URI: each the largest any replica of the
+    partition reports (a null counts 0, never below 0), as the local engine's
+    :func:`placement.pipeline.inputs.read_partition_sizes`; None without ``sizes.parquet``."""
+    if HadoopFs(spark).kind(str(join(directory, "sizes.parquet")), "--input") is None:
+        return None
+    largest = [
+        F.greatest(F.max(F.coalesce(F.col(c), F.lit(0))), F.lit(0)).cast("long").alias(c)
+        for c in ("bytes", "keys")
+    ]
+    return (
+        read_frame(spark, directory, "sizes", ("zone", "partition", "bytes", "keys"))
+        .groupBy("zone", F.col("partition").cast("int").alias("partition"))
+        .agg(*largest)
+    )
 
 
 def read_small_table(

@@ -39,11 +39,11 @@ from placement.pipeline.engines import (
     totals_from_sums,
     zone_rows_and_counters,
 )
-from placement.pipeline.hadoop_fs import HadoopFs
 from placement.pipeline.inputs import PlanInput, PlannedZone, peer_lists, zone_input
-from placement.pipeline.locations import join, spark_uri
+from placement.pipeline.locations import spark_uri
 from placement.pipeline.planning import COUNTER_KINDS, FleetTotals, partition_size
 from placement.pipeline.rows import snapshot_rows
+from placement.pipeline.spark_inputs import partition_sizes, read_frame
 from placement.pipeline.spark_master import Master, probe_master
 
 #: A zone's rows; a counter kind's row carries the zone's counters as ``keys`` / ``values``.
@@ -88,7 +88,11 @@ def executor_python(master: Master, conf: Mapping[str, str]) -> str:
 
 
 def start_spark(
-    master: Master, conf: Mapping[str, str] | None = None, *, archive: str | None = None
+    master: Master,
+    conf: Mapping[str, str] | None = None,
+    *,
+    archive: str | None = None,
+    app: str = "placectl-plan",
 ) -> SparkSession:
     """A SparkSession on ``master`` (probed first: an unreachable master fails in seconds).
 
@@ -103,7 +107,7 @@ def start_spark(
     if not log4j.exists() or log4j.read_text() != _LOG4J:
         log4j.write_text(_LOG4J)
     python = executor_python(master, conf)
-    builder = SparkSession.builder.master(master.url).appName("placectl-plan")
+    builder = SparkSession.builder.master(master.url).appName(app)
     settings = {
         **DEFAULT_CONF,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
@@ -133,9 +137,10 @@ def start_spark(
 
 def _stable_frame(spark: SparkSession, plan_input: PlanInput) -> DataFrame:
     if plan_input.parquet_dir is not None:
-        path = spark_uri(join(plan_input.parquet_dir, "assignments.parquet"))
+        directory = spark_uri(plan_input.parquet_dir)
+        columns = ("zone", "partition", "field", "peers")
         return (
-            spark.read.parquet(path)
+            read_frame(spark, directory, "assignments", columns)
             .where(F.col("field") == "stable")
             .select("zone", F.col("partition").cast("int").alias("partition"), "peers")
         )
@@ -147,17 +152,10 @@ def _stable_frame(spark: SparkSession, plan_input: PlanInput) -> DataFrame:
 
 def _sizes_frame(spark: SparkSession, plan_input: PlanInput) -> DataFrame:
     directory = plan_input.parquet_dir
-    sizes = None if directory is None else spark_uri(join(directory, "sizes.parquet"))
-    if sizes is None or HadoopFs(spark).kind(sizes, "--input") is None:
+    sizes = None if directory is None else partition_sizes(spark, spark_uri(directory))
+    if sizes is None:
         return spark.createDataFrame([], "zone string, partition int, bytes long, keys long")
-    return (
-        spark.read.parquet(sizes)
-        .groupBy("zone", F.col("partition").cast("int").alias("partition"))
-        .agg(
-            F.max(F.coalesce(F.col("bytes"), F.lit(0))).alias("bytes"),
-            F.max(F.coalesce(F.col("keys"), F.lit(0))).alias("keys"),
-        )
-    )
+    return sizes
 
 
 _RESULT_ARROW = pa.schema(

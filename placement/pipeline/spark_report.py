@@ -50,11 +50,10 @@ from placement.pipeline.history import (
     skew_sweep,
 )
 from placement.pipeline.locations import join
-from placement.pipeline.spark_inputs import read_frame
+from placement.pipeline.spark_inputs import partition_sizes, read_frame
 
 _HISTORY = ["revision", "zone", "partition", "field", "event", "peers", "prev_peers", "ts"]
 _ASSIGNMENTS = ["zone", "partition", "field", "peers"]
-_SIZES = ["zone", "partition", "bytes", "keys"]
 REBALANCE, CHANGE, STATE = "rebalance", "change", "state"
 
 #: One partition's reconstruction: ``rebalance`` rows (``seq``: its order in the partition;
@@ -194,26 +193,13 @@ def _zone_durations(key: tuple[Any, ...], done: pa.Table) -> pa.Table:
     )
 
 
-def _sizes(spark: SparkSession, base: str) -> DataFrame | None:
-    """(zone, partition, bytes): a partition's size is the largest bytes any replica reports
-    (a null counts 0; never below 0), as ``inputs.read_partition_sizes``; None without
-    ``sizes.parquet``."""
-    if HadoopFs(spark).kind(str(join(base, "sizes.parquet")), "--input") is None:
-        return None
-    return (
-        _read(spark, base, "sizes", _SIZES)
-        .groupBy("zone", F.col("partition").cast("int").alias("partition"))
-        .agg(F.greatest(F.max(F.coalesce(F.col("bytes"), F.lit(0))), F.lit(0)).alias("bytes"))
-    )
-
-
 def _zone_stats(
     spark: SparkSession, base: str, rebalances: DataFrame
 ) -> tuple[dict[str, ZoneStats], list[float]]:
     """Per zone (sorted by name) and every ``done`` duration."""
-    sizes = _sizes(spark, base)
+    sizes = partition_sizes(spark, base)
     sized = (
-        rebalances.join(sizes, ["zone", "partition"], "left")
+        rebalances.join(sizes.select("zone", "partition", "bytes"), ["zone", "partition"], "left")
         if sizes is not None
         else rebalances.withColumn("bytes", F.lit(0).cast("long"))
     )

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,21 +39,31 @@ WHAT_IF = (
 )  # fmt: skip
 
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")),
-    reason="a worker as another user in its own mount namespace needs root, unshare and setpriv",
+    os.geteuid() != 0 or not all(shutil.which(t) for t in ("unshare", "setpriv", "nsenter")),
+    reason="a worker as another user in its own mount namespace needs root, unshare, setpriv"
+    " and nsenter",
 )
+
+#: ``XDG_CACHE_HOME`` of this module's placectl runs: its packed environments, not the user's.
+ENV = {"XDG_CACHE_HOME": ""}
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[StandaloneSpark]:
-    with StandaloneSpark(cores=2, memory="2g", user="nobody", hide=[ROOT]) as spark:
-        yield spark
+    ENV["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="placement-spark-env-")
+    try:
+        with StandaloneSpark(cores=2, memory="2g", user="nobody", hide=[ROOT]) as spark:
+            yield spark
+    finally:
+        shutil.rmtree(ENV["XDG_CACHE_HOME"], ignore_errors=True)
 
 
 def placectl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """As a user runs it: no Spark settings inherited from this process's environment (a
-    ``PYSPARK_PYTHON`` naming this virtual environment would be taken by the executors)."""
+    ``PYSPARK_PYTHON`` naming this virtual environment would be taken by the executors), the
+    packed environment cached in this module's own directory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
+    env.update(ENV)
     return subprocess.run(
         [str(PLACECTL), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
     )
@@ -75,11 +86,15 @@ def test_the_worker_sees_neither_the_product_nor_its_environment(
     virtual environment) is empty, and Spark is there — the premise of the tests below."""
     look = (
         f"ls -A {ROOT}; test -e {PLACECTL} && echo VISIBLE;"
-        f" test -x {cluster.directory}/worker/spark-home/bin/spark-class && echo SPARK"
+        f" test -x {cluster.directory}/worker/spark-home/bin/spark-class && echo SPARK;"
+        # nor does the executors' Python have what the product needs (it comes shipped)
+        " for m in numpy pyarrow pandas pydantic orjson placement; do"
+        ' python3 -c "import $m" 2>/dev/null && echo HAS-$m; done; true'
     )
     seen = subprocess.run(
         ["nsenter", f"--target={cluster.worker_pid}", "--mount",
-         "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sh", "-c", look],
+         "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+         "env", "PATH=/usr/local/bin:/usr/bin:/bin", "sh", "-c", look],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert seen.stdout.split() == ["SPARK"], (seen.stdout, seen.stderr)
@@ -150,3 +165,25 @@ def test_a_cluster_reports_an_export_at_a_uri_like_the_local_engine(
     assert numbers["totals"]["rebalances"] > 300
     assert json.loads(done.stdout)["report"] == f"{out.as_uri()}/report.html"
     assert sorted(p.name for p in cluster.shared.iterdir() if p.name.startswith(".")) == []
+
+
+def test_an_archive_packed_once_and_given_by_uri_is_what_the_executors_run(
+    cluster: StandaloneSpark, tmp_path: Path
+) -> None:
+    """``placectl pipeline pack-env --out FILE``, then ``--ship-env file:///FILE`` (how an
+    archive uploaded to HDFS is given): the same plan as the local engine."""
+    archive = cluster.shared / "env.tar.gz"
+    packed = placectl("pipeline", "pack-env", "--out", str(archive), "-o", "json")
+    assert packed.returncode == 0, packed.stderr
+    assert json.loads(packed.stdout) == {
+        "archive": str(archive),
+        "bytes": archive.stat().st_size,
+        "packed": True,
+    }
+    expected = local_plan(EXAMPLE, tmp_path / "local.json", "--set-replicas", "orders=2")
+    out = tmp_path / "cluster.json"
+    done = plan(cluster, "--input", str(EXAMPLE), "--output", str(out),
+                "--set-replicas", "orders=2", "--ship-env", archive.as_uri())  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:] + cluster.worker_log()
+    assert out.read_text() == expected
+    assert "packed the executors' environment" not in done.stderr  # given, not packed

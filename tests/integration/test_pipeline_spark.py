@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,42 @@ def test_stage_watcher_reads_the_real_status_tracker(spark: SparkSession, tmp_pa
     run_plan(EXAMPLE, tmp_path / "plan.json", engine="spark", master="local[2]",
              stages=lambda found: reports.append(list(found)))  # fmt: skip
     assert reports[-1] == []  # the plan ran under a watcher reporting to ``stages``
+
+
+def test_a_uri_output_replaces_the_old_one_whole_or_not_at_all(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``HadoopFs`` writes (design/pipeline.md, "Storage"): a new plan replaces the old one; a
+    plan that fails half-way leaves the old one as it was and no temporary; a directory
+    replaces a directory; a target with no parent or in a missing directory is one line."""
+    from placement.pipeline.hadoop_fs import HadoopFs
+
+    fs = HadoopFs(spark)
+    target = tmp_path / "plan.json"
+    target.write_text("old plan")
+    fs.write_text_parts(target.as_uri(), "--output", ["new ", "plan" * 2_000_000])
+    assert target.read_text() == "new " + "plan" * 2_000_000
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+    def failing() -> Iterator[str]:
+        yield "half a plan" * 1_000_000
+        raise InvalidInput("--set-replicas", "a bad zone found late")
+
+    with pytest.raises(InvalidInput, match="a bad zone found late"):
+        fs.write_text_parts(target.as_uri(), "--output", failing())
+    assert target.read_text().startswith("new plan")
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "old.txt").write_text("old")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "report.json").write_text("{}")
+    fs.put_directory(fresh, report.as_uri(), "--out")
+    assert [p.name for p in report.iterdir()] == ["report.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "plan.json", "report"]
+    with pytest.raises(InvalidInput, match="--output: directory file:/no/such/dir does not"):
+        fs.write_text_parts("file:///no/such/dir/plan.json", "--output", ["x"])
+    with pytest.raises(InvalidInput, match=r"--out: .* is a file"):
+        fs.put_directory(fresh, target.as_uri(), "--out")

@@ -18,14 +18,14 @@ from placement.pipeline.ship_env import (
     ShipEnv,
     archive_for,
     canonical,
-    missing_on_executors,
+    executor_failure,
     pack_environment,
     packed,
     parse_ship_env,
     requirement_closure,
     spark_settings,
 )
-from placement.pipeline.spark_master import parse_master
+from placement.pipeline.spark_master import Master, parse_master
 
 FAKE = {
     "app": ["Lib-One>=1", "two; python_version >= '3.0'", "never; python_version < '3.0'"],
@@ -73,6 +73,11 @@ def test_parse_ship_env(tmp_path: Path) -> None:
     archive.write_bytes(b"x")
     assert parse_ship_env(str(archive)) == ShipEnv("archive", archive.as_uri())
     assert parse_ship_env(archive.as_uri()) == ShipEnv("archive", archive.as_uri())
+    for uri in (f"file:{archive}", f"file://localhost{archive}"):
+        assert parse_ship_env(uri) == ShipEnv("archive", archive.as_uri()), uri
+    spaced = tmp_path / "a b.tgz"
+    spaced.write_bytes(b"x")
+    assert parse_ship_env(spaced.as_uri()) == ShipEnv("archive", spaced.as_uri())
     for bad, why in [
         ("", "is empty"),
         (str(tmp_path / "absent.tar.gz"), "is not an archive file"),
@@ -106,17 +111,57 @@ def test_spark_settings_put_ours_first_and_keep_the_users() -> None:
     }
 
 
+CLUSTER, LOCAL = parse_master("spark://h:7077"), parse_master("local[2]")
+
+
 def test_an_executor_import_failure_is_one_line_naming_the_option() -> None:
     error = RuntimeError("PythonException: ...\nModuleNotFoundError: No module named 'placement'")
-    none = missing_on_executors(error, ShipEnv("none"))
+    none = executor_failure(error, ShipEnv("none"), CLUSTER)
     assert none is not None
     assert str(none).startswith(
         "--ship-env: the executors' Python could not import 'placement' with --ship-env none"
     )
-    given = missing_on_executors(error, ShipEnv("archive", "hdfs:///e.tgz"))
+    given = executor_failure(error, ShipEnv("archive", "hdfs:///e.tgz"), CLUSTER)
     assert given is not None
     assert "from hdfs:///e.tgz" in str(given)
-    assert missing_on_executors(RuntimeError("Java heap space"), ShipEnv("auto")) is None
+    assert executor_failure(RuntimeError("Java heap space"), ShipEnv("auto"), CLUSTER) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "master", "expected"),
+    [
+        (
+            "[PYTHON_VERSION_MISMATCH] Python in worker has different version: 3.12 than that"
+            " in driver: 3.11, PySpark cannot run with different minor versions.",
+            CLUSTER,
+            "--spark-conf: the executors' Python is 3.12, the driver's 3.11 (set --spark-conf"
+            " spark.pyspark.python=PATH",
+        ),
+        (
+            'java.io.IOException: Cannot run program "/work/.venv/bin/python": error=2, No'
+            " such file or directory",
+            CLUSTER,
+            "--spark-conf: the executors cannot run Python '/work/.venv/bin/python' (set",
+        ),
+        (
+            "java.io.FileNotFoundException: File file:/home/me/export/assignments.parquet does"
+            " not exist",
+            CLUSTER,
+            "--input: the executors cannot read file:/home/me/export/assignments.parquet (put",
+        ),
+    ],
+)
+def test_the_executors_failing_to_run_the_product_is_one_line(
+    text: str, master: Master, expected: str
+) -> None:
+    failure = executor_failure(RuntimeError(text), ShipEnv("auto"), master)
+    assert failure is not None
+    assert str(failure).startswith(expected), str(failure)
+
+
+def test_a_missing_file_on_a_local_master_is_left_as_it_is() -> None:
+    error = RuntimeError("java.io.FileNotFoundException: File file:/x does not exist")
+    assert executor_failure(error, ShipEnv("auto"), LOCAL) is None
 
 
 def test_the_roots_cover_every_distribution_the_executor_side_modules_load() -> None:

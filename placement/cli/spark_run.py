@@ -1,0 +1,102 @@
+"""The Spark side of a command that runs on either engine (``placectl plan``, ``placectl
+pipeline report``): its options, and one sequence from the master to the session —
+probe the master (an unreachable one fails before anything is packed), ship the executors'
+environment (``--ship-env``), start the session, watch its stages, and turn a failure of the
+executors' Python into one line (design/pipeline.md, "Shipping the environment").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from placement.cli.common import stacked
+from placement.errors import InvalidInput
+from placement.pipeline.ship_env import ShipEnv, archive_for, executor_failure
+from placement.pipeline.spark_master import Master, probe_master
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from placement.pipeline.spark_progress import StageProgress
+
+StageReport = Callable[[Sequence["StageProgress"]], None]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def spark_options(engine_help: str) -> Callable[[F], F]:
+    """``--engine local|spark``, ``--master``, ``--spark-conf`` and ``--ship-env``."""
+    return stacked(
+        click.option(
+            "--engine",
+            type=click.Choice(["local", "spark"]),
+            default="local",
+            show_default=True,
+            help=engine_help,
+        ),
+        click.option(
+            "--master", default=None, help="Spark master URL for --engine spark [local[*]]."
+        ),
+        click.option(
+            "--spark-conf",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Extra Spark setting (repeatable).",
+        ),
+        click.option(
+            "--ship-env",
+            default=None,
+            metavar="auto|none|PATH",
+            help="What the executors run: auto packs this environment (the product and its"
+            " dependencies) and ships it to a cluster master's executors, nothing for"
+            " local[...]; none ships nothing; PATH or URI ships that archive (`placectl"
+            " pipeline pack-env`). [auto]",
+        ),
+    )
+
+
+def check_spark_options(
+    engine: str, master: str | None, spark_conf: Sequence[str], ship_env: str | None
+) -> None:
+    """``--master``, ``--spark-conf`` and ``--ship-env`` only go with ``--engine spark``."""
+    if engine == "spark":
+        return
+    given = (("--master", master), ("--spark-conf", spark_conf), ("--ship-env", ship_env))
+    for option, value in given:
+        if value:
+            raise InvalidInput(option, "only applies to --engine spark", "add --engine spark")
+
+
+@contextlib.contextmanager
+def spark_run(
+    master: Master,
+    conf: Mapping[str, str],
+    ship: ShipEnv,
+    *,
+    app: str,
+    stages: StageReport | None = None,
+    packed: Callable[[Path], None] | None = None,
+) -> Iterator[SparkSession]:
+    """The session a command's Spark jobs run in, its stages reported to ``stages`` (from
+    another thread) and ``packed`` told of an environment archive packed now (not cached).
+    A job whose executors could not run the product fails as one InvalidInput line."""
+    from placement.pipeline.spark_plan import start_spark
+    from placement.pipeline.spark_progress import StageWatcher
+
+    probe_master(master)
+    archive, fresh = archive_for(ship, master)
+    if fresh is not None and packed is not None:
+        packed(fresh)
+    spark = start_spark(master, conf, archive=archive, app=app)
+    try:
+        with StageWatcher(spark.sparkContext.statusTracker(), stages or (lambda found: None)):
+            yield spark
+    except Exception as e:
+        failure = executor_failure(e, ship, master)
+        if failure is None:
+            raise
+        raise failure from None
