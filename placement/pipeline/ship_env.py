@@ -20,6 +20,8 @@ uploaded where a cluster reads it, e.g. HDFS).
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
 import re
 import sys
@@ -231,6 +233,10 @@ def pack_environment(
         # level 1: the archive is built once per content and unpacked on every executor; the
         # stronger levels cost several times the time for a few percent of size
         with tarfile.open(temporary, "w:gz", compresslevel=1) as tar:
+            manifest = json.dumps(_manifest(digest), sort_keys=True).encode()
+            entry = tarfile.TarInfo(MANIFEST)
+            entry.size, entry.mode = len(manifest), 0o644
+            tar.addfile(entry, io.BytesIO(manifest))  # first: read without unpacking the rest
             for relative, path in files:
                 tar.add(path, arcname=f"site-packages/{relative}", recursive=False)
         os.chmod(temporary, 0o644)
@@ -282,10 +288,62 @@ def spark_settings(archive_uri: str, conf: Mapping[str, str]) -> dict[str, str]:
     return {"spark.archives": ",".join(archives), "spark.executorEnv.PYTHONPATH": ":".join(path)}
 
 
+#: The archive's first member: what it was packed from.
+MANIFEST = "placement-env.json"
+
+
+def _manifest(digest: str) -> dict[str, str]:
+    return {
+        "digest": digest,
+        "product": _version(PRODUCT_PACKAGE),
+        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+        "platform": sysconfig.get_platform(),
+    }
+
+
+def archive_manifest(path: Path) -> dict[str, str] | None:
+    """The manifest of an archive this module packed (its first member, read without
+    unpacking the rest); None for another archive or an unreadable one."""
+    try:
+        with tarfile.open(path, "r|*") as tar:
+            first = tar.next()
+            if first is None or first.name != MANIFEST:
+                return None
+            handle = tar.extractfile(first)
+            found = json.loads(handle.read()) if handle is not None else None
+    except (OSError, tarfile.TarError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def check_archive(path: Path) -> None:
+    """Refuses (``--ship-env``) an archive packed from another environment — other product
+    code or versions would run on the executors and the plan could differ from the local
+    engine's. An archive without a manifest (not packed here) is shipped as it is."""
+    manifest = archive_manifest(path)
+    if manifest is None:
+        return
+    digest = environment_files()[1]
+    if manifest.get("digest") != digest:
+        raise InvalidInput(
+            "--ship-env",
+            f"{path} was packed from another environment (product {manifest.get('product')},"
+            f" Python {manifest.get('python')}, digest {manifest.get('digest')}; this one is"
+            f" {_version(PRODUCT_PACKAGE)}, Python {_manifest(digest)['python']}, digest {digest})",
+            "pack it again here: placectl pipeline pack-env --out FILE (or use --ship-env auto)",
+        )
+
+
 def archive_for(ship: ShipEnv, master: Master) -> tuple[str | None, Path | None]:
     """What to ship for ``ship`` on ``master``: the archive's URI (None: nothing) and the
-    archive if it was packed just now (None: given, cached, or nothing shipped)."""
+    archive if it was packed just now (None: given, cached, or nothing shipped). A given local
+    archive is checked against this environment first (:func:`check_archive`)."""
     if ship.mode == "archive":
+        try:
+            given = local_path(parse_location(ship.archive), "--ship-env")
+        except InvalidInput:  # a URI the executors fetch (hdfs:, s3a: ...): not read here
+            return ship.archive, None
+        check_archive(given)
         return ship.archive, None
     if ship.mode == "none" or master.local:
         return None, None

@@ -227,3 +227,32 @@ def test_locations() -> None:
     assert join(Path("/d"), "nodes.parquet") == Path("/d/nodes.parquet")
     assert spark_uri(Path("/d/x")) == "file:///d/x"
     assert name_of("hdfs://nn/a/plan.json") == name_of(Path("/a/plan.json")) == "plan.json"
+
+
+def test_a_given_archive_of_another_environment_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--ship-env PATH``: an archive packed here carries its manifest (the first member);
+    one packed from other code or versions is refused before anything runs; an archive not
+    packed here (no manifest) and a URI the executors fetch are shipped as they are."""
+    monkeypatch.setattr(ship_env, "EXECUTOR_ROOTS", ("typing-extensions",))
+    archive, _ = pack_environment(output=tmp_path / "env.tar.gz")
+    manifest = ship_env.archive_manifest(archive)
+    assert manifest is not None
+    assert manifest["digest"] == ship_env.environment_files()[1]
+    with tarfile.open(archive) as tar:
+        assert tar.getnames()[0] == ship_env.MANIFEST
+    cluster = parse_master("spark://h:7077")
+    given = ShipEnv("archive", archive.as_uri())
+    assert archive_for(given, cluster) == (archive.as_uri(), None)
+    # the environment changes (another root: another content) — the archive is stale
+    monkeypatch.setattr(ship_env, "EXECUTOR_ROOTS", ("typing-extensions", "annotated-types"))
+    with pytest.raises(InvalidInput, match=r"^--ship-env: .*env\.tar\.gz was packed from another"):
+        archive_for(given, cluster)
+    foreign = tmp_path / "own.tar.gz"
+    with tarfile.open(foreign, "w:gz") as tar:
+        tar.add(archive, arcname="site-packages/x.bin")
+    assert ship_env.archive_manifest(foreign) is None
+    assert archive_for(ShipEnv("archive", foreign.as_uri()), cluster)[0] == foreign.as_uri()
+    remote = ShipEnv("archive", "hdfs:///envs/env.tar.gz")
+    assert archive_for(remote, cluster) == ("hdfs:///envs/env.tar.gz", None)
