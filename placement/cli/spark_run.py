@@ -84,6 +84,8 @@ def spark_run(
     """The session a command's Spark jobs run in, its stages reported to ``stages`` (from
     another thread) and ``packed`` told of an environment archive packed now (not cached).
     A job whose executors could not run the product fails as one InvalidInput line."""
+    from pyspark.sql import SparkSession
+
     from placement.pipeline.spark_plan import start_spark
     from placement.pipeline.spark_progress import StageWatcher
 
@@ -91,6 +93,9 @@ def spark_run(
     archive, fresh = archive_for(ship, master)
     if fresh is not None and packed is not None:
         packed(fresh)
+    # A session this run starts is this run's to stop; one already active (a caller's, in the
+    # same process) is left running for it.
+    owned = SparkSession.getActiveSession() is None
     spark = start_spark(master, conf, archive=archive, app=app)
     try:
         with StageWatcher(spark.sparkContext.statusTracker(), stages or (lambda found: None)):
@@ -100,3 +105,12 @@ def spark_run(
         if failure is None:
             raise
         raise failure from None
+    finally:
+        if owned:
+            # Stopped before the command says anything more: a session left to die with the
+            # process logged the executors' lost connections (Java stack traces) after the
+            # command's one-line error.
+            with contextlib.suppress(Exception):
+                spark.sparkContext.cancelAllJobs()
+            with contextlib.suppress(Exception):
+                spark.stop()

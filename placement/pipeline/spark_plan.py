@@ -64,9 +64,16 @@ DEFAULT_CONF: Mapping[str, str] = {
     # (TaskResultLost) on the 2,000-zone fleet; Spark caps this at its message size (128 MiB).
     "spark.task.maxDirectResultSize": "128m",
 }
+#: The JVM's logging: errors only, and none of its network layer's: when the session is
+#: stopped on a failed job, executors still talking to it made that layer log lost
+#: connections and a stopped scheduler as errors with stack traces ("Could not find
+#: CoarseGrainedScheduler", "Still have 1 requests outstanding"); a real failure to reach the
+#: executors fails the job itself, and that is reported.
 _LOG4J = """rootLogger.level = error
 logger.repl.name = org.apache.spark.repl.Main
 logger.repl.level = error
+logger.network.name = org.apache.spark.network
+logger.network.level = off
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console

@@ -106,7 +106,7 @@ def test_without_the_environment_the_executors_fail_with_one_line(
     out = cluster.shared / "none.json"
     done = plan(cluster, "--input", str(EXAMPLE), "--output", str(out), "--ship-env", "none")
     assert done.returncode == 2, done.stderr[-3000:]
-    last = done.stderr.strip().splitlines()[-1]
+    last = done.stderr.strip().splitlines()[-1]  # nothing after it (no Java stack trace)
     assert last.startswith(
         "placectl: error: --ship-env: the executors' Python could not import 'placement'"
         " with --ship-env none"
