@@ -27,13 +27,20 @@ from placement.cli.common import (
     output_option,
     pipeline_extra,
 )
-from placement.cli.spark_run import StageReport, check_spark_options, spark_options, spark_run
+from placement.cli.spark_run import (
+    StageReport,
+    announce_pack,
+    parse_conf,
+    parse_spark_options,
+    spark_options,
+    spark_run,
+    stage_bars,
+)
 from placement.errors import InvalidInput
 from placement.metastore.keys import DEFAULT_PREFIX
 from placement.pipeline.locations import Location, as_location, join, local_path, spark_uri
 from placement.pipeline.outputs import check_target
-from placement.pipeline.ship_env import parse_ship_env
-from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
+from placement.pipeline.spark_master import parse_master
 from placement.security.credentials import EtcdCredentials
 from placement.security.flags import etcd_flags
 
@@ -72,8 +79,6 @@ def export_command(
 ) -> None:
     """Write the cluster snapshot and the assignment history still in etcd as Parquet."""
     import asyncio
-
-    from placement.cli.plan import parse_conf
 
     with pipeline_extra("placectl pipeline export"):
         from placement.pipeline.export import EXPORT_STEPS, export
@@ -134,14 +139,10 @@ def run_report(
     (:func:`placement.cli.plan.run_plan`, whose Spark options and environment shipping this
     shares). On Spark, ``stages`` is told the active stages while it runs (from another
     thread)."""
-    from placement.cli.plan import parse_conf
     from placement.pipeline.report import build_report, check_export, write_report
 
-    check_spark_options(engine, master, spark_conf, ship_env)
+    choice = parse_spark_options(engine, master, spark_conf, ship_env)
     source, target = as_location(input_dir), as_location(out)
-    parsed_master = parse_master(master or DEFAULT_MASTER)
-    conf = parse_conf(spark_conf)
-    ship = parse_ship_env(ship_env or "auto")
     if engine == "local":
         local_out = local_path(target, "--out")
         check_target(local_out, "--out", directory=True)
@@ -153,7 +154,7 @@ def run_report(
     from placement.pipeline.hadoop_fs import HadoopFs
     from placement.pipeline.spark_report import spark_report_input
 
-    run = spark_run(parsed_master, conf, ship, app="placectl-report", stages=stages, packed=packed)
+    run = spark_run(choice, app="placectl-report", stages=stages, packed=packed)
     with run as spark:
         if isinstance(target, str):
             HadoopFs(spark).check_target(target, "--out", directory=True)
@@ -190,7 +191,6 @@ def report_command(
     output: Output,
 ) -> None:
     """Rebalances per zone, durations, moves, skew over time: report.html with plots."""
-    from placement.cli.plan import announce_pack, stage_bars
 
     bars_shown: AbstractContextManager[Bars]
     bars_shown = output.progress() if engine == "spark" else nullcontext(NoBars())

@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from placement.cli.common import Bars, NoBars, Output, location_option, pipeline_extra
-from placement.cli.spark_run import StageReport, check_spark_options, spark_options, spark_run
+from placement.cli.spark_run import (
+    StageReport,
+    announce_pack,
+    parse_spark_options,
+    spark_options,
+    spark_run,
+    stage_bars,
+)
 from placement.pipeline.locations import Location, as_location, local_path
 from placement.pipeline.outputs import check_target, write_text_parts
-from placement.pipeline.ship_env import parse_ship_env
-from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
-from placement.pipeline.whatif import parse_whatif, split_setting
+from placement.pipeline.whatif import parse_whatif
 
 if TYPE_CHECKING:
-    from placement.pipeline.spark_progress import StageProgress
-
-
-def parse_conf(items: Sequence[str]) -> dict[str, str]:
-    """``--spark-conf KEY=VALUE`` options -> a dict."""
-    return dict(split_setting("--spark-conf", item, "spark.driver.memory=4g") for item in items)
+    pass
 
 
 def run_plan(
@@ -57,12 +57,9 @@ def run_plan(
     from placement.pipeline.inputs import load_plan_input
     from placement.pipeline.planning import FleetTotals, plan_text_parts
 
-    check_spark_options(engine, master, spark_conf, ship_env)
+    choice = parse_spark_options(engine, master, spark_conf, ship_env)
     source, target = as_location(input_path), as_location(output_path)
     whatif = parse_whatif(add_nodes, remove_nodes, set_replicas, set_partitions)
-    parsed_master = parse_master(master or DEFAULT_MASTER)
-    conf = parse_conf(spark_conf)
-    ship = parse_ship_env(ship_env or "auto")
     if engine == "local":
         local_output = local_path(target, "--output")
         check_target(local_output, "--output", directory=False)
@@ -78,7 +75,7 @@ def run_plan(
     from placement.pipeline.spark_inputs import load_plan_input_spark
     from placement.pipeline.spark_plan import plan_spark
 
-    run = spark_run(parsed_master, conf, ship, app="placectl-plan", stages=stages, packed=packed)
+    run = spark_run(choice, app="placectl-plan", stages=stages, packed=packed)
     with run as spark:
         if isinstance(target, str):
             HadoopFs(spark).check_target(target, "--output", directory=False)
@@ -94,34 +91,6 @@ def run_plan(
         finally:
             result.unpersist()
     return totals.summary()
-
-
-def announce_pack(archive: Path) -> None:
-    """Says on stderr that the executors' environment was packed (once per content)."""
-    size = archive.stat().st_size / 2**20
-    click.echo(f"packed the executors' environment: {archive} ({size:.0f} MiB)", err=True)
-
-
-def stage_bars(bars: Bars) -> StageReport:
-    """A ``run_plan(stages=...)`` report drawing a bar per Spark stage: tasks done of its tasks;
-    a stage no longer active is shown complete."""
-    shown: dict[int, tuple[Any, int]] = {}  # stage id -> (bar, tasks)
-
-    def report(active: Sequence[StageProgress]) -> None:
-        running = {s.stage_id for s in active}
-        for stage_id, (task, tasks) in shown.items():
-            if stage_id not in running:
-                bars.update(task, completed=tasks)
-        for s in active:
-            if s.stage_id not in shown:
-                name = s.name if len(s.name) <= 40 else s.name[:39] + "…"
-                task = bars.add_task(f"spark stage {s.stage_id}", total=s.tasks, detail=name)
-                shown[s.stage_id] = (task, s.tasks)
-            task, _ = shown[s.stage_id]
-            shown[s.stage_id] = (task, s.tasks)
-            bars.update(task, completed=s.completed, total=s.tasks)
-
-    return report
 
 
 @click.command("plan")

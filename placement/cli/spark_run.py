@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from placement.cli.common import stacked
+from placement.cli.common import Bars, stacked
 from placement.errors import InvalidInput
-from placement.pipeline.ship_env import ShipEnv, archive_for, executor_failure
-from placement.pipeline.spark_master import Master, probe_master
+from placement.pipeline.ship_env import ShipEnv, archive_for, executor_failure, parse_ship_env
+from placement.pipeline.spark_master import DEFAULT_MASTER, Master, parse_master, probe_master
+from placement.pipeline.whatif import split_setting
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,11 +73,64 @@ def check_spark_options(
             raise InvalidInput(option, "only applies to --engine spark", "add --engine spark")
 
 
+def parse_conf(items: Sequence[str]) -> dict[str, str]:
+    """``--spark-conf KEY=VALUE`` options -> a dict."""
+    return dict(split_setting("--spark-conf", item, "spark.driver.memory=4g") for item in items)
+
+
+@dataclass(frozen=True, slots=True)
+class SparkChoice:
+    """What ``--master``, ``--spark-conf`` and ``--ship-env`` chose, validated."""
+
+    master: Master
+    conf: Mapping[str, str]
+    ship: ShipEnv
+
+
+def parse_spark_options(
+    engine: str, master: str | None, spark_conf: Sequence[str], ship_env: str | None
+) -> SparkChoice:
+    """The Spark options, checked (only with ``--engine spark``) and parsed: the defaults
+    ``local[*]`` and ``auto`` when not given."""
+    check_spark_options(engine, master, spark_conf, ship_env)
+    return SparkChoice(
+        parse_master(master or DEFAULT_MASTER),
+        parse_conf(spark_conf),
+        parse_ship_env(ship_env or "auto"),
+    )
+
+
+def announce_pack(archive: Path) -> None:
+    """Says on stderr that the executors' environment was packed (once per content)."""
+    size = archive.stat().st_size / 2**20
+    click.echo(f"packed the executors' environment: {archive} ({size:.0f} MiB)", err=True)
+
+
+def stage_bars(bars: Bars) -> StageReport:
+    """A ``run_plan(stages=...)`` report drawing a bar per Spark stage: tasks done of its tasks;
+    a stage no longer active is shown complete."""
+    shown: dict[int, tuple[Any, int]] = {}  # stage id -> (bar, tasks)
+
+    def report(active: Sequence[StageProgress]) -> None:
+        running = {s.stage_id for s in active}
+        for stage_id, (task, tasks) in shown.items():
+            if stage_id not in running:
+                bars.update(task, completed=tasks)
+        for s in active:
+            if s.stage_id not in shown:
+                name = s.name if len(s.name) <= 40 else s.name[:39] + "…"
+                task = bars.add_task(f"spark stage {s.stage_id}", total=s.tasks, detail=name)
+                shown[s.stage_id] = (task, s.tasks)
+            task, _ = shown[s.stage_id]
+            shown[s.stage_id] = (task, s.tasks)
+            bars.update(task, completed=s.completed, total=s.tasks)
+
+    return report
+
+
 @contextlib.contextmanager
 def spark_run(
-    master: Master,
-    conf: Mapping[str, str],
-    ship: ShipEnv,
+    choice: SparkChoice,
     *,
     app: str,
     stages: StageReport | None = None,
@@ -89,6 +144,7 @@ def spark_run(
     from placement.pipeline.spark_plan import start_spark
     from placement.pipeline.spark_progress import StageWatcher
 
+    master, conf, ship = choice.master, choice.conf, choice.ship
     probe_master(master)
     archive, fresh = archive_for(ship, master)
     if fresh is not None and packed is not None:

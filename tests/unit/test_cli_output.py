@@ -27,8 +27,8 @@ from rich.console import Console
 
 from placement.cli.common import NoBars, Output, output_option
 from placement.cli.main import cli
-from placement.cli.plan import stage_bars
 from placement.cli.reads import lease_text
+from placement.cli.spark_run import stage_bars
 from placement.cli.workload import workload_progress
 from placement.data.workload import WorkloadStats
 from placement.pipeline.spark_progress import StageProgress, StageWatcher
