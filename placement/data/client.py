@@ -44,6 +44,7 @@ One gRPC channel per agent address, reused by every call. Protobuf stays in this
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import random
 import time
@@ -251,9 +252,23 @@ class Retry:
 @dataclass(frozen=True, slots=True)
 class Relayout:
     """The agent is at another layout generation: re-read the zone's layout and route again
-    at once (design/resharding.md)."""
+    at once (design/resharding.md). With ``layout`` (the agent's ``(generation, partitions)``)
+    and ``hint`` (the primary, in the agent's view, of the key's partition under it): send the
+    request there at once under that layout while the zone's routes are re-read beside it."""
 
     reason: str
+    layout: tuple[int, int] | None = None
+    hint: PrimaryHint | None = None
+
+
+def parse_layout(text: str | None) -> tuple[int, int] | None:
+    """``"GENERATION/PARTITIONS"`` -> ``(generation, partitions)``; None when absent or
+    malformed."""
+    generation, sep, partitions = (text or "").strip().partition("/")
+    if not (sep and generation.isdigit() and partitions.isdigit()):
+        return None
+    g, p = int(generation), int(partitions)
+    return (g, p) if g > 0 and p > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +311,10 @@ def decide(
             return Wait(reason, delay)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         if x_layout and redirects < max_redirects:
-            return Relayout(reason)
+            layout, hint = parse_layout(x_layout), parse_primary_hint(x_primary)
+            if layout is None or hint is None:
+                return Relayout(reason)
+            return Relayout(reason, layout, hint)
         hint = parse_primary_hint(x_primary)
         if hint is not None and hint.address != target and redirects < max_redirects:
             return Redirect(hint)
@@ -554,6 +572,8 @@ class DataClient(AsyncClosing):
         self._routes: dict[str, ZoneRoutes] = {}
         self._stale: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
+        #: zone -> its routes being re-read beside the calls (after a layout hint)
+        self._rereads: dict[str, asyncio.Task[None]] = {}
         self._generation = 0
         self._batches: dict[str, Coalescer[_QueuedWrite, data_pb2.WriteOutcome]] = {}
         #: agents that answered WriteBatch UNIMPLEMENTED -> when (monotonic): single calls
@@ -561,6 +581,9 @@ class DataClient(AsyncClosing):
         self._unbatched: dict[str, float] = {}
 
     async def close(self) -> None:
+        for task in list(self._rereads.values()):
+            task.cancel()
+        await asyncio.gather(*self._rereads.values(), return_exceptions=True)
         for batches in self._batches.values():
             await batches.close(ClientClosed("the data client was closed under this write"))
         await self._connector.close()
@@ -591,17 +614,40 @@ class DataClient(AsyncClosing):
             cached = self._routes.get(zone)
             if cached is not None and zone not in self._stale:
                 return cached
-            try:
-                loaded = await self._source.load(zone)
-            except ApiError as e:
-                if e.code == grpc.StatusCode.NOT_FOUND:
-                    raise InvalidInput("zone", e.detail or f"{zone!r} does not exist") from e
-                raise
-            self._generation += 1
-            loaded = replace(loaded, generation=self._generation)
-            self._routes[zone] = loaded
-            self._stale.discard(zone)
-            return loaded
+            return await self._load(zone)
+
+    async def _load(self, zone: str) -> ZoneRoutes:
+        """Read ``zone``'s routes from the drivers and cache them (the zone's lock held)."""
+        try:
+            loaded = await self._source.load(zone)
+        except ApiError as e:
+            if e.code == grpc.StatusCode.NOT_FOUND:
+                raise InvalidInput("zone", e.detail or f"{zone!r} does not exist") from e
+            raise
+        self._generation += 1
+        loaded = replace(loaded, generation=self._generation)
+        self._routes[zone] = loaded
+        self._stale.discard(zone)
+        return loaded
+
+    def _reread(self, zone: str, layout: int) -> None:
+        """Re-read ``zone``'s routes beside the calls, which keep the cached table meanwhile
+        (one re-read at a time): an agent named the zone's new ``layout`` and where a key goes
+        under it, so no call has to wait for the drivers. A failed re-read is left to the next
+        hint, or to a call's own refresh."""
+        if zone in self._rereads:
+            return
+
+        async def reread() -> None:
+            async with self._locks.setdefault(zone, asyncio.Lock()):
+                cached = self._routes.get(zone)
+                if cached is None or cached.layout < layout or zone in self._stale:
+                    with contextlib.suppress(PlacementError):
+                        await self._load(zone)
+
+        task = asyncio.create_task(reread(), name=f"routes of {zone}")
+        self._rereads[zone] = task
+        task.add_done_callback(lambda _: self._rereads.pop(zone, None))
 
     def _invalidate(self, zone: str, seen: ZoneRoutes | None) -> None:
         """Mark ``zone``'s table stale unless it was refreshed since ``seen`` was read."""
@@ -635,6 +681,9 @@ class DataClient(AsyncClosing):
         attempt = 0
         redirects = 0
         redirect: PrimaryHint | None = None
+        #: (generation, partitions) an agent named (with the key's primary under it), used
+        #: until the cached routes catch up with it or an attempt needs a refresh
+        relayout: tuple[int, int] | None = None
         refreshed_for_invalid = False
         last = "no attempt made"
         partition: int | None = None
@@ -648,6 +697,12 @@ class DataClient(AsyncClosing):
             if routes is not None:
                 if layout and routes.layout != layout:
                     raise LayoutMoved(zone, layout, routes.layout)
+                if relayout is not None and routes.layout < relayout[0]:
+                    # the agent's newer layout until the re-read routes catch up with it: no
+                    # route of the old table applies (the hint, or a redirect, is the target)
+                    routes = replace(routes, partitions=relayout[1], layout=relayout[0], routes=())
+                else:
+                    relayout = None
                 partition = locate(routes)
                 target = (
                     (redirect.node, redirect.address)
@@ -702,7 +757,12 @@ class DataClient(AsyncClosing):
                         continue
                     if isinstance(action, Relayout):
                         redirects += 1
-                        self._invalidate(zone, routes)
+                        if action.layout is not None and action.hint is not None and not layout:
+                            # straight to the key's new primary; the routes re-read beside
+                            relayout, redirect = action.layout, action.hint
+                            self._reread(zone, action.layout[0])
+                        else:
+                            self._invalidate(zone, routes)
                         continue
                     if isinstance(action, Fail):
                         if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -721,6 +781,7 @@ class DataClient(AsyncClosing):
                         raise DataRequestFailed(op, zone, code, detail, where)
                     last = failure
             redirects = 0
+            relayout = None
             if routes is not None:
                 self._invalidate(zone, routes)
             delay = self._backoff.delay(attempt, self._rng)

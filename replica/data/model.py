@@ -47,10 +47,15 @@ class UnknownZone(PlacementError):
 
 class WrongLayout(PlacementError):
     """The request was routed under another layout generation than the one in force here
-    (design/resharding.md); ``layout`` is ``GENERATION/PARTITIONS`` of this agent's view."""
+    (design/resharding.md); ``layout`` is ``GENERATION/PARTITIONS`` of this agent's view and
+    ``primary`` (``NODE@HOST:PORT``, or "") the primary, in that view, of the partition the
+    request's key belongs to under it: the client retries there at once."""
 
-    def __init__(self, zone: str, asked: int, generation: int, partitions: int) -> None:
+    def __init__(
+        self, zone: str, asked: int, generation: int, partitions: int, primary: str = ""
+    ) -> None:
         self.layout = f"{generation}/{partitions}"
+        self.primary = primary
         super().__init__(
             f"zone {zone} is at layout generation {generation} ({partitions} partitions), not"
             f" {asked}; re-read the zone's layout and route again"

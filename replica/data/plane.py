@@ -168,6 +168,8 @@ class DataPlane:
         self._learners: dict[Key, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
+        #: Set when a fact a re-sharding report carries changed: put it now (``_reports_loop``).
+        self._reports_due = asyncio.Event()
         #: Set (and replaced) whenever a zone's layout changes: writes refused by a re-sharding
         #: seal wait on it for the cut-over (``write``).
         self._layouts_moved = asyncio.Event()
@@ -215,7 +217,7 @@ class DataPlane:
                 put_owned=self._put_owned_now,
                 report_key=keys.reshard_report,
                 now_ms=self.now_ms,
-                notify=self._changed.set,
+                notify=self._reports_due.set,
             )
         )
         self._learner_deps = LearnerDeps(
@@ -249,6 +251,7 @@ class DataPlane:
             self._tasks.append(asyncio.create_task(self._follow_watch(i, watch)))
         self._tasks.append(asyncio.create_task(self._roles_loop(), name="data-roles"))
         self._tasks.append(asyncio.create_task(self._sizes_loop(), name="data-sizes"))
+        self._tasks.append(asyncio.create_task(self._reports_loop(), name="reshard-reports"))
 
     async def close(self) -> None:
         self._closed = True
@@ -410,6 +413,21 @@ class DataPlane:
     def min_in_sync(self, zone: str) -> int:
         spec = self.view.zones.get(zone)
         return 1 if spec is None else effective_min_in_sync(spec)
+
+    async def _reports_loop(self) -> None:
+        """Re-sharding reports whose facts changed (caught up, drained, purged) are put as soon
+        as they change, not at the end of the next roles pass: a destination's "drained" is what
+        the cut-over waits for, and the roles pass after a layout change first waits for the
+        store behind the writes (design/resharding.md, SEAL). The roles pass still puts the
+        periodic progress."""
+        while not self._closed:
+            await self._reports_due.wait()
+            self._reports_due.clear()
+            try:
+                self._resharding.sync(self._primaries, self._reshards())
+                await self._resharding.send_reports(time.monotonic())
+            except PlacementError as e:
+                log.warning("re-sharding reports: %s", e)
 
     # -- roles -------------------------------------------------------------------------------
 
@@ -635,7 +653,12 @@ class DataPlane:
         if layout is None:
             raise Unavailable(f"zone {zone!r} has no data layout yet; retry shortly")
         if generation and generation != layout.generation:
-            raise WrongLayout(zone, generation, layout.generation, layout.partitions)
+            hint = (
+                self.view.primary_hint((zone, partition_of(key, layout.partitions)))
+                if key is not None
+                else ""
+            )
+            raise WrongLayout(zone, generation, layout.generation, layout.partitions, hint)
         count = layout.partitions
         if not 0 <= partition < count:
             raise InvalidInput("partition", f"{partition} is not in 0..{count - 1}")

@@ -372,6 +372,8 @@ def _refusal(error: PlacementError) -> tuple[grpc.StatusCode, dict[str, str]]:
         trailers[PRIMARY_METADATA] = error.primary
     elif isinstance(error, WrongLayout):
         trailers[LAYOUT_METADATA] = error.layout
+        if error.primary:
+            trailers[PRIMARY_METADATA] = error.primary
     elif isinstance(error, Sealed):
         trailers[RETRY_AFTER_METADATA] = str(error.retry_after_ms)
     return status_of(error, STATUS_OF, grpc.StatusCode.UNAVAILABLE), trailers

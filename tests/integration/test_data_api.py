@@ -307,8 +307,13 @@ async def test_a_request_under_another_layout_generation_is_refused_naming_the_l
                     await stub.Put(data_pb2.PutRequest(partition=ref, key=key, value=b"x"))
                 assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
                 assert f"not {generation}" in (caught.value.details() or "")
-                trailer = header_value(caught.value.trailing_metadata(), LAYOUT_HEADER)
-                assert trailer == f"{routes.layout}/{routes.partitions}"
+                trailers = caught.value.trailing_metadata()
+                assert (
+                    header_value(trailers, LAYOUT_HEADER) == f"{routes.layout}/{routes.partitions}"
+                )
+                # and where the key goes under that layout: its primary, to retry at once
+                hint = f"{primary}@{routes.addresses[primary]}"
+                assert header_value(trailers, PRIMARY_HEADER) == hint
             # the right generation, and none at all (0: only the key's partition is checked)
             for generation in (routes.layout, 0):
                 ref = common_pb2.PartitionRef(zone=ZONE, partition=p, generation=generation)

@@ -93,6 +93,16 @@ def test_decide_re_routes_at_once_when_the_agent_is_at_another_layout_generation
     )
     assert isinstance(decide(fp, "", None, target="h:1", redirects=3, x_layout="7/16"), Retry)
     assert isinstance(decide(fp, "", "n2@h:2", target="h:1", redirects=0, x_layout=""), Redirect)
+    # the agent's layout and the key's primary under it travel with the decision ...
+    hinted = decide(fp, "", "n2@h:2", target="h:1", redirects=0, x_layout="7/16")
+    assert hinted == Relayout("h:1: FAILED_PRECONDITION", (7, 16), PrimaryHint("n2", "h:2"))
+    # ... only when both parse: otherwise the routes are re-read first, as before
+    for bad_layout, primary in [("7", "n2@h:2"), ("x/16", "n2@h:2"), ("0/16", "n2@h:2")]:
+        got = decide(fp, "", primary, target="h:1", redirects=0, x_layout=bad_layout)
+        assert got == Relayout("h:1: FAILED_PRECONDITION"), bad_layout
+    assert decide(fp, "", "n2@", target="h:1", redirects=0, x_layout="7/16") == Relayout(
+        "h:1: FAILED_PRECONDITION"
+    )
 
 
 def test_decide_waits_as_told_for_a_sealed_partition_and_backs_off_for_nonsense() -> None:
@@ -537,6 +547,80 @@ def _layout_routes(generation: int, partitions: int) -> ZoneRoutes:
         [("n1", "h:1")],
         layout=generation,
     )
+
+
+@dataclass
+class GatedSource(FakeSource):
+    """Route loads that wait for ``gate`` (drivers slow to answer)."""
+
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def load(self, zone: str) -> ZoneRoutes:
+        self.loads += 1
+        await self.gate.wait()
+        return self.routes
+
+
+@dataclass
+class RecordingAgent(FakeAgent):
+    """A FakeAgent that keeps the partition reference of every write."""
+
+    refs: list[tuple[int, int]] = field(default_factory=list)
+
+    async def Put(self, r: data_pb2.PutRequest, **_: float) -> data_pb2.WriteResponse:
+        self.refs.append((r.partition.generation, r.partition.partition))
+        return await super().Put(r)
+
+
+async def test_a_write_under_an_old_layout_goes_straight_to_the_key_s_new_primary() -> None:
+    """After a flip the old source names the new layout and the key's primary under it: the
+    write is sent there at once, under that layout, while the routes are re-read beside it —
+    no write waits for the drivers (the cut-over pause, design/resharding.md); once the routes
+    catch up, writes go straight to the new primaries."""
+    key = next(k for k in (b"k%d" % i for i in range(100)) if partition_of(k, 8) >= 4)
+    moved = partition_of(key, 8)
+    flipped = rpc_error(
+        Code.FAILED_PRECONDITION,
+        "zone z is at layout generation 6",
+        x_layout="6/8",
+        x_primary="n2@h:2",
+    )
+    old = FakeAgent("h:1", {}, [flipped] * 2)
+    new = RecordingAgent("h:2", {})
+    source = GatedSource(_layout_routes(5, 4))
+    source.gate.set()
+    connector = FakeConnector({"h:1": old, "h:2": new})
+    clock = FakeClock()
+    client = DataClient(
+        "127.0.0.1:7400",
+        route_source=source,
+        connector=connector,
+        clock=clock,
+        sleep=clock.sleep,
+        rng=lambda: 1.0,
+    )
+    async with client:
+        await client.routes("z")
+        source.gate.clear()  # the drivers are slow from now on
+        source.routes = build_routes(
+            "z", 8, [(p, "n2", ["n2"]) for p in range(8)], [("n2", "h:2")], layout=6
+        )
+        await asyncio.wait_for(client.put("z", key, b"v1"), 1)
+        assert new.kv == {key: b"v1"}
+        assert new.refs == [(6, moved)]
+        # a second write before the re-read lands: the old source again, then the hint
+        await asyncio.wait_for(client.put("z", key, b"v2"), 1)
+        assert new.refs == [(6, moved)] * 2
+        assert old.calls == ["Put", "Put"]
+        assert clock.sleeps == []
+        assert source.loads == 2  # one re-read for both, still waiting
+        source.gate.set()
+        await asyncio.sleep(0.01)
+        assert (await client.routes("z")).layout == 6
+        await client.put("z", key, b"v3")
+        assert old.calls == ["Put", "Put"]  # straight to the new primary now
+        assert new.refs == [(6, moved)] * 3
+        assert new.kv == {key: b"v3"}
 
 
 @pytest.mark.parametrize("flip_to", [8, 3])
