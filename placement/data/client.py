@@ -13,7 +13,10 @@ Answers and what the client does (:func:`decide`, pure):
 * ``FAILED_PRECONDITION`` with trailing ``x-layout = GENERATION/PARTITIONS``: the request was
   routed under another layout generation than the agent's (design/resharding.md): re-read the
   zone's layout and route again at once (counted like a redirect). Every request carries the
-  generation its routes were read under.
+  generation its routes were read under. When the agent also names, in ``x-primary``, the
+  primary of the key's partition under its layout, the request goes there at once under that
+  layout, and the zone's routes are re-read beside it (calls keep the cached table meanwhile):
+  after a re-sharding's flip no write waits for the drivers.
 * ``UNAVAILABLE`` with trailing ``x-retry-after-ms = N`` (a write refused while its partition
   is sealed for a re-sharding cut-over, which lasts a fraction of a second): retry at the same
   target after N ms (at most ``MAX_RETRY_AFTER``), routes kept, no backoff.

@@ -5,10 +5,11 @@ messages convert in :mod:`replica.data.peers`); every domain error becomes a sta
 place (``_call``, :data:`STATUS_OF`). A request that is not for this node's primary gets
 FAILED_PRECONDITION with trailing metadata ``x-primary`` = ``NODE@HOST:PORT`` (empty when
 unknown), so clients retry there; one routed under another layout generation than the agent's
-gets FAILED_PRECONDITION with ``x-layout`` = ``GENERATION/PARTITIONS`` (design/resharding.md), so
-clients re-read the zone's layout; a write refused by a re-sharding seal waits (up to half its
-deadline) for the cut-over, then gets UNAVAILABLE with ``x-retry-after-ms`` if the seal still
-holds, so clients retry that soon instead of backing off.
+gets FAILED_PRECONDITION with ``x-layout`` = ``GENERATION/PARTITIONS`` (design/resharding.md)
+and, for a request with a key, ``x-primary`` naming the key's primary under that layout, so
+clients retry there at once and re-read the zone's layout; a write refused by a re-sharding seal
+waits (up to half its deadline) for the cut-over, then gets UNAVAILABLE with
+``x-retry-after-ms`` if the seal still holds, so clients retry that soon instead of backing off.
 """
 
 from __future__ import annotations
