@@ -214,7 +214,7 @@ class Puller:
                 if self._sealed():
                     await asyncio.sleep(IDLE_POLL)
                 else:
-                    await wait_event(self._wake, _until_next_poll())
+                    await wait_event(self._wake, _until_next_poll(self.partition))
 
     def _sealed(self) -> bool:
         return self.reshard.phase is ReshardPhase.SEAL
@@ -284,12 +284,20 @@ class Puller:
         )
 
 
-def _until_next_poll() -> float:
-    """Seconds to the next multiple of ``COPY_POLL`` on the loop's clock: every caught-up copy
-    loop of the agent polls at the same instants, so the 16 loops of a destination find their
-    keys together and their writes share the destination's batches (one replicated write per
-    poll, not one per source)."""
-    return COPY_POLL - asyncio.get_running_loop().time() % COPY_POLL
+def _until_next_poll(destination: int) -> float:
+    """Seconds to the destination's next poll instant: every ``COPY_POLL`` on the loop's clock,
+    at an offset of its own. The 16 loops of a destination poll at the same instants, so they
+    find their keys together and their writes share the destination's batches (one replicated
+    write per poll, not one per source); different destinations poll at offsets spread evenly
+    over the period (the golden-ratio sequence), so an agent's destinations do not all fetch
+    at once: one instant for every loop of the agent (80 fetches, then their writes) made the
+    client writes stall once a second for 0.1–0.3 s (design/resharding.md)."""
+    offset = (destination * _GOLDEN % 1.0) * COPY_POLL
+    return COPY_POLL - (asyncio.get_running_loop().time() - offset) % COPY_POLL
+
+
+#: The fractional part of the golden ratio: ``k * _GOLDEN % 1`` spreads any run of k evenly.
+_GOLDEN = 0.6180339887498949
 
 
 def _worth_writing(written: Cursor, new: Cursor) -> bool:
