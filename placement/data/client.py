@@ -756,7 +756,8 @@ class DataClient(AsyncClosing):
                     if isinstance(action, Redirect):
                         redirects += 1
                         redirect = action.hint
-                        self._learn_primary(zone, partition, action.hint)
+                        if relayout is None:  # not a partition of the newer layout's
+                            self._learn_primary(zone, partition, action.hint)
                         continue
                     if isinstance(action, Relayout):
                         redirects += 1

@@ -623,6 +623,37 @@ async def test_a_write_under_an_old_layout_goes_straight_to_the_key_s_new_primar
         assert new.kv == {key: b"v3"}
 
 
+async def test_a_redirect_under_a_hinted_layout_is_followed_and_not_learned_as_an_old_route() -> (
+    None
+):
+    """The hinted primary moved on too and redirects: the write follows it under the hinted
+    layout, and the cached table of the old layout is not taught a partition of the new one."""
+    key = next(k for k in (b"k%d" % i for i in range(100)) if partition_of(k, 8) < 4)
+    moved = partition_of(key, 8)
+    flipped = rpc_error(Code.FAILED_PRECONDITION, "", x_layout="6/8", x_primary="n2@h:2")
+    old = FakeAgent("h:1", {}, [flipped])
+    hinted = FakeAgent("h:2", {}, [rpc_error(Code.FAILED_PRECONDITION, "not primary", "n3@h:3")])
+    new = RecordingAgent("h:3", {})
+    source = GatedSource(_layout_routes(5, 4))
+    source.gate.set()
+    clock = FakeClock()
+    client = DataClient(
+        "127.0.0.1:7400",
+        route_source=source,
+        connector=FakeConnector({"h:1": old, "h:2": hinted, "h:3": new}),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=lambda: 1.0,
+    )
+    async with client:
+        before = await client.routes("z")
+        source.gate.clear()
+        await asyncio.wait_for(client.put("z", key, b"v"), 1)
+        assert new.refs == [(6, moved)]
+        assert client._routes["z"].routes == before.routes  # nothing learned into it
+        source.gate.set()
+
+
 @pytest.mark.parametrize("flip_to", [8, 3])
 async def test_a_scan_across_a_flip_goes_on_under_the_new_layout_never_mixing_two(
     flip_to: int,
