@@ -761,7 +761,12 @@ class DataClient(AsyncClosing):
                         continue
                     if isinstance(action, Relayout):
                         redirects += 1
-                        if action.layout is not None and action.hint is not None and not layout:
+                        if (
+                            action.layout is not None
+                            and action.hint is not None
+                            and action.layout[0] > routes.layout  # not an agent lagging behind
+                            and not layout
+                        ):
                             # straight to the key's new primary; the routes re-read beside
                             relayout, redirect = action.layout, action.hint
                             self._reread(zone, action.layout[0])

@@ -654,6 +654,29 @@ async def test_a_redirect_under_a_hinted_layout_is_followed_and_not_learned_as_a
         source.gate.set()
 
 
+async def test_a_hint_from_an_agent_behind_the_client_s_layout_is_not_followed() -> None:
+    """An agent whose view lags names an older layout (and its primary): the client keeps its
+    newer routes and re-reads them, as for a plain ``x-layout``."""
+    lagging = rpc_error(Code.FAILED_PRECONDITION, "", x_layout="5/4", x_primary="n9@h:9")
+    agent = FakeAgent("h:1", {}, [lagging])
+    source = FakeSource(_layout_routes(6, 8))
+    connector = FakeConnector({"h:1": agent})
+    clock = FakeClock()
+    client = DataClient(
+        "127.0.0.1:7400",
+        route_source=source,
+        connector=connector,
+        clock=clock,
+        sleep=clock.sleep,
+        rng=lambda: 1.0,
+    )
+    async with client:
+        await client.put("z", b"k", b"v")
+    assert "h:9" not in connector.dialed
+    assert connector.dialed == ["h:1", "h:1"]
+    assert source.loads == 2  # re-read at once, as before the hints
+
+
 @pytest.mark.parametrize("flip_to", [8, 3])
 async def test_a_scan_across_a_flip_goes_on_under_the_new_layout_never_mixing_two(
     flip_to: int,
