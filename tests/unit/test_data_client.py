@@ -572,6 +572,19 @@ class RecordingAgent(FakeAgent):
         return await super().Put(r)
 
 
+def _layout_client(source: FakeSource, connector: FakeConnector) -> tuple[DataClient, FakeClock]:
+    clock = FakeClock()
+    client = DataClient(
+        "127.0.0.1:7400",
+        route_source=source,
+        connector=connector,
+        clock=clock,
+        sleep=clock.sleep,
+        rng=lambda: 1.0,
+    )
+    return client, clock
+
+
 async def test_a_write_under_an_old_layout_goes_straight_to_the_key_s_new_primary() -> None:
     """After a flip the old source names the new layout and the key's primary under it: the
     write is sent there at once, under that layout, while the routes are re-read beside it —
@@ -590,15 +603,7 @@ async def test_a_write_under_an_old_layout_goes_straight_to_the_key_s_new_primar
     source = GatedSource(_layout_routes(5, 4))
     source.gate.set()
     connector = FakeConnector({"h:1": old, "h:2": new})
-    clock = FakeClock()
-    client = DataClient(
-        "127.0.0.1:7400",
-        route_source=source,
-        connector=connector,
-        clock=clock,
-        sleep=clock.sleep,
-        rng=lambda: 1.0,
-    )
+    client, clock = _layout_client(source, connector)
     async with client:
         await client.routes("z")
         source.gate.clear()  # the drivers are slow from now on
@@ -636,15 +641,7 @@ async def test_a_redirect_under_a_hinted_layout_is_followed_and_not_learned_as_a
     new = RecordingAgent("h:3", {})
     source = GatedSource(_layout_routes(5, 4))
     source.gate.set()
-    clock = FakeClock()
-    client = DataClient(
-        "127.0.0.1:7400",
-        route_source=source,
-        connector=FakeConnector({"h:1": old, "h:2": hinted, "h:3": new}),
-        clock=clock,
-        sleep=clock.sleep,
-        rng=lambda: 1.0,
-    )
+    client, _ = _layout_client(source, FakeConnector({"h:1": old, "h:2": hinted, "h:3": new}))
     async with client:
         before = await client.routes("z")
         source.gate.clear()
@@ -661,15 +658,7 @@ async def test_a_hint_from_an_agent_behind_the_client_s_layout_is_not_followed()
     agent = FakeAgent("h:1", {}, [lagging])
     source = FakeSource(_layout_routes(6, 8))
     connector = FakeConnector({"h:1": agent})
-    clock = FakeClock()
-    client = DataClient(
-        "127.0.0.1:7400",
-        route_source=source,
-        connector=connector,
-        clock=clock,
-        sleep=clock.sleep,
-        rng=lambda: 1.0,
-    )
+    client, _ = _layout_client(source, connector)
     async with client:
         await client.put("z", b"k", b"v")
     assert "h:9" not in connector.dialed
