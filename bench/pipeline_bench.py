@@ -1,8 +1,10 @@
 """Fleet what-if planning: ``--engine local`` vs ``--engine spark`` (``local[2]``) side by side.
 
 A synthetic fleet — 2,000 zones × 512 partitions × 3 replicas over 1,000 nodes in 10 racks, its
-stable assignments produced by ``place()`` itself (so they are balanced), one size report per
-partition — is written once as an export directory (cached under ``--data``). Each engine then
+stable assignments produced by ``place()`` itself zone after zone with the fleet's tally (as the
+driver creates them: balanced per zone and across the fleet), one size report per partition —
+is written once as an export directory (cached under ``--data``; the directory name says
+``fleet-balanced``). Each engine then
 plans it with one node removed, as a ``placectl plan`` subprocess; the bench samples the RSS of
 that whole process tree (placectl, the JVM, Spark's Python workers) with psutil every 0.1 s.
 
@@ -26,11 +28,13 @@ import platform
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from placement.algo.fleet import FleetTally
 from placement.algo.place import place
 from placement.core.model import Node, ZoneSpec
 from placement.pipeline.export import write_tables
@@ -48,6 +52,7 @@ def make_fleet(path: Path, zones: int, partitions: int, replicas: int, nodes: in
         ],
         "zones": [], "assignments": [], "sizes": [], "primaries": [], "history": [],
     }  # fmt: skip
+    tally = FleetTally()
     for z in range(zones):
         spec = ZoneSpec(f"zone{z:04d}", partitions, replicas, failure_domain="rack")
         tables["zones"].append(
@@ -55,7 +60,9 @@ def make_fleet(path: Path, zones: int, partitions: int, replicas: int, nodes: in
              "node_selector": {}, "failure_domain": "rack", "scale_up_delay": 0.0,
              "scale_down_delay": 0.0, "mod_revision": 1}
         )  # fmt: skip
-        for p, peers in enumerate(place(spec, fleet).assignments):
+        placed = place(spec, fleet, fleet=tally.others(Counter(), Counter()))
+        tally.add(placed.loads, placed.primary_loads)
+        for p, peers in enumerate(placed.assignments):
             tables["assignments"].append(
                 {"zone": spec.name, "partition": p, "field": "stable", "peers": list(peers),
                  "epoch": 1, "ts": 0, "trigger": 1, "mod_revision": 1}
@@ -108,7 +115,7 @@ def main() -> None:
     parser.add_argument("--worker-cores", type=int, default=2)
     parser.add_argument("--worker-memory", default="6g")
     ns = parser.parse_args()
-    fleet = ns.data / f"fleet-{ns.zones}x{ns.partitions}x{ns.replicas}-{ns.nodes}"
+    fleet = ns.data / f"fleet-balanced-{ns.zones}x{ns.partitions}x{ns.replicas}-{ns.nodes}"
     if not (fleet / "meta.json").exists():
         ns.data.mkdir(parents=True, exist_ok=True)
         began = time.monotonic()

@@ -64,6 +64,7 @@ def solve_cordoned(pb: CoreProblem, weights: Sequence[float], cordoned: NDArray[
             cur_first=pb.cur_first[mine],
             row_key=pb.row_key[rows],
             node_key=pb.node_key[others],
+            node_rank=None if pb.node_rank is None else pb.node_rank[others],
         )
     )
     return (

@@ -21,7 +21,7 @@ import functools
 import math
 from array import array
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, pairwise
 from operator import attrgetter
 from types import MappingProxyType
@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from placement.algo.cordon import solve_cordoned
+from placement.algo.fleet import FleetLoad, per_weight, rank
 from placement.algo.hashing import mix64, name_key, name_keys
 from placement.algo.preferred import choose_primaries
 from placement.algo.solver import (
@@ -66,6 +67,7 @@ def place(
     nodes: Sequence[Node],
     current: Mapping[int, Sequence[str]] | None = None,
     cordoned: Collection[str] = frozenset(),
+    fleet: FleetLoad | None = None,
 ) -> Placement:
     """Balanced replica sets for ``zone`` that keep as much of ``current`` as balance allows.
 
@@ -73,7 +75,8 @@ def place(
     left and their replicas are re-placed; current entries for partitions ``≥ P`` are ignored.
     Eligible nodes named in ``cordoned`` keep current replicas (up to their share) and take no
     new one unless a partition could not otherwise have ``R'`` members or span its failure
-    domains (:mod:`placement.algo.cordon`).
+    domains (:mod:`placement.algo.cordon`). ``fleet`` (the other zones' loads) decides the
+    choices that move nothing, least loaded first (:mod:`placement.algo.fleet`).
     Raises :class:`InvalidInput` for P < 1, R < 1, weights ≤ 0, duplicate names, no eligible node.
     """
     _check_zone(zone)
@@ -87,14 +90,14 @@ def place(
             f"register nodes matching the selector {dict(zone.node_selector)} "
             "or relax the zone's node_selector",
         )
-    ctx = _Context.build(zone, eligible, current or {}, cordoned)
+    ctx = _Context.build(zone, eligible, current or {}, cordoned, fleet)
     if zone.failure_domain is None:
         members = _solve_flat(ctx)
     else:
         pairs = _solve_domains(ctx, zone.failure_domain)
         members = members_matrix(pairs, ctx.partitions, ctx.width, len(eligible))
     load = np.bincount(members.ravel(), minlength=len(eligible))
-    primary = choose_primaries(members, load, ctx.cur_primary, ctx.row_key)
+    primary = choose_primaries(members, load, ctx.cur_primary, ctx.row_key, ctx.primary_rank)
     return _assemble(ctx.names, members, primary, load, ctx.given)
 
 
@@ -199,6 +202,11 @@ class _Context:
     given: _Given | None
     #: Which eligible nodes are cordoned; None when none is.
     cordoned: NDArray[np.bool_] | None = None
+    #: With a :class:`FleetLoad`: each node's replicas in the other zones, and the fleet ranks
+    #: of the nodes for a ``+1`` replica and for a ``+1`` primary (lowest load per weight first).
+    fleet_replicas: NDArray[np.float64] | None = None
+    fleet_rank: I64 | None = None
+    primary_rank: I64 | None = None
 
     @staticmethod
     def build(
@@ -206,8 +214,12 @@ class _Context:
         eligible: list[Node],
         current: Mapping[int, Sequence[str]],
         cordoned: Collection[str] = frozenset(),
+        fleet: FleetLoad | None = None,
     ) -> _Context:
         names = [n.name for n in eligible]
+        weights = [n.weight for n in eligible]
+        node_key = name_keys((zone.name,), names)
+        fleet_replicas, fleet_rank, primary_rank = _fleet_fields(fleet, names, weights, node_key)
         mask = np.asarray([n in cordoned for n in names], dtype=np.bool_) if cordoned else None
         rows, nodes, firsts, primary, given = _parse_current(
             current, zone.partitions, _Index((name, i) for i, name in enumerate(names))
@@ -215,23 +227,46 @@ class _Context:
         return _Context(
             zone=zone.name,
             names=names,
-            weights=[n.weight for n in eligible],
+            weights=weights,
             attributes=[n.attributes for n in eligible],
             partitions=zone.partitions,
             width=min(zone.replicas, len(eligible)),
             row_key=mix64(np.arange(zone.partitions, dtype=np.uint64), name_key(zone.name)),
-            node_key=name_keys((zone.name,), names),
+            node_key=node_key,
             cur_row=rows,
             cur_node=nodes,
             cur_first=firsts,
             cur_primary=primary,
             given=given,
             cordoned=mask if mask is not None and mask.any() else None,
+            fleet_replicas=fleet_replicas,
+            fleet_rank=fleet_rank,
+            primary_rank=primary_rank,
         )
 
     @property
     def total(self) -> int:
         return self.partitions * self.width
+
+
+def _fleet_fields(
+    fleet: FleetLoad | None, names: list[str], weights: list[float], node_key: NDArray[np.uint64]
+) -> tuple[NDArray[np.float64] | None, I64 | None, I64 | None]:
+    """:class:`_Context`'s ``fleet_replicas``, ``fleet_rank`` and ``primary_rank``. A fleet
+    that loads every node alike (per weight) decides nothing: its rank is left out, and the
+    zone is placed as without a fleet."""
+    if fleet is None:
+        return None, None, None
+    replicas = per_weight(fleet.replicas, names, weights)
+    primaries = per_weight(fleet.primaries, names, weights)
+    fleet_replicas = fleet_rank = primary_rank = None
+    if len(replicas) and ((replicas != replicas[0]).any() or (primaries != primaries[0]).any()):
+        # equal replica loads: the node leading fewer takes the replica (it may lead it)
+        fleet_replicas = per_weight(fleet.replicas, names, [1.0] * len(names))
+        fleet_rank = rank(replicas, node_key, primaries)
+    if len(primaries) and (primaries != primaries[0]).any():
+        primary_rank = rank(primaries, node_key)
+    return fleet_replicas, fleet_rank, primary_rank
 
 
 def _parse_current(
@@ -481,6 +516,7 @@ def _solve_flat(ctx: _Context) -> I64:
         node_key=ctx.node_key,
         row_count=given.row_count if given is not None else None,
         slots=given.slots if dense and given is not None else None,
+        node_rank=ctx.fleet_rank,
     )
     if ctx.cordoned is not None:
         pairs = solve_cordoned(pb, ctx.weights, ctx.cordoned)
@@ -528,12 +564,51 @@ def _solve_domains(ctx: _Context, attribute: str) -> Pairs:
     With ``D ≥ R'`` domains a partition takes ``R'`` distinct domains (a domain holds at most one
     replica of it). With ``D < R'`` every partition takes every domain and the remaining replicas
     go to domains with more nodes, at most ``min(size, R' − D + 1)`` per domain.
+
+    With a fleet, a domain's ``+1`` is not always free: which domain takes it changes what its
+    nodes can keep. So when the fleet changes level 1's choice, both are solved and the fleet's
+    is taken only when it keeps as many current pairs (the move count never changes).
     """
     dom = _Domains.build(ctx, attribute)
+    rows, doms = _domain_level(ctx, dom)
+    pairs = _inside_domains(ctx, dom, rows, doms)
+    if ctx.fleet_replicas is None or _kept(ctx, pairs) == _domain_kept(ctx, dom, rows, doms):
+        # every current pair level 1 kept is kept inside its domain: the most any choice of
+        # level 1 keeps (level 1's kept count is the same for every tie order)
+        return pairs
+    plain_ctx = replace(ctx, fleet_replicas=None)
+    plain_rows, plain_doms = _domain_level(plain_ctx, dom)
+    if np.array_equal(plain_rows, rows) and np.array_equal(plain_doms, doms):
+        return pairs
+    plain = _inside_domains(ctx, dom, plain_rows, plain_doms)
+    return pairs if _kept(ctx, pairs) == _kept(ctx, plain) else plain
+
+
+def _domain_level(ctx: _Context, dom: _Domains) -> Pairs:
+    """Level 1: the (partition, domain) pairs, a domain listed once per replica it holds."""
     if len(dom.labels) >= ctx.width:
-        rows, doms = _domains_distinct(ctx, dom)
-    else:
-        rows, doms = _domains_all(ctx, dom)
+        return _domains_distinct(ctx, dom)
+    return _domains_all(ctx, dom)
+
+
+def _kept(ctx: _Context, pairs: Pairs) -> int:
+    """How many current pairs ``pairs`` keeps."""
+    width = len(ctx.names)
+    return int(np.isin(pairs[0] * width + pairs[1], ctx.cur_row * width + ctx.cur_node).sum())
+
+
+def _domain_kept(ctx: _Context, dom: _Domains, rows: I64, doms: I64) -> int:
+    """How many current (partition, domain) pairs level 1's ``rows``/``doms`` keep, counted
+    with their multiplicity (a domain holding two replicas of a partition counts twice)."""
+    n_dom = len(dom.labels)
+    new, new_count = np.unique(rows * n_dom + doms, return_counts=True)
+    now, now_count = np.unique(ctx.cur_row * n_dom + dom.of_node[ctx.cur_node], return_counts=True)
+    _, at_new, at_now = np.intersect1d(new, now, assume_unique=True, return_indices=True)
+    return int(np.minimum(new_count[at_new], now_count[at_now]).sum())
+
+
+def _inside_domains(ctx: _Context, dom: _Domains, rows: I64, doms: I64) -> Pairs:
+    """Level 2 for every domain, given level 1's (partition, domain) pairs."""
     # Every domain's partitions (sorted) with its replicas of each, in one pass: the codes
     # ``domain · P + row`` sorted are the domains in order, each with its sorted rows.
     n_dom, p = len(dom.labels), ctx.partitions
@@ -581,6 +656,7 @@ def _domains_distinct(ctx: _Context, dom: _Domains) -> Pairs:
         cur_first=first,
         row_key=ctx.row_key,
         node_key=_domain_keys(ctx, dom.labels),
+        node_rank=_domain_rank(ctx, dom),
     )
     if ctx.cordoned is not None:
         # A domain whose nodes are all cordoned is a cordoned node of this level: it keeps
@@ -589,6 +665,15 @@ def _domains_distinct(ctx: _Context, dom: _Domains) -> Pairs:
         if closed.any():
             return solve_cordoned(pb, dom.weights, closed)
     return solve(pb)
+
+
+def _domain_rank(ctx: _Context, dom: _Domains) -> I64 | None:
+    """The fleet rank of the domains: their nodes' replicas in the other zones per unit of
+    the domain's weight (None without a fleet)."""
+    if ctx.fleet_replicas is None:
+        return None
+    held = np.bincount(dom.of_node, weights=ctx.fleet_replicas, minlength=len(dom.labels))
+    return rank(held / np.asarray(dom.weights), _domain_keys(ctx, dom.labels))
 
 
 def _domains_all(ctx: _Context, dom: _Domains) -> Pairs:
@@ -638,7 +723,9 @@ def _domain_totals(ctx: _Context, dom: _Domains, cap: list[int], held: I64) -> l
     p = ctx.partitions
     _, t = weighted_targets(dom.weights, ctx.total, hi=[c * p for c in cap], lo=[p] * len(cap))
     cand = np.flatnonzero(t.eligible)
-    order = np.lexsort((_domain_keys(ctx, dom.labels)[cand], t.floor[cand] - held[cand]))
+    fleet = _domain_rank(ctx, dom)
+    tie = _domain_keys(ctx, dom.labels) if fleet is None else fleet
+    order = np.lexsort((tie[cand], t.floor[cand] - held[cand]))
     totals = t.floor.copy()
     totals[cand[order[: t.extra]]] += 1
     return [int(x) for x in totals.tolist()]
@@ -680,6 +767,7 @@ def _inside_domain(
         cur_first=ctx.cur_first[mine],
         row_key=mix64(ctx.row_key[part_rows], name_key(ctx.zone, dom.labels[d])),
         node_key=ctx.node_key[nodes],
+        node_rank=None if ctx.fleet_rank is None else ctx.fleet_rank[nodes],
     )
     closed = ctx.cordoned[nodes] if ctx.cordoned is not None else None
     if closed is not None and closed.any():

@@ -13,6 +13,7 @@ at its upper bound. Repairs use shortest alternating paths, so they change few p
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import deque
 
 import numpy as np
@@ -23,20 +24,47 @@ from placement.algo.solver import lex_order, stable_argsort
 I64 = NDArray[np.int64]
 
 
-def choose_primaries(members: I64, load: I64, current: I64, row_key: NDArray[np.uint64]) -> I64:
+def choose_primaries(
+    members: I64,
+    load: I64,
+    current: I64,
+    row_key: NDArray[np.uint64],
+    fleet_rank: I64 | None = None,
+) -> I64:
     """The primary node of every row of ``members`` (rows × R' node indices).
 
-    ``current[p]`` is the row's current primary or -1.
+    ``current[p]`` is the row's current primary or -1. ``fleet_rank`` (a distinct rank per
+    node, :mod:`placement.algo.fleet`) replaces the node index as the tie-breaker of the rows
+    without a kept primary: among members equally far below their bounds, the one leading
+    fewest partitions in the other zones leads.
     """
     width = members.shape[1]
     lo = load // width
     hi = -(-load // width)
     primary = _sticky(members, current, hi, row_key)
     open_rows = np.flatnonzero(primary < 0)
-    if open_rows.size:
-        # Row keys are distinct: the stable order of lex_order is argsort's only order.
-        _greedy(members, primary, open_rows[lex_order((), row_key[open_rows])], lo, hi)
-    count = np.bincount(primary, minlength=len(load))
+    if not open_rows.size:
+        return _balanced(members, primary, lo, hi)
+    # Row keys are distinct: the stable order of lex_order is argsort's only order.
+    rows = open_rows[lex_order((), row_key[open_rows])]
+    if fleet_rank is None:
+        _greedy(members, primary, rows, lo, hi)
+        return _balanced(members, primary, lo, hi)
+    ranked = primary.copy()
+    _greedy_ranked(members, ranked, rows, lo, hi, fleet_rank)
+    ranked = _balanced(members, ranked, lo, hi)
+    changed = np.count_nonzero(ranked != current)
+    if changed == len(rows):  # only the open rows changed: no order can change fewer
+        return ranked
+    # The fleet only breaks ties: never more primaries changed than without it.
+    _greedy(members, primary, rows, lo, hi)
+    plain = _balanced(members, primary, lo, hi)
+    return ranked if changed <= np.count_nonzero(plain != current) else plain
+
+
+def _balanced(members: I64, primary: I64, lo: I64, hi: I64) -> I64:
+    """``primary`` with every node's count brought within ``[lo, hi]`` (in place)."""
+    count = np.bincount(primary, minlength=len(lo))
     if ((count > hi) | (count < lo)).any():
         _Balancer(members, primary, lo, hi).run()
     return primary
@@ -111,6 +139,81 @@ def _greedy(members: I64, primary: I64, rows: I64, lo: I64, hi: I64) -> None:
         c = count[best] + 1
         count[best] = c
         key[best] = c - lo_l[best] + (full if c >= hi_l[best] else 0)
+    primary[rows] = chosen
+
+
+def _greedy_ranked(
+    members: I64, primary: I64, rows: I64, lo_a: I64, hi_a: I64, fleet_rank: I64
+) -> None:
+    """:func:`_greedy` from the nodes' side, for a fleet rank.
+
+    Each node first gets a *goal* in its bounds: ``lo``, and ``lo + 1`` for the nodes least
+    loaded in the fleet (by ``fleet_rank``) while primaries are left over. Then the node with
+    the lowest key — furthest below its goal, then least loaded in the fleet; a node at its
+    goal only after every node below its own, a node at ``hi`` last — leads the one of its
+    open rows that its co-members need least (a co-member below its goal with no other open
+    row needs it most), its key is updated, and so on until every row has a primary. The
+    bounds repair that follows (:class:`_Balancer`) fixes what the goals could not reach.
+    """
+    count = np.bincount(primary[primary >= 0], minlength=len(lo_a)).tolist()
+    lo, hi, rank = lo_a.tolist(), hi_a.tolist(), fleet_rank.tolist()
+    n, full = len(rank), 1 << 40
+    goal = [max(low, c) for low, c in zip(lo, count, strict=True)]
+    spare = len(rows) + sum(count) - sum(goal)
+    for i in sorted(range(n), key=rank.__getitem__):
+        if spare <= 0:
+            break
+        if goal[i] < hi[i]:
+            goal[i] += 1
+            spare -= 1
+
+    def key_of(i: int, c: int) -> int:
+        reached = (full if c >= goal[i] else 0) + (full if c >= hi[i] else 0)
+        return int((c - goal[i] + reached) * n + rank[i])
+
+    key = [key_of(i, c) for i, c in enumerate(count)]
+    row_list = rows.tolist()
+    row_of = members[rows].tolist()
+    of_node: list[list[int]] = [[] for _ in range(n)]
+    for position, row_members in enumerate(row_of):
+        for i in row_members:
+            of_node[i].append(position)
+    chosen = [-1] * len(row_list)
+    left = [len(rows_of_node) for rows_of_node in of_node]  # open rows per node
+    last = full * 8 * n  # below every key: a member whose last open row this is
+    heap = [(key[i], i) for i in range(n) if of_node[i]]
+    heapq.heapify(heap)
+    while heap:
+        k, i = heapq.heappop(heap)
+        if k != key[i]:
+            continue  # a stale entry: the node's key changed since
+        mine = [r for r in of_node[i] if chosen[r] < 0]
+        of_node[i] = mine
+        if not mine:
+            continue  # every row of this node has a primary
+        best = mine[0]
+        if len(mine) > 1:
+            # the open row whose other members need it least: a member below its goal with
+            # no other open row needs it most, then the member with the lowest key
+            best_need = -1 << 62
+            for r in mine:
+                need = min(
+                    (
+                        key[m] - (last if left[m] == 1 and count[m] < goal[m] else 0)
+                        for m in row_of[r]
+                        if m != i
+                    ),
+                    default=1 << 61,
+                )
+                if need > best_need:
+                    best, best_need = r, need
+        chosen[best] = i
+        for m in row_of[best]:
+            left[m] -= 1
+        c = count[i] + 1
+        count[i] = c
+        key[i] = key_of(i, c)
+        heapq.heappush(heap, (key[i], i))
     primary[rows] = chosen
 
 

@@ -68,6 +68,10 @@ class CoreProblem:
     node_key: NDArray[np.uint64]
     row_count: I64 | None = None
     slots: I64 | None = None
+    #: The fleet tie-breaker (:mod:`placement.algo.fleet`): a distinct rank per node, lower
+    #: first, that decides which of equally placed eligible nodes take ``floor + 1`` instead
+    #: of ``node_key``. It never changes how many current pairs are kept.
+    node_rank: I64 | None = None
 
     @property
     def n_rows(self) -> int:
@@ -280,9 +284,11 @@ def _choose_ceil(pb: CoreProblem, load: I64) -> NDArray[np.bool_]:
 
     Giving ``+1`` to a node holding more than its floor costs no move; to any other node it
     costs one. Ranking by ``load − floor`` takes all the free ones first: minimal moves.
+    A fleet rank replaces ``node_key`` among nodes equally far from their floor.
     """
     cand = np.flatnonzero(pb.targets.eligible)
-    order = np.lexsort((pb.node_key[cand], pb.targets.floor[cand] - load[cand]))
+    tie = pb.node_key if pb.node_rank is None else pb.node_rank
+    order = np.lexsort((tie[cand], pb.targets.floor[cand] - load[cand]))
     ceil = np.zeros(pb.n_nodes, dtype=np.bool_)
     ceil[cand[order[: pb.targets.extra]]] = True
     return ceil

@@ -44,12 +44,15 @@ Per zone, in this order:
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
+from placement.algo.fleet import FleetLoad, FleetTally, zone_loads
 from placement.algo.place import Placement, place
 from placement.core.layout import (
     SEAL_LAG,
@@ -450,6 +453,38 @@ def current_peers(state: PartitionState) -> Peers | None:
     return state.peers(AssignField.PENDING) or state.peers(AssignField.STABLE)
 
 
+def current_loads(zone: ZoneView) -> tuple[Counter[str], Counter[str]]:
+    """The zone's replicas and preferred primaries per node, counted on :func:`current_peers`."""
+    return zone_loads(
+        peers for state in zone.partitions.values() if (peers := current_peers(state))
+    )
+
+
+class FleetLoads:
+    """Every zone's :func:`current_loads`, recounted only for the zones whose view changed
+    (a new :class:`ZoneView` object), and their sum: a pass's starting tally."""
+
+    def __init__(self) -> None:
+        self._zones: dict[str, tuple[ZoneView, tuple[Counter[str], Counter[str]]]] = {}
+        self._total = FleetTally()
+
+    def tally(self, zones: Mapping[str, ZoneView]) -> FleetTally:
+        """A fresh tally of ``zones`` (the caller's to change)."""
+        none: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+        for name in [n for n in self._zones if n not in zones]:
+            self._total.placed(self._zones.pop(name)[1], none)
+        for name, zone in zones.items():
+            held = self._zones.get(name)
+            if held is not None and held[0] is zone:
+                continue
+            own = current_loads(zone)
+            self._total.placed(held[1] if held is not None else none, own)
+            self._zones[name] = (zone, own)
+        out = FleetTally()
+        out.add(self._total.replicas, self._total.primaries)
+        return out
+
+
 def plan_zone_targets(
     zone: ZoneView,
     spec: ZoneSpec,
@@ -457,16 +492,27 @@ def plan_zone_targets(
     applied: tuple[str, ...],
     kept: int = 0,
     cordoned: frozenset[str] = frozenset(),
+    tally: FleetTally | None = None,
 ) -> tuple[dict[int, Peers], dict[int, Peers], int] | str:
     """``(creates, triggers, R)`` for one zone, or a reason string when it cannot be placed.
 
     Partitions ``spec.partitions..kept-1`` are a shrink's removed ones (:func:`kept_partitions`):
     they hold keys until its clean-up, so one whose members include a node that is no longer a
     data node is re-placed — by the placement of all ``kept`` partitions, which replaces only
-    the lost members — and the others stay where they are (design/resharding.md, PREPARE)."""
-    targets = zone_targets(zone, spec, nodes, applied, kept, cordoned)
+    the lost members — and the others stay where they are (design/resharding.md, PREPARE).
+
+    ``tally``: the fleet's loads, zones placed so far in this pass counted with their targets
+    (:class:`~placement.algo.fleet.FleetTally`); the zone's ties go to the nodes it loads
+    least, and the tally then counts this zone's targets."""
+    own = current_loads(zone) if tally is not None else None
+    fleet = tally.others(*own) if tally is not None and own is not None else None
+    targets = zone_targets(zone, spec, nodes, applied, kept, cordoned, fleet)
     if isinstance(targets, str):
         return targets
+    if tally is not None and own is not None:
+        after = {p: peers for p, s in zone.partitions.items() if (peers := current_peers(s))}
+        after.update(targets)
+        tally.placed(own, zone_loads(after.values()))
     return (*target_writes(zone, targets), max(zone.zone_mod, zone.datanodes_mod))
 
 
@@ -505,13 +551,15 @@ def zone_targets(
     applied: tuple[str, ...],
     kept: int = 0,
     cordoned: frozenset[str] = frozenset(),
+    fleet: FleetLoad | None = None,
 ) -> dict[int, Peers] | str:
     """The placement target of every partition ``0..P-1`` of one zone on the data nodes
     ``applied`` (and of a shrink's removed partitions that lost a member, see
     :func:`plan_zone_targets`), or why it cannot be placed. Every caller that asks "where should
     the replicas be" — a pass, the status outlook, a dry-run plan — asks it here. Nodes in
     ``cordoned`` keep their replicas and take no new ones (design/placement.md, "Cordoned
-    nodes")."""
+    nodes"). ``fleet``: the other zones' loads, which break ties (design/placement.md,
+    "Fleet-wide balance")."""
     # A data node whose record is gone (held down by the scale-down delay) matched the selector
     # when it was applied: it keeps matching it until the delay removes it.
     eligible = [
@@ -527,7 +575,7 @@ def zone_targets(
         peers = current_peers(state)
         if peers is not None and p < spec.partitions:
             current[p] = peers
-    result = _placed(spec, eligible, current, cordoned)
+    result = _placed(spec, eligible, current, cordoned, fleet)
     if isinstance(result, str):
         return result
     targets = dict(enumerate(result.assignments))
@@ -539,7 +587,7 @@ def zone_targets(
     }
     lost = [p for p, peers in removed.items() if not set(peers) <= set(applied)]
     if lost:
-        wide = _placed(replace(spec, partitions=kept), eligible, current | removed, cordoned)
+        wide = _placed(replace(spec, partitions=kept), eligible, current | removed, cordoned, fleet)
         if isinstance(wide, str):
             return wide
         targets.update((p, wide.assignments[p]) for p in lost)
@@ -547,13 +595,17 @@ def zone_targets(
 
 
 def _placed(
-    spec: ZoneSpec, eligible: list[Node], current: dict[int, Peers], cordoned: frozenset[str]
+    spec: ZoneSpec,
+    eligible: list[Node],
+    current: dict[int, Peers],
+    cordoned: frozenset[str],
+    fleet: FleetLoad | None = None,
 ) -> Placement | str:
     """``place(...)``, or why not. Any other exception is a bug in placement: reported as the
     zone's reason (status shows it, the zone is left as it is) so that one zone never stops the
     driver placing the others."""
     try:
-        return place(spec, eligible, current, cordoned)
+        return place(spec, eligible, current, cordoned, fleet)
     except InvalidInput as e:
         return f"placement refused: {e}"
     except Exception as e:  # contained per zone, named in its status
@@ -832,10 +884,13 @@ def plan_zone(
     now_ms: int,
     leases: LeaseConfig | None,
     silent: frozenset[str] = frozenset(),
+    tally: Callable[[], FleetTally] | None = None,
 ) -> ZonePlan:
     """Everything the leader should do now for zone ``name``, decided on ``view`` alone;
     ``silent``: registered nodes whose agents did not answer the leader's last probe — they get
-    no lease and none of theirs is renewed (design/control-plane.md, "Primary leases")."""
+    no lease and none of theirs is renewed (design/control-plane.md, "Primary leases");
+    ``tally``: the pass's fleet tally, asked for when the zone is placed (design/placement.md,
+    "Fleet-wide balance")."""
     plan = ZonePlan()
     spec = zone.spec
     if not view.paused:
@@ -878,7 +933,15 @@ def plan_zone(
         plan.due.append(now_ms + max(1, math.ceil(held * 1000)))
     if not view.paused:
         plan.cancels.extend(abandoned_moves(zone, previous.applied))
-    decided = plan_zone_targets(zone, spec, view.nodes, previous.applied, kept, view.cordoned)
+    decided = plan_zone_targets(
+        zone,
+        spec,
+        view.nodes,
+        previous.applied,
+        kept,
+        view.cordoned,
+        tally() if tally is not None else None,
+    )
     if isinstance(decided, str):
         plan.skipped = decided
     else:
@@ -921,6 +984,8 @@ class PlanMemo:
         #: zones decided and zones reused, over the memo's life (for tests and benchmarks)
         self.decided = 0
         self.reused = 0
+        #: every zone's current loads, for the passes' fleet tallies
+        self.fleet = FleetLoads()
 
     def plan(
         self,
@@ -930,6 +995,7 @@ class PlanMemo:
         now_ms: int,
         leases: LeaseConfig | None,
         silent: frozenset[str] = frozenset(),
+        tally: Callable[[], FleetTally] | None = None,
     ) -> ZonePlan:
         inputs = (zone, view.nodes, view.draining, view.cordoned, view.paused, silent)
         held = self._plans.get(name)
@@ -942,7 +1008,7 @@ class PlanMemo:
             self.reused += 1
             return held[1]
         self.decided += 1
-        plan = plan_zone(view, name, zone, now_ms, leases, silent)
+        plan = plan_zone(view, name, zone, now_ms, leases, silent, tally)
         if plan.writes:
             self._plans.pop(name, None)
         else:
@@ -964,15 +1030,23 @@ def plan_pass(
 ) -> PassPlan:
     """Everything the leader should do now, decided on ``view`` alone (``memo``: reusing the
     plans of zones nothing happened to; the result is the same; ``silent``: see
-    :func:`plan_zone`)."""
+    :func:`plan_zone`).
+
+    Zones are decided in name order with one fleet tally (counted when a zone is first placed),
+    so each zone's ties see the targets of the zones placed before it in the pass — the order
+    and the tally of the pipeline's engines (``placement.pipeline.engines.plan_local``). A zone
+    nothing happened to is a fixed point whatever the tally, so a memo's plan stays valid."""
     if memo is not None:
         memo.retain(view.zones)
-    plans = {
-        name: memo.plan(view, name, zone, now_ms, leases, silent)
+    fleet = memo.fleet if memo is not None else FleetLoads()
+    tally = functools.cache(lambda: fleet.tally(view.zones))
+    decided = {
+        name: memo.plan(view, name, view.zones[name], now_ms, leases, silent, tally)
         if memo is not None
-        else plan_zone(view, name, zone, now_ms, leases, silent)
-        for name, zone in view.zones.items()
+        else plan_zone(view, name, view.zones[name], now_ms, leases, silent, tally)
+        for name in sorted(view.zones)
     }
+    plans = {name: decided[name] for name in view.zones}
     due = [t for plan in plans.values() for t in plan.due]
     return PassPlan(
         tuple(w for plan in plans.values() for w in plan.datanodes),

@@ -30,7 +30,14 @@ from dataclasses import dataclass, replace
 
 from placement.core.layout import Moves
 from placement.core.model import Peers, ZoneSpec
-from placement.driver.core import ClusterView, ZoneView, kept_partitions, zone_targets
+from placement.driver.core import (
+    ClusterView,
+    FleetLoads,
+    ZoneView,
+    current_loads,
+    kept_partitions,
+    zone_targets,
+)
 from placement.driver.datanodes import advance, holddown_remaining, matching_nodes
 from placement.metastore.codec import DataNodes, LayoutValue, PrimaryLease
 from placement.metastore.keys import AssignField
@@ -156,7 +163,9 @@ def _zone_preview(
     }
     reshard = (old_count, spec.partitions) if old_count != spec.partitions else None
     kept = kept_partitions(zone.layout, spec)
-    targets = zone_targets(zone, spec, view.nodes, eligible, kept, view.cordoned)
+    # the fleet's other zones as they are now (a pass adds those it places before this one)
+    fleet = FleetLoads().tally(view.zones).others(*current_loads(zone))
+    targets = zone_targets(zone, spec, view.nodes, eligible, kept, view.cordoned, fleet)
     if isinstance(targets, str):
         before = Counter(n for peers in stable.values() for n in peers)
         loads = tuple(NodeLoad(n, before[n], before[n]) for n in sorted(before))

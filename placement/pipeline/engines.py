@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from placement.algo.fleet import FleetTally, zone_loads
 from placement.core.model import Node
 from placement.errors import InvalidInput
 from placement.pipeline.inputs import PlanInput, PlannedZone, local_zone_inputs
@@ -19,6 +20,7 @@ from placement.pipeline.planning import (
     COUNTER_KINDS,
     FleetTotals,
     ZoneInput,
+    ZoneResult,
     plan_zone_input,
     zone_fragment,
 )
@@ -61,13 +63,16 @@ def zone_rows(
 
 
 def zone_rows_and_counters(
-    zone: PlannedZone, make_input: Callable[[], ZoneInput], nodes: Sequence[Node]
+    zone: PlannedZone,
+    make_input: Callable[[], ZoneInput],
+    nodes: Sequence[Node],
+    tally: FleetTally | None = None,
 ) -> tuple[list[ResultRow], dict[str, dict[str, int]]]:
     """:func:`zone_rows` with the counter rows left as the zone's counters (kind -> key ->
     value), which the Spark engine sends as one row of arrays per kind (thousands of nodes
     make thousands of counter rows per zone)."""
     try:
-        result = plan_zone_input(make_input(), nodes)
+        result = plan_zone_input(make_input(), nodes, tally)
     except InvalidInput as e:
         return [ResultRow(zone.index, ERROR, zone.spec.name, 0, str(e))], {}
     i = zone.index
@@ -111,8 +116,48 @@ def totals_from_sums(sums: Iterable[tuple[str, str, int, int]]) -> FleetTotals:
 
 def plan_local(plan_input: PlanInput, totals: FleetTotals) -> Iterator[str]:
     """The local engine: zone fragments in output order; ``totals`` is filled as they are
-    consumed, and complete once the iterator is exhausted. Raises the first zone's error."""
-    for _zone, zone_in in local_zone_inputs(plan_input):
-        result = plan_zone_input(zone_in, plan_input.nodes)
-        totals.add(result)
-        yield zone_fragment(result)
+    consumed, and complete once the iterator is exhausted. Raises the first zone's error (in
+    output order, as the Spark engine).
+
+    Zones are placed in name order with the fleet's tally (:func:`fleet_order`), each fragment
+    written as soon as every zone before it in output order is placed."""
+    inputs: list[ZoneInput] = []
+    try:
+        inputs.extend(zone_in for _zone, zone_in in local_zone_inputs(plan_input))
+    except InvalidInput:
+        # a zone's rows are invalid: an earlier zone's error comes first (as on Spark)
+        for zone_in in inputs:
+            plan_zone_input(zone_in, plan_input.nodes)
+        raise
+    tally = fleet_tally(zone_in.stable.values() for zone_in in inputs)
+    pending = dict(enumerate(inputs))
+    del inputs
+    done: dict[int, ZoneResult | InvalidInput] = {}
+    written = 0
+    for i in fleet_order([z.spec.name for z in plan_input.zones]):
+        try:
+            done[i] = plan_zone_input(pending.pop(i), plan_input.nodes, tally)
+        except InvalidInput as e:
+            done[i] = e
+        while written in done:
+            result = done.pop(written)
+            if isinstance(result, InvalidInput):
+                # the first error in output order (a later one in name order was placed first)
+                raise result
+            totals.add(result)
+            written += 1
+            yield zone_fragment(result)
+
+
+def fleet_order(names: Sequence[str]) -> list[int]:
+    """The positions of ``names`` in the order zones are placed with the fleet's tally: by
+    name (the driver's order too)."""
+    return sorted(range(len(names)), key=names.__getitem__)
+
+
+def fleet_tally(zones: Iterable[Iterable[Sequence[str] | None]]) -> FleetTally:
+    """The tally of every zone's current rows (a row's members; None or empty: no row)."""
+    tally = FleetTally()
+    for rows in zones:
+        tally.add(*zone_loads(peers for peers in rows if peers))
+    return tally

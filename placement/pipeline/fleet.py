@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from placement.algo.fleet import FleetLoad
 from placement.algo.place import count_moves, place
 from placement.core.model import Node, Peers
 from placement.pipeline.snapshot import ZoneSnapshot
@@ -28,9 +29,12 @@ class ZonePlan:
     domain_load: Mapping[str, int]
 
 
-def plan_zone(zone: ZoneSnapshot, nodes: Sequence[Node]) -> ZonePlan:
-    """Places one zone starting from its stable assignment."""
-    result = place(zone.spec, nodes, zone.stable)
+def plan_zone(
+    zone: ZoneSnapshot, nodes: Sequence[Node], fleet: FleetLoad | None = None
+) -> ZonePlan:
+    """Places one zone starting from its stable assignment (``fleet``: the other zones' loads,
+    the tie-breaker of :mod:`placement.algo.fleet`)."""
+    result = place(zone.spec, nodes, zone.stable, fleet=fleet)
     # replicas and preferred primaries per eligible node, zeros included, in name order
     load, primaries = dict(result.loads), dict(result.primary_loads)
     domain_load: Counter[str] = Counter()

@@ -20,6 +20,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
+from placement.algo.fleet import FleetTally, zone_loads
 from placement.algo.place import new_pairs
 from placement.core.layout import Moves
 from placement.core.model import Node, Peers, ZoneSpec
@@ -154,9 +155,17 @@ def domain_load(
     return dict(sorted(out.items()))
 
 
-def plan_zone_input(zone: ZoneInput, nodes: Sequence[Node]) -> ZoneResult:
-    """Plans one zone with the driver's placement function and prices the plan."""
-    plan = plan_zone(ZoneSnapshot(zone.spec, zone.stable), nodes)
+def plan_zone_input(
+    zone: ZoneInput, nodes: Sequence[Node], tally: FleetTally | None = None
+) -> ZoneResult:
+    """Plans one zone with the driver's placement function and prices the plan. With the
+    fleet's ``tally`` (:class:`~placement.algo.fleet.FleetTally`, zones placed in name order)
+    the other zones' loads break the zone's ties, and the tally then counts the new plan."""
+    own = zone_loads(zone.stable.values()) if tally is not None else None
+    fleet = tally.others(*own) if tally is not None and own is not None else None
+    plan = plan_zone(ZoneSnapshot(zone.spec, zone.stable), nodes, fleet)
+    if tally is not None and own is not None:
+        tally.placed(own, (plan.load, plan.primaries))
     before = load_before(zone.stable, nodes, zone.spec)
     sizes = {p: s.bytes for p, s in zone.sizes.items()}
     now = zone.spec.partitions if zone.partitions_now is None else zone.partitions_now

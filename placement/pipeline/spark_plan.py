@@ -6,7 +6,11 @@ Shape of the job (design/pipeline.md has the why):
    list of zones to plan and co-grouped by zone with the partition sizes (bytes and keys, each
    the max over replicas);
 2. ``applyInArrow`` runs :func:`placement.pipeline.engines.zone_rows_and_counters` once per zone
-   — the same pure code the local engine runs, hence the same placement function as the driver;
+   — the same pure code the local engine runs, hence the same placement function as the driver
+   — in one task, zone after zone in name order, carrying the fleet's tally from one zone to
+   the next (:class:`placement.algo.fleet.FleetTally`, started from the current loads that a
+   first aggregation returns): each zone's ties go to the nodes the fleet loads least, and the
+   plans are the local engine's byte for byte;
 3. the result (one fragment row per zone, plus a row of per-node / per-domain counter arrays per
    counter kind) is persisted; the fleet totals are a group-by of the exploded counters whose few
    thousand rows come back to the driver, and the zone fragments are streamed to the output file
@@ -29,9 +33,10 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from placement.algo.fleet import FleetTally
 from placement.core.model import Node
 from placement.core.names import is_name
-from placement.errors import InvalidInput
+from placement.errors import InvalidInput, PlacementError
 from placement.pipeline.engines import (
     ERROR,
     FLEET_KINDS,
@@ -178,15 +183,30 @@ _RESULT_ARROW = pa.schema(
 )
 
 
-def _planner(zones: Mapping[str, PlannedZone], nodes: Sequence[Node]) -> Any:
+def _planner(
+    zones: Mapping[str, PlannedZone],
+    nodes: Sequence[Node],
+    current: tuple[Mapping[str, int], Mapping[str, int]],
+) -> Any:
     """The function ``applyInArrow`` calls per zone (pickled to the Python workers): Arrow
-    tables in and out, the peers decoded column-wise as the local engine reads them."""
+    tables in and out, the peers decoded column-wise as the local engine reads them. The zones
+    come in name order in one task, and the fleet's tally (started from ``current``, every
+    zone's current replicas and primaries per node) goes from one to the next."""
     valid: set[str] = set()  # node names found valid so far by this worker
+    tally = FleetTally()
+    tally.add(*current)
+    last: list[str] = []  # the zone planned before
 
     def plan_group(key: tuple[Any, ...], stable: pa.Table, sizes: pa.Table) -> pa.Table:
         zone = zones.get(str(key[0].as_py()))
         if zone is None or stable.num_rows == 0:
             return _RESULT_ARROW.empty_table()
+        if last and last[0] >= zone.spec.name:
+            raise PlacementError(
+                f"zones planned out of name order ({last[0]!r}, then {zone.spec.name!r}):"
+                " the fleet tally needs one task in name order"
+            )
+        last[:] = [zone.spec.name]
         present = stable.filter(pc.is_valid(stable.column("partition")))
         decoded = peer_lists(present.column("peers"))
         names: list[str] = []
@@ -203,7 +223,7 @@ def _planner(zones: Mapping[str, PlannedZone], nodes: Sequence[Node]) -> Any:
             by_partition.setdefault(p, []).append((size, keys))
         part_sizes = {p: partition_size(v) for p, v in by_partition.items()}
         out, counters = zone_rows_and_counters(
-            zone, lambda: zone_input(zone, rows, part_sizes, valid), nodes
+            zone, lambda: zone_input(zone, rows, part_sizes, valid), nodes, tally
         )
         kinds = list(counters)
         return pa.Table.from_pydict(
@@ -233,20 +253,26 @@ def plan_spark(
     zones = {z.spec.name: z for z in plan_input.zones}
     names = spark.createDataFrame([(name,) for name in zones], "zone string")
     stable = names.join(_stable_frame(spark, plan_input), "zone", "left")
-    result = (
-        stable.groupBy("zone")
-        .cogroup(_sizes_frame(spark, plan_input).groupBy("zone"))
-        .applyInArrow(_planner(zones, plan_input.nodes), RESULT_SCHEMA)
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+    # One shuffle partition: the zones' groups are planned in one task, in name order.
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
     try:
-        errors = result.where(F.col("kind") == ERROR).orderBy("zone_index").limit(1).collect()
-        if errors:
-            raise InvalidInput("", str(errors[0]["fragment"]))
-        totals = _totals(result)
-    except BaseException:
-        result.unpersist()
-        raise
+        result = (
+            stable.groupBy("zone")
+            .cogroup(_sizes_frame(spark, plan_input).groupBy("zone"))
+            .applyInArrow(_planner(zones, plan_input.nodes, _current_loads(stable)), RESULT_SCHEMA)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        try:
+            errors = result.where(F.col("kind") == ERROR).orderBy("zone_index").limit(1).collect()
+            if errors:
+                raise InvalidInput("", str(errors[0]["fragment"]))
+            totals = _totals(result)
+        except BaseException:
+            result.unpersist()
+            raise
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle or "8")
     fragments = (
         str(row["fragment"])
         for row in result.where(F.col("kind") == ZONE)
@@ -257,6 +283,24 @@ def plan_spark(
         .toLocalIterator()
     )
     return totals, fragments, result
+
+
+def _current_loads(stable: DataFrame) -> tuple[dict[str, int], dict[str, int]]:
+    """Every zone's current replicas and preferred primaries (first members) per node, summed
+    in Spark (:func:`placement.pipeline.engines.fleet_tally` on the local engine)."""
+    rows = stable.where(F.col("peers").isNotNull())
+    replicas = rows.select(F.explode("peers").alias("node")).groupBy("node").count().collect()
+    primaries = (
+        rows.where(F.size("peers") > 0)
+        .select(F.element_at("peers", 1).alias("node"))
+        .groupBy("node")
+        .count()
+        .collect()
+    )
+    return (
+        {str(r["node"]): int(r["count"]) for r in replicas},
+        {str(r["node"]): int(r["count"]) for r in primaries},
+    )
 
 
 #: Zone fragment text per Spark partition streamed to the driver (an estimate: see below).

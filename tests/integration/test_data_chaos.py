@@ -79,7 +79,9 @@ import asyncio, logging, os, sys
 from pathlib import Path
 from replica.server import serve
 from replica.data.plane import DataConfig
-logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+# the product's logging (placement.logs), as `placectl agent run` sets it up
+from placement.logs import configure_logging
+configure_logging("INFO")
 # AGENT_TLS_DIR (placement.local.certs): mutual TLS with the node's certificate, and etcd over
 # TLS as the product's etcd user.
 tls = creds = None

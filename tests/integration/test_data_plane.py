@@ -58,7 +58,9 @@ import asyncio, logging, sys
 from pathlib import Path
 from replica.server import serve
 from replica.data.plane import DataConfig
-logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+# the product's logging (placement.logs), as `placectl agent run` sets it up
+from placement.logs import configure_logging
+configure_logging("INFO")
 sys.exit(asyncio.run(serve(
     sys.argv[1], sys.argv[2], Path(sys.argv[3]), etcd=sys.argv[4], prefix=sys.argv[5],
     lease_ttl=2, data_config=DataConfig(isr_timeout=1.5, catch_up_bytes_per_s=0),

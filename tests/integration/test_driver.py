@@ -63,7 +63,9 @@ from pathlib import Path
 from replica.server import serve
 from replica.service import record_catch_up
 
-logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+# the product's logging (placement.logs), as `placectl agent run` sets it up
+from placement.logs import configure_logging
+configure_logging("INFO")
 delay = float(os.environ.get("CATCHUP_DELAY", "0"))
 
 async def slow_catch_up(job, db):

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from placement.algo.fleet import FleetTally
 from placement.algo.place import place
 from placement.core.layout import Reshard, ReshardPhase, Step, ZoneLayout
 from placement.core.model import Node, ZoneSpec
@@ -550,11 +551,15 @@ def test_a_placement_failure_in_one_zone_is_its_status_and_the_others_are_placed
     real = core.place
 
     def buggy(
-        spec: ZoneSpec, nodes: object, current: object = None, cordoned: object = frozenset()
+        spec: ZoneSpec,
+        nodes: object,
+        current: object = None,
+        cordoned: object = frozenset(),
+        fleet: object = None,
     ) -> object:
         if spec.name == "bad":
             raise AssertionError("placement core: no augmenting path although holes remain")
-        return real(spec, nodes, current, cordoned)  # type: ignore[arg-type]
+        return real(spec, nodes, current, cordoned, fleet)  # type: ignore[arg-type]
 
     monkeypatch.setattr(core, "place", buggy)
     plan = plan_pass(store.view(), now_ms=0)
@@ -584,3 +589,33 @@ def test_a_cordoned_node_gets_nothing_of_a_new_zone_and_the_zone_reads_ready() -
     assert status is not None
     assert status.state.value == "READY", status
     assert not plan_pass(store.view(), now_ms=0).triggers
+
+
+def test_zones_created_in_one_pass_are_balanced_across_the_fleet_as_the_pipeline_plans_them() -> (
+    None
+):
+    """design/placement.md, "Fleet-wide balance": a pass places zones in name order, each
+    with the fleet's loads — the targets of the zones before it, the current loads of the
+    others — the feed of the pipeline's engines, so the plans are the same."""
+    specs = [ZoneSpec(f"z{k:02d}", 5, 1 + k % 2) for k in range(12)]
+    store = cluster(specs[0])
+    for spec in specs[1:]:
+        created = store.put(KEYS.zone(spec.name), encode_zone_spec(spec))
+        value = LayoutValue(ZoneLayout(created, spec.partitions), 1, 0)
+        store.put(KEYS.layout(spec.name), encode_layout(value))
+        store.put(KEYS.datanodes(spec.name), encode_datanodes(DataNodes(NODES, NODES, None, None)))
+    plan = plan_pass(store.view(), now_ms=0)
+    created = {c.zone: dict(c.stables) for c in plan.creates}
+    assert sorted(created) == [s.name for s in specs]
+    nodes = [Node(n) for n in NODES]
+    tally = FleetTally()
+    for spec in sorted(specs, key=lambda s: s.name):  # the pipeline's order and feed
+        expected = place(spec, nodes, fleet=tally.others(Counter(), Counter()))
+        assert created[spec.name] == dict(enumerate(expected.assignments))
+        tally.add(expected.loads, expected.primary_loads)
+    loads = Counter(n for stables in created.values() for peers in stables.values() for n in peers)
+    leads = Counter(peers[0] for stables in created.values() for peers in stables.values())
+    assert max(loads.values()) - min(loads.values()) <= 1
+    assert max(leads.values()) - min(leads.values()) <= 2
+    plain = Counter(n for s in specs for peers in place(s, nodes).assignments for n in peers)
+    assert max(plain.values()) - min(plain.values()) > 1  # what the fleet's ties avoid
