@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 from test_placement_domains import domain_case
 from test_placement_moves import small_case
 from test_placement_oracles import check_all
@@ -141,3 +142,43 @@ def test_without_the_fleet_the_same_zones_drift_apart() -> None:
     assert spread(drifted[0], nodes) > 4
     assert spread(balanced[0], nodes) <= 1
     assert spread(balanced[1], nodes) <= 2
+
+
+def primaries_of(
+    zone: ZoneSpec, nodes: list[Node], current: dict[int, list[str]], rank: list[int]
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """(current, plain, ranked) primaries of ``place(zone, nodes, current)``'s members, rows
+    keyed in row order."""
+    result = place(zone, nodes, current)
+    names = sorted(result.loads)
+    index = {name: i for i, name in enumerate(names)}
+    members = np.asarray([sorted(index[n] for n in peers) for peers in result.assignments])
+    load = np.bincount(members.ravel(), minlength=len(names))
+    cur = np.asarray(
+        [index.get(current[p][0], -1) if current.get(p) else -1 for p in range(len(members))]
+    )
+    keys = np.arange(len(members), dtype=np.uint64)
+    plain = choose_primaries(members, load, cur, keys)
+    ranked = choose_primaries(members, load, cur, keys, np.asarray(rank, dtype=np.int64))
+    return cur, plain, ranked
+
+
+def test_the_row_greedy_wins_where_the_fleet_s_order_would_change_more_primaries() -> None:
+    """Found by a search: here the node-side greedy alone changes more primaries than the
+    row-side one (the check in choose_primaries keeps the fewer)."""
+    nodes = [Node("n0", {"rack": "r1"}), Node("n1", {"rack": "r1"}), Node("n2", {"rack": "r2"})]
+    zone = ZoneSpec("z", 33, 2, failure_domain="rack")
+    cur, plain, ranked = primaries_of(zone, nodes, {0: ["n0"]}, [0, 1, 2])
+    assert np.count_nonzero(ranked != cur) <= np.count_nonzero(plain != cur)
+
+
+def test_a_domain_s_free_looking_plus_one_that_costs_a_move_is_not_taken() -> None:
+    """Found by a search: the fleet prefers rack r1 for level 1's +1, but r1's nodes could keep
+    only one of its two partitions — the kept-pairs check keeps the move count."""
+    nodes = [Node(f"n{i}", {"rack": "r1"}, 0.5) for i in (0, 1, 4, 5, 6, 7)]
+    nodes += [Node("n2", {"rack": "r2"}), Node("n8", {"rack": "r2"}), Node("n3", {}, 0.5)]
+    zone = ZoneSpec("z", 3, 1, failure_domain="rack")
+    current = {0: ["n0"], 1: ["n0"], 2: ["n3"]}
+    ranked = place(zone, nodes, current, fleet=FleetLoad({"n3": 1}, {}))
+    plain = place(zone, nodes, current)
+    assert count_moves(current, ranked.assignments) == count_moves(current, plain.assignments)
