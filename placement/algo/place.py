@@ -594,7 +594,9 @@ def _domain_level(ctx: _Context, dom: _Domains) -> Pairs:
 def _kept(ctx: _Context, pairs: Pairs) -> int:
     """How many current pairs ``pairs`` keeps."""
     width = len(ctx.names)
-    return int(np.isin(pairs[0] * width + pairs[1], ctx.cur_row * width + ctx.cur_node).sum())
+    held = np.zeros(ctx.partitions * width, dtype=np.bool_)
+    held[ctx.cur_row * width + ctx.cur_node] = True
+    return int(np.count_nonzero(held[pairs[0] * width + pairs[1]]))
 
 
 def _domain_kept(ctx: _Context, dom: _Domains, rows: I64, doms: I64) -> int:

@@ -171,13 +171,13 @@ def _greedy_ranked(
         reached = (full if c >= goal[i] else 0) + (full if c >= hi[i] else 0)
         return int((c - goal[i] + reached) * n + rank[i])
 
-    key = [key_of(i, c) for i, c in enumerate(count)]
     row_list = rows.tolist()
     row_of = members[rows].tolist()
     of_node: list[list[int]] = [[] for _ in range(n)]
     for position, row_members in enumerate(row_of):
         for i in row_members:
             of_node[i].append(position)
+    key = [key_of(i, count[i]) if of_node[i] else 0 for i in range(n)]  # members of open rows
     chosen = [-1] * len(row_list)
     left = [len(rows_of_node) for rows_of_node in of_node]  # open rows per node
     last = full * 8 * n  # below every key: a member whose last open row this is

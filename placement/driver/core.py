@@ -480,9 +480,7 @@ class FleetLoads:
             own = current_loads(zone)
             self._total.placed(held[1] if held is not None else none, own)
             self._zones[name] = (zone, own)
-        out = FleetTally()
-        out.add(self._total.replicas, self._total.primaries)
-        return out
+        return self._total.copy()
 
 
 def plan_zone_targets(

@@ -129,14 +129,17 @@ def plan_local(plan_input: PlanInput, totals: FleetTotals) -> Iterator[str]:
         for zone_in in inputs:
             plan_zone_input(zone_in, plan_input.nodes)
         raise
-    tally = fleet_tally(zone_in.stable.values() for zone_in in inputs)
+    owns = [zone_loads(zone_in.stable.values()) for zone_in in inputs]
+    tally = FleetTally()
+    for own in owns:
+        tally.add(*own)
     pending = dict(enumerate(inputs))
     del inputs
     done: dict[int, ZoneResult | InvalidInput] = {}
     written = 0
     for i in fleet_order([z.spec.name for z in plan_input.zones]):
         try:
-            done[i] = plan_zone_input(pending.pop(i), plan_input.nodes, tally)
+            done[i] = plan_zone_input(pending.pop(i), plan_input.nodes, tally, owns[i])
         except InvalidInput as e:
             done[i] = e
         while written in done:
@@ -153,11 +156,3 @@ def fleet_order(names: Sequence[str]) -> list[int]:
     """The positions of ``names`` in the order zones are placed with the fleet's tally: by
     name (the driver's order too)."""
     return sorted(range(len(names)), key=names.__getitem__)
-
-
-def fleet_tally(zones: Iterable[Iterable[Sequence[str] | None]]) -> FleetTally:
-    """The tally of every zone's current rows (a row's members; None or empty: no row)."""
-    tally = FleetTally()
-    for rows in zones:
-        tally.add(*zone_loads(peers for peers in rows if peers))
-    return tally

@@ -156,12 +156,17 @@ def domain_load(
 
 
 def plan_zone_input(
-    zone: ZoneInput, nodes: Sequence[Node], tally: FleetTally | None = None
+    zone: ZoneInput,
+    nodes: Sequence[Node],
+    tally: FleetTally | None = None,
+    own: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
 ) -> ZoneResult:
     """Plans one zone with the driver's placement function and prices the plan. With the
     fleet's ``tally`` (:class:`~placement.algo.fleet.FleetTally`, zones placed in name order)
-    the other zones' loads break the zone's ties, and the tally then counts the new plan."""
-    own = zone_loads(zone.stable.values()) if tally is not None else None
+    the other zones' loads break the zone's ties, and the tally then counts the new plan
+    (``own``: the zone's current loads, when the caller counted them already)."""
+    if tally is not None and own is None:
+        own = zone_loads(zone.stable.values())
     fleet = tally.others(*own) if tally is not None and own is not None else None
     plan = plan_zone(ZoneSnapshot(zone.spec, zone.stable), nodes, fleet)
     if tally is not None and own is not None:

@@ -287,7 +287,7 @@ def plan_spark(
 
 def _current_loads(stable: DataFrame) -> tuple[dict[str, int], dict[str, int]]:
     """Every zone's current replicas and preferred primaries (first members) per node, summed
-    in Spark (:func:`placement.pipeline.engines.fleet_tally` on the local engine)."""
+    in Spark (the local engine counts them zone by zone, ``engines.plan_local``)."""
     rows = stable.where(F.col("peers").isNotNull())
     replicas = rows.select(F.explode("peers").alias("node")).groupBy("node").count().collect()
     primaries = (
