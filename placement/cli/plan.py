@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -19,6 +19,7 @@ from placement.cli.common import Bars, NoBars, Output, location_option, pipeline
 from placement.cli.spark_run import (
     StageReport,
     announce_pack,
+    check_spark_options,
     parse_spark_options,
     spark_options,
     spark_run,
@@ -27,9 +28,6 @@ from placement.cli.spark_run import (
 from placement.pipeline.locations import Location, as_location, local_path
 from placement.pipeline.outputs import check_target, write_text_parts
 from placement.pipeline.whatif import parse_whatif
-
-if TYPE_CHECKING:
-    pass
 
 
 def run_plan(
@@ -57,7 +55,10 @@ def run_plan(
     from placement.pipeline.inputs import load_plan_input
     from placement.pipeline.planning import FleetTotals, plan_text_parts
 
-    choice = parse_spark_options(engine, master, spark_conf, ship_env)
+    if engine == "local":  # a Spark option is wrong by being given; the defaults need no parsing
+        check_spark_options(engine, master, spark_conf, ship_env)
+    else:
+        choice = parse_spark_options(engine, master, spark_conf, ship_env)
     source, target = as_location(input_path), as_location(output_path)
     whatif = parse_whatif(add_nodes, remove_nodes, set_replicas, set_partitions)
     if engine == "local":

@@ -21,7 +21,6 @@ from operator import itemgetter
 from typing import Any
 
 from placement.algo.place import new_pairs
-from placement.core.layout import Moves
 from placement.core.model import Node, Peers, ZoneSpec
 from placement.pipeline.fleet import ZonePlan, plan_zone, spread, zone_plan_json
 from placement.pipeline.snapshot import ZoneSnapshot
@@ -84,6 +83,8 @@ def reshard_estimate(
     removed partitions' keys and bytes); None when the count does not change."""
     if source == target:
         return None
+    from placement.core.layout import Moves  # only a what-if re-shards (its import is not free)
+
     moves = Moves(source, target)
     if not any(p in sizes for p in moves.sources):
         return ReshardEstimate(source, target, None, None)
