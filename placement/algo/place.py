@@ -22,8 +22,8 @@ import math
 from array import array
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, pairwise
-from operator import attrgetter
+from itertools import chain, compress, pairwise, repeat
+from operator import attrgetter, is_not
 from types import MappingProxyType
 
 import numpy as np
@@ -102,8 +102,11 @@ def count_moves(current: Mapping[int, Sequence[str]], new: Sequence[Peers]) -> i
     """Number of (partition, node) pairs of ``new`` that ``current`` does not have."""
     if not current:  # a fresh zone: every pair is new
         return sum(map(len, map(set, new)))
-    get = current.get
-    return sum(new_pairs(get(partition, ()), peers) for partition, peers in enumerate(new))
+    # A row place() kept is the very tuple it was given: the others are found by C-level maps
+    # and only they are compared, in Python.
+    nows = list(map(current.get, range(len(new)), repeat(())))
+    others = compress(zip(nows, new, strict=True), map(is_not, nows, new))
+    return sum([new_pairs(now, peers) for now, peers in others])
 
 
 def new_pairs(now: Sequence[str], peers: Sequence[str]) -> int:
