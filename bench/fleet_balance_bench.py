@@ -9,7 +9,7 @@ zone alone (the hash breaks ties); ``fleet`` gives each zone the other zones' lo
 current loads). Reports the fleet's replica and preferred-primary spread per node after each
 step, the moves of the leave, and the time spent in ``place`` (the leave's check below not
 counted). Each zone's moves are also checked against the
-plain placement of the same current assignment (the tie-breaker must not change them).
+plain placement of the same current assignment (the tie-breaker must not add one).
 
     .venv/bin/python bench/fleet_balance_bench.py [--zones 2000] [--partitions 512]
         [--nodes 1000] [--racks 10] [--out bench/results/fleet_balance.md]
@@ -65,8 +65,8 @@ def run(mode: str, zones: list[ZoneSpec], nodes: list[Node]) -> dict[str, float]
         result = place(zone, left, current, fleet=FleetLoad(replicas, primaries) if fleet else None)
         took += time.perf_counter() - started
         moved = count_moves(current, result.assignments)
-        if fleet and moved != count_moves(current, place(zone, left, current).assignments):
-            sys.exit(f"{zone.name}: the fleet tie-breaker changed the zone's moves")
+        if fleet and moved > count_moves(current, place(zone, left, current).assignments):
+            sys.exit(f"{zone.name}: the fleet tie-breaker added a move")
         moves += moved
         replicas.update(result.loads)
         primaries.update(result.primary_loads)

@@ -6,8 +6,8 @@ to a hash, those choices add up across a fleet (2,000 zones gave nodes 148 repli
 :func:`~placement.algo.place.place` takes a :class:`FleetLoad` — each node's replicas and
 preferred primaries in the *other* zones — and gives those free choices to the least loaded
 nodes (replicas per unit of weight; a failure domain's nodes summed). It never changes a
-zone's targets, its kept pairs (the number of moves) or its per-node bands
-(design/placement.md, "Fleet-wide balance").
+zone's targets or its per-node bands, nor the number of moves without failure domains; with
+them it never adds one (design/placement.md, "Fleet-wide balance").
 """
 
 from __future__ import annotations

@@ -17,13 +17,13 @@ import click
 
 from placement.cli.common import Bars, stacked
 from placement.errors import InvalidInput
-from placement.pipeline.ship_env import ShipEnv, archive_for, executor_failure, parse_ship_env
-from placement.pipeline.spark_master import DEFAULT_MASTER, Master, parse_master, probe_master
 from placement.pipeline.whatif import split_setting
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from placement.pipeline.ship_env import ShipEnv
+    from placement.pipeline.spark_master import Master
     from placement.pipeline.spark_progress import StageProgress
 
 StageReport = Callable[[Sequence["StageProgress"]], None]
@@ -92,6 +92,10 @@ def parse_spark_options(
 ) -> SparkChoice:
     """The Spark options, checked (only with ``--engine spark``) and parsed: the defaults
     ``local[*]`` and ``auto`` when not given."""
+    # imported here: the local engine never needs them (``placectl plan``'s start-up)
+    from placement.pipeline.ship_env import parse_ship_env
+    from placement.pipeline.spark_master import DEFAULT_MASTER, parse_master
+
     check_spark_options(engine, master, spark_conf, ship_env)
     return SparkChoice(
         parse_master(master or DEFAULT_MASTER),
@@ -141,6 +145,8 @@ def spark_run(
     A job whose executors could not run the product fails as one InvalidInput line."""
     from pyspark.sql import SparkSession
 
+    from placement.pipeline.ship_env import archive_for, executor_failure
+    from placement.pipeline.spark_master import probe_master
     from placement.pipeline.spark_plan import start_spark
     from placement.pipeline.spark_progress import StageWatcher
 

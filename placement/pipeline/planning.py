@@ -12,6 +12,7 @@ byte-identical files however the work was split (design/formats.md, "Plan").
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -22,7 +23,6 @@ from typing import Any
 
 from placement.algo.fleet import FleetTally, zone_loads
 from placement.algo.place import new_pairs
-from placement.core.layout import Moves
 from placement.core.model import Node, Peers, ZoneSpec
 from placement.pipeline.fleet import ZonePlan, plan_zone, spread, zone_plan_json
 from placement.pipeline.snapshot import ZoneSnapshot
@@ -85,6 +85,8 @@ def reshard_estimate(
     removed partitions' keys and bytes); None when the count does not change."""
     if source == target:
         return None
+    from placement.core.layout import Moves  # only a what-if re-shards (its import is not free)
+
     moves = Moves(source, target)
     if not any(p in sizes for p in moves.sources):
         return ReshardEstimate(source, target, None, None)
@@ -256,26 +258,38 @@ class Rows:
     rows: Sequence[Peers]
 
     def json(self, pad: str) -> str:
-        """``indented_json({str(p): list(peers) ...}, pad)``: rows of one width go through one
-        format string per row, mapped over the columns (C loops, not one call per row)."""
+        """``indented_json({str(p): list(peers) ...}, pad)``: rows of one width are one
+        ``str.join`` of pieces made once — each row's opening (``_row_heads``) and each name as
+        it is printed in a column — taken by C-level maps, not one call per row."""
         rows = self.rows
         if not rows:
             return "{}"
         inner, leaf = pad + " ", pad + "  "
-        quoted = {name: _quote(name) for name in set(chain.from_iterable(rows))}
+        names = set(chain.from_iterable(rows))
         widths = set(map(len, rows))
         if len(widths) == 1 and (width := widths.pop()) > 0:
-            row = "".join(
-                ['"{}": [', *(("\n" + leaf + "{}") + ("," if k < width - 1 else "")
-                             for k in range(width)), "\n" + inner + "]"]
-            )  # fmt: skip
-            columns = [map(quoted.__getitem__, map(itemgetter(k), rows)) for k in range(width)]
-            body = (",\n" + inner).join(map(row.format, range(len(rows)), *columns))
+            lead = "\n" + leaf
+            printed = {name: lead + _quote(name) + "," for name in names}  # not the last column
+            last = {name: lead + _quote(name) for name in names}
+            columns = [
+                map((printed if k < width - 1 else last).__getitem__, map(itemgetter(k), rows))
+                for k in range(width)
+            ]
+            pieces = chain.from_iterable(zip(_row_heads(len(rows), inner), *columns, strict=True))
+            body = "".join(pieces) + "\n" + inner + "]"
         else:
             body = (",\n" + inner).join(
                 f'"{p}": ' + indented_json(list(peers), inner) for p, peers in enumerate(rows)
             )
         return "{\n" + inner + body + "\n" + pad + "}"
+
+
+@functools.lru_cache(maxsize=4)
+def _row_heads(count: int, inner: str) -> tuple[str, ...]:
+    """What opens each of ``count`` rows: ``"p": [``, after the previous row's end (kept: the
+    zones of a fleet often have as many partitions)."""
+    follow = "\n" + inner + "],\n" + inner + '"{}": ['
+    return ('"0": [', *map(follow.format, range(1, count)))
 
 
 def zone_fragment(result: ZoneResult) -> str:

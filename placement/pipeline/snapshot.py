@@ -13,55 +13,23 @@ Every problem is reported as :class:`InvalidInput` naming the field as a path
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import eq, itemgetter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
-from pydantic import ValidationError as PydanticValidationError
 
 from placement.core.limits import MAX_PARTITIONS, MAX_REPLICAS, NAME_PATTERN
 from placement.core.model import Node, Peers, ZoneSpec
 from placement.core.names import NAME_HINT, is_name
 from placement.errors import InvalidInput
 
-
-def _name(text: str) -> str:
-    """The one name rule (:mod:`placement.core.names`) beyond the pattern: not ``.`` or ``..``."""
-    if not is_name(text):
-        raise ValueError(f"{text!r} is not a valid name ({NAME_HINT})")
-    return text
-
-
-Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN), AfterValidator(_name)]
-
-
-class _NodeIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: Name
-    attributes: dict[StrictStr, StrictStr] = Field(default_factory=dict)
-    weight: Annotated[StrictFloat | StrictInt, Field(gt=0)] = 1.0
-
-
-class _ZoneIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: Name
-    partitions: Annotated[StrictInt, Field(ge=1, le=MAX_PARTITIONS)]
-    replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)]
-    node_selector: dict[StrictStr, StrictStr] = Field(default_factory=dict)
-    failure_domain: StrictStr | None = None
-    min_in_sync: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | None = None
-    #: Its names are checked by :func:`_zone`, once per distinct name: the same rule as
-    #: ``Name``, whose per-item Python validator cost 0.5 s for 300,000 replicas.
-    stable: dict[StrictStr, list[StrictStr]] = Field(default_factory=dict)
-
-
-class _SnapshotIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    nodes: list[_NodeIn]
-    zones: list[_ZoneIn]
+if TYPE_CHECKING:
+    from pydantic import ValidationError as PydanticValidationError
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,15 +84,154 @@ def _from_pydantic(error: PydanticValidationError) -> InvalidInput:
 
 def parse_snapshot(data: Any) -> ClusterSnapshot:
     """Validates decoded JSON into a :class:`ClusterSnapshot` or raises :class:`InvalidInput`."""
-    try:
-        raw = _SnapshotIn.model_validate(data)
-    except PydanticValidationError as e:
-        raise _from_pydantic(e) from e
-    _unique("nodes", [n.name for n in raw.nodes])
-    _unique("zones", [z.name for z in raw.zones])
-    nodes = tuple(Node(n.name, dict(n.attributes), float(n.weight)) for n in raw.nodes)
-    zones = tuple(_zone(i, z) for i, z in enumerate(raw.zones))
+    fields = _plain(data)
+    if fields is None:
+        fields = _by_schema(data)
+    node_fields, zone_fields = fields
+    _unique("nodes", [n[0] for n in node_fields])
+    _unique("zones", [z.name for z in zone_fields])
+    nodes = tuple(
+        Node(name, dict(attributes), float(weight)) for name, attributes, weight in node_fields
+    )
+    zones = tuple(_zone(i, z) for i, z in enumerate(zone_fields))
     return ClusterSnapshot(nodes, zones)
+
+
+class _ZoneFields(NamedTuple):
+    """A zone as the schema accepts it (``snapshot_schema.ZoneIn``), and its stable
+    assignment's distinct names."""
+
+    name: str
+    partitions: int
+    replicas: int
+    node_selector: Mapping[str, str]
+    failure_domain: str | None
+    min_in_sync: int | None
+    stable: Mapping[str, list[str]]
+    names: set[str]
+
+
+#: A node as the schema accepts it: name, attributes, weight.
+_NodeFields = tuple[str, Mapping[str, str], float | int]
+_Fields = tuple[list[_NodeFields], list[_ZoneFields]]
+
+
+def _by_schema(data: Any) -> _Fields:
+    """``data`` validated by the schema's pydantic models (:mod:`.snapshot_schema`); their first
+    error is raised as InvalidInput."""
+    from pydantic import ValidationError
+
+    from placement.pipeline.snapshot_schema import SnapshotIn
+
+    try:
+        raw = SnapshotIn.model_validate(data)
+    except ValidationError as e:
+        raise _from_pydantic(e) from e
+    nodes: list[_NodeFields] = [(n.name, n.attributes, n.weight) for n in raw.nodes]
+    zones = [
+        _ZoneFields(
+            z.name,
+            z.partitions,
+            z.replicas,
+            z.node_selector,
+            z.failure_domain,
+            z.min_in_sync,
+            z.stable,
+            set(chain.from_iterable(z.stable.values())),
+        )
+        for z in raw.zones
+    ]
+    return nodes, zones
+
+
+# --- the plain snapshot: what the schema accepts, recognised without pydantic -------------------
+#
+# Only values of exactly the types JSON decodes to (``dict``, ``list``, ``str``, ``int``,
+# ``float``, ``None``) are plain, and only within the schema's bounds: anything else (a bad
+# snapshot, or one the schema would accept after all, e.g. a ``str`` subclass) goes through the
+# schema, so every error is the schema's, and every snapshot it accepts is accepted.
+
+#: NAME_PATTERN as pydantic applies it: its ``$`` only at the very end (``re``'s ``$`` also
+#: matches before a final newline; ``fullmatch`` does not).
+_name_form = re.compile(NAME_PATTERN).fullmatch
+_NODE_KEYS = frozenset({"name", "attributes", "weight"})
+_ZONE_KEYS = frozenset(
+    {"name", "partitions", "replicas", "node_selector", "failure_domain", "min_in_sync", "stable"}
+)
+_STR = {str}
+
+
+def _plain(data: Any) -> _Fields | None:
+    """The snapshot's fields when it is plain, else None (then the schema decides)."""
+    if type(data) is not dict or data.keys() != {"nodes", "zones"}:
+        return None
+    nodes_in, zones_in = data["nodes"], data["zones"]
+    if type(nodes_in) is not list or type(zones_in) is not list:
+        return None
+    nodes: list[_NodeFields] = []
+    for node in nodes_in:
+        if type(node) is not dict or not node.keys() <= _NODE_KEYS:
+            return None
+        name, attributes = node.get("name"), node.get("attributes", {})
+        weight = node.get("weight", 1.0)
+        if not (_plain_name(name) and _plain_strings(attributes)):
+            return None
+        if type(weight) not in (float, int) or not weight > 0:  # nan is not > 0
+            return None
+        nodes.append((name, attributes, weight))
+    zones = []
+    for zone in zones_in:
+        fields = _plain_zone(zone)
+        if fields is None:
+            return None
+        zones.append(fields)
+    return nodes, zones
+
+
+def _plain_zone(zone: Any) -> _ZoneFields | None:
+    if type(zone) is not dict or not zone.keys() <= _ZONE_KEYS:
+        return None
+    name, partitions, replicas = zone.get("name"), zone.get("partitions"), zone.get("replicas")
+    selector, domain = zone.get("node_selector", {}), zone.get("failure_domain")
+    min_in_sync, stable = zone.get("min_in_sync"), zone.get("stable", {})
+    if not (
+        _plain_name(name)
+        and type(partitions) is int
+        and 1 <= partitions <= MAX_PARTITIONS
+        and type(replicas) is int
+        and 1 <= replicas <= MAX_REPLICAS
+        and _plain_strings(selector)
+        and (domain is None or type(domain) is str)
+        and (min_in_sync is None or (type(min_in_sync) is int and 1 <= min_in_sync <= MAX_REPLICAS))
+        and type(stable) is dict
+        and set(map(type, stable)) <= _STR
+    ):
+        return None
+    lists = stable.values()
+    if not set(map(type, lists)) <= {list}:
+        return None
+    try:
+        names = set(chain.from_iterable(lists))
+    except TypeError:  # an unhashable member
+        return None
+    # A member that is not a str is one of the distinct names unless it equals one of them (a
+    # str subclass, which the schema would take as that str).
+    if not set(map(type, names)) <= _STR:
+        return None
+    return _ZoneFields(name, partitions, replicas, selector, domain, min_in_sync, stable, names)
+
+
+def _plain_name(name: Any) -> TypeGuard[str]:
+    return type(name) is str and _name_form(name) is not None and name not in (".", "..")
+
+
+def _plain_strings(value: Any) -> bool:
+    """A dict of ``str`` to ``str``."""
+    return (
+        type(value) is dict
+        and set(map(type, value)) <= _STR
+        and set(map(type, value.values())) <= _STR
+    )
 
 
 def load_snapshot(path: Path) -> ClusterSnapshot:
@@ -157,8 +264,8 @@ def _unique(field: str, names: list[str]) -> None:
         seen.add(name)
 
 
-def _zone(index: int, z: _ZoneIn) -> ZoneSnapshot:
-    _check_stable_names(index, z.stable)
+def _zone(index: int, z: _ZoneFields) -> ZoneSnapshot:
+    _check_stable_names(index, z.stable, z.names)
     stable = _valid_stable(z.stable, z.partitions)
     if stable is None:
         stable = _stable_or_error(index, z.stable, z.partitions)
@@ -178,14 +285,41 @@ def _valid_stable(raw: Mapping[str, list[str]], partitions: int) -> dict[int, Pe
     list names a node twice (None otherwise: :func:`_stable_or_error` says where) — checked
     with one pass of C-level maps each, not a Python loop per partition."""
     keys, lists = list(raw), list(raw.values())
-    if not all(map(str.isdecimal, keys)):
-        return None
-    numbers = list(map(int, keys))
-    if numbers and max(numbers) >= partitions:
-        return None
-    if sum(map(len, map(set, lists))) != sum(map(len, lists)):
+    numbers: Sequence[int]
+    if len(keys) <= partitions and keys == _decimal_keys(len(keys)):
+        numbers = range(len(keys))  # the usual keys: "0", "1", ... in order
+    else:
+        if not all(map(str.isdecimal, keys)):
+            return None
+        numbers = list(map(int, keys))
+        if numbers and max(numbers) >= partitions:
+            return None
+    if _names_repeated(lists):
         return None
     return dict(zip(numbers, map(tuple, lists), strict=True))
+
+
+#: "0", "1", ...: the usual keys of a stable assignment, as far as one was that long.
+_DECIMAL_KEYS: list[str] = []
+
+
+def _decimal_keys(count: int) -> list[str]:
+    """``[str(p) for p in range(count)]``, kept for the next zone (``count`` ≤ MAX_PARTITIONS)."""
+    if len(_DECIMAL_KEYS) < count:
+        _DECIMAL_KEYS.extend(map(str, range(len(_DECIMAL_KEYS), count)))
+    return _DECIMAL_KEYS[:count]
+
+
+def _names_repeated(lists: list[list[str]]) -> bool:
+    """Whether a list names a node twice. Lists of one small width are compared column against
+    column (a C-level map per pair of columns, faster than a set per list); others by sets."""
+    widths = set(map(len, lists))
+    if len(widths) == 1 and (width := widths.pop()) <= 4:
+        columns = [list(map(itemgetter(k), lists)) for k in range(width)]
+        return any(
+            any(map(eq, columns[a], columns[b])) for a in range(width) for b in range(a + 1, width)
+        )
+    return sum(map(len, map(set, lists))) != sum(map(len, lists))
 
 
 def _stable_or_error(index: int, raw: Mapping[str, list[str]], partitions: int) -> dict[int, Peers]:
@@ -205,12 +339,10 @@ def _stable_or_error(index: int, raw: Mapping[str, list[str]], partitions: int) 
     return stable
 
 
-def _check_stable_names(index: int, stable: Mapping[str, list[str]]) -> None:
-    """Every name in ``stable`` is a valid name (``Name``'s rule), each distinct one checked
-    once; the first bad one is reported where it is, ``zones[i].stable.P[j]``."""
-    names: set[str] = set()
-    for peers in stable.values():
-        names.update(peers)
+def _check_stable_names(index: int, stable: Mapping[str, list[str]], names: set[str]) -> None:
+    """Every name in ``stable`` (whose distinct names are ``names``) is a valid name (``Name``'s
+    rule), each distinct one checked once; the first bad one is reported where it is,
+    ``zones[i].stable.P[j]``."""
     bad = {name for name in names if not is_name(name)}
     if not bad:
         return

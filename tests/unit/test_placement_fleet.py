@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
@@ -45,7 +46,14 @@ def same_decisions_that_move(
     plain = place(zone, nodes, current)
     ranked = place(zone, nodes, current, fleet=fleet)
     check_all(zone, nodes, ranked)
-    assert count_moves(current, ranked.assignments) == count_moves(current, plain.assignments)
+    moved, plain_moved = (
+        count_moves(current, ranked.assignments),
+        count_moves(current, plain.assignments),
+    )
+    if zone.failure_domain is None:
+        assert moved == plain_moved  # the core is exact: ties never change the kept pairs
+    else:
+        assert moved <= plain_moved  # level by level: the fleet's choice is taken only if ≤
     fed_back = {p: list(v) for p, v in enumerate(ranked.assignments)}
     # a fixed point whatever the fleet (the driver's memo relies on it)
     assert place(zone, nodes, fed_back, fleet=other).assignments == ranked.assignments
@@ -53,18 +61,13 @@ def same_decisions_that_move(
     return plain, ranked
 
 
+@pytest.mark.parametrize("cases", [small_case(), domain_case()], ids=["flat", "domains"])
 @settings(max_examples=300, deadline=None)
-@given(st.data())
-def test_the_fleet_changes_no_move_count_and_no_band_without_domains(data: st.DataObject) -> None:
-    case = data.draw(small_case())
-    fleets = fleet_loads(case[1])
-    same_decisions_that_move(case, data.draw(fleets), data.draw(fleets))
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.data())
-def test_the_fleet_changes_no_move_count_and_no_band_with_domains(data: st.DataObject) -> None:
-    case = data.draw(domain_case())
+@given(data=st.data())
+def test_the_fleet_changes_no_move_count_and_no_band(
+    cases: st.SearchStrategy[Case], data: st.DataObject
+) -> None:
+    case = data.draw(cases)
     fleets = fleet_loads(case[1])
     same_decisions_that_move(case, data.draw(fleets), data.draw(fleets))
 
@@ -74,23 +77,15 @@ def test_the_fleet_changes_no_move_count_and_no_band_with_domains(data: st.DataO
 def test_on_the_same_members_the_fleet_never_changes_more_primaries(data: st.DataObject) -> None:
     """With other members the bands can differ (a node's share of primaries follows its
     replicas), so this is checked where the fleet decides alone: the primaries of one matrix."""
-    case = data.draw(st.one_of(small_case(), domain_case()))
-    zone, nodes, current = case
-    result = place(zone, nodes, current)
-    names = sorted(result.loads)
-    index = {name: i for i, name in enumerate(names)}
-    members = np.asarray([sorted(index[n] for n in peers) for peers in result.assignments])
-    load = np.bincount(members.ravel(), minlength=len(names))
-    cur = np.asarray(
-        [index.get(current[p][0], -1) if current.get(p) else -1 for p in range(len(members))]
-    )
+    zone, nodes, current = data.draw(st.one_of(small_case(), domain_case()))
+    members, load, cur = member_matrix(zone, nodes, current)
     keys = np.asarray(data.draw(st.permutations(range(len(members)))), dtype=np.uint64)
-    rank = np.asarray(data.draw(st.permutations(range(len(names)))), dtype=np.int64)
+    rank = np.asarray(data.draw(st.permutations(range(load.size))), dtype=np.int64)
     plain = choose_primaries(members, load, cur, keys)
     ranked = choose_primaries(members, load, cur, keys, rank)
     assert np.count_nonzero(ranked != cur) <= np.count_nonzero(plain != cur)
     for primary in (plain, ranked):
-        counts = np.bincount(primary, minlength=len(names))
+        counts = np.bincount(primary, minlength=load.size)
         assert (
             (counts >= load // members.shape[1]) & (counts <= -(-load // members.shape[1]))
         ).all()
@@ -144,19 +139,30 @@ def test_without_the_fleet_the_same_zones_drift_apart() -> None:
     assert spread(balanced[1], nodes) <= 2
 
 
-def primaries_of(
-    zone: ZoneSpec, nodes: list[Node], current: dict[int, list[str]], rank: list[int]
-) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-    """(current, plain, ranked) primaries of ``place(zone, nodes, current)``'s members, rows
-    keyed in row order."""
+I64 = NDArray[np.int64]
+
+
+def member_matrix(
+    zone: ZoneSpec, nodes: list[Node], current: dict[int, list[str]]
+) -> tuple[I64, I64, I64]:
+    """``place(zone, nodes, current)``'s members (rows × R' node indices, name order), the
+    nodes' loads and each row's current primary (-1: none)."""
     result = place(zone, nodes, current)
-    names = sorted(result.loads)
-    index = {name: i for i, name in enumerate(names)}
+    index = {name: i for i, name in enumerate(sorted(result.loads))}
     members = np.asarray([sorted(index[n] for n in peers) for peers in result.assignments])
-    load = np.bincount(members.ravel(), minlength=len(names))
+    load = np.bincount(members.ravel(), minlength=len(index))
     cur = np.asarray(
         [index.get(current[p][0], -1) if current.get(p) else -1 for p in range(len(members))]
     )
+    return members, load, cur
+
+
+def primaries_of(
+    zone: ZoneSpec, nodes: list[Node], current: dict[int, list[str]], rank: list[int]
+) -> tuple[I64, I64, I64]:
+    """(current, plain, ranked) primaries of ``place(zone, nodes, current)``'s members, rows
+    keyed in row order."""
+    members, load, cur = member_matrix(zone, nodes, current)
     keys = np.arange(len(members), dtype=np.uint64)
     plain = choose_primaries(members, load, cur, keys)
     ranked = choose_primaries(members, load, cur, keys, np.asarray(rank, dtype=np.int64))
