@@ -74,11 +74,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--baseline", help="Also measure this git ref (e.g. the commit before).")
+    parser.add_argument(
+        "--plans-may-differ",
+        action="store_true",
+        help="The baseline places differently on purpose (e.g. before the fleet tie-breaker):"
+        " report which plans differ instead of stopping.",
+    )
     args = parser.parse_args()
     sections: list[str] = []
     with tempfile.TemporaryDirectory(prefix="plan-cli-bench-") as tmp:
         work = Path(tmp)
         inputs = snapshots(work)
+        differ: list[str] = []
         (work / "after").mkdir()
         if args.baseline:
             (work / "before").mkdir()
@@ -91,7 +98,9 @@ def main() -> None:
                 if not filecmp.cmp(
                     work / "before" / f"{name}.json", work / "after" / f"{name}.json", shallow=False
                 ):
-                    raise SystemExit(f"{name}: the plans of the two trees differ")
+                    if not args.plans_may_differ:
+                        raise SystemExit(f"{name}: the plans of the two trees differ")
+                    differ.append(name)
     head = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -105,7 +114,13 @@ def main() -> None:
         "domain `rack`); `fresh` has no stable assignment, `leave` is `fresh`'s plan as stable "
         "with one node gone. Wall time of a fresh `placectl plan` process, spawn to exit, input "
         "and output JSON included."
-        + (" Both trees wrote byte-identical plans." if args.baseline else ""),
+        + (
+            " Both trees wrote byte-identical plans."
+            if args.baseline and not differ
+            else f" The trees' plans differ ({', '.join(differ)}: --plans-may-differ)."
+            if differ
+            else ""
+        ),
         "",
         f"Machine: {len(os.sched_getaffinity(0))} CPU(s) (nproc), {cpu_model()}; Python "
         f"{platform.python_version()}; {args.runs} runs per snapshot; load average at the end "
