@@ -24,6 +24,7 @@ import pytest
 import yaml
 from rich.console import Console
 from test_cli_ops import with_terminal_stderr
+from test_pair_stream import eventually_true
 
 from placement.data.checker import check_workload
 from placement.data.client import (
@@ -337,7 +338,9 @@ async def test_a_request_under_another_layout_generation_is_refused_naming_the_l
         route_source=StaleLayout(c.driver_apis, tls=c.tls("client")),
     ) as client:
         await client.put(ZONE, key, b"relayout")
-        assert StaleLayout.loads == 2  # refused once, re-read, sent again
+        # refused once (the agent's x-primary hint sends it on at once), the routes re-read in
+        # the background: wait for that re-read, bounded, rather than racing it
+        await eventually_true(lambda: StaleLayout.loads == 2, within=10)
         assert (await client.routes(ZONE)).layout == routes.layout
         assert await client.get(ZONE, key) == b"relayout"
 
