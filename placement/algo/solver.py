@@ -98,7 +98,44 @@ class CoreProblem:
 def solve(pb: CoreProblem) -> Pairs:
     """All (row, node) pairs of a balanced assignment with the fewest pairs outside ``C``."""
     keep, ceil = _keep_current(pb)
+    budget = _probe_budget(pb)
+    if budget is not None:
+        try:
+            return _fill(pb, keep, ceil, budget)
+        except _Exhausted:
+            by_class = _solve_classes(pb)
+            if by_class is not None:
+                return by_class
     return _fill(pb, keep, ceil)
+
+
+class _Exhausted(Exception):
+    """The swap repair used its probe budget (:func:`_probe_budget`)."""
+
+
+#: Probes the swap repair may spend per conflict on average, on top of a fixed allowance,
+#: before a problem with few nodes is handed to the class solver instead.
+PROBES_PER_CONFLICT = 16
+PROBES_BASE = 4096
+
+
+def _probe_budget(pb: CoreProblem) -> int | None:
+    """Probes per conflict the swap repair may make before the class solver takes over; None
+    when the class solver does not take problems with this many nodes.
+
+    With few nodes most probes fail (the probed row already holds the few candidates), and an
+    adversarial current makes it O(conflicts × slots): minutes at P = 65,536 on the 4 virtual
+    nodes of two racks. Ordinary problems use 1–6 probes per conflict.
+    """
+    from placement.algo.classes import MAX_NODES
+
+    return None if pb.n_nodes > MAX_NODES else PROBES_PER_CONFLICT
+
+
+def _solve_classes(pb: CoreProblem) -> Pairs | None:
+    from placement.algo.classes import solve_classes  # it builds on this module
+
+    return solve_classes(pb)
 
 
 def solve_rows(pb: CoreProblem, width: int) -> I64:
@@ -110,15 +147,26 @@ def solve_rows(pb: CoreProblem, width: int) -> I64:
     the same matrix as sorting all pairs, without the passes over all of them.
     """
     keep, ceil = _keep_current(pb)
-    if FAST_ROWS and pb.slots is not None:
-        matrix = _edit_rows(pb, pb.slots, keep, ceil, width)
-        if matrix is not None:
-            return matrix
-    return members_matrix(_fill(pb, keep, ceil), pb.n_rows, width, pb.n_nodes)
+    budget = _probe_budget(pb)
+    try:
+        if FAST_ROWS and pb.slots is not None:
+            matrix = _edit_rows(pb, pb.slots, keep, ceil, width, budget)
+            if matrix is not None:
+                return matrix
+        pairs = _fill(pb, keep, ceil, budget)
+    except _Exhausted:
+        by_class = _solve_classes(pb)
+        pairs = _fill(pb, keep, ceil) if by_class is None else by_class
+    return members_matrix(pairs, pb.n_rows, width, pb.n_nodes)
 
 
 def _edit_rows(
-    pb: CoreProblem, slots: I64, keep: NDArray[np.bool_], ceil: NDArray[np.bool_], width: int
+    pb: CoreProblem,
+    slots: I64,
+    keep: NDArray[np.bool_],
+    ceil: NDArray[np.bool_],
+    width: int,
+    budget: int | None = None,
 ) -> I64 | None:
     """:func:`solve_rows` by editing the current rows: the steps of :func:`_fill` with row
     pointers instead of passes over the pairs; None when the keep is not proven maximal or a
@@ -151,7 +199,7 @@ def _edit_rows(
         conflict = _conflicts(n_nodes, kept_row, kept_node, new_row, new_node, kept_ptr)
         if conflict.any():
             new_node, conflict = _swap_repair(
-                pb, kept_row, kept_node, new_row, new_node, conflict, kept_ptr
+                pb, kept_row, kept_node, new_row, new_node, conflict, kept_ptr, budget
             )
             if conflict.any():
                 return None
@@ -200,9 +248,11 @@ def members_matrix(pairs: Pairs, partitions: int, width: int, n_nodes: int) -> I
     return matrix
 
 
-def _fill(pb: CoreProblem, keep: NDArray[np.bool_], ceil: NDArray[np.bool_]) -> Pairs:
+def _fill(
+    pb: CoreProblem, keep: NDArray[np.bool_], ceil: NDArray[np.bool_], budget: int | None = None
+) -> Pairs:
     """Phase 1 completed (:func:`_maximize_keep` when the greedy keep is not proven maximal),
-    then phase 2: the pairs of :func:`solve`."""
+    then phase 2: the pairs of :func:`solve`. ``budget``: see :func:`_swap_repair`."""
     kept_row, kept_node = pb.cur_row[keep], pb.cur_node[keep]
     holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
     held = np.bincount(kept_node, minlength=pb.n_nodes)
@@ -223,7 +273,9 @@ def _fill(pb: CoreProblem, keep: NDArray[np.bool_], ceil: NDArray[np.bool_]) -> 
     else:
         conflict = _conflicts(pb.n_nodes, kept_row, kept_node, new_row, new_node)
     if conflict.any():
-        new_node, conflict = _swap_repair(pb, kept_row, kept_node, new_row, new_node, conflict)
+        new_node, conflict = _swap_repair(
+            pb, kept_row, kept_node, new_row, new_node, conflict, budget=budget
+        )
     placed = ~conflict
     rows = np.concatenate([kept_row, new_row[placed]])
     nodes = np.concatenate([kept_node, new_node[placed]])
@@ -845,8 +897,12 @@ def _swap_repair(
     node: I64,
     pending: NDArray[np.bool_],
     kept_ptr: I64 | None = None,
+    budget: int | None = None,
 ) -> tuple[I64, NDArray[np.bool_]]:
     """Place conflicting slots by swapping nodes with another new slot (a 0-cost path).
+
+    ``budget``: raise :class:`_Exhausted` after ``PROBES_BASE + budget × conflicts`` probes
+    (None: no limit).
 
     Slot ``s`` wants ``(p, i)`` but ``i`` already holds ``p``; a placed new slot ``(q, k)`` with
     ``k ∉ p`` and ``i ∉ q`` becomes ``(p, k), (q, i)``: same loads, same number of new pairs.
@@ -886,8 +942,13 @@ def _swap_repair(
     open_: list[bool] | NDArray[np.bool_] = pending.tolist() if bulk else pending.copy()
     count = len(row)
     stride = _coprime_stride(count)
+    probes = 0
+    limit = None if budget is None else PROBES_BASE + budget * len(todo)
     for s in todo:
+        if limit is not None and probes > limit:
+            raise _Exhausted
         p, i, ps = int(slot_row[s]), int(node[s]), int(slot_column[s])
+        step = 0
         for step in range(1, count):
             t = (s + step * stride) % count
             q, qs = int(slot_row[t]), int(slot_column[t])
@@ -900,6 +961,7 @@ def _swap_repair(
             result[s], result[t] = k, i
             open_[s] = False
             break
+        probes += step
     return result, np.asarray(open_, dtype=np.bool_)
 
 

@@ -1,0 +1,191 @@
+"""The core problem solved exactly on row classes, for problems with few nodes.
+
+Rows with the same demand, the same current nodes and the same current primary are
+interchangeable: whatever an assignment gives one of them it could give another. So the core's
+min-cost flow (:mod:`placement.algo.solver`) can be solved on *classes* instead of rows —
+
+    source → class c (cap n_c · demand_c) → node i (cap n_c; cost −K if i is a current node
+    of c, −K − 1 if it is c's current primary, else 0) → sink (cap floor_i),
+    node i → hub (cap 1 when eligible; cost = i's tie rank) → sink (cap extra)
+
+— whose size depends on the number of distinct current rows, not on P. ``K`` exceeds every
+primary bonus and tie cost together, so the cheapest flow keeps the most current pairs first,
+then the most current primaries among them, then gives ``floor + 1`` to the best ranked nodes.
+
+Back to rows: class ``c`` sends ``f_ci ≤ n_c`` to node ``i`` and ``Σ_i f_ci = n_c · demand_c``.
+Laying each node's ``f_ci`` slots out one after another and dealing slot ``s`` to the class's
+row ``s mod n_c`` gives every row ``demand_c`` slots, and a node at most one slot per row (its
+slots are consecutive and fewer than ``n_c + 1``). Every row of a class holds the same current
+nodes and the same current primary, so every such dealing keeps the same pairs and primaries.
+
+Used where the row-level solver is slowest: few nodes and many conflicting rows — level 1 of a
+zone with fewer failure domains than replicas, whose "nodes" are a handful of virtual nodes
+(design/placement.md, "Failure domains"). ``None`` means the class network is too large and the
+row-level solver decides.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+from numpy.typing import NDArray
+
+from placement.algo.solver import CoreProblem, Pairs
+
+I64 = NDArray[np.int64]
+
+#: Largest node count solved on classes (the class key holds a bit per node).
+MAX_NODES = 24
+#: Largest class network (classes × nodes edges) solved here; larger ones go to the row solver.
+MAX_EDGES = 4_000
+#: Distance of a vertex no path reaches (above every path's cost).
+_UNREACHED = 1 << 62
+
+
+def solve_classes(pb: CoreProblem) -> Pairs | None:
+    """The pairs of :func:`placement.algo.solver.solve` computed on row classes; None when the
+    problem has too many nodes or classes for it (the caller then solves it row by row)."""
+    n_rows, n = pb.n_rows, pb.n_nodes
+    if n > MAX_NODES or n_rows == 0:
+        return None
+    bits = np.zeros(n_rows, dtype=np.int64)
+    np.bitwise_or.at(bits, pb.cur_row, np.left_shift(1, pb.cur_node))
+    primary = np.full(n_rows, n, dtype=np.int64)
+    primary[pb.cur_row[pb.cur_first]] = pb.cur_node[pb.cur_first]
+    code = (pb.demand * (n + 1) + primary) << n | bits
+    # Rows in tie order (row key), so that each class's rows are dealt in that order.
+    by_key = np.argsort(pb.row_key, kind="stable")
+    codes, first, inverse, sizes = np.unique(
+        code[by_key], return_index=True, return_inverse=True, return_counts=True
+    )
+    k = len(codes)
+    if k * n > MAX_EDGES:
+        return None
+    class_bits = (codes & ((1 << n) - 1)).tolist()
+    class_primary = ((codes >> n) % (n + 1)).tolist()
+    class_demand = pb.demand[by_key[first]].tolist()
+    flow = _class_flow(pb, class_bits, class_primary, class_demand, sizes.tolist())
+    if flow is None:
+        return None
+    # Each class's rows, in row-key order.
+    order = np.argsort(inverse, kind="stable")
+    rows_by_class = np.split(by_key[order], np.cumsum(sizes)[:-1])
+    out_rows: list[I64] = []
+    out_nodes: list[I64] = []
+    for c in range(k):
+        rows = rows_by_class[c]
+        counts = flow[c]
+        slots = np.repeat(np.arange(n, dtype=np.int64), counts)
+        out_rows.append(rows[np.arange(len(slots)) % len(rows)])
+        out_nodes.append(slots)
+    return np.concatenate(out_rows), np.concatenate(out_nodes)
+
+
+def _class_flow(
+    pb: CoreProblem,
+    class_bits: list[int],
+    class_primary: list[int],
+    class_demand: list[int],
+    sizes: list[int],
+) -> list[list[int]] | None:
+    """Per class, how many of its rows each node takes (the min-cost flow above); None if no
+    flow meets the targets (never for targets of design/placement.md; the row solver then
+    decides and says why)."""
+    n, k = pb.n_nodes, len(sizes)
+    rank = pb.node_rank if pb.node_rank is not None else np.argsort(np.argsort(pb.node_key))
+    tie = [int(x) for x in np.asarray(rank).tolist()]
+    bonus = n * n + 1  # above every sum of tie costs (at most n hub units of cost < n)
+    keep = bonus * (pb.n_rows + 1)  # above every sum of primary bonuses and tie costs
+    net = _Network(k + n + 3)
+    source, hub, sink = k + n, k + n + 1, k + n + 2
+    class_edges: list[list[int]] = []
+    for c in range(k):
+        net.add(source, c, sizes[c] * class_demand[c], 0)
+        edges = []
+        for i in range(n):
+            cost = 0
+            if class_bits[c] >> i & 1:
+                cost = -keep - (bonus if i == class_primary[c] else 0)
+            edges.append(net.add(c, k + i, sizes[c], cost))
+        class_edges.append(edges)
+    floor = pb.targets.floor.tolist()
+    eligible = pb.targets.eligible.tolist()
+    for i in range(n):
+        if floor[i]:
+            net.add(k + i, sink, floor[i], 0)
+        if eligible[i]:
+            net.add(k + i, hub, 1, tie[i])
+    if pb.targets.extra:
+        net.add(hub, sink, pb.targets.extra, 0)
+    need = int(pb.demand.sum())
+    if net.min_cost_flow(source, sink, need) != need:
+        return None
+    return [[net.flow(e) for e in edges] for edges in class_edges]
+
+
+class _Network:
+    """A small directed network for min-cost flow: successive shortest paths with SPFA
+    (Bellman-Ford with a queue), which accepts the negative costs of kept pairs."""
+
+    def __init__(self, vertices: int) -> None:
+        self.head: list[list[int]] = [[] for _ in range(vertices)]
+        self.to: list[int] = []
+        self.cap: list[int] = []
+        self.cost: list[int] = []
+
+    def add(self, u: int, v: int, cap: int, cost: int) -> int:
+        """An edge ``u → v`` (and its residual twin); returns its id."""
+        e = len(self.to)
+        self.to += [v, u]
+        self.cap += [cap, 0]
+        self.cost += [cost, -cost]
+        self.head[u].append(e)
+        self.head[v].append(e + 1)
+        return e
+
+    def flow(self, e: int) -> int:
+        return self.cap[e + 1]
+
+    def min_cost_flow(self, source: int, sink: int, need: int) -> int:
+        """Send up to ``need`` units at least cost; returns the units sent."""
+        sent = 0
+        size = len(self.head)
+        to, cap, cost, head = self.to, self.cap, self.cost, self.head
+        while sent < need:
+            dist = [_UNREACHED] * size
+            via = [-1] * size
+            queued = [False] * size
+            dist[source] = 0
+            queue = deque([source])
+            while queue:
+                u = queue.popleft()
+                queued[u] = False
+                du = dist[u]
+                for e in head[u]:
+                    if cap[e] <= 0:
+                        continue
+                    v = to[e]
+                    dv = du + cost[e]
+                    if dv < dist[v]:
+                        dist[v] = dv
+                        via[v] = e
+                        if not queued[v]:
+                            queued[v] = True
+                            queue.append(v)
+            if dist[sink] == _UNREACHED:
+                return sent
+            push = need - sent
+            v = sink
+            while v != source:
+                e = via[v]
+                push = min(push, cap[e])
+                v = to[e ^ 1]
+            v = sink
+            while v != source:
+                e = via[v]
+                cap[e] -= push
+                cap[e ^ 1] += push
+                v = to[e ^ 1]
+            sent += push
+        return sent
