@@ -26,11 +26,10 @@ row-level solver decides.
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 from numpy.typing import NDArray
 
+from placement.algo.network import Network
 from placement.algo.solver import CoreProblem, Pairs
 
 I64 = NDArray[np.int64]
@@ -39,8 +38,6 @@ I64 = NDArray[np.int64]
 MAX_NODES = 24
 #: Largest class network (classes × nodes edges) solved here; larger ones go to the row solver.
 MAX_EDGES = 4_000
-#: Distance of a vertex no path reaches (above every path's cost).
-_UNREACHED = 1 << 62
 
 
 def solve_classes(pb: CoreProblem) -> Pairs | None:
@@ -97,7 +94,7 @@ def _class_flow(
     tie = [int(x) for x in np.asarray(rank).tolist()]
     bonus = n * n + 1  # above every sum of tie costs (at most n hub units of cost < n)
     keep = bonus * (pb.n_rows + 1)  # above every sum of primary bonuses and tie costs
-    net = _Network(k + n + 3)
+    net = Network(k + n + 3)
     source, hub, sink = k + n, k + n + 1, k + n + 2
     class_edges: list[list[int]] = []
     for c in range(k):
@@ -122,70 +119,3 @@ def _class_flow(
     if net.min_cost_flow(source, sink, need) != need:
         return None
     return [[net.flow(e) for e in edges] for edges in class_edges]
-
-
-class _Network:
-    """A small directed network for min-cost flow: successive shortest paths with SPFA
-    (Bellman-Ford with a queue), which accepts the negative costs of kept pairs."""
-
-    def __init__(self, vertices: int) -> None:
-        self.head: list[list[int]] = [[] for _ in range(vertices)]
-        self.to: list[int] = []
-        self.cap: list[int] = []
-        self.cost: list[int] = []
-
-    def add(self, u: int, v: int, cap: int, cost: int) -> int:
-        """An edge ``u → v`` (and its residual twin); returns its id."""
-        e = len(self.to)
-        self.to += [v, u]
-        self.cap += [cap, 0]
-        self.cost += [cost, -cost]
-        self.head[u].append(e)
-        self.head[v].append(e + 1)
-        return e
-
-    def flow(self, e: int) -> int:
-        return self.cap[e + 1]
-
-    def min_cost_flow(self, source: int, sink: int, need: int) -> int:
-        """Send up to ``need`` units at least cost; returns the units sent."""
-        sent = 0
-        size = len(self.head)
-        to, cap, cost, head = self.to, self.cap, self.cost, self.head
-        while sent < need:
-            dist = [_UNREACHED] * size
-            via = [-1] * size
-            queued = [False] * size
-            dist[source] = 0
-            queue = deque([source])
-            while queue:
-                u = queue.popleft()
-                queued[u] = False
-                du = dist[u]
-                for e in head[u]:
-                    if cap[e] <= 0:
-                        continue
-                    v = to[e]
-                    dv = du + cost[e]
-                    if dv < dist[v]:
-                        dist[v] = dv
-                        via[v] = e
-                        if not queued[v]:
-                            queued[v] = True
-                            queue.append(v)
-            if dist[sink] == _UNREACHED:
-                return sent
-            push = need - sent
-            v = sink
-            while v != source:
-                e = via[v]
-                push = min(push, cap[e])
-                v = to[e ^ 1]
-            v = sink
-            while v != source:
-                e = via[v]
-                cap[e] -= push
-                cap[e ^ 1] += push
-                v = to[e ^ 1]
-            sent += push
-        return sent

@@ -29,6 +29,7 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import NDArray
 
+from placement.algo import domain_keep
 from placement.algo.cordon import solve_cordoned
 from placement.algo.fleet import FleetLoad, per_weight, rank
 from placement.algo.hashing import mix64, name_key, name_keys
@@ -575,24 +576,77 @@ def _solve_domains(ctx: _Context, attribute: str) -> Pairs:
     level-1 choice is the one that loses a pair (level by level is not minimal, see Limits).
     """
     dom = _Domains.build(ctx, attribute)
-    rows, doms = _domain_level(ctx, dom)
+    limits = _limits(ctx, dom)
+    rows, doms = _domain_level(ctx, dom, limits=limits)
     pairs = _inside_domains(ctx, dom, rows, doms)
-    if ctx.fleet_replicas is None or _kept(ctx, pairs) == _domain_kept(ctx, dom, rows, doms):
-        # every current pair level 1 kept is kept inside its domain: the most any choice of
-        # level 1 keeps (level 1's kept count is the same for every tie order)
-        return pairs
-    plain_ctx = replace(ctx, fleet_replicas=None)
-    plain_rows, plain_doms = _domain_level(plain_ctx, dom)
-    if np.array_equal(plain_rows, rows) and np.array_equal(plain_doms, doms):
-        return pairs
-    plain = _inside_domains(ctx, dom, plain_rows, plain_doms)
-    return pairs if _kept(ctx, pairs) >= _kept(ctx, plain) else plain
+    if ctx.fleet_replicas is not None and _kept(ctx, pairs) != _domain_kept(ctx, dom, rows, doms):
+        # some current pair level 1 kept is lost inside its domain: the plain level 1 may keep
+        # more (level 1's kept count is the same for every tie order)
+        plain_ctx = replace(ctx, fleet_replicas=None)
+        plain_rows, plain_doms = _domain_level(plain_ctx, dom, limits=limits)
+        if not (np.array_equal(plain_rows, rows) and np.array_equal(plain_doms, doms)):
+            plain = _inside_domains(ctx, dom, plain_rows, plain_doms)
+            if _kept(ctx, plain) > _kept(ctx, pairs):
+                pairs = plain
+    return pairs if limits is None else _keep_most(ctx, dom, pairs, limits)
 
 
-def _domain_level(ctx: _Context, dom: _Domains) -> Pairs:
-    """Level 1: the (partition, domain) pairs, a domain listed once per replica it holds."""
+def _limits(ctx: _Context, dom: _Domains) -> domain_keep.Bands | None:
+    """The joint bands of :mod:`placement.algo.domain_keep` (``D ≥ R'``, some current pair,
+    no cordon); None otherwise."""
+    n_dom = len(dom.labels)
+    if n_dom < ctx.width or ctx.cordoned is not None or not len(ctx.cur_row):
+        return None
+    _, targets = weighted_targets(dom.weights, ctx.total, hi=[ctx.partitions] * n_dom)
+    return domain_keep.bands(targets, dom.node_weights, dom.nodes, len(ctx.names))
+
+
+def _keep_most(ctx: _Context, dom: _Domains, pairs: Pairs, limits: domain_keep.Bands) -> Pairs:
+    """``pairs``, or the levels' answer for the current pairs a joint max flow keeps when
+    ``pairs`` keeps fewer than that flow (:mod:`placement.algo.domain_keep`; ``D ≥ R'``)."""
+    n_dom = len(dom.labels)
+    width = len(ctx.names)
+    chosen = np.zeros(ctx.partitions * width, dtype=np.bool_)
+    chosen[pairs[0] * width + pairs[1]] = True
+    kept = chosen[ctx.cur_row * width + ctx.cur_node]
+    if kept.all():
+        return pairs
+    _, targets = weighted_targets(dom.weights, ctx.total, hi=[ctx.partitions] * n_dom)
+    args = (ctx.width, ctx.cur_row, ctx.cur_node, dom.of_node, limits, n_dom)
+    if int(kept.sum()) >= domain_keep.cut_bound(*args):
+        return pairs
+    found = domain_keep.most_kept(*args, kept)
+    if found is None:
+        return pairs
+    more, plus = found
+    sub = replace(
+        ctx, cur_row=ctx.cur_row[more], cur_node=ctx.cur_node[more], cur_first=ctx.cur_first[more]
+    )
+    # The domains whose nodes keep more than their floors allow at the lower total take the +1.
+    again = _inside_domains(sub, dom, *_domain_level(sub, dom, plus, limits))
+    if _kept(ctx, again) < int(more.sum()):
+        # The flow's kept set could not be completed as it is (the levels had to drop one of
+        # its pairs): a small zone is solved on the whole network instead.
+        exact = domain_keep.exact_small(
+            ctx.partitions, *args[:4], targets, dom.node_weights, dom.nodes
+        )
+        if exact is not None and _kept(ctx, exact) > _kept(ctx, again):
+            again = exact
+    return again if _kept(ctx, again) > int(kept.sum()) else pairs
+
+
+def _domain_level(
+    ctx: _Context,
+    dom: _Domains,
+    first: NDArray[np.bool_] | None = None,
+    limits: domain_keep.Bands | None = None,
+) -> Pairs:
+    """Level 1: the (partition, domain) pairs, a domain listed once per replica it holds.
+    ``D ≥ R'``: ``first``, domains that take the ``+1`` of the domain totals before the
+    others where the kept pairs leave a choice; ``limits``, the nodes' bands (their pairs
+    above them are dropped first, :func:`_drop_tiers`)."""
     if len(dom.labels) >= ctx.width:
-        return _domains_distinct(ctx, dom)
+        return _domains_distinct(ctx, dom, first, limits)
     return _domains_all(ctx, dom)
 
 
@@ -650,11 +704,25 @@ def _domain_pairs(ctx: _Context, dom: _Domains) -> tuple[I64, I64, NDArray[np.bo
     return codes // len(dom.labels), codes % len(dom.labels), primary[codes], counts
 
 
-def _domains_distinct(ctx: _Context, dom: _Domains) -> Pairs:
+def _domains_distinct(
+    ctx: _Context,
+    dom: _Domains,
+    plus_first: NDArray[np.bool_] | None = None,
+    limits: domain_keep.Bands | None = None,
+) -> Pairs:
     """Level 1 with ``D ≥ R'``: the core with domains as nodes, each capped at P."""
     n_dom = len(dom.labels)
     _, targets = weighted_targets(dom.weights, ctx.total, hi=[ctx.partitions] * n_dom)
     rows, doms, first, _ = _domain_pairs(ctx, dom)
+    node_rank = _domain_rank(ctx, dom)
+    drop = None
+    if limits is not None:
+        held = np.bincount(doms, minlength=n_dom)
+        if (held > targets.floor + targets.eligible).any():  # some domain sheds
+            drop = _drop_tiers(ctx, dom, limits, rows * n_dom + doms)
+    if plus_first is not None:
+        tie = _domain_keys(ctx, dom.labels) if node_rank is None else node_rank
+        node_rank = rank((~plus_first).astype(np.float64), tie.astype(np.uint64))
     pb = CoreProblem(
         demand=np.full(ctx.partitions, ctx.width, dtype=np.int64),
         targets=targets,
@@ -663,7 +731,8 @@ def _domains_distinct(ctx: _Context, dom: _Domains) -> Pairs:
         cur_first=first,
         row_key=ctx.row_key,
         node_key=_domain_keys(ctx, dom.labels),
-        node_rank=_domain_rank(ctx, dom),
+        node_rank=node_rank,
+        cur_drop=drop,
     )
     if ctx.cordoned is not None:
         # A domain whose nodes are all cordoned is a cordoned node of this level: it keeps
@@ -672,6 +741,39 @@ def _domains_distinct(ctx: _Context, dom: _Domains) -> Pairs:
         if closed.any():
             return solve_cordoned(pb, dom.weights, closed)
     return solve(pb)
+
+
+def _drop_tiers(ctx: _Context, dom: _Domains, limits: domain_keep.Bands, codes: I64) -> I64 | None:
+    """For level 1's current (partition, domain) pairs ``codes`` (``row · D + domain``,
+    sorted): what dropping each costs inside its domain (:attr:`CoreProblem.cur_drop`). Node
+    ``i`` holding ``h_i`` current pairs, with floor ``a_i`` and at most ``u_i`` at its domain's
+    lower total or the one above: its first ``h_i − u_i`` pairs (in hash order) are lost
+    anyway (tier 0), the next ones down to ``a_i`` may go without a move inside the domain
+    (tier 1), the others are kept there (tier 2); a pair of a partition with two current
+    nodes in one domain is tier 1. None when no node holds more than its floor (nothing to
+    prefer)."""
+    n_dom = len(dom.labels)
+    held = np.bincount(ctx.cur_node, minlength=len(ctx.names))
+    above = held - limits.node_floor
+    if not (above > 0).any():
+        return None
+    # Each current pair's place among its node's pairs, in hash order.
+    tie = mix64(ctx.row_key[ctx.cur_row] ^ ctx.node_key[ctx.cur_node])
+    order = np.lexsort((tie, ctx.cur_node))
+    starts = np.searchsorted(ctx.cur_node[order], np.arange(len(ctx.names)))
+    place_of = np.empty(len(order), dtype=np.int64)
+    place_of[order] = np.arange(len(order)) - starts[ctx.cur_node[order]]
+    lost = held - limits.node_floor - limits.node_room
+    tier = np.where(
+        place_of < lost[ctx.cur_node], 0, np.where(place_of < above[ctx.cur_node], 1, 2)
+    )
+    code = ctx.cur_row * n_dom + dom.of_node[ctx.cur_node]
+    at = np.searchsorted(codes, code)
+    out = np.full(len(codes), 2, dtype=np.int64)
+    np.minimum.at(out, at, tier)
+    shared = np.bincount(at, minlength=len(codes)) > 1
+    out[shared] = np.minimum(out[shared], 1)
+    return out
 
 
 def _domain_rank(ctx: _Context, dom: _Domains) -> I64 | None:

@@ -72,6 +72,12 @@ class CoreProblem:
     #: first, that decides which of equally placed eligible nodes take ``floor + 1`` instead
     #: of ``node_key``. It never changes how many current pairs are kept.
     node_rank: I64 | None = None
+    #: Which current pairs a node above its target sheds first (lowest first), for what a
+    #: drop costs beyond this problem: at level 1 with failure domains, 0 where the pair's
+    #: node inside the domain holds more than it can ever keep, 1 where it holds more than
+    #: its floor, else 2 (:func:`placement.algo.place._drop_tiers`). Never changes how many
+    #: pairs this problem keeps.
+    cur_drop: I64 | None = None
 
     @property
     def n_rows(self) -> int:
@@ -396,14 +402,22 @@ def _shed_nodes(
     picked = None
     # With :func:`_shed_by_tie`: every group's candidates in its order, beyond its choice.
     spare: tuple[I64, I64] | None = None
-    if FAST_SHED and not holes.any() and not blocked.any():  # e.g. a join: no hole, no room
+    drop = None if pb.cur_drop is None else pb.cur_drop[seg]
+    if (
+        FAST_SHED and drop is None and not holes.any() and not blocked.any()
+    ):  # e.g. a join: no hole, no room
         found = _shed_by_tie(rank_of, nodes, first, rows, pb.row_key, over_key, shed)
         if found is not None:
             picked, spare = found[0], found[1:]
     if picked is None:
         group = rank_of[nodes]
         tie = mix64(pb.row_key[rows] ^ over_key[group])
-        picked = smallest_per_group(group, (holes[rows], blocked[rows], first), tie, shed)
+        keys: tuple[NDArray[np.int64] | NDArray[np.bool_], ...] = (
+            (holes[rows], blocked[rows], first)
+            if drop is None
+            else (drop, holes[rows], blocked[rows], first)
+        )
+        picked = smallest_per_group(group, keys, tie, shed)
     keep[seg[picked]] = False
     chosen = rows[picked]
     bounds = np.concatenate(([0], np.cumsum(shed)))
@@ -444,7 +458,10 @@ def _shed_nodes(
             np.searchsorted(earlier, rows_g, "right") - np.searchsorted(earlier, rows_g)
         )
         tie_g = mix64(pb.row_key[rows_g] ^ over_key[g])
-        redo = np.lexsort((tie_g, pb.cur_first[seg_g], blocked[rows_g], now_g))
+        order_keys = [tie_g, pb.cur_first[seg_g], blocked[rows_g], now_g]
+        if pb.cur_drop is not None:
+            order_keys.append(pb.cur_drop[seg_g])
+        redo = np.lexsort(order_keys)
         redo = redo[: shed[g]]
         keep[seg[picked[lo:hi]]] = True
         keep[seg_g[redo]] = False

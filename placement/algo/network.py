@@ -1,0 +1,143 @@
+"""A small explicit flow network: min-cost flow and max flow, for the exact steps that are
+easier stated as a graph than as the core solver's implicit one (design/placement.md).
+
+Edges are stored in pairs (an edge and its residual twin, ids ``e`` and ``e ^ 1``), so the flow
+on edge ``e`` is the twin's capacity. Integer capacities and costs; integral results.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+#: Distance of a vertex no path reaches (above every path's cost).
+_UNREACHED = 1 << 62
+
+
+class Network:
+    """A directed network on vertices ``0..vertices-1``."""
+
+    def __init__(self, vertices: int) -> None:
+        self.head: list[list[int]] = [[] for _ in range(vertices)]
+        self.to: list[int] = []
+        self.cap: list[int] = []
+        self.cost: list[int] = []
+
+    def add(self, u: int, v: int, cap: int, cost: int = 0, flow: int = 0) -> int:
+        """An edge ``u → v`` (and its residual twin) already carrying ``flow``; its id."""
+        e = len(self.to)
+        self.to += [v, u]
+        self.cap += [cap - flow, flow]
+        self.cost += [cost, -cost]
+        self.head[u].append(e)
+        self.head[v].append(e + 1)
+        return e
+
+    def flow(self, e: int) -> int:
+        return self.cap[e ^ 1]
+
+    def push(self, e: int, units: int) -> None:
+        self.cap[e] -= units
+        self.cap[e ^ 1] += units
+
+    def min_cost_flow(self, source: int, sink: int, need: int) -> int:
+        """Send up to ``need`` more units at least cost — successive shortest paths with SPFA
+        (Bellman-Ford with a queue), which accepts negative costs; the flow already on the
+        edges must be min-cost for its value (none is). Returns the units sent."""
+        sent = 0
+        size = len(self.head)
+        to, cap, cost, head = self.to, self.cap, self.cost, self.head
+        while sent < need:
+            dist = [_UNREACHED] * size
+            via = [-1] * size
+            queued = [False] * size
+            dist[source] = 0
+            queue = deque([source])
+            while queue:
+                u = queue.popleft()
+                queued[u] = False
+                du = dist[u]
+                for e in head[u]:
+                    if cap[e] <= 0:
+                        continue
+                    v = to[e]
+                    dv = du + cost[e]
+                    if dv < dist[v]:
+                        dist[v] = dv
+                        via[v] = e
+                        if not queued[v]:
+                            queued[v] = True
+                            queue.append(v)
+            if dist[sink] == _UNREACHED:
+                return sent
+            units = need - sent
+            v = sink
+            while v != source:
+                e = via[v]
+                units = min(units, cap[e])
+                v = to[e ^ 1]
+            v = sink
+            while v != source:
+                e = via[v]
+                self.push(e, units)
+                v = to[e ^ 1]
+            sent += units
+        return sent
+
+    def max_flow(self, source: int, sink: int) -> int:
+        """Augment the flow on the edges to a maximum (Dinic: BFS levels, then blocking flows
+        by depth-first search with a current-edge pointer per vertex); returns the units
+        added."""
+        added = 0
+        to, cap, head = self.to, self.cap, self.head
+        size = len(head)
+        while True:
+            level = [-1] * size
+            level[source] = 0
+            queue = deque([source])
+            while queue and level[sink] < 0:
+                u = queue.popleft()
+                for e in head[u]:
+                    v = to[e]
+                    if cap[e] > 0 and level[v] < 0:
+                        level[v] = level[u] + 1
+                        queue.append(v)
+            if level[sink] < 0:
+                return added
+            at = [0] * size
+            while True:
+                units = self._blocking(source, sink, level, at)
+                if not units:
+                    break
+                added += units
+        return added
+
+    def _blocking(self, source: int, sink: int, level: list[int], at: list[int]) -> int:
+        """One augmenting path of the level graph (iterative DFS); the units it carried."""
+        to, cap, head = self.to, self.cap, self.head
+        path: list[int] = []  # edge ids
+        u = source
+        while True:
+            if u == sink:
+                units = min(cap[e] for e in path)
+                for e in path:
+                    self.push(e, units)
+                return units
+            edges = head[u]
+            k = at[u]
+            while k < len(edges):
+                e = edges[k]
+                v = to[e]
+                if cap[e] > 0 and level[v] == level[u] + 1:
+                    break
+                k += 1
+            at[u] = k
+            if k < len(edges):
+                path.append(edges[k])
+                u = to[edges[k]]
+                continue
+            if u == source:
+                return 0
+            level[u] = -1  # a dead end for the rest of the phase
+            e = path.pop()
+            u = to[e ^ 1]
+            at[u] += 1
