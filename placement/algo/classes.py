@@ -119,3 +119,75 @@ def _class_flow(
     if net.min_cost_flow(source, sink, need) != need:
         return None
     return [[net.flow(e) for e in edges] for edges in class_edges]
+
+
+#: The keep is aggregated when rows fall into at most this share of classes.
+KEEP_CLASS_SHARE = 0.25
+
+
+def keep_by_classes(pb: CoreProblem) -> tuple[I64, I64, NDArray[np.bool_]] | None:
+    """Phase 1 of the core (a maximum flow over current pairs only) on row classes: rows with
+    the same demand and the same current nodes are one class, and the class keeps ``f_ci ≤
+    n_c`` of its rows on node ``i`` — dealt round its rows as in :func:`solve_classes`, so no
+    row keeps more than its demand. Any maximum keep is min-cost for its value (every unit
+    costs −1), so the fill that follows stays exact. Returns the kept pairs (rows, nodes) and
+    which nodes take ``floor + 1``; None unless the rows fall into few classes (structured
+    currents — blocks, stripes — whose augmenting paths are long chains row by row)."""
+    n_rows, n = pb.n_rows, pb.n_nodes
+    if not len(pb.cur_row):
+        return None
+    order = np.lexsort((pb.cur_node, pb.cur_row))
+    rows_sorted, nodes_sorted = pb.cur_row[order], pb.cur_node[order]
+    count = np.bincount(rows_sorted, minlength=n_rows)
+    width = int(count.max())
+    table = np.full((n_rows, width + 1), -1, dtype=np.int64)
+    table[:, 0] = pb.demand
+    starts = np.concatenate(([0], np.cumsum(count)[:-1]))
+    column = np.arange(len(rows_sorted)) - starts[rows_sorted]
+    table[rows_sorted, 1 + column] = nodes_sorted
+    by_key = np.argsort(pb.row_key, kind="stable")
+    classes, inverse, sizes = np.unique(
+        table[by_key], axis=0, return_inverse=True, return_counts=True
+    )
+    inverse = inverse.reshape(-1)
+    k = len(classes)
+    if k > KEEP_CLASS_SHARE * n_rows:
+        return None
+    source, hub, sink = k + n, k + n + 1, k + n + 2
+    net = Network(k + n + 3)
+    edges: list[list[tuple[int, int]]] = []
+    for c in range(k):
+        demand = int(classes[c, 0])
+        held = [int(i) for i in classes[c, 1:] if i >= 0]
+        net.add(source, c, int(sizes[c]) * min(demand, len(held)))
+        edges.append([(i, net.add(c, k + i, int(sizes[c]))) for i in held])
+    floor = pb.targets.floor.tolist()
+    eligible = pb.targets.eligible.tolist()
+    hub_edges: dict[int, int] = {}
+    for i in range(n):
+        if floor[i]:
+            net.add(k + i, sink, floor[i])
+        if eligible[i]:
+            hub_edges[i] = net.add(k + i, hub, 1)
+    if pb.targets.extra:
+        net.add(hub, sink, pb.targets.extra)
+    net.max_flow(source, sink)
+    class_rows = np.split(by_key[np.argsort(inverse, kind="stable")], np.cumsum(sizes)[:-1])
+    out_rows: list[I64] = []
+    out_nodes: list[I64] = []
+    for c in range(k):
+        flows = [(i, net.flow(e)) for i, e in edges[c]]
+        slots = np.repeat(np.asarray([i for i, _ in flows], dtype=np.int64), [f for _, f in flows])
+        rows = class_rows[c]
+        out_rows.append(rows[np.arange(len(slots)) % len(rows)])
+        out_nodes.append(slots)
+    ceil = np.zeros(n, dtype=np.bool_)
+    for i, e in hub_edges.items():
+        ceil[i] = net.flow(e) > 0
+    # The +1 slots the kept pairs do not use go to eligible nodes in tie order (the fill may
+    # still move them through the hub, at no cost).
+    open_ = np.flatnonzero(pb.targets.eligible & ~ceil)
+    tie = pb.node_key if pb.node_rank is None else pb.node_rank
+    left = pb.targets.extra - int(ceil.sum())
+    ceil[open_[np.argsort(tie[open_], kind="stable")[:left]]] = True
+    return np.concatenate(out_rows), np.concatenate(out_nodes), ceil

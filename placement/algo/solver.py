@@ -29,6 +29,7 @@ the maximum number of current pairs among all balanced assignments.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from collections import deque
 from collections.abc import Collection, Sequence
@@ -136,6 +137,12 @@ def _probe_budget(pb: CoreProblem) -> int | None:
     from placement.algo.classes import MAX_NODES
 
     return None if pb.n_nodes > MAX_NODES else PROBES_PER_CONFLICT
+
+
+def _keep_by_classes(pb: CoreProblem) -> tuple[I64, I64, NDArray[np.bool_]] | None:
+    from placement.algo.classes import keep_by_classes  # it builds on this module
+
+    return keep_by_classes(pb)
 
 
 def _solve_classes(pb: CoreProblem) -> Pairs | None:
@@ -264,10 +271,14 @@ def _fill(
     held = np.bincount(kept_node, minlength=pb.n_nodes)
     free = pb.targets.floor + ceil - held
     if not _keep_is_maximal(pb, keep, ceil, holes, free):
-        state = _State(pb, kept_row, kept_node, ceil)
-        _maximize_keep(state)
-        kept_row, kept_node = state.pairs()
-        ceil = np.asarray(state.ceil, dtype=np.bool_)
+        by_class = _keep_by_classes(pb)
+        if by_class is not None:
+            kept_row, kept_node, ceil = by_class
+        else:
+            state = _State(pb, kept_row, kept_node, ceil)
+            _maximize_keep(state)
+            kept_row, kept_node = state.pairs()
+            ceil = np.asarray(state.ceil, dtype=np.bool_)
         holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
         held = np.bincount(kept_node, minlength=pb.n_nodes)
         free = pb.targets.floor + ceil - held
@@ -420,43 +431,52 @@ def _shed_nodes(
         picked = smallest_per_group(group, keys, tie, shed)
     keep[seg[picked]] = False
     chosen = rows[picked]
-    bounds = np.concatenate(([0], np.cumsum(shed)))
+    bounds = np.concatenate(([0], np.cumsum(shed))).tolist()
     owner = np.repeat(np.arange(len(over)), shed)
-    settled = -1
-    while True:
-        # The first node (after those settled) with a chosen row that an earlier node chose too.
-        by_row = np.argsort(chosen, kind="stable")
-        again_at = by_row[1:][chosen[by_row[1:]] == chosen[by_row[:-1]]]
-        later = owner[again_at]
-        later = later[later > settled]
-        if not later.size:
-            return keep
-        g = int(later.min())
-        lo, hi = int(bounds[g]), int(bounds[g + 1])
-        # The holes of a row once the node's predecessors have shed: its initial holes plus
-        # the times they chose it.
-        earlier = np.sort(chosen[:lo])
+    # Nodes are settled in order; a node must choose again when one of its rows was chosen by
+    # an earlier node (in its final choice). Only such nodes are visited: first those sharing
+    # a row in the initial choices, then the later choosers of rows a node chose again (a
+    # later node still holds its initial choice when it is reached).
+    by_row = np.argsort(chosen, kind="stable")  # positions follow the nodes' order
+    sorted_rows = chosen[by_row]
+    again = by_row[1:][sorted_rows[1:] == sorted_rows[:-1]]
+    visit = sorted(set(owner[again].tolist()))
+    taken = np.zeros(pb.n_rows, dtype=np.int64)  # rows chosen by the nodes before ``done``
+    mark = np.zeros(pb.n_rows, dtype=np.bool_)
+    done = 0
+    of_node: tuple[I64, I64] | None = None  # the shedding pairs by node, once needed
+    while visit:
+        g = heapq.heappop(visit)
+        if g < done:
+            continue
+        np.add.at(taken, chosen[bounds[done] : bounds[g]], 1)
+        done = g
+        lo, hi = bounds[g], bounds[g + 1]
+        before = chosen[lo:hi].copy()
+        if not taken[before].any():
+            continue
         if spare is not None:
             # No hole, no room anywhere at first, so the node's order is (holes now, primary
             # last, tie): its first rows without a hole now among its candidates (the
             # non-primary rows below its tie limit, in tie order) decide when there are enough.
             order, starts = spare
             cand = order[starts[g] : starts[g + 1]]
-            rows_c = rows[cand]
-            now_c = np.searchsorted(earlier, rows_c, "right") - np.searchsorted(earlier, rows_c)
-            ready = cand[now_c == 0]
+            ready = cand[taken[rows[cand]] == 0]
             if len(ready) >= shed[g]:
                 keep[seg[picked[lo:hi]]] = True
                 picked[lo:hi] = ready[: shed[g]]
                 keep[seg[picked[lo:hi]]] = False
                 chosen[lo:hi] = rows[picked[lo:hi]]
-                settled = g
+                _visit_later(visit, chosen[lo:hi], before, sorted_rows, by_row, owner, g, mark)
                 continue
-        part = np.flatnonzero(nodes == over[g])
+        if of_node is None:
+            by_node = np.argsort(rank_of[nodes], kind="stable")
+            of_node = by_node, np.searchsorted(rank_of[nodes][by_node], np.arange(len(over) + 1))
+        part = of_node[0][of_node[1][g] : of_node[1][g + 1]]
         seg_g, rows_g = seg[part], rows[part]
-        now_g = holes[rows_g] + (
-            np.searchsorted(earlier, rows_g, "right") - np.searchsorted(earlier, rows_g)
-        )
+        # The holes of a row once the node's predecessors have shed: its initial holes plus
+        # the times they chose it.
+        now_g = holes[rows_g] + taken[rows_g]
         tie_g = mix64(pb.row_key[rows_g] ^ over_key[g])
         order_keys = [tie_g, pb.cur_first[seg_g], blocked[rows_g], now_g]
         if pb.cur_drop is not None:
@@ -467,7 +487,35 @@ def _shed_nodes(
         keep[seg_g[redo]] = False
         picked[lo:hi] = part[redo]
         chosen[lo:hi] = rows_g[redo]
-        settled = g
+        _visit_later(visit, chosen[lo:hi], before, sorted_rows, by_row, owner, g, mark)
+    return keep
+
+
+def _visit_later(
+    visit: list[int],
+    now: I64,
+    before: I64,
+    sorted_rows: I64,
+    by_row: I64,
+    owner: I64,
+    g: int,
+    mark: NDArray[np.bool_],
+) -> None:
+    """Queue the nodes after ``g`` whose initial choice holds a row ``g`` newly chose
+    (``mark``: a scratch flag per row, all False)."""
+    mark[before] = True
+    new = now[~mark[now]]
+    mark[before] = False
+    if not len(new):
+        return
+    left = np.searchsorted(sorted_rows, new)
+    right = np.searchsorted(sorted_rows, new, "right")
+    spans = [by_row[a:b] for a, b in zip(left.tolist(), right.tolist(), strict=True) if b > a]
+    if not spans:
+        return
+    later = owner[np.concatenate(spans)]
+    for h in np.unique(later[later > g]).tolist():
+        heapq.heappush(visit, h)
 
 
 @functools.lru_cache(maxsize=4)

@@ -179,3 +179,62 @@ def test_two_racks_of_a_shuffled_zone_are_placed_with_every_partition_on_both() 
         loads[d] = sum(1 for peers in out.assignments for x in peers if rack[x] == d)
     assert sorted(loads.values()) == [4096 * 3 // 2, 4096 * 3 // 2]
     assert max(out.loads.values()) - min(out.loads.values()) <= 1
+
+
+@st.composite
+def templated(draw: st.DrawFn) -> CoreProblem:
+    """Rows copied from a few templates (blocks, stripes): few classes, as keep_by_classes
+    needs."""
+    pb = draw(problems())
+    templates = draw(st.integers(1, 3))
+    rows = pb.n_rows
+    pick = np.asarray([draw(st.integers(0, templates - 1)) for _ in range(rows)])
+    cur_row: list[int] = []
+    cur_node: list[int] = []
+    for p in range(rows):
+        source = int(pick[p])
+        mine = pb.cur_node[pb.cur_row == source % rows].tolist()
+        cur_row += [p] * len(mine)
+        cur_node += mine
+    demand = pb.demand[pick % rows]
+    return CoreProblem(
+        demand=demand,
+        targets=demand_targets([1.0] * pb.n_nodes, demand),
+        cur_row=np.asarray(cur_row, dtype=np.int64),
+        cur_node=np.asarray(cur_node, dtype=np.int64),
+        cur_first=np.zeros(len(cur_row), dtype=np.bool_),
+        row_key=pb.row_key,
+        node_key=pb.node_key,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(templated())
+def test_the_keep_on_classes_is_a_maximum_keep(pb: CoreProblem) -> None:
+    """keep_by_classes keeps as many current pairs as the row-level augmenting paths, within
+    every bound, with exactly ``extra`` nodes at ``floor + 1``; and the whole solve keeps the
+    same number with it as without it."""
+    found = classes.keep_by_classes(pb)
+    if found is None:
+        return
+    rows, nodes, ceil = found
+    current = set(zip(pb.cur_row.tolist(), pb.cur_node.tolist(), strict=True))
+    pairs = list(zip(rows.tolist(), nodes.tolist(), strict=True))
+    assert set(pairs) <= current
+    assert len(set(pairs)) == len(pairs)
+    assert (np.bincount(rows, minlength=pb.n_rows) <= pb.demand).all()
+    assert (np.bincount(nodes, minlength=pb.n_nodes) <= pb.targets.floor + ceil).all()
+    assert int(ceil.sum()) == pb.targets.extra
+    assert not (ceil & ~pb.targets.eligible).any()
+    keep, first_ceil = solver._keep_current(pb)
+    state = solver._State(pb, pb.cur_row[keep], pb.cur_node[keep], first_ceil)
+    solver._maximize_keep(state)
+    assert len(pairs) == len(state.pairs()[0])
+    with_classes = kept(pb, solve(pb))
+    share = classes.KEEP_CLASS_SHARE
+    try:
+        classes.KEEP_CLASS_SHARE = -1.0
+        without = kept(pb, solve(pb))
+    finally:
+        classes.KEEP_CLASS_SHARE = share
+    assert with_classes == without
