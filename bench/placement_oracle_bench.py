@@ -10,8 +10,9 @@ changes among those. Instances come from the suite's generator
 (``test_placement_mip.random_case``: P ≤ 12, N ≤ 8, R ≤ 4, weights, a selector, departed nodes,
 duplicates, over-long rows, stray partitions), half with failure domains. Zones with fewer
 domains than R' are not modelled by the oracle and are counted apart. Then each weakened variant
-of the solver (a deliberate bug) runs on the flat instances, and the run counts those where the
-oracle sees it keep fewer pairs than the optimum. Writes bench/results/placement_oracle.md.
+(a deliberate bug) runs on the flat instances (solver variants) or on those with failure domains
+(the joint steps of placement.algo.domain_keep), and the run counts those where the oracle sees
+it keep fewer pairs than the optimum. Writes bench/results/placement_oracle.md.
 """
 
 from __future__ import annotations
@@ -29,14 +30,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
 import numpy as np  # noqa: E402
-from placement_mip import kept_and_changes, optimum  # noqa: E402
+from placement_mip import Optimum, kept_and_changes, optimum  # noqa: E402
 from run_info import run_section, uptime  # noqa: E402
 from test_placement_mip import random_case  # noqa: E402
 
+import placement.algo.place as place_module  # noqa: E402
 import placement.algo.solver as solver  # noqa: E402
 from placement.algo.place import place  # noqa: E402
+from placement.core.model import Node, ZoneSpec  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "placement_oracle.md"
+#: One compared instance: the zone, its nodes, its current assignment and the oracle's optimum.
+Solved = tuple[ZoneSpec, list[Node], dict[int, list[str]], Optimum]
 
 
 def _greedy_keep(*args: object, **kwargs: object) -> bool:
@@ -58,7 +63,16 @@ def _no_swap(*args: object, **kwargs: object) -> tuple[np.ndarray, np.ndarray]:
     return np.where(pending, -1, node), pending.copy()  # conflicts go to the general search
 
 
-#: name -> (what it breaks, the patch: module attribute -> replacement)
+def _levels_only(ctx: object, dom: object, pairs: object, limits: object) -> object:
+    return pairs  # the levels' answer as it is: no joint bound, no kept set handed down
+
+
+def _no_drop_tiers(*args: object, **kwargs: object) -> None:
+    return None  # level 1 sheds without knowing which pairs level 2 loses anyway
+
+
+#: name -> (what it breaks, the patch: module attribute -> replacement); solver variants run
+#: on the flat instances, place variants on the ones with failure domains.
 VARIANTS: dict[str, tuple[str, dict[str, Callable[..., object]]]] = {
     "greedy-keep": (
         "the greedy keep is trusted: no augmenting paths complete it",
@@ -72,19 +86,29 @@ VARIANTS: dict[str, tuple[str, dict[str, Callable[..., object]]]] = {
         "conflicts skip the 0-cost swaps (a control: only slower, never worse)",
         {"_swap_repair": _no_swap},
     ),
+    "levels-only": (
+        "failure domains: the two levels' answer as it is (no joint bound, no drop tiers)",
+        {"_keep_most": _levels_only, "_drop_tiers": _no_drop_tiers},
+    ),
+    "no-joint-bound": (
+        "failure domains: drop tiers only (no joint bound, no kept set handed down)",
+        {"_keep_most": _levels_only},
+    ),
 }
+#: The variants that patch placement.algo.place and run on the instances with domains.
+DOMAIN_VARIANTS = {"levels-only", "no-joint-bound"}
 
 
 @contextlib.contextmanager
-def patched(patch: dict[str, Callable[..., object]]) -> Iterator[None]:
-    saved = {name: getattr(solver, name) for name in patch}
+def patched(module: object, patch: dict[str, Callable[..., object]]) -> Iterator[None]:
+    saved = {name: getattr(module, name) for name in patch}
     try:
         for name, value in patch.items():
-            setattr(solver, name, value)
+            setattr(module, name, value)
         yield
     finally:
         for name, value in saved.items():
-            setattr(solver, name, value)
+            setattr(module, name, value)
 
 
 def main() -> int:
@@ -97,7 +121,8 @@ def main() -> int:
     rng = random.Random(2026)
     tally: dict[str, Counter[str]] = {"flat": Counter(), "domains": Counter()}
     gaps: dict[str, Counter[int]] = {"kept": Counter(), "primary": Counter()}
-    flat_cases = []
+    flat_cases: list[Solved] = []
+    domain_cases: list[Solved] = []
     examples: list[str] = []
     for k in range(args.instances):
         kind = "domains" if k % 2 else "flat"
@@ -111,8 +136,7 @@ def main() -> int:
             continue
         got = kept_and_changes(zone, nodes, current, place(zone, nodes, current).assignments)
         tally[kind]["compared"] += 1
-        if kind == "flat":
-            flat_cases.append((zone, nodes, current, best))
+        (flat_cases if kind == "flat" else domain_cases).append((zone, nodes, current, best))
         if got.kept < best.kept:
             tally[kind]["kept fewer than the optimum"] += 1
             gaps["kept"][best.kept - got.kept] += 1
@@ -133,8 +157,9 @@ def main() -> int:
     caught: list[tuple[str, str, int, int]] = []
     for name, (what, patch) in VARIANTS.items():
         worse = 0
-        tried = flat_cases[: args.variant_instances]
-        with patched(patch):
+        domains = name in DOMAIN_VARIANTS
+        tried = (domain_cases if domains else flat_cases)[: args.variant_instances]
+        with patched(place_module if domains else solver, patch):
             for zone, nodes, current, best in tried:
                 try:
                     result = place(zone, nodes, current)
@@ -173,7 +198,7 @@ def main() -> int:
     if examples:
         lines += ["Examples:", "", *(f"- `{e}`" for e in examples), ""]
     lines += [
-        "## Weakened variants (flat instances)",
+        "## Weakened variants (flat instances; the last two on instances with failure domains)",
         "",
         "| variant | what it breaks | instances below the optimum |",
         "|---|---|---:|",
