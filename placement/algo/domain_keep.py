@@ -128,6 +128,8 @@ def most_kept(
     hub_base = node_base + n
     g, sink = hub_base + n_domains, hub_base + n_domains + 1
     net = Network(sink + 1)
+    given = int(kept.sum())
+    kept = _direct(width, cur_row, cur_node, pd_of_pair, bands.node_floor, kept)
     kept_pd = np.bincount(pd_of_pair[kept], minlength=n_pd)
     if (kept_pd > 1).any():
         return None
@@ -168,7 +170,7 @@ def most_kept(
             plus_edges[d] = net.add(hub_base + d, g, 1, flow=int(via_g[d]))
     if bands.extra:
         net.add(g, sink, bands.extra, flow=int(via_g.sum()))
-    if not net.max_flow(source, sink):
+    if not net.max_flow(source, sink) and int(kept.sum()) == given:
         return None
     plus = np.zeros(n_domains, dtype=np.bool_)
     for d, e in plus_edges.items():
@@ -242,3 +244,30 @@ def exact_small(
     rows = np.asarray([p for p, _ in best[1]], dtype=np.int64)
     nodes = np.asarray([i for _, i in best[1]], dtype=np.int64)
     return rows, nodes
+
+
+def _direct(
+    width: int, cur_row: I64, cur_node: I64, pd_of_pair: I64, floor: I64, kept: NDArray[np.bool_]
+) -> NDArray[np.bool_]:
+    """``kept`` with the unused current pairs added that fit as they are — a partition below
+    R' replicas, its domain free, the node below its floor (augmenting paths of length one,
+    taken greedily so that the max flow starts closer to its end)."""
+    unused = np.flatnonzero(~kept)
+    if not len(unused):
+        return kept
+    kept = kept.copy()
+    row_left = (width - np.bincount(cur_row[kept], minlength=int(cur_row.max()) + 1)).tolist()
+    pd_used = np.bincount(pd_of_pair[kept], minlength=int(pd_of_pair.max()) + 1).tolist()
+    room = (floor - np.bincount(cur_node[kept], minlength=len(floor))).tolist()
+    rows, nodes, pds = (
+        cur_row[unused].tolist(),
+        cur_node[unused].tolist(),
+        pd_of_pair[unused].tolist(),
+    )
+    for k, r, i, j in zip(unused.tolist(), rows, nodes, pds, strict=True):
+        if row_left[r] > 0 and not pd_used[j] and room[i] > 0:
+            kept[k] = True
+            row_left[r] -= 1
+            pd_used[j] = 1
+            room[i] -= 1
+    return kept
