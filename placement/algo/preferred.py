@@ -41,6 +41,20 @@ def choose_primaries(
     width = members.shape[1]
     lo = load // width
     hi = -(-load // width)
+    return fewest_changes(
+        members, _choose(members, lo, hi, current, row_key, fleet_rank), current, lo, hi
+    )
+
+
+def _choose(
+    members: I64,
+    lo: I64,
+    hi: I64,
+    current: I64,
+    row_key: NDArray[np.uint64],
+    fleet_rank: I64 | None,
+) -> I64:
+    """Sticky, then greedy, then balanced: primaries within bounds, few of them changed."""
     primary = _sticky(members, current, hi, row_key)
     open_rows = np.flatnonzero(primary < 0)
     if not open_rows.size:
@@ -68,6 +82,130 @@ def _balanced(members: I64, primary: I64, lo: I64, hi: I64) -> I64:
     if ((count > hi) | (count < lo)).any():
         _Balancer(members, primary, lo, hi).run()
     return primary
+
+
+#: Zones with at most this many member slots (rows × R') get the negative-cycle check.
+CYCLE_SLOTS = 6_000
+
+
+def fewest_changes(members: I64, primary: I64, current: I64, lo: I64, hi: I64) -> I64:
+    """``primary`` (within bounds) changed along negative cycles until none is left: then no
+    assignment of primaries to these members within the bounds keeps more current primaries.
+
+    The primaries are a min-cost flow (row → member, cost −1 at the row's current primary;
+    node ``i`` between ``lo[i]`` and ``hi[i]``), and a flow is optimal exactly when its residual
+    graph has no negative cycle. On nodes: an edge ``a → b`` is a row that ``a`` leads and
+    ``b`` is a member of, handed from ``a`` to ``b`` — cost +1 if ``a`` is its current primary,
+    −1 if ``b`` is, else 0 (the cheapest such row per pair) — and a slack vertex joins every
+    node below ``hi`` (``b → slack``) and above ``lo`` (``slack → a``). Bellman-Ford finds a
+    negative cycle; each moves at least one current primary back. Zones above
+    :data:`CYCLE_SLOTS` member slots are returned as they are.
+    """
+    rows, width = members.shape
+    if rows * width > CYCLE_SLOTS or width < 2:
+        return primary
+    n = len(lo)
+    _direct_returns(members, primary, current, lo, hi)
+    while True:
+        cycle = _negative_cycle(members, primary, current, lo, hi, n)
+        if cycle is None:
+            return primary
+        for r, b in cycle:
+            primary[r] = b
+
+
+def _direct_returns(members: I64, primary: I64, current: I64, lo: I64, hi: I64) -> None:
+    """The cycles of two edges, done first and in bulk: a row whose current primary is a
+    member below ``hi`` goes back to it when its leader is above ``lo`` (in place)."""
+    back = np.flatnonzero((primary != current) & (members == current[:, None]).any(axis=1))
+    if not len(back):
+        return
+    count = np.bincount(primary, minlength=len(lo)).tolist()
+    low, high = lo.tolist(), hi.tolist()
+    for r, a, b in zip(back.tolist(), primary[back].tolist(), current[back].tolist(), strict=True):
+        if count[b] < high[b] and count[a] > low[a]:
+            primary[r] = b
+            count[a] -= 1
+            count[b] += 1
+
+
+def _negative_cycle(
+    members: I64, primary: I64, current: I64, lo: I64, hi: I64, n: int
+) -> list[tuple[int, int]] | None:
+    """The (row, new leader) moves of one negative cycle, or None."""
+    rows, width = members.shape
+    here = np.repeat(primary, width - 1)
+    other = members[members != primary[:, None]]
+    if len(other) != len(here):  # a leader that is not a member: nothing to improve safely
+        return None
+    row = np.repeat(np.arange(rows), width - 1)
+    cur = current[row]
+    cost = (here == cur).astype(np.int64) - (other == cur)
+    # The cheapest row per (from, to) pair.
+    code = here * n + other
+    order = np.lexsort((cost, code))
+    code, cost, row = code[order], cost[order], row[order]
+    first = np.ones(len(code), dtype=np.bool_)
+    first[1:] = code[1:] != code[:-1]
+    code, cost, row = code[first], cost[first], row[first]
+    if not (cost < 0).any():
+        return None  # every cycle through the slack costs ≥ 0 without a negative edge
+    count = np.bincount(primary, minlength=n)
+    slack = n
+    tails = (code // n).tolist() + np.flatnonzero(count < hi).tolist()
+    heads = (code % n).tolist() + [slack] * int(np.count_nonzero(count < hi))
+    costs = cost.tolist() + [0] * int(np.count_nonzero(count < hi))
+    via = row.tolist() + [-1] * int(np.count_nonzero(count < hi))
+    above = np.flatnonzero(count > lo).tolist()
+    tails += [slack] * len(above)
+    heads += above
+    costs += [0] * len(above)
+    via += [-1] * len(above)
+    dist = [0] * (n + 1)
+    parent = [-1] * (n + 1)  # the edge that last lowered each vertex
+    edges = list(zip(range(len(tails)), tails, heads, costs, strict=True))
+    for _ in range(n + 1):
+        changed = False
+        for e, u, v, c in edges:
+            if dist[u] + c < dist[v]:
+                dist[v] = dist[u] + c
+                parent[v] = e
+                changed = True
+        if not changed:
+            return None
+        # A cycle of parent edges is a negative cycle (Bellman-Ford's predecessor graph is
+        # acyclic otherwise): look for one after every round instead of after n + 1 rounds.
+        start = _parent_cycle(parent, tails)
+        if start is not None:
+            moves: list[tuple[int, int]] = []
+            v = start
+            while True:
+                e = parent[v]
+                if via[e] >= 0:
+                    moves.append((via[e], heads[e]))
+                v = tails[e]
+                if v == start:
+                    return moves
+    return None
+
+
+def _parent_cycle(parent: list[int], tails: list[int]) -> int | None:
+    """A vertex on a cycle of the graph ``v → tails[parent[v]]``, or None."""
+    state = [0] * len(parent)  # 0 new, 1 on the current walk, 2 done
+    for s in range(len(parent)):
+        if state[s]:
+            continue
+        walk = []
+        v = s
+        while v >= 0 and not state[v]:
+            state[v] = 1
+            walk.append(v)
+            v = tails[parent[v]] if parent[v] >= 0 else -1
+        if v >= 0 and state[v] == 1:
+            return v
+        for w in walk:
+            state[w] = 2
+    return None
 
 
 def _sticky(members: I64, current: I64, hi: I64, row_key: NDArray[np.uint64]) -> I64:

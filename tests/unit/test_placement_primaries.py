@@ -1,0 +1,85 @@
+"""preferred.fewest_changes: the primaries keep as many current primaries as any choice within
+the bounds can, for the given members — checked against a min-cost flow
+(placement.algo.network) on random member matrices with arbitrary current primaries."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from placement.algo import preferred
+from placement.algo.hashing import mix64
+from placement.algo.network import Network
+from placement.algo.preferred import choose_primaries
+
+
+@st.composite
+def zones(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    n = draw(st.integers(2, 7))
+    width = draw(st.integers(1, min(n, 4)))
+    rows = draw(st.integers(1, 30))
+    members = np.asarray(
+        [sorted(draw(st.permutations(range(n)))[:width]) for _ in range(rows)], dtype=np.int64
+    )
+    current = np.asarray([draw(st.integers(-1, n - 1)) for _ in range(rows)], dtype=np.int64)
+    return members, current
+
+
+def most_kept(members: np.ndarray, current: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> int:
+    rows, _ = members.shape
+    n = len(lo)
+    source, sink, hub = rows + n, rows + n + 1, rows + n + 2
+    net = Network(rows + n + 3)
+    for r in range(rows):
+        net.add(source, r, 1)
+        for i in members[r].tolist():
+            net.add(r, rows + i, 1, -1 if i == current[r] else 0)
+    for i in range(n):
+        if lo[i]:
+            net.add(rows + i, sink, int(lo[i]))
+        if hi[i] > lo[i]:
+            net.add(rows + i, hub, int(hi[i] - lo[i]))
+    net.add(hub, sink, rows - int(lo.sum()))
+    assert net.min_cost_flow(source, sink, rows) == rows
+    return sum(net.flow(e) for e in range(0, len(net.to), 2) if net.cost[e] == -1)
+
+
+@settings(max_examples=400, deadline=None)
+@given(zones())
+def test_primaries_keep_the_most_current_primaries_the_bounds_allow(
+    zone: tuple[np.ndarray, np.ndarray],
+) -> None:
+    members, current = zone
+    rows, width = members.shape
+    n = int(members.max()) + 1
+    load = np.bincount(members.ravel(), minlength=n)
+    lo, hi = load // width, -(-load // width)
+    key = mix64(np.arange(rows, dtype=np.uint64), 5)
+    primary = choose_primaries(members, load, current, key)
+    assert ((members == primary[:, None]).any(axis=1)).all()
+    count = np.bincount(primary, minlength=n)
+    assert ((count >= lo) & (count <= hi)).all()
+    kept = int(np.count_nonzero(primary == current))
+    assert kept == most_kept(members, current, lo, hi)
+
+
+@settings(max_examples=100, deadline=None)
+@given(zones())
+def test_the_cycle_check_only_adds_kept_primaries(
+    zone: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """The check only ever adds kept primaries to the greedy's."""
+    members, current = zone
+    rows = members.shape[0]
+    n = int(members.max()) + 1
+    load = np.bincount(members.ravel(), minlength=n)
+    key = mix64(np.arange(rows, dtype=np.uint64), 5)
+    with_check = np.count_nonzero(choose_primaries(members, load, current, key) == current)
+    slots = preferred.CYCLE_SLOTS
+    try:
+        preferred.CYCLE_SLOTS = 0
+        without = np.count_nonzero(choose_primaries(members, load, current, key) == current)
+    finally:
+        preferred.CYCLE_SLOTS = slots
+    assert with_check >= without
