@@ -90,8 +90,10 @@ def _class_flow(
     flow meets the targets (never for targets of design/placement.md; the row solver then
     decides and says why)."""
     n, k = pb.n_nodes, len(sizes)
-    rank = pb.node_rank if pb.node_rank is not None else np.argsort(np.argsort(pb.node_key))
-    tie = [int(x) for x in np.asarray(rank).tolist()]
+    # Dense ranks 0..n-1 (a fleet or cordon rank may be zone-wide): the costs below rely on
+    # every tie cost being below n.
+    source_rank = pb.node_key if pb.node_rank is None else pb.node_rank
+    tie = np.argsort(np.argsort(source_rank, kind="stable"), kind="stable").tolist()
     bonus = n * n + 1  # above every sum of tie costs (at most n hub units of cost < n)
     keep = bonus * (pb.n_rows + 1)  # above every sum of primary bonuses and tie costs
     net = Network(k + n + 3)
@@ -127,7 +129,9 @@ KEEP_CLASS_SHARE = 0.25
 
 def keep_by_classes(pb: CoreProblem) -> tuple[I64, I64, NDArray[np.bool_]] | None:
     """Phase 1 of the core (a maximum flow over current pairs only) on row classes: rows with
-    the same demand and the same current nodes are one class, and the class keeps ``f_ci ≤
+    the same demand, current nodes and current primary are one class (the primary's edge is
+    searched first, so it is kept where the flow leaves a choice — not guaranteed: the flow
+    has no costs), and the class keeps ``f_ci ≤
     n_c`` of its rows on node ``i`` — dealt round its rows as in :func:`solve_classes`, so no
     row keeps more than its demand. Any maximum keep is min-cost for its value (every unit
     costs −1), so the fill that follows stays exact. Returns the kept pairs (rows, nodes) and
@@ -140,8 +144,9 @@ def keep_by_classes(pb: CoreProblem) -> tuple[I64, I64, NDArray[np.bool_]] | Non
     rows_sorted, nodes_sorted = pb.cur_row[order], pb.cur_node[order]
     count = np.bincount(rows_sorted, minlength=n_rows)
     width = int(count.max())
-    table = np.full((n_rows, width + 1), -1, dtype=np.int64)
+    table = np.full((n_rows, width + 2), -1, dtype=np.int64)
     table[:, 0] = pb.demand
+    table[pb.cur_row[pb.cur_first], -1] = pb.cur_node[pb.cur_first]  # the current primary
     starts = np.concatenate(([0], np.cumsum(count)[:-1]))
     column = np.arange(len(rows_sorted)) - starts[rows_sorted]
     table[rows_sorted, 1 + column] = nodes_sorted
@@ -158,7 +163,11 @@ def keep_by_classes(pb: CoreProblem) -> tuple[I64, I64, NDArray[np.bool_]] | Non
     edges: list[list[tuple[int, int]]] = []
     for c in range(k):
         demand = int(classes[c, 0])
-        held = [int(i) for i in classes[c, 1:] if i >= 0]
+        held = [int(i) for i in classes[c, 1:-1] if i >= 0]
+        lead = int(classes[c, -1])
+        if lead >= 0:  # the primary's edge first: the searches try it before the others
+            held.remove(lead)
+            held.insert(0, lead)
         net.add(source, c, int(sizes[c]) * min(demand, len(held)))
         edges.append([(i, net.add(c, k + i, int(sizes[c]))) for i in held])
     floor = pb.targets.floor.tolist()
@@ -176,7 +185,7 @@ def keep_by_classes(pb: CoreProblem) -> tuple[I64, I64, NDArray[np.bool_]] | Non
     out_rows: list[I64] = []
     out_nodes: list[I64] = []
     for c in range(k):
-        flows = [(i, net.flow(e)) for i, e in edges[c]]
+        flows = sorted((i, net.flow(e)) for i, e in edges[c])
         slots = np.repeat(np.asarray([i for i, _ in flows], dtype=np.int64), [f for _, f in flows])
         rows = class_rows[c]
         out_rows.append(rows[np.arange(len(slots)) % len(rows)])

@@ -178,9 +178,10 @@ def most_kept(
     return np.asarray([net.flow(e) for e in pair_edges], dtype=np.bool_), plus
 
 
-#: The explicit joint solver (:func:`exact_small`) takes zones with at most this many
-#: (partition, node) edges, times the choices of domains taking the ``+1``.
-SMALL_EDGES = 20_000
+#: The explicit joint solver (:func:`exact_small`) takes zones whose work — units of flow
+#: (P · R', one shortest-path search each) × edges × choices of domains taking the ``+1`` —
+#: is at most this (about a second of Python).
+SMALL_WORK = 2_000_000
 
 
 def exact_small(
@@ -196,10 +197,11 @@ def exact_small(
     """The assignment keeping the most current pairs over both levels at once, by a min-cost
     flow on the whole network (every partition to every node of every domain), for each choice
     of the domains that take the ``+1`` (each choice fixes every node's exact targets); None
-    when the zone is too large for it (:data:`SMALL_EDGES`)."""
+    when the zone is too large for it (:data:`SMALL_WORK`)."""
     n, n_dom = len(of_node), len(members)
     eligible = np.flatnonzero(domains.eligible).tolist()
-    if partitions * n * math.comb(len(eligible), domains.extra) > SMALL_EDGES:
+    size = partitions * (1 + n_dom + n) + 2 * n + n_dom
+    if partitions * width * size * math.comb(len(eligible), domains.extra) > SMALL_WORK:
         return None
     choices = combinations(eligible, domains.extra)
     current = set(zip(cur_row.tolist(), cur_node.tolist(), strict=True))

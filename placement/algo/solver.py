@@ -447,7 +447,7 @@ def _shed_nodes(
     of_node: tuple[I64, I64] | None = None  # the shedding pairs by node, once needed
     while visit:
         g = heapq.heappop(visit)
-        if g < done:
+        if g <= done and done:  # queued twice (g ≥ 1: a later owner of a shared row)
             continue
         np.add.at(taken, chosen[bounds[done] : bounds[g]], 1)
         done = g
@@ -800,9 +800,10 @@ def _maximize_keep(st: _State) -> None:
     once (:func:`_keep_levels`, one BFS), then augments along paths that go one level deeper
     at each step until none is left (:func:`_keep_blocking`: a depth-first search that keeps
     its place in every vertex's edge list and drops a vertex that led nowhere for the rest of
-    the phase). The shortest path grows with every phase, so there are O(√V) phases of O(E)
-    each — instead of one O(E) search per augmenting path (thousands of them when an R change
-    and a mass departure leave every row short: minutes at P = 65,536).
+    the phase). The shortest path grows with every phase, so there are few phases
+    (O(min(√E, V^⅔)) for such networks) of O(E) each — instead of one O(E) search per
+    augmenting path (thousands of them when an R change and a mass departure leave every row
+    short: minutes at P = 65,536).
     """
     while True:
         sources = [r for r in range(st.n_rows) if st.hole(r) > 0 and st.cur[r] - st.members[r]]

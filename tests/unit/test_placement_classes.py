@@ -20,7 +20,7 @@ from placement.algo.classes import solve_classes
 from placement.algo.hashing import mix64
 from placement.algo.place import place
 from placement.algo.solver import CoreProblem, Pairs, solve
-from placement.algo.targets import demand_targets
+from placement.algo.targets import Targets, demand_targets
 from placement.core.model import Node, ZoneSpec
 
 
@@ -238,3 +238,53 @@ def test_the_keep_on_classes_is_a_maximum_keep(pb: CoreProblem) -> None:
     finally:
         classes.KEEP_CLASS_SHARE = share
     assert with_classes == without
+
+
+def test_a_zone_wide_rank_does_not_outweigh_a_kept_pair() -> None:
+    """A fleet or cordon rank can be zone-wide (far above the problem's node count): the class
+    flow ranks densely, so a tie never costs a kept pair (found by review: rank 1000 kept 1
+    pair of 2)."""
+    targets = Targets(np.asarray([1, 1]), np.asarray([True, True]), extra=1)
+    pb = CoreProblem(
+        demand=np.ones(3, dtype=np.int64),
+        targets=targets,
+        cur_row=np.arange(3, dtype=np.int64),
+        cur_node=np.zeros(3, dtype=np.int64),
+        cur_first=np.ones(3, dtype=np.bool_),
+        row_key=mix64(np.arange(3, dtype=np.uint64), 7),
+        node_key=mix64(np.arange(2, dtype=np.uint64), 11),
+        node_rank=np.asarray([1000, 0], dtype=np.int64),
+    )
+    pairs = solve_classes(pb)
+    assert pairs is not None
+    check_valid(pb, pairs)
+    assert kept(pb, pairs) == 2
+
+
+def test_the_keep_on_classes_keeps_the_current_primaries_it_can() -> None:
+    """Rows alike but for their primary are classes of their own, and the primary's edge is
+    searched first (found by review: row 3 lost its primary although every one could stay)."""
+    targets = Targets(np.asarray([2, 2, 2]), np.asarray([True, True, True]), extra=2)
+    rows = np.repeat(np.arange(4, dtype=np.int64), 3)
+    nodes = np.tile(np.arange(3, dtype=np.int64), 4)
+    primary = np.asarray([0, 1, 2, 0])
+    pb = CoreProblem(
+        demand=np.full(4, 2, dtype=np.int64),
+        targets=targets,
+        cur_row=rows,
+        cur_node=nodes,
+        cur_first=nodes == primary[rows],
+        row_key=mix64(np.arange(4, dtype=np.uint64), 7),
+        node_key=mix64(np.arange(3, dtype=np.uint64), 11),
+    )
+    share = classes.KEEP_CLASS_SHARE
+    try:
+        classes.KEEP_CLASS_SHARE = 1.0
+        found = classes.keep_by_classes(pb)
+    finally:
+        classes.KEEP_CLASS_SHARE = share
+    assert found is not None
+    kept_rows, kept_nodes, _ = found
+    pairs = set(zip(kept_rows.tolist(), kept_nodes.tolist(), strict=True))
+    assert len(pairs) == 8
+    assert all((r, int(primary[r])) in pairs for r in range(4))
