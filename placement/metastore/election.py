@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from placement.aio import cancel_and_wait
 from placement.errors import Compacted, NotLeader, StoreUnavailable
@@ -33,6 +35,8 @@ from placement.metastore.transitions import Fence
 from placement.metastore.txn import Compare, Delete, Get, Put
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Leadership(Losable):
@@ -136,8 +140,11 @@ class Election:
         """Block until this candidate leads; return its :class:`Leadership`.
 
         Raises :class:`NotLeader` when the lease is lost or the key removed while waiting, and
-        :class:`StoreUnavailable` when etcd cannot be reached. On any error or cancellation the
-        lease is revoked, which removes the candidate's key.
+        :class:`StoreUnavailable` when etcd cannot be reached to grant the lease. Once the
+        candidate holds a lease, a call that gets no answer (etcd briefly away, or this loop
+        blocked past the call timeout) is retried with backoff while the lease lives, so the
+        candidate keeps its place in line. On any error or cancellation the lease is revoked,
+        which removes the candidate's key.
         """
         lease = await self._client.grant_lease(self.ttl)
         try:
@@ -149,12 +156,31 @@ class Election:
                 await asyncio.shield(lease.revoke())
             raise
 
+    async def _patiently(self, lease: Lease, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, retried with backoff while it gets no answer and ``lease`` lives.
+
+        Safe for every call of the campaign: reads, and the create transaction, whose compare
+        fails on a retry after an unseen success and then finds the key under this lease.
+        """
+        backoff = self._client.reconnect_backoff()
+        while True:
+            try:
+                return await call()
+            except StoreUnavailable as e:
+                if lease.is_lost:
+                    raise NotLeader(f"{self.member_id}: lease lost while campaigning: {e}") from e
+                log.info("%s: campaign call got no answer (%s); retrying", self.member_id, e)
+                await self._client.sleep(backoff.next())
+
     async def _create_key(self, lease: Lease) -> int:
         while True:
-            result = await self._client.txn(
-                (Compare.create(self.key, "==", 0),),
-                (Put(self.key, self.value, lease=lease.id),),
-                (Get(self.key),),
+            result = await self._patiently(
+                lease,
+                lambda: self._client.txn(
+                    (Compare.create(self.key, "==", 0),),
+                    (Put(self.key, self.value, lease=lease.id),),
+                    (Get(self.key),),
+                ),
             )
             if result.succeeded:
                 return result.revision
@@ -173,7 +199,8 @@ class Election:
 
     async def _wait_predecessors(self, lease: Lease, epoch: int) -> None:
         prefix = self._keys.leader_prefix()
-        while True:
+
+        async def look() -> tuple[Range, Range]:
             found = await self._client.range(
                 prefix,
                 prefix_range_end(prefix),
@@ -182,7 +209,10 @@ class Election:
                 descending=True,
                 limit=1,
             )
-            own = await self._client.get(self.key, revision=found.revision)
+            return found, await self._client.get(self.key, revision=found.revision)
+
+        while True:
+            found, own = await self._patiently(lease, look)
             if not Fence(self.key, epoch).holds(own.first()):
                 raise NotLeader(f"{self.member_id}: candidate key removed while campaigning")
             predecessor = found.first()
@@ -198,7 +228,13 @@ class Election:
             done, _ = await asyncio.wait({deleted, lost}, return_when=asyncio.FIRST_COMPLETED)
             if lost in done:
                 raise NotLeader(f"{self.member_id}: lease lost while campaigning: {lost.result()}")
-            deleted.result()
+            try:
+                deleted.result()
+            except StoreUnavailable as e:
+                # The watch gave up resuming: the caller looks again (retrying while the lease
+                # lives), after a pause so an outage is not met with a tight loop.
+                log.info("%s: watch on %r ended (%s); looking again", self.member_id, key, e)
+                await self._client.sleep(self._client.reconnect_backoff().next())
         finally:
             for task in (deleted, lost):
                 task.cancel()

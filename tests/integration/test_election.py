@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from placement.errors import NotLeader, PlacementError
+from placement.errors import NotLeader, PlacementError, StoreUnavailable
 from placement.metastore.election import Election, current_leader
 from placement.metastore.etcd import EtcdClient, KeepAliveThread
 from placement.metastore.keys import KeySpace, prefix_range_end
-from placement.metastore.kv import EventKind
+from placement.metastore.kv import EventKind, Range
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Outcome
 
@@ -159,6 +159,70 @@ def _block_the_loop(how: str, seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
+
+
+class _UnansweredLooks(EtcdClient):
+    """A real client whose first ``fail`` looks for a predecessor get no answer: they raise
+    what a call past its timeout raises (etcd briefly away, or this loop blocked for longer
+    than the call timeout, as in the blocked-loop test below)."""
+
+    def __init__(self, endpoints: list[str], fail: float) -> None:
+        super().__init__(endpoints)
+        self.fail = fail
+        self.failed = 0
+        self.all_failed = asyncio.Event()
+
+    async def range(self, key: bytes, range_end: bytes | None = None, **kw: Any) -> Range:
+        if kw.get("max_create_revision") and self.failed < self.fail:
+            self.failed += 1
+            if self.failed >= self.fail:
+                self.all_failed.set()
+            raise StoreUnavailable("range: no answer in time (Deadline Exceeded)")
+        return await super().range(key, range_end, **kw)
+
+
+async def test_a_waiting_candidate_whose_look_goes_unanswered_keeps_its_place(
+    etcd: Any, keys: KeySpace
+) -> None:
+    """Unanswered looks for the predecessor are retried under the same lease and key: the
+    candidate neither gives up nor queues again, and it leads in the term its key began."""
+    async with EtcdClient([etcd.endpoint]) as c1, _UnansweredLooks([etcd.endpoint], 3) as c2:
+        first = await Election(c1, keys, "a", ttl=TTL).campaign()
+        rival = asyncio.create_task(Election(c2, keys, "b", ttl=TTL).campaign())
+        await _candidates(c1, keys, 2)
+        queued = (await c1.get(keys.leader("b"))).first()
+        assert queued is not None
+        async with asyncio.timeout(WAIT):
+            await c2.all_failed.wait()
+        await _not_done_yet(rival)
+        await first.resign()
+        async with asyncio.timeout(WAIT):
+            second = await rival
+        assert (second.epoch, second.lease.id) == (queued.create_revision, queued.lease)
+        await second.resign()
+
+
+async def test_a_candidate_that_gets_no_answer_stops_when_its_lease_is_lost(
+    etcd: Any, keys: KeySpace
+) -> None:
+    """Retrying does not outlive the lease: every look unanswered and the lease revoked
+    elsewhere, the campaign ends with NotLeader within a keep-alive interval."""
+    async with (
+        EtcdClient([etcd.endpoint]) as c1,
+        _UnansweredLooks([etcd.endpoint], float("inf")) as c2,
+    ):
+        first = await Election(c1, keys, "a", ttl=TTL).campaign()
+        rival = asyncio.create_task(Election(c2, keys, "b", ttl=TTL).campaign())
+        await _candidates(c1, keys, 2)
+        queued = (await c1.get(keys.leader("b"))).first()
+        assert queued is not None
+        await _not_done_yet(rival)
+        assert c2.failed > 0
+        await c1.revoke_lease(queued.lease)
+        with pytest.raises(NotLeader, match="lease lost"):
+            async with asyncio.timeout(TTL + 1.0):
+                await rival
+        await first.resign()
 
 
 @pytest.mark.parametrize("how", ["sleep", "busy"])
