@@ -33,7 +33,7 @@ from itertools import combinations
 import numpy as np
 from numpy.typing import NDArray
 
-from placement.algo.network import Network
+from placement.algo.network import Network, augment
 from placement.algo.targets import Targets, weighted_targets
 
 I64 = NDArray[np.int64]
@@ -127,23 +127,12 @@ def most_kept(
     node_base = pd_base + n_pd
     hub_base = node_base + n
     g, sink = hub_base + n_domains, hub_base + n_domains + 1
-    net = Network(sink + 1)
     given = int(kept.sum())
     kept = _direct(width, cur_row, cur_node, pd_of_pair, bands.node_floor, kept)
     kept_pd = np.bincount(pd_of_pair[kept], minlength=n_pd)
     if (kept_pd > 1).any():
         return None
     kept_row = np.bincount(row_of_pd, weights=kept_pd, minlength=n_rows).astype(np.int64)
-    for r, flow in enumerate(kept_row.tolist()):
-        net.add(source, row_base + r, width, flow=flow)
-    for j, (r, flow) in enumerate(zip(row_of_pd.tolist(), kept_pd.tolist(), strict=True)):
-        net.add(row_base + r, pd_base + j, 1, flow=flow)
-    pair_edges = [
-        net.add(pd_base + j, node_base + i, 1, flow=f)
-        for j, i, f in zip(
-            pd_of_pair.tolist(), cur_node.tolist(), kept.astype(np.int64).tolist(), strict=True
-        )
-    ]
     held = np.bincount(cur_node[kept], minlength=n)
     base = np.minimum(held, bands.node_floor)
     over = held - base
@@ -152,30 +141,36 @@ def most_kept(
     via_g = wanted - to_hub
     if (over > bands.node_room).any() or (via_g > bands.plus).any() or via_g.sum() > bands.extra:
         return None
-    for i in range(n):
-        if bands.node_floor[i]:
-            net.add(node_base + i, sink, int(bands.node_floor[i]), flow=int(base[i]))
-        if bands.node_room[i]:
-            net.add(
-                node_base + i,
-                hub_base + int(of_node[i]),
-                int(bands.node_room[i]),
-                flow=int(over[i]),
-            )
-    plus_edges: dict[int, int] = {}
-    for d in range(n_domains):
-        if bands.spare[d]:
-            net.add(hub_base + d, sink, int(bands.spare[d]), flow=int(to_hub[d]))
-        if bands.plus[d]:
-            plus_edges[d] = net.add(hub_base + d, g, 1, flow=int(via_g[d]))
-    if bands.extra:
-        net.add(g, sink, bands.extra, flow=int(via_g.sum()))
-    if not net.max_flow(source, sink) and int(kept.sum()) == given:
+    nodes, doms = np.arange(n), np.arange(n_domains)
+    has_floor, has_room = bands.node_floor > 0, bands.node_room > 0
+    has_spare = bands.spare > 0
+    plus_at = np.flatnonzero(bands.plus)
+    # Edges in groups of (tail, head, capacity, flow); the pairs' group is the third.
+    extra = 1 if bands.extra else 0
+    groups = [
+        _edges(source, row_base + np.arange(n_rows), width, kept_row),
+        _edges(row_base + row_of_pd, pd_base + np.arange(n_pd), 1, kept_pd),
+        _edges(pd_base + pd_of_pair, node_base + cur_node, 1, kept),
+        _edges(node_base + nodes[has_floor], sink, bands.node_floor[has_floor], base[has_floor]),
+        _edges(
+            node_base + nodes[has_room],
+            hub_base + of_node[has_room],
+            bands.node_room[has_room],
+            over[has_room],
+        ),
+        _edges(hub_base + doms[has_spare], sink, bands.spare[has_spare], to_hub[has_spare]),
+        _edges(hub_base + plus_at, g, 1, via_g[plus_at]),
+        _edges(np.full(extra, g), sink, bands.extra, int(via_g.sum())),
+    ]
+    tail, head, cap, flow = (np.concatenate([grp[k] for grp in groups]) for k in range(4))
+    flow, added = augment(sink + 1, tail, head, cap, flow, source, sink)
+    if not added and int(kept.sum()) == given:
         return None
+    sizes = np.cumsum([len(grp[0]) for grp in groups])
+    pair_flow = flow[sizes[1] : sizes[2]]
     plus = np.zeros(n_domains, dtype=np.bool_)
-    for d, e in plus_edges.items():
-        plus[d] = net.flow(e) > 0
-    return np.asarray([net.flow(e) for e in pair_edges], dtype=np.bool_), plus
+    plus[plus_at] = flow[sizes[5] : sizes[6]] > 0
+    return pair_flow > 0, plus
 
 
 #: The explicit joint solver (:func:`exact_small`) takes zones whose work — units of flow
@@ -246,6 +241,13 @@ def exact_small(
     rows = np.asarray([p for p, _ in best[1]], dtype=np.int64)
     nodes = np.asarray([i for _, i in best[1]], dtype=np.int64)
     return rows, nodes
+
+
+def _edges(*columns: int | I64 | NDArray[np.bool_]) -> list[I64]:
+    """A group of edges as columns of one length (scalars repeated), as int64."""
+    arrays = [np.asarray(c, dtype=np.int64) for c in columns]
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    return [np.broadcast_to(a, shape) for a in arrays]
 
 
 def _direct(
