@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from placement.algo.network import Network
-from placement.algo.solver import CoreProblem, Pairs
+from placement.algo.solver import CoreProblem, Pairs, spare_ceil
 
 I64 = NDArray[np.int64]
 
@@ -193,10 +193,4 @@ def keep_by_classes(pb: CoreProblem) -> tuple[I64, I64, NDArray[np.bool_]] | Non
     ceil = np.zeros(n, dtype=np.bool_)
     for i, e in hub_edges.items():
         ceil[i] = net.flow(e) > 0
-    # The +1 slots the kept pairs do not use go to eligible nodes in tie order (the fill may
-    # still move them through the hub, at no cost).
-    open_ = np.flatnonzero(pb.targets.eligible & ~ceil)
-    tie = pb.node_key if pb.node_rank is None else pb.node_rank
-    left = pb.targets.extra - int(ceil.sum())
-    ceil[open_[np.argsort(tie[open_], kind="stable")[:left]]] = True
-    return np.concatenate(out_rows), np.concatenate(out_nodes), ceil
+    return np.concatenate(out_rows), np.concatenate(out_nodes), spare_ceil(pb, ceil)

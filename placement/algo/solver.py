@@ -14,7 +14,7 @@ exact: start from a flow that is min-cost for its value, augment along shortest 
 1. *Keep* (:func:`_keep_current`): a maximum flow that uses pairs of ``C`` only — min-cost for its
    value because every unit costs −1. Greedy (drop from over-full rows, then shed from nodes above
    their target, choosing holes in distinct rows), certified maximal by a cheap test or completed
-   by augmenting paths in Dinic's phases (:func:`_maximize_keep`).
+   by a compiled max flow started from it (:func:`_maximize_keep`).
 2. *Fill*: because step 1 is maximal, no augmenting path costs < 0, so every 0-cost path is a
    shortest one. A direct path row-with-hole → node-with-room is such a path, which makes the
    vectorised bulk fill (:func:`_bulk_fill`) an exact SSP phase; conflicts (a node twice in a row)
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from placement.algo import network
 from placement.algo.hashing import mix64
 from placement.algo.targets import Targets
 
@@ -275,10 +276,7 @@ def _fill(
         if by_class is not None:
             kept_row, kept_node, ceil = by_class
         else:
-            state = _State(pb, kept_row, kept_node, ceil)
-            _maximize_keep(state)
-            kept_row, kept_node = state.pairs()
-            ceil = np.asarray(state.ceil, dtype=np.bool_)
+            kept_row, kept_node, ceil = _maximize_keep(pb, keep, ceil)
         holes = pb.demand - np.bincount(kept_row, minlength=pb.n_rows)
         held = np.bincount(kept_node, minlength=pb.n_nodes)
         free = pb.targets.floor + ceil - held
@@ -308,6 +306,57 @@ def _fill(
 
 
 # --- phase 1: keep -----------------------------------------------------------------------------
+
+
+def _maximize_keep(
+    pb: CoreProblem, keep: NDArray[np.bool_], ceil: NDArray[np.bool_]
+) -> tuple[I64, I64, NDArray[np.bool_]]:
+    """Phase 1 completed: the greedy keep augmented to a maximum flow over current pairs only
+    (the network of the module docstring without its new pairs), by :func:`network.augment`
+    — compiled Dinic, started from the greedy keep, so it only adds the augmenting paths
+    (thousands when an R change and a mass departure leave every row short). Returns the kept
+    pairs and which nodes take ``floor + 1``."""
+    n_rows, n = pb.n_rows, pb.n_nodes
+    source, hub, sink = n_rows + n, n_rows + n + 1, n_rows + n + 2
+    floor, eligible = pb.targets.floor, pb.targets.eligible
+    load = np.bincount(pb.cur_node[keep], minlength=n)
+    base = np.minimum(load, floor)
+    over = load - base
+    nodes = np.arange(n)
+    has_floor = floor > 0
+    groups = [
+        (np.full(n_rows, source), np.arange(n_rows), pb.demand,
+         np.bincount(pb.cur_row[keep], minlength=n_rows)),
+        (pb.cur_row, n_rows + pb.cur_node, np.ones_like(pb.cur_row), keep.astype(np.int64)),
+        (n_rows + nodes[has_floor], np.full(int(has_floor.sum()), sink), floor[has_floor],
+         base[has_floor]),
+        (n_rows + nodes[eligible], np.full(int(eligible.sum()), hub),
+         np.ones(int(eligible.sum()), dtype=np.int64), over[eligible]),
+        (np.asarray([hub]), np.asarray([sink]), np.asarray([pb.targets.extra]),
+         np.asarray([int(over.sum())])),
+    ]  # fmt: skip
+    tail, head, cap, flow = (
+        np.concatenate([np.asarray(g[k], dtype=np.int64) for g in groups]) for k in range(4)
+    )
+    flow, _ = network.augment(sink + 1, tail, head, cap, flow, source, sink)
+    at = n_rows
+    kept = flow[at : at + len(pb.cur_row)] > 0
+    at += len(pb.cur_row) + int(has_floor.sum())
+    ceil = np.zeros(n, dtype=np.bool_)
+    ceil[nodes[eligible]] = flow[at : at + int(eligible.sum())] > 0
+    return pb.cur_row[kept], pb.cur_node[kept], spare_ceil(pb, ceil)
+
+
+def spare_ceil(pb: CoreProblem, ceil: NDArray[np.bool_]) -> NDArray[np.bool_]:
+    """``ceil`` (the nodes whose kept pairs use their ``+1``) with the ``+1`` slots left over
+    given to the other eligible nodes in tie order (the fill may still move them through the
+    hub, at no cost)."""
+    open_ = np.flatnonzero(pb.targets.eligible & ~ceil)
+    tie = pb.node_key if pb.node_rank is None else pb.node_rank
+    left = pb.targets.extra - int(ceil.sum())
+    ceil = ceil.copy()
+    ceil[open_[np.argsort(tie[open_], kind="stable")[:left]]] = True
+    return ceil
 
 
 def _keep_current(pb: CoreProblem) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
@@ -791,115 +840,6 @@ class _State:
             else:
                 self.remove(v, u - nodes_lo)
             v = u
-
-
-def _maximize_keep(st: _State) -> None:
-    """Augment over current pairs until no row with a hole can gain one: Dinic's phases.
-
-    Each phase finds the shortest augmenting paths' length from every row with a hole at
-    once (:func:`_keep_levels`, one BFS), then augments along paths that go one level deeper
-    at each step until none is left (:func:`_keep_blocking`: a depth-first search that keeps
-    its place in every vertex's edge list and drops a vertex that led nowhere for the rest of
-    the phase). The shortest path grows with every phase, so there are few phases
-    (O(min(√E, V^⅔)) for such networks) of O(E) each — instead of one O(E) search per
-    augmenting path (thousands of them when an R change and a mass departure leave every row
-    short: minutes at P = 65,536).
-    """
-    while True:
-        sources = [r for r in range(st.n_rows) if st.hole(r) > 0 and st.cur[r] - st.members[r]]
-        if not sources:
-            return
-        level = _keep_levels(st, sources)
-        if level is None or not _keep_blocking(st, sources, level):
-            return
-
-
-def _keep_out(st: _State, v: int) -> list[int]:
-    """The residual edges over current pairs leaving vertex ``v``, in vertex order: a row to
-    the nodes of its unused current pairs; a node to the hub (when it may take a ``+1``) and
-    to the rows it holds; the hub to the nodes holding ``+1``."""
-    n_rows, hub = st.n_rows, st.hub
-    if v < n_rows:
-        return [n_rows + i for i in sorted(st.cur[v] - st.members[v])]
-    if v < hub:
-        i = v - n_rows
-        rows = sorted(st.rows_of[i])
-        return [*rows, hub] if st.eligible[i] and not st.ceil[i] else rows
-    return [n_rows + j for j in range(st.n_nodes) if st.ceil[j]]
-
-
-def _keep_edge(st: _State, v: int, u: int) -> bool:
-    """Whether the residual edge ``v → u`` of :func:`_keep_out` still exists."""
-    n_rows, hub = st.n_rows, st.hub
-    if v < n_rows:
-        i = u - n_rows
-        return i in st.cur[v] and i not in st.members[v]
-    if v < hub:
-        i = v - n_rows
-        return (st.eligible[i] and not st.ceil[i]) if u == hub else u in st.rows_of[i]
-    return st.ceil[u - n_rows]
-
-
-def _ends(st: _State, u: int) -> bool:
-    """A path over current pairs ends at a node with room."""
-    return st.n_rows <= u < st.hub and st.room(u - st.n_rows) > 0
-
-
-def _keep_levels(st: _State, sources: list[int]) -> list[int] | None:
-    """BFS distances from the rows with holes, up to the first level with a node that has
-    room (those nodes are not expanded); None when no node with room is reached."""
-    level = [-1] * (st.hub + 1)
-    for r in sources:
-        level[r] = 0
-    queue = deque(sources)
-    last: int | None = None
-    while queue:
-        v = queue.popleft()
-        if last is not None and level[v] >= last:
-            break
-        for u in _keep_out(st, v):
-            if level[u] < 0:
-                level[u] = level[v] + 1
-                if _ends(st, u):
-                    last = level[u]
-                else:
-                    queue.append(u)
-    return None if last is None else level
-
-
-def _keep_blocking(st: _State, sources: list[int], level: list[int]) -> bool:
-    """Augment along paths whose every step goes one level deeper until none is left; True
-    when at least one path was applied."""
-    arcs: dict[int, list[int]] = {}
-    at: dict[int, int] = {}
-    blocked: set[int] = set()
-    applied = False
-    for source in sources:
-        path = [source]
-        while path and st.hole(source) > 0:
-            v = path[-1]
-            if v not in arcs:
-                arcs[v] = [u for u in _keep_out(st, v) if level[u] == level[v] + 1]
-                at[v] = 0
-            edges, k = arcs[v], at[v]
-            while k < len(edges) and (edges[k] in blocked or not _keep_edge(st, v, edges[k])):
-                k += 1
-            at[v] = k
-            if k == len(edges):
-                blocked.add(v)
-                path.pop()
-                continue
-            u = edges[k]
-            if _ends(st, u):
-                parent = {path[0]: -1}
-                for a, b in zip(path, [*path[1:], u], strict=True):
-                    parent[b] = a
-                st.apply(parent, u)
-                applied = True
-                path = [source]
-            else:
-                path.append(u)
-    return applied
 
 
 def _expand_node(

@@ -227,9 +227,7 @@ def test_the_keep_on_classes_is_a_maximum_keep(pb: CoreProblem) -> None:
     assert int(ceil.sum()) == pb.targets.extra
     assert not (ceil & ~pb.targets.eligible).any()
     keep, first_ceil = solver._keep_current(pb)
-    state = solver._State(pb, pb.cur_row[keep], pb.cur_node[keep], first_ceil)
-    solver._maximize_keep(state)
-    assert len(pairs) == len(state.pairs()[0])
+    assert len(pairs) == len(solver._maximize_keep(pb, keep, first_ceil)[0])
     with_classes = kept(pb, solve(pb))
     share = classes.KEEP_CLASS_SHARE
     try:
