@@ -383,6 +383,32 @@ class _Balancer:
         self._by_node: I64 | None = None
         self._starts: I64 | None = None
         self._scans = 0
+        #: The rows each node leads, built by the first search that asks (:meth:`led`) and
+        #: kept up to date by :meth:`_lead`, the only writer of ``primary`` from then on.
+        self._led: list[set[int]] | None = None
+        self._led_sorted: dict[int, I64] = {}  # led(node) until node gains or loses a row
+
+    def led(self, node: int) -> I64:
+        """The rows ``node`` leads, in row order (an index: a scan of every row per expansion
+        made long searches O(P) per node reached)."""
+        if self._led is None:
+            self._led = [set() for _ in range(len(self.lo))]
+            for row, lead in enumerate(self.primary.tolist()):
+                self._led[lead].add(row)
+        rows = self._led_sorted.get(node)
+        if rows is None:
+            rows = self._led_sorted[node] = np.asarray(sorted(self._led[node]), dtype=np.int64)
+        return rows
+
+    def _lead(self, row: int, node: int) -> None:
+        """``node`` leads ``row`` from now on."""
+        if self._led is not None:
+            old = int(self.primary[row])
+            self._led[old].discard(row)
+            self._led[node].add(row)
+            self._led_sorted.pop(old, None)
+            self._led_sorted.pop(node, None)
+        self.primary[row] = node
 
     def rows_of(self, node: int) -> I64:
         """The rows ``node`` is a member of, in row order.
@@ -423,7 +449,6 @@ class _Balancer:
         loses entries. When no such path is left, :meth:`_shift` searches longer ones; the
         list is patched for the rows they move.
         """
-        primary = self.primary
         count, hi = self.count.tolist(), self.hi.tolist()  # Python ints in the loop
         todo = over.tolist()
         queue = self._candidates(over)
@@ -438,7 +463,7 @@ class _Balancer:
                 _, row, other = queue[j]
                 j += 1
                 if row != given and count[other] < hi[other]:
-                    primary[row] = other
+                    self._lead(row, other)
                     count[other] += 1
                     count[start] -= 1
                     given = row
@@ -499,7 +524,7 @@ class _Balancer:
             if not len(ok) or not ok[k]:
                 return
             i = at + k
-            primary[rows[i]] = start
+            self._lead(int(rows[i]), start)
             count[others[i]] -= 1
             count[start] += 1
             at = i + 1
@@ -526,7 +551,7 @@ class _Balancer:
         while queue:
             node = queue.popleft()
             if give:
-                rows = np.flatnonzero(self.primary == node)
+                rows = self.led(node)
                 width = self.members.shape[1]
                 others = self.members[rows].ravel()
                 rows = np.repeat(rows, width)
@@ -574,14 +599,14 @@ class _Balancer:
         found: usually the first node reached from ``start`` ends the search, and the rest of
         the start's expansion is never deduplicated.
         """
-        primary, members = self.primary, self.members
+        members = self.members
         width = members.shape[1]
         ends = self.count < self.hi
         reached = {start}
         via: dict[int, tuple[int, int]] = {}
 
         def expand(node: int) -> tuple[I64, I64, int]:
-            led = np.flatnonzero(primary == node)
+            led = self.led(node)
             block = members[led].ravel()
             hit = ends[block]
             k = int(hit.argmax()) if len(hit) else 0
@@ -619,7 +644,7 @@ class _Balancer:
         self.count[end] += 1
         while node in via:
             row, prev = via[node]
-            self.primary[row] = node
+            self._lead(row, node)
             changes.append((row, prev, node))
             node = prev
         self.count[node] -= 1
@@ -636,7 +661,7 @@ class _Balancer:
             if row < 0:
                 break
             old, new = (prev, node) if give else (node, prev)
-            self.primary[row] = new
+            self._lead(row, new)
             changes.append((row, old, new))
             node = prev
         self.count[node] += -1 if give else 1
