@@ -48,6 +48,7 @@ class Bands:
     spare: I64  #: e_d
     plus: NDArray[np.bool_]  #: d may take T_d + 1
     extra: int  #: E
+    domains: Targets  #: the domain totals the bands were derived from
 
 
 def bands(
@@ -71,7 +72,7 @@ def bands(
         floor[at] = base[of]
         room[at] = (upper - base)[of]
         spare[:] = lows - base * size
-        return Bands(floor, room, spare, domains.eligible.copy(), domains.extra)
+        return Bands(floor, room, spare, domains.eligible.copy(), domains.extra, domains)
     for d, nodes in enumerate(members):
         low = int(domains.floor[d])
         _, at_low = weighted_targets(list(node_weights[d]), low, hi=[low] * len(nodes))
@@ -83,7 +84,7 @@ def bands(
         floor[nodes] = at_low.floor
         room[nodes] = upper - at_low.floor
         spare[d] = at_low.extra
-    return Bands(floor, room, spare, domains.eligible.copy(), domains.extra)
+    return Bands(floor, room, spare, domains.eligible.copy(), domains.extra, domains)
 
 
 def cut_bound(

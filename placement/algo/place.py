@@ -611,7 +611,6 @@ def _keep_most(ctx: _Context, dom: _Domains, pairs: Pairs, limits: domain_keep.B
     kept = chosen[ctx.cur_row * width + ctx.cur_node]
     if kept.all():
         return pairs
-    _, targets = weighted_targets(dom.weights, ctx.total, hi=[ctx.partitions] * n_dom)
     args = (ctx.width, ctx.cur_row, ctx.cur_node, dom.of_node, limits, n_dom)
     if int(kept.sum()) >= domain_keep.cut_bound(*args):
         return pairs
@@ -628,7 +627,7 @@ def _keep_most(ctx: _Context, dom: _Domains, pairs: Pairs, limits: domain_keep.B
         # The flow's kept set could not be completed as it is (the levels had to drop one of
         # its pairs): a small zone is solved on the whole network instead.
         exact = domain_keep.exact_small(
-            ctx.partitions, *args[:4], targets, dom.node_weights, dom.nodes
+            ctx.partitions, *args[:4], limits.domains, dom.node_weights, dom.nodes
         )
         if exact is not None and _kept(ctx, exact) > _kept(ctx, again):
             again = exact

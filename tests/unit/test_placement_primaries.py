@@ -45,17 +45,22 @@ def most_kept(members: np.ndarray, current: np.ndarray, lo: np.ndarray, hi: np.n
     return sum(net.flow(e) for e in range(0, len(net.to), 2) if net.cost[e] == -1)
 
 
+def _loads_and_keys(members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's replicas and the rows' tie keys of a zone of member rows."""
+    load = np.bincount(members.ravel(), minlength=int(members.max()) + 1)
+    return load, mix64(np.arange(members.shape[0], dtype=np.uint64), 5)
+
+
 @settings(max_examples=400, deadline=None)
 @given(zones())
 def test_primaries_keep_the_most_current_primaries_the_bounds_allow(
     zone: tuple[np.ndarray, np.ndarray],
 ) -> None:
     members, current = zone
-    rows, width = members.shape
-    n = int(members.max()) + 1
-    load = np.bincount(members.ravel(), minlength=n)
+    width = members.shape[1]
+    load, key = _loads_and_keys(members)
+    n = len(load)
     lo, hi = load // width, -(-load // width)
-    key = mix64(np.arange(rows, dtype=np.uint64), 5)
     primary = choose_primaries(members, load, current, key)
     assert ((members == primary[:, None]).any(axis=1)).all()
     count = np.bincount(primary, minlength=n)
@@ -71,10 +76,7 @@ def test_the_cycle_check_only_adds_kept_primaries(
 ) -> None:
     """The check only ever adds kept primaries to the greedy's."""
     members, current = zone
-    rows = members.shape[0]
-    n = int(members.max()) + 1
-    load = np.bincount(members.ravel(), minlength=n)
-    key = mix64(np.arange(rows, dtype=np.uint64), 5)
+    load, key = _loads_and_keys(members)
     with_check = np.count_nonzero(choose_primaries(members, load, current, key) == current)
     slots = preferred.CYCLE_SLOTS
     try:
