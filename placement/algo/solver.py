@@ -953,8 +953,8 @@ def _swap_repair(
 ) -> tuple[I64, NDArray[np.bool_]]:
     """Place conflicting slots by swapping nodes with another new slot (a 0-cost path).
 
-    ``budget``: raise :class:`_Exhausted` after ``PROBES_BASE + budget × conflicts`` probes
-    (None: no limit).
+    ``budget``: raise :class:`_Exhausted` once more than ``PROBES_BASE + budget × k`` probes
+    were spent on the first ``k`` conflicts (None: no limit).
 
     Slot ``s`` wants ``(p, i)`` but ``i`` already holds ``p``; a placed new slot ``(q, k)`` with
     ``k ∉ p`` and ``i ∉ q`` becomes ``(p, k), (q, i)``: same loads, same number of new pairs.
@@ -995,9 +995,10 @@ def _swap_repair(
     count = len(row)
     stride = _coprime_stride(count)
     probes = 0
-    limit = None if budget is None else PROBES_BASE + budget * len(todo)
-    for s in todo:
-        if limit is not None and probes > limit:
+    for done, s in enumerate(todo):
+        # The budget holds at every step, not only in total: a hopeless repair (every probe
+        # failing) stops after a few thousand probes instead of conflicts × budget of them.
+        if budget is not None and probes > PROBES_BASE + budget * done:
             raise _Exhausted
         p, i, ps = int(slot_row[s]), int(node[s]), int(slot_column[s])
         step = 0
