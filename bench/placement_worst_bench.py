@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python bench/placement_worst_bench.py [--quick]
+    .venv/bin/python bench/placement_worst_bench.py [--quick] [--only TEXT]
 
 Every construction below is a current assignment built to defeat one of place()'s shortcuts
 (design/placement.md, "How it stays fast"): the greedy keep, the bulk fill, the swap repair
@@ -224,6 +224,12 @@ def run_mix(rng: random.Random, mix: Mix, p: int, n: int) -> tuple[float, float]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="P = 8,192, N = 200, no search")
+    parser.add_argument(
+        "--only",
+        metavar="TEXT",
+        help="time only the constructions whose description contains TEXT (each built from"
+        " the same random stream as in a whole run), no search, no results file",
+    )
     args = parser.parse_args()
     p, n = (8192, 200) if args.quick else (65536, 1000)
     rng = random.Random(1)
@@ -237,16 +243,20 @@ def main() -> int:
             current = case.build(rng, p, [x.name for x in nodes], case.before)
             live = live_nodes(nodes, case.departed, rng)
             zone = ZoneSpec("z", p, case.after, failure_domain="rack" if domains else None)
-            best, slowest = timed(zone, live, current)
             what = (
                 f"{case.name}, R {case.before} → {case.after},"
                 f" {int(case.departed * 100)} % departed, {label}"
             )
+            if args.only is not None and args.only not in what:
+                continue
+            best, slowest = timed(zone, live, current)
             rows.append((what, best, slowest))
             worst = max(worst, (slowest, what))
             print(f"{what}: {seconds(best)} / {seconds(slowest)} s", flush=True)
     load.append(uptime())
     searched: list[tuple[str, float, float]] = []
+    if args.only is not None:
+        return 0
     if not args.quick:
         for _, mix in search(rng, SEARCH_ROUNDS)[:5]:
             best, slowest = run_mix(rng, mix, p, n)
