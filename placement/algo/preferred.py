@@ -84,8 +84,10 @@ def _balanced(members: I64, primary: I64, lo: I64, hi: I64) -> I64:
     return primary
 
 
-#: Zones with at most this many member slots (rows × R') get the negative-cycle check.
-CYCLE_SLOTS = 6_000
+#: The searches for negative cycles stop once their member slots (rows × R' per search) add
+#: up to this: about 0.1 s (P = 10,000 at R = 3 takes 20 searches after a join; a zone of
+#: 65,536 × 3 at least 10). Work, not time, so the answer is the same on every machine.
+CYCLE_WORK = 2_000_000
 
 
 def fewest_changes(members: I64, primary: I64, current: I64, lo: I64, hi: I64) -> I64:
@@ -96,22 +98,26 @@ def fewest_changes(members: I64, primary: I64, current: I64, lo: I64, hi: I64) -
     node ``i`` between ``lo[i]`` and ``hi[i]``), and a flow is optimal exactly when its residual
     graph has no negative cycle. On nodes: an edge ``a → b`` is a row that ``a`` leads and
     ``b`` is a member of, handed from ``a`` to ``b`` — cost +1 if ``a`` is its current primary,
-    −1 if ``b`` is, else 0 (the cheapest such row per pair) — and a slack vertex joins every
-    node below ``hi`` (``b → slack``) and above ``lo`` (``slack → a``). Bellman-Ford finds a
-    negative cycle; each moves at least one current primary back. Zones above
-    :data:`CYCLE_SLOTS` member slots are returned as they are.
+    −1 if ``b`` is, else 0 (the cheapest such row per pair); the bounds close the other
+    cycles: a path from a node above ``lo`` to a node below ``hi``. Bellman-Ford, vectorised
+    over the edges, finds negative cycles (all those its predecessor graph holds at once), and
+    once there are none, negative such paths (all of them that share no node); each moves at
+    least one current primary back. The searches stop at :data:`CYCLE_WORK` (then the
+    primaries are better, not proven best).
     """
     rows, width = members.shape
-    if rows * width > CYCLE_SLOTS or width < 2:
+    searches = CYCLE_WORK // max(1, rows * width)
+    if width < 2 or not searches:
         return primary
     n = len(lo)
     _direct_returns(members, primary, current, lo, hi)
-    while True:
-        cycle = _negative_cycle(members, primary, current, lo, hi, n)
-        if cycle is None:
+    for _ in range(searches):
+        moves = _improvements(members, primary, current, lo, hi, n)
+        if moves is None:
             return primary
-        for r, b in cycle:
+        for r, b in moves:
             primary[r] = b
+    return primary
 
 
 def _direct_returns(members: I64, primary: I64, current: I64, lo: I64, hi: I64) -> None:
@@ -129,10 +135,12 @@ def _direct_returns(members: I64, primary: I64, current: I64, lo: I64, hi: I64) 
             count[b] += 1
 
 
-def _negative_cycle(
+def _improvements(
     members: I64, primary: I64, current: I64, lo: I64, hi: I64, n: int
 ) -> list[tuple[int, int]] | None:
-    """The (row, new leader) moves of one negative cycle, or None."""
+    """The (row, new leader) moves of negative cycles (or, when none is left, negative paths
+    between the bounds) that share no node; None when there is none: ``primary`` keeps the
+    most current primaries."""
     rows, width = members.shape
     here = np.repeat(primary, width - 1)
     other = members[members != primary[:, None]]
@@ -141,57 +149,103 @@ def _negative_cycle(
     row = np.repeat(np.arange(rows), width - 1)
     cur = current[row]
     cost = (here == cur).astype(np.int64) - (other == cur)
-    # The cheapest row per (from, to) pair.
-    code = here * n + other
-    order = np.lexsort((cost, code))
-    code, cost, row = code[order], cost[order], row[order]
+    # The cheapest row per (from, to) pair, the first in row order on a tie: one sort of a key
+    # packing pair, cost and row (a third of the time of a lexsort on two keys).
+    key = ((here * n + other) * 3 + cost + 1) * rows + row
+    key.sort()
+    packed, row = np.divmod(key, rows)
+    code, cost = np.divmod(packed, 3)
     first = np.ones(len(code), dtype=np.bool_)
     first[1:] = code[1:] != code[:-1]
-    code, cost, row = code[first], cost[first], row[first]
+    code, cost, row = code[first], cost[first] - 1, row[first]
     if not (cost < 0).any():
         return None  # every cycle through the slack costs ≥ 0 without a negative edge
+    tails, heads = code // n, code % n
+    tail_list, head_list, via = tails.tolist(), heads.tolist(), row.tolist()
+
+    def moves_of(parents: list[int], start: int, stop: int) -> list[tuple[int, int]]:
+        """The moves of the parent edges from ``start`` back to ``stop`` (or to a root)."""
+        out: list[tuple[int, int]] = []
+        v = start
+        while True:
+            e = parents[v]
+            if e < 0:
+                return out
+            out.append((via[e], head_list[e]))
+            v = tail_list[e]
+            if v == stop:
+                return out
+
+    # Negative cycles among the nodes: Bellman-Ford from every node at once.
+    dist, parents, cycles = _bellman_ford(np.zeros(n, dtype=np.int64), tails, heads, cost)
+    if cycles:
+        # The cycles share no vertex, so no row and no node's bound: all go at once.
+        return [m for start in cycles for m in moves_of(parents, start, start)]
+    if dist is None:
+        return None
+    # None left: negative paths from a node above ``lo`` (it may give a row) to a node below
+    # ``hi`` (it may take one) — the cycles through the bounds.
     count = np.bincount(primary, minlength=n)
-    slack = n
-    tails = (code // n).tolist() + np.flatnonzero(count < hi).tolist()
-    heads = (code % n).tolist() + [slack] * int(np.count_nonzero(count < hi))
-    costs = cost.tolist() + [0] * int(np.count_nonzero(count < hi))
-    via = row.tolist() + [-1] * int(np.count_nonzero(count < hi))
-    above = np.flatnonzero(count > lo).tolist()
-    tails += [slack] * len(above)
-    heads += above
-    costs += [0] * len(above)
-    via += [-1] * len(above)
-    dist = [0] * (n + 1)
-    parent = [-1] * (n + 1)  # the edge that last lowered each vertex
-    edges = list(zip(range(len(tails)), tails, heads, costs, strict=True))
-    for _ in range(n + 1):
-        changed = False
-        for e, u, v, c in edges:
-            if dist[u] + c < dist[v]:
-                dist[v] = dist[u] + c
-                parent[v] = e
-                changed = True
-        if not changed:
-            return None
-        # A cycle of parent edges is a negative cycle (Bellman-Ford's predecessor graph is
-        # acyclic otherwise): look for one after every round instead of after n + 1 rounds.
-        start = _parent_cycle(parent, tails)
-        if start is not None:
-            moves: list[tuple[int, int]] = []
-            v = start
-            while True:
-                e = parent[v]
-                if via[e] >= 0:
-                    moves.append((via[e], heads[e]))
-                v = tails[e]
-                if v == start:
-                    return moves
-    return None
+    start = np.where(count > lo, 0, _FAR)
+    dist, parents, _ = _bellman_ford(start, tails, heads, cost)
+    if dist is None:
+        return None
+    ends = np.flatnonzero((count < hi) & (dist < 0))
+    ends = ends[np.lexsort((ends, dist[ends]))]  # the most negative first
+    used: set[int] = set()
+    moves: list[tuple[int, int]] = []
+    for end in ends.tolist():
+        path = [end]
+        while parents[path[-1]] >= 0:
+            path.append(tail_list[parents[path[-1]]])
+        if used.isdisjoint(path):  # paths sharing no node change disjoint rows and bounds
+            used.update(path)
+            moves += moves_of(parents, end, -1)
+    return moves or None
 
 
-def _parent_cycle(parent: list[int], tails: list[int]) -> int | None:
-    """A vertex on a cycle of the graph ``v → tails[parent[v]]``, or None."""
+#: A distance no path reaches.
+_FAR = 1 << 40
+
+
+def _bellman_ford(
+    dist: I64, tails: I64, heads: I64, costs: I64
+) -> tuple[I64 | None, list[int], list[int]]:
+    """Bellman-Ford from ``dist`` (in place), each round vectorised over the edges: every vertex
+    takes its cheapest offer of the round (the lowest edge id on a tie). Returns the distances
+    (None when ``len(dist)`` rounds did not settle them), the edge that last lowered each
+    vertex (-1: none) and a vertex on each cycle of those edges — a negative cycle: each such
+    edge (u, v) has dist[v] ≥ dist[u] + cost, strictly for the successor of the cycle's most
+    recently lowered vertex. Looked for after every round, so a cycle stops the search."""
+    n = len(dist)
+    parent = np.full(n, -1, dtype=np.int64)
+    by_head = np.argsort(heads, kind="stable")
+    tail_list = tails.tolist()
+    for _ in range(n):
+        offer = dist[tails[by_head]] + costs[by_head]
+        better = offer < dist[heads[by_head]]
+        if not better.any():
+            return dist, parent.tolist(), []
+        edge, value = by_head[better], offer[better]
+        pick = np.lexsort((edge, value, heads[edge]))
+        edge, value = edge[pick], value[pick]
+        head = heads[edge]
+        first = np.ones(len(edge), dtype=np.bool_)
+        first[1:] = head[1:] != head[:-1]
+        dist[head[first]] = value[first]
+        parent[head[first]] = edge[first]
+        parents = parent.tolist()
+        cycles = _parent_cycles(parents, tail_list)
+        if cycles:
+            return dist, parents, cycles
+    return None, parent.tolist(), []
+
+
+def _parent_cycles(parent: list[int], tails: list[int]) -> list[int]:
+    """A vertex on each cycle of the graph ``v → tails[parent[v]]`` (one edge out of every
+    vertex, so its cycles share no vertex)."""
     state = [0] * len(parent)  # 0 new, 1 on the current walk, 2 done
+    found = []
     for s in range(len(parent)):
         if state[s]:
             continue
@@ -202,10 +256,10 @@ def _parent_cycle(parent: list[int], tails: list[int]) -> int | None:
             walk.append(v)
             v = tails[parent[v]] if parent[v] >= 0 else -1
         if v >= 0 and state[v] == 1:
-            return v
+            found.append(v)
         for w in walk:
             state[w] = 2
-    return None
+    return found
 
 
 def _sticky(members: I64, current: I64, hi: I64, row_key: NDArray[np.uint64]) -> I64:
