@@ -149,6 +149,8 @@ def _improvements(
     row = np.repeat(np.arange(rows), width - 1)
     cur = current[row]
     cost = (here == cur).astype(np.int64) - (other == cur)
+    if not (cost < 0).any():
+        return None  # no row can return to its current primary: no cycle or path costs < 0
     # The cheapest row per (from, to) pair, the first in row order on a tie: one sort of a key
     # packing pair, cost and row (a third of the time of a lexsort on two keys).
     key = ((here * n + other) * 3 + cost + 1) * rows + row
@@ -158,8 +160,6 @@ def _improvements(
     first = np.ones(len(code), dtype=np.bool_)
     first[1:] = code[1:] != code[:-1]
     code, cost, row = code[first], cost[first] - 1, row[first]
-    if not (cost < 0).any():
-        return None  # every cycle through the slack costs ≥ 0 without a negative edge
     tails, heads = code // n, code % n
     tail_list, head_list, via = tails.tolist(), heads.tolist(), row.tolist()
 
@@ -214,18 +214,23 @@ def _bellman_ford(
     """Bellman-Ford from ``dist`` (in place), each round vectorised over the edges: every vertex
     takes its cheapest offer of the round (the lowest edge id on a tie). Returns the distances
     (None when ``len(dist)`` rounds did not settle them), the edge that last lowered each
-    vertex (-1: none) and a vertex on each cycle of those edges — a negative cycle: each such
-    edge (u, v) has dist[v] ≥ dist[u] + cost, strictly for the successor of the cycle's most
-    recently lowered vertex. Looked for after every round, so a cycle stops the search."""
+    vertex (-1: none) and a vertex on each cycle of those edges. Such a cycle is negative:
+    each such edge (u, v) has dist[v] ≥ dist[u] + cost, strictly for the successor of the
+    cycle's most recently lowered vertex. The vertices of a cycle found are frozen (they make
+    and take no more offers) and the search goes on while each round finds more, so one search
+    finds many cycles."""
     n = len(dist)
     parent = np.full(n, -1, dtype=np.int64)
     by_head = np.argsort(heads, kind="stable")
     tail_list = tails.tolist()
+    live = np.ones(n, dtype=np.bool_)
+    cycles: list[int] = []
+    frozen: set[int] = set()
     for _ in range(n):
         offer = dist[tails[by_head]] + costs[by_head]
-        better = offer < dist[heads[by_head]]
+        better = (offer < dist[heads[by_head]]) & live[tails[by_head]] & live[heads[by_head]]
         if not better.any():
-            return dist, parent.tolist(), []
+            return dist, parent.tolist(), cycles
         edge, value = by_head[better], offer[better]
         pick = np.lexsort((edge, value, heads[edge]))
         edge, value = edge[pick], value[pick]
@@ -235,16 +240,23 @@ def _bellman_ford(
         dist[head[first]] = value[first]
         parent[head[first]] = edge[first]
         parents = parent.tolist()
-        cycles = _parent_cycles(parents, tail_list)
-        if cycles:
-            return dist, parents, cycles
-    return None, parent.tolist(), []
+        found = _parent_cycles(parents, tail_list, frozen)
+        if cycles and not found:
+            break  # the rounds after the first cycles find no more: stop with those
+        for start in found:
+            cycles.append(start)
+            v = start
+            while v not in frozen:
+                frozen.add(v)
+                live[v] = False
+                v = tail_list[parents[v]]
+    return (dist if cycles else None), parent.tolist(), cycles
 
 
-def _parent_cycles(parent: list[int], tails: list[int]) -> list[int]:
-    """A vertex on each cycle of the graph ``v → tails[parent[v]]`` (one edge out of every
-    vertex, so its cycles share no vertex)."""
-    state = [0] * len(parent)  # 0 new, 1 on the current walk, 2 done
+def _parent_cycles(parent: list[int], tails: list[int], skip: set[int]) -> list[int]:
+    """A vertex on each cycle of the graph ``v → tails[parent[v]]`` that avoids ``skip`` (one
+    edge out of every vertex, so its cycles share no vertex)."""
+    state = [2 if v in skip else 0 for v in range(len(parent))]  # 1: on the walk, 2: done
     found = []
     for s in range(len(parent)):
         if state[s]:
@@ -441,14 +453,18 @@ class _Balancer:
         #: kept up to date by :meth:`_lead`, the only writer of ``primary`` from then on.
         self._led: list[set[int]] | None = None
         self._led_sorted: dict[int, I64] = {}  # led(node) until node gains or loses a row
+        self._led_scans = 0
 
     def led(self, node: int) -> I64:
         """The rows ``node`` leads, in row order (an index: a scan of every row per expansion
         made long searches O(P) per node reached)."""
         if self._led is None:
-            self._led = [set() for _ in range(len(self.lo))]
-            for row, lead in enumerate(self.primary.tolist()):
-                self._led[lead].add(row)
+            if self._led_scans < 64:  # a few searches: a scan is cheaper than the index
+                self._led_scans += 1
+                return np.flatnonzero(self.primary == node)
+            by_lead = stable_argsort(self.primary, len(self.lo))
+            counts = np.bincount(self.primary, minlength=len(self.lo))
+            self._led = [set(part.tolist()) for part in np.split(by_lead, np.cumsum(counts)[:-1])]
         rows = self._led_sorted.get(node)
         if rows is None:
             rows = self._led_sorted[node] = np.asarray(sorted(self._led[node]), dtype=np.int64)
