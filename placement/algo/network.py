@@ -14,6 +14,10 @@ from numpy.typing import NDArray
 
 I64 = NDArray[np.int64]
 
+#: Modules imported only when they are needed (:func:`augment`); whatever runs placement
+#: must be able to import them too (Spark executors: placement/pipeline/ship_env.py).
+LAZY_IMPORTS = ("scipy.sparse", "scipy.sparse.csgraph")
+
 #: Distance of a vertex no path reaches (above every path's cost).
 _UNREACHED = 1 << 62
 

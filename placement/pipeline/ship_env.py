@@ -34,10 +34,11 @@ from placement.pipeline.spark_master import Master
 # loaded by every ``placectl plan``, the local engine's included (about 10 ms of start-up).
 
 #: What the executors import beyond the product: the plan's and the report's Arrow functions
-#: (numpy, pyarrow, pydantic, orjson through the product's modules) and PySpark's Arrow
+#: (numpy, pyarrow, pydantic, orjson through the product's modules; scipy when a placement
+#: computes its joint bound, ``placement.algo.network.LAZY_IMPORTS``) and PySpark's Arrow
 #: serializers (pandas). ``tests/unit/test_ship_env.py`` checks that this covers every
 #: distribution the executor-side modules load.
-EXECUTOR_ROOTS = ("numpy", "pyarrow", "pandas", "pydantic", "orjson")
+EXECUTOR_ROOTS = ("numpy", "pyarrow", "pandas", "pydantic", "orjson", "scipy")
 #: Provided by the cluster's Spark installation, in its own version.
 SPARK_PROVIDED = frozenset({"pyspark", "py4j"})
 #: The name the archive is unpacked under in each executor's working directory.

@@ -166,11 +166,14 @@ def test_a_missing_file_on_a_local_master_is_left_as_it_is() -> None:
 
 def test_the_roots_cover_every_distribution_the_executor_side_modules_load() -> None:
     """What an executor unpickles imports the product's Spark modules: every distribution
-    they load (in a fresh interpreter) must be packed, or provided by Spark."""
+    they load (in a fresh interpreter), and those placement imports only when it needs them,
+    must be packed, or provided by Spark."""
     code = (
         "import sys, json, importlib.metadata as md\n"
         "before = set(sys.modules)\n"
         "import placement.pipeline.spark_plan, placement.pipeline.spark_report, pandas, pyarrow\n"
+        "import importlib, placement.algo.network\n"
+        "for lazy in placement.algo.network.LAZY_IMPORTS: importlib.import_module(lazy)\n"
         "top = {m.split('.')[0] for m in sys.modules if m not in before}\n"
         "found = md.packages_distributions()\n"
         "print(json.dumps(sorted({d for t in top for d in found.get(t, [])})))\n"
@@ -180,7 +183,7 @@ def test_the_roots_cover_every_distribution_the_executor_side_modules_load() -> 
     closure = set(requirement_closure(ship_env.EXECUTOR_ROOTS, ship_env._requires))
     provided = ship_env.SPARK_PROVIDED | {ship_env.PRODUCT_PACKAGE}
     assert {canonical(d) for d in loaded} - closure - provided == set()
-    assert {"numpy", "pyarrow", "pandas", "pydantic"} <= closure
+    assert {"numpy", "pyarrow", "pandas", "pydantic", "scipy"} <= closure
 
 
 def test_the_archive_is_packed_once_per_content(
