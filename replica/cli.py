@@ -23,6 +23,7 @@ import click
 from placement import failpoints
 from placement.errors import PlacementError, StoreUnavailable
 from placement.logs import configure_logging
+from placement.runtime import tune_gc
 from placement.security.credentials import EtcdCredentials
 from placement.security.flags import etcd_flags, tls_flags
 from placement.security.tls import TlsMaterial
@@ -108,6 +109,7 @@ def run(
         failpoints.load()  # a bad PLACEMENT_FAILPOINTS stops the agent here, named
         attributes = parse_attributes(attribute)
         configure_logging(log_level, log_format, {"component": "agent", "node": node})
+        tune_gc()
         code = asyncio.run(
             serve(
                 node,

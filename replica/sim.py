@@ -46,6 +46,7 @@ from placement.errors import PlacementError
 from placement.metastore.codec import NodeRecord
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
+from placement.runtime import tune_gc
 from replica.registration import Registration, parse_attributes
 from replica.server import RunningAgent, start_agent
 
@@ -253,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    tune_gc()
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(run(args))
     return 0

@@ -52,7 +52,6 @@ from placement.metastore.codec import (
     decode_leader,
     decode_node,
     decode_primary,
-    decode_size,
     decode_zone_spec,
 )
 from placement.metastore.election import current_leader
@@ -236,15 +235,19 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def replica_sizes(keys: KeySpace, kvs: Mapping[bytes, KeyValue], zone: str) -> dict[int, int]:
-    """Partition -> bytes of its largest replica, from the agents' size keys in ``kvs``."""
+def replica_sizes(
+    keys: KeySpace, kvs: Mapping[bytes, KeyValue], zone: str, cache: DecodeCache | None = None
+) -> dict[int, int]:
+    """Partition -> bytes of its largest replica, from the agents' size keys in ``kvs``;
+    ``cache``: the decoded keys of an earlier call (the zone's :class:`DecodeCache`), so a size
+    key is parsed and decoded once per change, not once per status call."""
     sizes: dict[int, int] = {}
     sizes_prefix = keys.sizes_prefix() + zone.encode() + b"/"
+    cache = cache if cache is not None else DecodeCache()
     for key, kv in kvs.items():
         if not key.startswith(sizes_prefix):
             continue
-        parsed = keys.parse(key)
-        size = decode_size(kv.value)
+        parsed, size = cache.decode(keys, key, kv)
         if parsed is not None and parsed.partition is not None and isinstance(size, ReplicaSize):
             sizes[parsed.partition] = max(sizes.get(parsed.partition, 0), size.bytes)
     return sizes
@@ -257,6 +260,7 @@ def status_on_view(
     name: str,
     now_ms: int,
     alarms: Sequence[str] = (),
+    cache: DecodeCache | None = None,
 ) -> ZoneStatusView | None:
     """Zone ``name``'s status as GetZoneStatus answers it, on ``view`` (built from ``kvs``, one
     read at ``view.revision`` holding at least what ``Metastore.read_zone_snapshot`` reads):
@@ -264,7 +268,7 @@ def status_on_view(
     is in ``kvs``; ``alarms`` (etcd's raised alarms, one line each) lead its details. None: no
     readable config."""
     leader = any(key.startswith(keys.leader_prefix()) for key in kvs)
-    sizes = replica_sizes(keys, kvs, name)
+    sizes = replica_sizes(keys, kvs, name, cache)
     status = view_zone_status(view, name, now_ms, leader=leader, sizes=sizes)
     if status is None:
         return None
@@ -412,8 +416,11 @@ class PlacementAPI:
             revision, kvs = await self.store.read_zone_snapshot(name)
             _check_revision(revision, read)
             _readable(name, kvs.get(self.keys.zone(name)))
-        view = build_view(self.keys, kvs, revision, self._decoded.setdefault(name, DecodeCache()))
-        status = status_on_view(self.keys, view, kvs, name, self._clock_ms(), self.alarms())
+        decoded = self._decoded.setdefault(name, DecodeCache())
+        view = build_view(self.keys, kvs, revision, decoded)
+        status = status_on_view(
+            self.keys, view, kvs, name, self._clock_ms(), self.alarms(), decoded
+        )
         if status is None:
             raise ZoneNotFound(name)  # dropped between the two reads
         return status

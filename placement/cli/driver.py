@@ -258,6 +258,7 @@ def run(
     from placement import failpoints
     from placement.errors import InvalidInput
     from placement.logs import configure_logging
+    from placement.runtime import tune_gc
 
     try:
         failpoints.load()  # a bad PLACEMENT_FAILPOINTS stops the driver here, named
@@ -266,6 +267,7 @@ def run(
     endpoints = [e.strip() for e in etcd.split(",") if e.strip()]
     name = member_id or f"{socket.gethostname()}-{os.getpid()}"
     configure_logging(log_level, log_format, {"component": "driver", "driver": name})
+    tune_gc()
     with contextlib.suppress(KeyboardInterrupt):
         status = asyncio.run(
             serve_driver(

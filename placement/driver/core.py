@@ -87,6 +87,7 @@ from placement.metastore.codec import (
     decode_primary,
     decode_report,
     decode_reshard_report,
+    decode_size,
     decode_zone_spec,
 )
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey
@@ -212,6 +213,8 @@ def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
     if parsed.kind is KeyKind.ASSIGN:
         assert parsed.field is not None
         return assign_versioned(parsed.field, kv)
+    if parsed.kind is KeyKind.SIZES:
+        return decode_size(kv.value)
     return None
 
 

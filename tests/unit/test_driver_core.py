@@ -619,3 +619,22 @@ def test_zones_created_in_one_pass_are_balanced_across_the_fleet_as_the_pipeline
     assert max(leads.values()) - min(leads.values()) <= 2
     plain = Counter(n for s in specs for peers in place(s, nodes).assignments for n in peers)
     assert max(plain.values()) - min(plain.values()) > 1  # what the fleet's ties avoid
+
+
+def test_replica_sizes_from_a_decode_cache_equal_a_fresh_decode_and_follow_every_change() -> None:
+    from placement.api.service import replica_sizes
+
+    store = cluster(ZoneSpec("z", 3, 2))
+    store.put(KEYS.size("z", 0, "n0"), encode_size(ReplicaSize(10, 1, 0)))
+    store.put(KEYS.size("z", 0, "n1"), encode_size(ReplicaSize(30, 2, 0)))
+    store.put(KEYS.size("z", 1, "n2"), b"not json")  # corrupt: left out
+    store.put(KEYS.size("other", 2, "n0"), encode_size(ReplicaSize(99, 1, 0)))  # another zone
+    cache = DecodeCache()
+    assert replica_sizes(KEYS, store.kvs, "z", cache) == {0: 30}
+    assert len(cache) == 3  # the zone's size keys, decoded once
+    # a rewrite (new mod_revision) and a deletion are seen, as a fresh decode sees them
+    store.put(KEYS.size("z", 0, "n0"), encode_size(ReplicaSize(50, 1, 1)))
+    store.put(KEYS.size("z", 1, "n2"), encode_size(ReplicaSize(7, 1, 1)))
+    del store.kvs[KEYS.size("z", 0, "n1")]
+    assert replica_sizes(KEYS, store.kvs, "z", cache) == {0: 50, 1: 7}
+    assert replica_sizes(KEYS, store.kvs, "z") == {0: 50, 1: 7}
