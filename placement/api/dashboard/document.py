@@ -177,10 +177,11 @@ def _zone_row(
     zone: ZoneView,
     now: int,
     alarms: Sequence[str],
+    cache: DecodeCache | None,
 ) -> ZoneRow:
     moving = sum(1 for s in zone.partitions.values() if s.pending is not None)
     spec = zone.spec
-    status = status_on_view(keys, view, kvs, zone.name, now, alarms)
+    status = status_on_view(keys, view, kvs, zone.name, now, alarms, cache)
     if status is None or not isinstance(spec, ZoneSpec):
         why = "its config is corrupt" if spec is not None else "it has keys but no config"
         return ZoneRow(
@@ -380,12 +381,16 @@ def build_document(
     driver: str,
     leading: bool,
     alarms: Sequence[str] = (),
+    cache: DecodeCache | None = None,
 ) -> Document:
     """The dashboard's document on ``view`` (decoded from ``kvs``: the whole prefix at
     ``view.revision``) at unix ms ``now``, served by instance ``driver``; ``alarms``: etcd's
-    raised alarms, one line each, in every zone's details."""
+    raised alarms, one line each, in every zone's details; ``cache``: the one ``view`` was
+    decoded with, so the zones' size keys are decoded once per change too."""
     leader, _ = _leader(keys, kvs)
-    zones = tuple(_zone_row(keys, view, kvs, zone, now, alarms) for zone in view.zones.values())
+    zones = tuple(
+        _zone_row(keys, view, kvs, zone, now, alarms, cache) for zone in view.zones.values()
+    )
     rebalances = _rebalances(view)
     return Document(
         view.revision,
@@ -457,6 +462,7 @@ class DashboardSource:
                 driver=self.driver,
                 leading=leading,
                 alarms=self.alarms(),
+                cache=self._cache,
             )
             self._last = (self._monotonic(), document)
             return document
