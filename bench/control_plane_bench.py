@@ -466,6 +466,8 @@ class JoinResult:
     pending_written: int
     txns: int
     by_kind: dict[str, int]
+    #: kind -> keys of it put or deleted in the window (every watcher receives each one)
+    keys_by_kind: dict[str, int]
     new_node_partitions: int
     start_revision: int
     end_revision: int
@@ -576,7 +578,7 @@ async def measure_join(
     cpu_at: dict[str, dict[str, float]] = {}
     pending: set[bytes] = set()
     planned: set[bytes] = set()
-    revisions: dict[int, set[str]] = {}
+    revisions: dict[int, dict[str, int]] = {}  # revision -> kind -> keys of it written there
     pending_written = 0
     stable_puts = 0
     done = asyncio.Event()
@@ -592,7 +594,12 @@ async def measure_join(
         nonlocal pending_written, stable_puts
         for e in batch.events:
             revision = e.kv.mod_revision
-            revisions.setdefault(revision, set()).add(classify(keys, e.kind, e.kv, e.prev_kv))
+            kinds = revisions.setdefault(revision, {})
+            kind = classify(keys, e.kind, e.kv, e.prev_kv)
+            assigned = keys.parse(e.kv.key) if kind == "assign" else None
+            if assigned is not None and assigned.field is not None:
+                kind = f"assign:{assigned.field.value}"  # keys counted per field, txns per kind
+            kinds[kind] = kinds.get(kind, 0) + 1
             if e.kv.key == node_key and e.kind is EventKind.PUT:
                 mark("registered", revision, now)
                 cpu_at.setdefault("registered", cpu_snapshot(cluster, node))
@@ -690,9 +697,12 @@ async def measure_join(
     on_new = sum(1 for v in after.values() if node in v)
     window = {r: kinds for r, kinds in revisions.items() if start_revision < r <= end_revision}
     by_kind: dict[str, int] = {}
+    keys_by_kind: dict[str, int] = {}
     for kinds in window.values():
-        for kind in kinds:
-            by_kind[kind] = by_kind.get(kind, 0) + 1
+        for coarse in {kind.split(":")[0] for kind in kinds}:
+            by_kind[coarse] = by_kind.get(coarse, 0) + 1
+        for kind, written in kinds.items():
+            keys_by_kind[kind] = keys_by_kind.get(kind, 0) + written
     return JoinResult(
         spawn_to_registered_s=t["registered"] - spawned,
         registered_to_datanodes_s=t["datanodes"] - t["registered"],
@@ -715,6 +725,7 @@ async def measure_join(
         pending_written=pending_written,
         txns=end_revision - start_revision,
         by_kind=by_kind,
+        keys_by_kind=keys_by_kind,
         new_node_partitions=on_new,
         start_revision=start_revision,
         end_revision=end_revision,
@@ -982,6 +993,9 @@ def report(
     for kind in sorted({k for j in joins for k in j.by_kind}):
         values = [float(j.by_kind.get(kind, 0)) for j in joins]
         lines.append(_row(f"txns touching `{kind}` keys (distinct revisions)", values, True))
+    for kind in sorted({k for j in joins for k in j.keys_by_kind}):
+        values = [float(j.keys_by_kind.get(kind, 0)) for j in joins]
+        lines.append(_row(f"`{kind}` keys put or deleted", values, True))
     lines += [
         "",
         "Driver pass cost, re-run in this process after the join on the whole prefix as etcd had",

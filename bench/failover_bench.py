@@ -54,7 +54,12 @@ from data_plane_bench import (  # noqa: E402
 
 from placement.api.client import PlacementClient  # noqa: E402
 from placement.data.partitioning import partition_of  # noqa: E402
-from placement.metastore.codec import PrimaryLease, decode_primary  # noqa: E402
+from placement.metastore.codec import (  # noqa: E402
+    LeaseTerm,
+    PrimaryLease,
+    decode_primary,
+    decode_term,
+)
 from placement.metastore.etcd import EtcdClient  # noqa: E402
 from placement.metastore.keys import KeySpace  # noqa: E402
 from placement.metastore.store import Metastore  # noqa: E402
@@ -76,16 +81,20 @@ async def leaders(client: EtcdClient, keys: KeySpace) -> dict[int, str]:
 
 
 async def renewed(client: EtcdClient, keys: KeySpace) -> None:
-    """Returns as soon as partition 0's lease gets a later expiry (it was just renewed)."""
-    key = keys.primary(ZONE, 0)
+    """Returns as soon as the lease term of partition 0's holder gets a later end (it was just
+    renewed: every lease the holder has lasts that much longer)."""
+    kv = (await client.get(keys.primary(ZONE, 0))).first()
+    lease = decode_primary(kv.value) if kv is not None else None
+    assert isinstance(lease, PrimaryLease), "partition 0 has no primary lease"
+    key = keys.term(lease.node)
 
-    async def expiry() -> int:
+    async def until() -> int:
         kv = (await client.get(key)).first()
-        lease = decode_primary(kv.value) if kv is not None else None
-        return lease.expiry if isinstance(lease, PrimaryLease) else 0
+        term = decode_term(kv.value) if kv is not None else None
+        return term.until if isinstance(term, LeaseTerm) else 0
 
-    first = await expiry()
-    while await expiry() <= first:  # noqa: ASYNC110 - polls etcd
+    first = await until()
+    while await until() <= first:  # noqa: ASYNC110 - polls etcd
         await asyncio.sleep(0.01)
 
 

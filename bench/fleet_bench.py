@@ -257,6 +257,8 @@ class Seen:
             elif kind is KeyKind.PRIMARY:
                 (self.primaries.add if put else self.primaries.discard)(e.kv.key)
                 self.count("primary writes")
+            elif kind is KeyKind.TERM:
+                self.count("lease term writes")
             elif kind is KeyKind.PROGRESS:
                 self.count("reports" if put else "report deletes")
             elif kind is KeyKind.NODE:
@@ -1095,7 +1097,14 @@ def report(outcome: Outcome, command: str) -> str:
     for ph in outcome.phases:
         counts = ", ".join(
             f"{k} {ph.delta(k)}"
-            for k in ("pending puts", "stable puts", "primary writes", "reports", "report deletes")
+            for k in (
+                "pending puts",
+                "stable puts",
+                "primary writes",
+                "lease term writes",
+                "reports",
+                "report deletes",
+            )
         )
         lines.append(f"- **{ph.name}**: {ph.detail}; {counts}.")
         for k, v in ph.extra.items():

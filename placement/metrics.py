@@ -73,8 +73,9 @@ REBALANCE_RPCS = Counter(
 )
 LEASE_WRITES = Counter(
     "placement_driver_primary_lease_writes",
-    "Primary leases written by the leader: granted (a new holder or epoch) or renewed; withheld:"
-    " not written because the holder's agent did not answer a health check.",
+    "Primary-lease writes by the leader: granted (a new holder or epoch), capped (the same holder:"
+    " an end set or lifted), term (a node's lease term renewed, which every lease it holds"
+    " follows); withheld: not written because the holder's agent did not answer a health check.",
     ["kind"],
     registry=REGISTRY,
 )
@@ -147,7 +148,7 @@ for _change in ("shrink", "expand", "other"):
     ISR_CHANGES.labels(_change)
 for _reason in ("expired", "moved"):
     LEASES_LOST.labels(_reason)
-for _kind in ("granted", "renewed"):
+for _kind in ("granted", "capped", "term"):
     LEASE_WRITES.labels(_kind)
 
 

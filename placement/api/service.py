@@ -45,6 +45,7 @@ from placement.metastore.codec import (
     Corrupt,
     LayoutValue,
     LeaderRecord,
+    LeaseTerm,
     NodeRecord,
     PrimaryLease,
     ReplicaSize,
@@ -52,6 +53,7 @@ from placement.metastore.codec import (
     decode_leader,
     decode_node,
     decode_primary,
+    decode_term,
     decode_zone_spec,
 )
 from placement.metastore.election import current_leader
@@ -183,12 +185,28 @@ def _peers(raw: bytes | None) -> tuple[str, ...] | None:
     return decoded.peers if isinstance(decoded, Assignment) else ()
 
 
-def _primary(raw: bytes | None) -> tuple[str, int]:
-    """The primary lease's holder and expiry (unix ms); ``("", 0)`` when absent or corrupt."""
+def _primary(raw: bytes | None, terms: Mapping[str, int]) -> tuple[str, int]:
+    """The primary lease's holder and when it ends (unix ms, :meth:`PrimaryLease.until` with the
+    holder's term in ``terms``: node -> until); ``("", 0)`` when absent or corrupt."""
     if raw is None:
         return "", 0
     lease = decode_primary(raw)
-    return (lease.node, lease.expiry) if isinstance(lease, PrimaryLease) else ("", 0)
+    if not isinstance(lease, PrimaryLease):
+        return "", 0
+    return lease.node, lease.until(terms.get(lease.node, 0))
+
+
+def _term_untils(kvs: Iterable[KeyValue | None]) -> dict[str, int]:
+    """node -> ``until`` of each readable lease term among ``kvs``
+    (``{p}/primary/@term/{node}``)."""
+    found: dict[str, int] = {}
+    for kv in kvs:
+        if kv is None:
+            continue
+        term = decode_term(kv.value)
+        if isinstance(term, LeaseTerm):
+            found[kv.key.rsplit(b"/", 1)[1].decode()] = term.until
+    return found
 
 
 def _holder(raw: bytes) -> tuple[str, int] | None:
@@ -316,7 +334,9 @@ class PlacementAPI:
         # Per zone and partition: the view made from the cache and its keys' mod revisions,
         # and the partition's keys (see _cached_views). A zone the cache no longer holds is
         # forgotten when it is next asked for.
-        self._memo: dict[str, dict[int, tuple[tuple[int, ...], PartitionView]]] = {}
+        self._memo: dict[
+            str, dict[int, tuple[tuple[int, ...], PartitionView, tuple[bytes, int]]]
+        ] = {}
         self._partition_keys: dict[str, dict[int, tuple[bytes, ...]]] = {}
 
     # -- leadership ------------------------------------------------------------------------------
@@ -538,17 +558,18 @@ class PlacementAPI:
         if cache is not None:
             revision, views = cache.revision, self._cached_views(cache, zone, partitions)
         else:
-            revision, found, held = await self.store.read_assignment_page(zone, first, last)
+            revision, found, held, terms = await self.store.read_assignment_page(zone, first, last)
             _check_revision(revision, read)
-            views = self._views(zone, found.kvs, held.kvs, partitions)
+            views = self._views(zone, found.kvs, held.kvs, partitions, _term_untils(terms.kvs))
         following = last if partition is None and last < total else None
         return revision, views, following
 
     def _cached_views(self, cache: ReadCache, zone: str, partitions: range) -> list[PartitionView]:
         """The partitions' views from the read cache. Each view is kept with the mod revisions
-        of the four keys it was made from and reused while they are unchanged (the same object:
-        the servicer reuses its protobuf too), so a read decodes only what changed since the
-        last one — typically the primary leases renewed meanwhile."""
+        of the keys it was made from — its four keys and its lease holder's term — and reused
+        while they are unchanged (the same object: the servicer reuses its protobuf too), so a
+        read decodes only what changed since the last one — typically the leases of the nodes
+        whose terms were renewed meanwhile."""
         memo = self._memo.setdefault(zone, {})
         key_memo = self._partition_keys.setdefault(zone, {})
         get = cache.get
@@ -564,12 +585,20 @@ class PlacementAPI:
             stamp = tuple(kv.mod_revision if kv is not None else 0 for kv in kvs)
             hit = memo.get(p)
             if hit is not None and hit[0] == stamp:
-                views.append(hit[1])
-                continue
+                term_key, term_mod = hit[2]
+                found = get(term_key) if term_key else None
+                if (found.mod_revision if found is not None else 0) == term_mod:
+                    views.append(hit[1])
+                    continue
             raw = [kv.value if kv is not None else None for kv in kvs]
             stable, pending, planned = (_peers(r) for r in raw[:3])
-            view = PartitionView(p, stable, pending, planned, *_primary(raw[3]))
-            memo[p] = (stamp, view)
+            holder = _holder(raw[3]) if raw[3] is not None else None
+            term_key = self.keys.term(holder[0]) if holder is not None else b""
+            term = get(term_key) if term_key else None
+            view = PartitionView(
+                p, stable, pending, planned, *_primary(raw[3], _term_untils((term,)))
+            )
+            memo[p] = (stamp, view, (term_key, term.mod_revision if term is not None else 0))
             views.append(view)
         return views
 
@@ -579,6 +608,7 @@ class PlacementAPI:
         assign: Iterable[KeyValue],
         primaries: Iterable[KeyValue],
         partitions: range,
+        terms: Mapping[str, int],
     ) -> list[PartitionView]:
         by_partition: dict[int, dict[AssignField, bytes]] = {}
         for kv in assign:
@@ -597,7 +627,7 @@ class PlacementAPI:
         views = []
         for p in partitions:
             found = by_partition.get(p, {})
-            node, expiry = _primary(primary_of.get(p))
+            node, expiry = _primary(primary_of.get(p), terms)
             views.append(
                 PartitionView(
                     p,
@@ -657,7 +687,13 @@ class PlacementAPI:
                         )
                         lease_key = self.keys.primary(zone, p)
                         lease = await self.client.get(lease_key, revision=revision)
-                        (view,) = self._views(zone, found.kvs, lease.kvs, range(p, p + 1))
+                        holder = _holder(lease.kvs[0].value) if lease.kvs else None
+                        terms: dict[str, int] = {}
+                        if holder is not None:
+                            term_key = self.keys.term(holder[0])
+                            term = await self.client.get(term_key, revision=revision)
+                            terms = _term_untils(term.kvs)
+                        (view,) = self._views(zone, found.kvs, lease.kvs, range(p, p + 1), terms)
                         yield revision, view
 
     # -- rebalance control -----------------------------------------------------------------------
@@ -708,7 +744,9 @@ class PlacementAPI:
             for lease in zone.primaries.values():
                 value = lease.value
                 primaries += (
-                    isinstance(value, PrimaryLease) and value.node == node and (value.expiry > now)
+                    isinstance(value, PrimaryLease)
+                    and value.node == node
+                    and view.lease_until(value) > now
                 )
         record = view.nodes.get(node)
         draining = node in view.draining

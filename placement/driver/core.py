@@ -65,7 +65,15 @@ from placement.core.layout import (
 )
 from placement.core.model import Node, PartitionScoped, Peers, ZoneSpec
 from placement.driver.datanodes import advance, holddown_remaining, matching_nodes
-from placement.driver.leases import LeaseConfig, corrupt_isrs, next_due_ms, plan_primaries
+from placement.driver.leases import (
+    LeaseConfig,
+    corrupt_isrs,
+    lease_holders,
+    next_due_ms,
+    plan_primaries,
+    plan_terms,
+    terms_due_ms,
+)
 from placement.driver.status import ZoneStatus, reshard_progress, zone_status
 from placement.errors import InvalidInput
 from placement.metastore.codec import (
@@ -75,6 +83,7 @@ from placement.metastore.codec import (
     DataNodes,
     InSyncSet,
     LayoutValue,
+    LeaseTerm,
     MoveReport,
     NodeRecord,
     PrimaryLease,
@@ -88,6 +97,7 @@ from placement.metastore.codec import (
     decode_report,
     decode_reshard_report,
     decode_size,
+    decode_term,
     decode_zone_spec,
 )
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey
@@ -95,6 +105,7 @@ from placement.metastore.kv import KeyValue
 from placement.metastore.transitions import (
     LeaseWrite,
     PartitionState,
+    TermWrite,
     TriggerAction,
     Versioned,
     assign_versioned,
@@ -148,6 +159,16 @@ class ClusterView:
     draining: frozenset[str] = frozenset()
     #: Nodes an operator cordons (``{p}/cordon/{node}``): they take no new replicas.
     cordoned: frozenset[str] = frozenset()
+    #: Nodes' lease terms (``{p}/primary/@term/{node}``), as read (corrupt ones kept as such).
+    terms: Mapping[str, Versioned[LeaseTerm | Corrupt]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    #: node -> its term's ``until`` (unix ms); a node without a readable term is absent.
+    term_until: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def lease_until(self, lease: PrimaryLease) -> int:
+        """When ``lease`` ends (unix ms): :meth:`PrimaryLease.until` with its holder's term."""
+        return lease.until(self.term_until.get(lease.node, 0))
 
     @property
     def leaving(self) -> frozenset[str]:
@@ -204,6 +225,8 @@ def _decode(parsed: ParsedKey | None, kv: KeyValue) -> object:
         return decode_reshard_report(kv.value)
     if parsed.kind in (KeyKind.DRAIN, KeyKind.CORDON):
         return decode_control(kv.value)
+    if parsed.kind is KeyKind.TERM:
+        return Versioned(decode_term(kv.value), kv.value, kv.mod_revision, kv.create_revision)
     if parsed.kind is KeyKind.PRIMARY:
         return Versioned(decode_primary(kv.value), kv.value, kv.mod_revision, kv.create_revision)
     if parsed.kind is KeyKind.ISR:
@@ -244,6 +267,7 @@ def build_view(
     paused = False
     draining: set[str] = set()
     cordoned: set[str] = set()
+    terms: dict[str, Versioned[LeaseTerm | Corrupt]] = {}
     for key, kv in kvs.items():
         parsed, value = cache.decode(keys, key, kv)
         if parsed is None:
@@ -267,6 +291,8 @@ def build_view(
             draining.add(parsed.name)  # even a corrupt mark: the operator asked for it
         elif parsed.kind is KeyKind.CORDON:
             cordoned.add(parsed.name)  # likewise
+        elif parsed.kind is KeyKind.TERM:
+            terms[parsed.name] = value  # type: ignore[assignment]
         elif parsed.kind is KeyKind.PRIMARY:
             assert parsed.partition is not None
             primaries.setdefault(parsed.name, {})[parsed.partition] = value  # type: ignore[assignment]
@@ -318,6 +344,15 @@ def build_view(
         MappingProxyType({k: MappingProxyType(v) for k, v in reports.items()}),
         frozenset(draining),
         frozenset(cordoned),
+        MappingProxyType(terms),
+        term_untils(terms),
+    )
+
+
+def term_untils(terms: Mapping[str, Versioned[LeaseTerm | Corrupt]]) -> Mapping[str, int]:
+    """node -> ``until`` of its readable lease term (:attr:`ClusterView.term_until`)."""
+    return MappingProxyType(
+        {n: t.value.until for n, t in terms.items() if isinstance(t.value, LeaseTerm)}
     )
 
 
@@ -366,6 +401,16 @@ class WritePrimaries:
 
     zone: str
     leases: Mapping[int, LeaseWrite]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTerms:
+    """CAS each ``{p}/primary/@term/{node}`` of ``writes`` from its expected mod_revision
+    (0 = absent); delete each of ``drops`` (node -> its mod_revision): terms of nodes long gone
+    that no lease names."""
+
+    writes: Mapping[str, TermWrite]
+    drops: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,10 +487,12 @@ class PassPlan:
     #: could decide something new (a lease due or expiring, a held-down change due); ``None``:
     #: only a change of the view can. The leader sleeps until then unless etcd changes first.
     next_due_ms: int | None = None
+    #: Lease terms to write first (cluster-wide, not of a zone: ``leases.plan_terms``).
+    terms: WriteTerms | None = None
 
     @property
     def writes(self) -> bool:
-        return any(getattr(self, f) for f in WRITE_FIELDS)
+        return self.terms is not None or any(getattr(self, f) for f in WRITE_FIELDS)
 
 
 # -- the pass ----------------------------------------------------------------------------------
@@ -646,7 +693,11 @@ def drive_action(state: PartitionState) -> Drive | None:
 
 
 def layout_step(
-    zone: ZoneView, spec: ZoneSpec, registered: set[str], now_ms: int
+    zone: ZoneView,
+    spec: ZoneSpec,
+    registered: set[str],
+    now_ms: int,
+    terms: Mapping[str, int] = MappingProxyType({}),
 ) -> WriteLayout | None:
     """The zone's due layout transition (design/resharding.md). A corrupt layout is left
     alone (reported by status)."""
@@ -654,7 +705,7 @@ def layout_step(
         return None
     current = zone.layout.layout if zone.layout is not None else None
     reshard = current.reshard if current is not None else None
-    facts = reshard_facts(zone, reshard, registered, now_ms) if reshard else ReshardFacts()
+    facts = reshard_facts(zone, reshard, registered, now_ms, terms) if reshard else ReshardFacts()
     t = next_step(
         current,
         spec.partitions,
@@ -686,7 +737,11 @@ def kept_partitions(layout: LayoutValue | Corrupt | None, spec: ZoneSpec) -> int
 
 
 def reshard_facts(
-    zone: ZoneView, reshard: Reshard, registered: set[str], now_ms: int
+    zone: ZoneView,
+    reshard: Reshard,
+    registered: set[str],
+    now_ms: int,
+    terms: Mapping[str, int] = MappingProxyType({}),
 ) -> ReshardFacts:
     """What the leader observes of ``reshard`` (design/resharding.md): destinations ready
     (stable, a live primary lease, an ISR), caught up and drained (their reports), and every
@@ -712,7 +767,7 @@ def reshard_facts(
             and lease is not None
             and isinstance(lease.value, PrimaryLease)
             and lease.value.node in registered
-            and lease.value.expiry > now_ms
+            and lease.value.until(terms.get(lease.value.node, 0)) > now_ms
             and isr is not None
             and isinstance(isr.value, InSyncSet)
         )
@@ -811,7 +866,7 @@ def observed_nodes(
     leading = set()
     for p, lease in zone.primaries.items():
         value = lease.value
-        if not isinstance(value, PrimaryLease) or value.expiry <= now_ms:
+        if not isinstance(value, PrimaryLease) or view.lease_until(value) <= now_ms:
             continue
         state = zone.partitions.get(p)
         peers = (state.peers(AssignField.STABLE) if state is not None else None) or ()
@@ -872,6 +927,8 @@ class ZonePlan:
     layouts: list[WriteLayout] = field(default_factory=list)
     retires: list[RetirePartitions] = field(default_factory=list)
     due: list[int] = field(default_factory=list)
+    #: Nodes whose lease terms this zone's leases need (``leases.lease_holders``).
+    holders: frozenset[str] = frozenset()
 
     @property
     def writes(self) -> bool:
@@ -910,13 +967,14 @@ def plan_zone(
         return plan
     # a lease expiring changes what observed_nodes and reshard_facts see
     expiries = [
-        lease.value.expiry
+        until
         for lease in zone.primaries.values()
-        if isinstance(lease.value, PrimaryLease) and lease.value.expiry > now_ms
+        if isinstance(lease.value, PrimaryLease)
+        and (until := view.lease_until(lease.value)) > now_ms
     ]
     if expiries:
         plan.due.append(min(expiries))
-    step = layout_step(zone, spec, set(view.nodes), now_ms)
+    step = layout_step(zone, spec, set(view.nodes), now_ms, view.term_until)
     if step is not None:
         plan.layouts.append(step)
     retire = retire_step(zone, spec)
@@ -958,12 +1016,15 @@ def plan_zone(
             if p < kept and (peers := s.peers(AssignField.STABLE)) is not None
         }
         isrs = {p: isr for p, isr in zone.isrs.items() if p in stables}
+        live = set(view.nodes) - silent
+        terms = view.term_until
         grants = plan_primaries(
-            stables, zone.primaries, set(view.nodes) - silent, now_ms, leases, isrs, view.leaving
+            stables, zone.primaries, live, now_ms, leases, isrs, view.leaving, terms
         )
         if grants:
             plan.primaries.append(WritePrimaries(name, MappingProxyType(grants)))
-        lease_due = next_due_ms(stables, zone.primaries, now_ms, leases)
+        plan.holders = lease_holders(stables, zone.primaries, grants, live, now_ms, terms)
+        lease_due = next_due_ms(stables, zone.primaries, now_ms, leases, terms)
         if lease_due is not None:
             plan.due.append(lease_due)
         plan.corrupt_isrs = tuple(corrupt_isrs(isrs))
@@ -1049,6 +1110,17 @@ def plan_pass(
     }
     plans = {name: decided[name] for name in view.zones}
     due = [t for plan in plans.values() for t in plan.due]
+    terms = None
+    if leases is not None:
+        holders = frozenset().union(*(plan.holders for plan in plans.values()))
+        live = set(view.nodes) - silent
+        writes = plan_terms(view.terms, holders, live, now_ms, leases)
+        drops = stale_terms(view, now_ms, leases)
+        if writes or drops:
+            terms = WriteTerms(MappingProxyType(writes), MappingProxyType(drops))
+        term_due = terms_due_ms(view.term_until, holders & live, now_ms, leases)
+        if term_due is not None:
+            due.append(term_due)
     return PassPlan(
         tuple(w for plan in plans.values() for w in plan.datanodes),
         tuple(c for plan in plans.values() for c in plan.creates),
@@ -1062,7 +1134,27 @@ def plan_pass(
         tuple(lay for plan in plans.values() for lay in plan.layouts),
         tuple(r for plan in plans.values() for r in plan.retires),
         min(due, default=None),
+        terms,
     )
+
+
+def stale_terms(view: ClusterView, now_ms: int, config: LeaseConfig) -> dict[str, int]:
+    """Terms to delete (node -> mod_revision): of nodes not registered whose term ended more
+    than a lease duration ago (or is corrupt), and that no lease of any zone names — so deleting
+    one never changes when any lease ends."""
+    gone = {
+        n: t.mod_revision
+        for n, t in view.terms.items()
+        if n not in view.nodes
+        and (not isinstance(t.value, LeaseTerm) or t.value.until + config.duration_ms <= now_ms)
+    }
+    if not gone:
+        return {}
+    for zone in view.zones.values():
+        for lease in zone.primaries.values():
+            if isinstance(lease.value, PrimaryLease):
+                gone.pop(lease.value.node, None)
+    return gone
 
 
 # -- aggregating the agents' answers -----------------------------------------------------------

@@ -3,7 +3,8 @@ passes"). Pure: no I/O.
 
 The leader's list-watch keeps its keys in groups (:func:`view_group`): one per zone for what the
 zone is decided on, one per zone for its agents' replica sizes and one for their move reports,
-and one for the cluster-wide keys (registered nodes, drain and cordon marks, the pause flag).
+and one for the cluster-wide keys (registered nodes, drain and cordon marks, the pause flag, the
+nodes' lease terms).
 The list-watch stamps a group whenever one of its keys changes; :class:`ViewBuilder` decodes
 again only the groups whose stamp moved (with :func:`~placement.driver.core.build_view`, the one
 decoder) and reuses every other part — the same objects, so
@@ -41,7 +42,9 @@ _ZONE_KINDS = frozenset(
         KeyKind.RESHARD,
     }
 )
-_CLUSTER_KINDS = frozenset({KeyKind.NODE, KeyKind.DRAIN, KeyKind.CORDON, KeyKind.CONTROL})
+_CLUSTER_KINDS = frozenset(
+    {KeyKind.NODE, KeyKind.DRAIN, KeyKind.CORDON, KeyKind.CONTROL, KeyKind.TERM}
+)
 
 
 def view_group(keys: KeySpace) -> Callable[[bytes], str | None]:
@@ -141,11 +144,24 @@ class ViewBuilder:
             paused = cluster[1].paused if cluster is not None else False
             draining = cluster[1].draining if cluster is not None else frozenset()
             cordoned = cluster[1].cordoned if cluster is not None else frozenset()
+            terms = cluster[1].terms if cluster is not None else MappingProxyType({})
+            term_until = cluster[1].term_until if cluster is not None else MappingProxyType({})
         else:
             nodes, paused = view.nodes, view.paused
             draining, cordoned = view.draining, view.cordoned
+            terms, term_until = view.terms, view.term_until
         zones = self._zone_views()
-        self._view = ClusterView(revision, zones, nodes, paused, self._reports, draining, cordoned)
+        self._view = ClusterView(
+            revision,
+            zones,
+            nodes,
+            paused,
+            self._reports,
+            draining,
+            cordoned,
+            terms,
+            term_until,
+        )
         return self._view
 
     def _zone_views(self) -> Mapping[str, ZoneView]:

@@ -73,6 +73,7 @@ from placement.driver.core import (
     Verdict,
     WriteDataNodes,
     WritePrimaries,
+    WriteTerms,
     aggregate,
     drive_action,
     plan_pass,
@@ -309,7 +310,7 @@ class Driver:
             for state in zone.partitions.values():
                 replicas.update(state.peers(AssignField.STABLE) or ())
             for lease in zone.primaries.values():
-                if isinstance(lease.value, PrimaryLease) and lease.value.expiry > now_ms:
+                if isinstance(lease.value, PrimaryLease) and view.lease_until(lease.value) > now_ms:
                     primaries[lease.value.node] += 1
             status = view_zone_status(view, zone.name, now_ms)  # what GetZoneStatus says
             assert status is not None  # its config is readable (checked above)
@@ -555,6 +556,8 @@ class Driver:
         fails does not stop the others; the first such error is raised once all are done (the
         pass is redone with backoff), NotLeader at once."""
         self._log_corrupt_isrs(plan.corrupt_isrs)
+        if plan.terms is not None:  # before the grants that need them
+            await self._write_terms(plan.terms, fence)
         zones = sorted({w.zone for f in WRITE_FIELDS for w in getattr(plan, f)})
         if not zones:
             return
@@ -684,39 +687,60 @@ class Driver:
             "written" if ok else "lost race",
         )
 
+    async def _silent_holders(self, holders: Iterable[str], what: str) -> frozenset[str]:
+        """Of ``holders`` (nodes a pass is about to grant or renew leases), those whose agents
+        do not answer a health check (placement.driver.liveness; none when probing is off): their
+        writes are withheld, and the next pass, told they are silent, lets their leases end and
+        grants them elsewhere."""
+        if not self.config.probe_holders:
+            return frozenset()
+        nodes = self._view.nodes if self._view is not None else {}
+        opened = self.liveness.failed_open
+        silent = await self.liveness.check(
+            {n: nodes[n].address if n in nodes else "" for n in set(holders)}
+        )
+        if self.liveness.failed_open > opened:
+            log.warning(
+                "%s: no agent has answered a health check for %.0f s: lease writes go"
+                " out on the node records alone (check this driver's certificate and its"
+                " network to the agents)",
+                what,
+                self.liveness.open_after,
+            )
+        if silent:
+            log.warning(
+                "%s: %s did not answer a health check: their lease writes withheld",
+                what,
+                ", ".join(sorted(silent)),
+            )
+            self._wake.set()
+        return silent
+
+    async def _write_terms(self, write: WriteTerms, fence: Fence) -> None:
+        """Renew the lease terms of the nodes that answer (a lost compare: redone next pass)."""
+        silent = await self._silent_holders(write.writes, "lease terms")
+        writes = {n: w for n, w in write.writes.items() if n not in silent}
+        metrics.LEASE_WRITES.labels("withheld").inc(len(write.writes) - len(writes))
+        if not writes and not write.drops:
+            return
+        written = await self.store.write_terms(writes, write.drops, fence, self.now_ms())
+        self._written = max(self._written, written.revision)
+        for _ in range(written.raced):
+            log.info("lease terms raced; redone next pass")
+
     async def _write_primaries(self, write: WritePrimaries, fence: Fence, ts: int) -> None:
         """A lost compare: redone next pass, on a fresh view. Leases for a holder whose agent
-        does not answer are not written (placement.driver.liveness): the next pass, told it is
-        silent, lets them expire and grants them elsewhere."""
+        does not answer are not written (:meth:`_silent_holders`)."""
         leases = write.leases
-        if self.config.probe_holders:
-            nodes = self._view.nodes if self._view is not None else {}
-            holders = {w.lease.node for w in leases.values()}
-            opened = self.liveness.failed_open
-            silent = await self.liveness.check(
-                {n: nodes[n].address if n in nodes else "" for n in holders}
-            )
-            if self.liveness.failed_open > opened:
-                log.warning(
-                    "zone %s: no agent has answered a health check for %.0f s: lease writes go"
-                    " out on the node records alone (check this driver's certificate and its"
-                    " network to the agents)",
-                    write.zone,
-                    self.liveness.open_after,
-                )
-            if silent:
-                log.warning(
-                    "zone %s: %s did not answer a health check: %d lease write(s) withheld",
-                    write.zone,
-                    ", ".join(sorted(silent)),
-                    sum(1 for w in leases.values() if w.lease.node in silent),
-                )
-                kept = {p: w for p, w in leases.items() if w.lease.node not in silent}
-                metrics.LEASE_WRITES.labels("withheld").inc(len(leases) - len(kept))
-                leases = kept
-                self._wake.set()
-                if not leases:
-                    return
+        silent = await self._silent_holders(
+            (w.lease.node for w in leases.values()), f"zone {write.zone}"
+        )
+        if silent:
+            kept = {p: w for p, w in leases.items() if w.lease.node not in silent}
+            metrics.LEASE_WRITES.labels("withheld").inc(len(leases) - len(kept))
+            leases = kept
+            if not leases:
+                return
         written = await self.store.write_primaries(write.zone, leases, fence, ts)
         self._written = max(self._written, written.revision)
         for _ in range(written.raced):

@@ -195,7 +195,7 @@ def _zone_preview(
         lease.value.node
         for lease in zone.primaries.values()
         if isinstance(lease.value, PrimaryLease)
-        and lease.value.expiry > now_ms
+        and view.lease_until(lease.value) > now_ms
         and lease.value.node in draining
     )
     loads = tuple(

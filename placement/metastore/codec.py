@@ -516,9 +516,12 @@ def decode_datanodes(raw: bytes) -> DataNodes:
 class PrimaryLease:
     """The value of ``{p}/primary/{zone}/{partition:05d}``.
 
-    ``node`` holds the lease until ``expiry`` (unix ms) unless renewed; ``lease_epoch`` increases
-    by one on every move of the lease to another node (replicas fence stale primaries with it);
-    ``epoch``/``ts`` stamp the writing driver leader.
+    ``node`` holds the lease while its :class:`LeaseTerm` lasts (``{p}/primary/@term/{node}``,
+    renewed once per node, not per lease) and, when ``expiry`` is set (unix ms; 0 = not set), no
+    later than ``expiry``: the leader caps a lease it means to take from a holder whose term goes
+    on (:meth:`until`). ``lease_epoch`` increases by one on every move of the lease to another
+    node (replicas fence stale primaries with it); ``epoch``/``ts`` stamp the writing driver
+    leader.
     """
 
     node: str
@@ -526,6 +529,14 @@ class PrimaryLease:
     expiry: int
     epoch: int = 0
     ts: int = 0
+
+    def until(self, term: int) -> int:
+        """When the lease ends (unix ms), given ``term``: the ``until`` of the holder's
+        :class:`LeaseTerm` (0 = the holder has none). The earlier of the two that are set; 0
+        when neither is (a lease with neither is over)."""
+        if not self.expiry:
+            return term
+        return min(self.expiry, term) if term else self.expiry
 
 
 _PRIMARY_KEYS = frozenset({"v", "node", "lease_epoch", "expiry", "epoch", "ts"})
@@ -551,6 +562,34 @@ def decode_primary(raw: bytes) -> PrimaryLease:
     if lease_epoch < 1:
         raise _Bad("lease_epoch must be >= 1")
     return PrimaryLease(node, lease_epoch, _int(obj, "expiry"), _int(obj, "epoch"), _int(obj, "ts"))
+
+
+# -- lease terms -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTerm:
+    """The value of ``{p}/primary/@term/{node}``: every primary lease naming the node lasts until
+    ``until`` (unix ms; :meth:`PrimaryLease.until`). The leader renews it once per node while the
+    node is registered and answers, so the leases themselves are written only when they move;
+    ``epoch``/``ts`` stamp the writing driver leader."""
+
+    until: int
+    epoch: int = 0
+    ts: int = 0
+
+
+_TERM_KEYS = frozenset({"v", "until", "epoch", "ts"})
+
+
+def encode_term(value: LeaseTerm) -> bytes:
+    return _dumps({"v": SCHEMA_VERSION, **_ints(value, "until", "epoch", "ts")})
+
+
+@_decoder
+def decode_term(raw: bytes) -> LeaseTerm:
+    obj = _load_object(raw, _TERM_KEYS)
+    return LeaseTerm(_int(obj, "until"), _int(obj, "epoch"), _int(obj, "ts"))
 
 
 # -- leader record (the election value) ----------------------------------------------------------

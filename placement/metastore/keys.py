@@ -8,6 +8,11 @@ Layout (``{p}`` is the prefix, ``/placement`` by default)::
     {p}/assign/{zone}/{partition:05d}/{field}     field in stable|pending|planned|cancel|trigger
     {p}/datanodes/{zone}                          applied + observed data nodes (holddown)
     {p}/primary/{zone}/{partition:05d}            primary lease of a partition
+    {p}/primary/@term/{node}                      the lease term of a node: how long the
+                                                  primary leases it holds last (codec.LeaseTerm);
+                                                  beside the leases, so one watch of
+                                                  {p}/primary/ sees both in etcd's order ('@' is
+                                                  in no zone name)
     {p}/control/{name}                            driver controls: ``paused``
     {p}/progress/{zone}/{partition:05d}/{node}    a node's move report (codec.encode_report),
                                                   under that agent's registration lease
@@ -65,7 +70,11 @@ class KeyKind(StrEnum):
     RESHARD = "reshard"
     DRAIN = "drain"
     CORDON = "cordon"
+    TERM = "term"
 
+
+#: The directory of the nodes' lease terms under ``{p}/primary/`` ('@' is in no zone name).
+TERM_DIR = b"@term"
 
 #: Names of the control keys under ``{p}/control/``.
 PAUSED = "paused"
@@ -87,9 +96,9 @@ class ParsedKey:
     """A key of the layout taken apart.
 
     ``name`` is the zone (ZONE, ASSIGN, DATANODES, PRIMARY, PROGRESS, ISR, SIZES, LAYOUT,
-    RESHARD), node (NODE), member id (LEADER) or control name (CONTROL); ``partition`` is set for
-    ASSIGN, PRIMARY, PROGRESS, ISR, SIZES and RESHARD keys, ``field`` for ASSIGN keys only,
-    ``node`` for PROGRESS and SIZES keys only.
+    RESHARD), node (NODE, DRAIN, CORDON, TERM), member id (LEADER) or control name (CONTROL);
+    ``partition`` is set for ASSIGN, PRIMARY, PROGRESS, ISR, SIZES and RESHARD keys, ``field``
+    for ASSIGN keys only, ``node`` for PROGRESS and SIZES keys only.
     """
 
     kind: KeyKind
@@ -226,6 +235,18 @@ class KeySpace:
         no new ones; design/control-plane.md, "Cordon")."""
         return self.cordon_prefix() + validate_name(node, "node").encode()
 
+    def terms_prefix(self) -> bytes:
+        """The nodes' lease terms: under the primary leases' prefix (one watch of that prefix
+        delivers a lease and its holder's term in etcd's order), in a directory no zone can
+        name."""
+        return self.primary_prefix() + TERM_DIR + b"/"
+
+    def term(self, node: str) -> bytes:
+        """``{p}/primary/@term/{node}``: how long the primary leases ``node`` holds last,
+        renewed by the leader once per node instead of once per lease
+        (design/control-plane.md, "Primary leases")."""
+        return self.terms_prefix() + validate_name(node, "node").encode()
+
     # -- move reports (agents push completion) ------------------------------------------------
 
     def progress_prefix(self) -> bytes:
@@ -303,6 +324,10 @@ class KeySpace:
             if len(rest) != 1 or not is_name(rest[0]):
                 return None
             return ParsedKey(KeyKind(kind_text), rest[0])
+        if kind_text == KeyKind.PRIMARY and rest and rest[0] == TERM_DIR.decode():
+            if len(rest) != 2 or not is_name(rest[1]):
+                return None
+            return ParsedKey(KeyKind.TERM, rest[1])
         if kind_text in (KeyKind.DATANODES, KeyKind.LAYOUT, KeyKind.DRAIN, KeyKind.CORDON):
             if len(rest) != 1 or not is_name(rest[0]):
                 return None

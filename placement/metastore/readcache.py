@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 #: Seconds a read waits for the watch to reach the revision it needs before reading etcd.
 LAG_WAIT = 1.0
 #: The group of the keys every zone's decisions read: nodes, drain and cordon marks, leader,
-#: pause flag.
+#: pause flag, lease terms.
 GLOBAL = ""
 #: Kinds kept in their zone's group: what ``Metastore.read_zone_snapshot`` reads of a zone.
 ZONE_KINDS = frozenset(
@@ -54,7 +54,7 @@ ZONE_KINDS = frozenset(
     }
 )
 GLOBAL_KINDS = frozenset(
-    {KeyKind.NODE, KeyKind.LEADER, KeyKind.DRAIN, KeyKind.CORDON, KeyKind.CONTROL}
+    {KeyKind.NODE, KeyKind.LEADER, KeyKind.DRAIN, KeyKind.CORDON, KeyKind.CONTROL, KeyKind.TERM}
 )
 
 

@@ -86,6 +86,7 @@ from placement.metastore.transitions import (
     NodeEntry,
     Outcome,
     PartitionState,
+    TermWrite,
     TransitionResult,
     TxnStats,
     Unit,
@@ -103,6 +104,7 @@ from placement.metastore.transitions import (
     plan_finish_cancel,
     plan_owned_txns,
     plan_primary_txns,
+    plan_term_txns,
     plan_trigger,
     txn_stats,
 )
@@ -180,8 +182,8 @@ class Metastore:
     async def read_zone_snapshot(self, zone: str) -> tuple[int, dict[bytes, KeyValue]]:
         """Everything the leader decides ``zone`` on, at one revision, in one read transaction:
         its config, layout, data nodes, assignments, primary leases, in-sync sets, reshard
-        reports and replica sizes, the registered nodes, drain and cordon marks, the leader keys
-        and the pause flag —
+        reports and replica sizes, the registered nodes, drain and cordon marks, the nodes' lease
+        terms, the leader keys and the pause flag —
         ``(revision, key -> KeyValue)``, what :func:`placement.driver.core.build_view` reads."""
         keys = self.keys
         prefixes = (
@@ -194,6 +196,7 @@ class Metastore:
             keys.leader_prefix(),
             keys.drain_prefix(),
             keys.cordon_prefix(),
+            keys.terms_prefix(),
         )
         singles = (keys.zone(zone), keys.layout(zone), keys.datanodes(zone), keys.paused())
         result = await self.client.txn(
@@ -228,7 +231,7 @@ class Metastore:
         for prefix in (keys.assign_prefix(), keys.primary_prefix()):
             page = await self.client.list_prefix(prefix, revision=revision)
             found.update((kv.key, kv) for kv in page.kvs)
-        for key in (keys.node(node), keys.drain(node), keys.cordon(node)):
+        for key in (keys.node(node), keys.drain(node), keys.cordon(node), keys.term(node)):
             one = (await self.client.get(key, revision=revision)).first()
             if one is not None:
                 found[key] = one
@@ -848,9 +851,26 @@ class Metastore:
             if revision:
                 last = revision
                 # renewals and moves never share a transaction
-                LEASE_WRITES.labels("renewed" if puts[0].key in renewals else "granted").inc(
+                LEASE_WRITES.labels("capped" if puts[0].key in renewals else "granted").inc(
                     len(puts)
                 )
+            else:
+                raced += 1
+        return LeaseWrites(raced, last)
+
+    async def write_terms(
+        self, writes: Mapping[str, TermWrite], drops: Mapping[str, int], fence: Fence, ts: int
+    ) -> LeaseWrites:
+        """Write (and delete) nodes' lease terms in the transactions of
+        :func:`~placement.metastore.transitions.plan_term_txns`, each fenced; returns how many
+        lost a compare (their terms are not written) and the last applied one's revision."""
+        raced = 0
+        last = 0
+        for compares, ops in plan_term_txns(self.keys, writes, drops, fence.epoch, ts):
+            revision = await self._fenced_txn(fence, compares, ops)
+            if revision:
+                last = revision
+                LEASE_WRITES.labels("term").inc(sum(1 for op in ops if isinstance(op, Put)))
             else:
                 raced += 1
         return LeaseWrites(raced, last)
@@ -940,9 +960,10 @@ class Metastore:
 
     async def read_assignment_page(
         self, zone: str, first: int, last: int
-    ) -> tuple[int, Range, Range]:
-        """Partitions ``first..last-1``'s assignment keys and the zone's primary leases, at one
-        revision: ``(revision, assignment keys, primary keys)``."""
+    ) -> tuple[int, Range, Range, Range]:
+        """Partitions ``first..last-1``'s assignment keys, the zone's primary leases and the
+        nodes' lease terms, at one revision: ``(revision, assignment keys, primary keys, lease
+        terms)``."""
         begin = self.keys.partition_prefix(zone, first)
         end = (
             self.keys.partition_prefix(zone, last)
@@ -950,13 +971,20 @@ class Metastore:
             else prefix_range_end(self.keys.zone_assign_prefix(zone))
         )
         primaries = self.keys.zone_primary_prefix(zone)
+        terms = self.keys.terms_prefix()
         found = await self.client.txn(
-            (), (Get(begin, end), Get(primaries, prefix_range_end(primaries)))
+            (),
+            (
+                Get(begin, end),
+                Get(primaries, prefix_range_end(primaries)),
+                Get(terms, prefix_range_end(terms)),
+            ),
         )
-        assign, leases = found.responses
+        assign, leases, held = found.responses
         assert isinstance(assign, Range)
         assert isinstance(leases, Range)
-        return found.revision, assign, leases
+        assert isinstance(held, Range)
+        return found.revision, assign, leases, held
 
     # -- nodes -----------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from placement.metastore.codec import (
     CancelIntent,
     Corrupt,
     LayoutValue,
+    LeaseTerm,
     NodeRecord,
     PrimaryLease,
     TriggerMark,
@@ -32,6 +33,7 @@ from placement.metastore.codec import (
     encode_assignment,
     encode_cancel,
     encode_primary,
+    encode_term,
     encode_trigger,
     trigger_is_older,
 )
@@ -41,6 +43,7 @@ from placement.metastore.txn import (
     MAX_TXN_OPS,
     REQUEST_BYTES_BUDGET,
     Compare,
+    Delete,
     Get,
     Op,
     Put,
@@ -678,6 +681,40 @@ def plan_primary_txns(
         if puts:
             txns.append((tuple(compares), tuple(puts)))
     return txns
+
+
+@dataclass(frozen=True, slots=True)
+class TermWrite:
+    """One lease term to write: CAS ``{p}/primary/@term/{node}`` from ``expected_mod``
+    (0 = absent) to ``term``."""
+
+    term: LeaseTerm
+    expected_mod: int
+
+
+def plan_term_txns(
+    keys: KeySpace,
+    writes: Mapping[str, TermWrite],
+    drops: Mapping[str, int],
+    epoch: int,
+    ts: int,
+) -> list[tuple[tuple[Compare, ...], tuple[Op, ...]]]:
+    """The compares and ops of the transactions writing ``writes`` and deleting ``drops``
+    (node -> mod_revision) — each key compared on its mod_revision — at most
+    :data:`PRIMARY_BATCH` keys each (the fence is added on sending)."""
+    items: list[tuple[Compare, Op]] = []
+    for node, write in sorted(writes.items()):
+        key = keys.term(node)
+        term = replace(write.term, epoch=epoch, ts=ts)
+        items.append((Compare.mod(key, "==", write.expected_mod), Put(key, encode_term(term))))
+    for node, mod in sorted(drops.items()):
+        key = keys.term(node)
+        items.append((Compare.mod(key, "==", mod), Delete(key)))
+    return [
+        (tuple(c for c, _ in chunk), tuple(op for _, op in chunk))
+        for start in range(0, len(items), PRIMARY_BATCH)
+        for chunk in (items[start : start + PRIMARY_BATCH],)
+    ]
 
 
 # -- keys an agent owns ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from placement.core.model import ZoneSpec
 from placement.metastore.codec import (
     Assignment,
+    LeaseTerm,
     NodeRecord,
     PrimaryLease,
     ReplicaSize,
@@ -29,6 +30,7 @@ from placement.metastore.codec import (
     decode_node,
     decode_primary,
     decode_size,
+    decode_term,
     decode_zone_spec,
 )
 from placement.metastore.etcd import EtcdClient, read_history
@@ -87,8 +89,12 @@ def _row(table: str, columns: Mapping[str, Any], value: object | None) -> dict[s
     return row
 
 
-def _snapshot_row(parsed: ParsedKey, kv: KeyValue) -> tuple[str, dict[str, Any]] | None:
-    """The table and row of one key of the snapshot, or None (another key, or undecodable)."""
+def _snapshot_row(
+    parsed: ParsedKey, kv: KeyValue, terms: Mapping[str, int]
+) -> tuple[str, dict[str, Any]] | None:
+    """The table and row of one key of the snapshot, or None (another key, or undecodable); a
+    primary lease's ``expiry`` is when it ends with its holder's term (``terms``: node ->
+    until)."""
     revision = {"mod_revision": kv.mod_revision}
     of_partition = {"zone": parsed.name, "partition": parsed.partition}
     if parsed.kind is KeyKind.NODE:
@@ -106,7 +112,8 @@ def _snapshot_row(parsed: ParsedKey, kv: KeyValue) -> tuple[str, dict[str, Any]]
     elif parsed.kind is KeyKind.PRIMARY:
         lease = decode_primary(kv.value)
         if isinstance(lease, PrimaryLease):
-            return "primaries", _row("primaries", {**of_partition, **revision}, lease)
+            ends = replace(lease, expiry=lease.until(terms.get(lease.node, 0)))
+            return "primaries", _row("primaries", {**of_partition, **revision}, ends)
     elif parsed.kind is KeyKind.SIZES:
         size = decode_size(kv.value)
         if isinstance(size, ReplicaSize):
@@ -124,9 +131,16 @@ def snapshot_tables(keys: KeySpace, kvs: Iterable[KeyValue]) -> dict[str, list[d
         "primaries": [],
         "sizes": [],
     }
-    for kv in kvs:
-        parsed = keys.parse(kv.key)
-        found = _snapshot_row(parsed, kv) if parsed is not None else None
+    parsed_kvs = [(keys.parse(kv.key), kv) for kv in kvs]
+    terms = {
+        parsed.name: term.until
+        for parsed, kv in parsed_kvs
+        if parsed is not None
+        and parsed.kind is KeyKind.TERM
+        and isinstance(term := decode_term(kv.value), LeaseTerm)
+    }
+    for parsed, kv in parsed_kvs:
+        found = _snapshot_row(parsed, kv, terms) if parsed is not None else None
         if found is not None:
             table, row = found
             tables[table].append(row)

@@ -305,6 +305,9 @@ class DataPlane:
                 self._idle_learners[key].set()
 
     def _note(self, changes: Changes) -> None:
+        if self.node in changes.terms:  # this node's leases may start or end with its term
+            mine = {k for k, (lease, _) in self.view.leases.items() if lease.node == self.node}
+            changes.partitions |= mine
         pending = self._pending
         pending.assignments |= changes.assignments
         pending.partitions |= changes.partitions
@@ -325,7 +328,7 @@ class DataPlane:
         return sum(
             1
             for lease, _ in self.view.leases.values()
-            if lease.node == self.node and lease.expiry > now
+            if lease.node == self.node and self.view.lease_until(lease) > now
         )
 
     async def hand_over(self, within: float, stall: float = HAND_OVER_STALL) -> int:
@@ -356,7 +359,7 @@ class DataPlane:
         return (
             lease.node == self.node
             and lease.lease_epoch == lease_epoch
-            and self.now_ms() < lease.expiry - self.config.lease_margin_ms
+            and self.now_ms() < self.view.lease_until(lease) - self.config.lease_margin_ms
         )
 
     async def isr_names_me(self, zone: str, partition: int) -> bool | None:

@@ -19,6 +19,7 @@ from placement.metastore.codec import Assignment as AssignmentValue
 from placement.metastore.codec import (
     InSyncSet,
     LayoutValue,
+    LeaseTerm,
     NodeRecord,
     PrimaryLease,
     decode_assignment,
@@ -26,6 +27,7 @@ from placement.metastore.codec import (
     decode_layout,
     decode_node,
     decode_primary,
+    decode_term,
     decode_zone_spec,
 )
 from placement.metastore.keys import AssignField, KeyKind, KeySpace
@@ -49,9 +51,11 @@ class Changes:
     #: Nodes whose record appeared, changed or disappeared.
     nodes: set[str] = field(default_factory=set)
     zones: set[str] = field(default_factory=set)
+    #: Nodes whose lease term was written or deleted.
+    terms: set[str] = field(default_factory=set)
 
     def __bool__(self) -> bool:
-        return bool(self.assignments or self.partitions or self.nodes or self.zones)
+        return bool(self.assignments or self.partitions or self.nodes or self.zones or self.terms)
 
 
 @dataclass
@@ -66,10 +70,17 @@ class View:
     #: Each readable layout key's mod revision.
     layout_revisions: dict[str, int] = field(default_factory=dict)
     leases: dict[Key, tuple[PrimaryLease, int]] = field(default_factory=dict)
+    #: node -> ``until`` of its lease term (``{p}/primary/@term/{node}``): every lease it holds
+    #: ends then at the latest (:meth:`lease_until`). Watched with the leases, in etcd's order.
+    terms: dict[str, int] = field(default_factory=dict)
     isrs: dict[Key, tuple[InSyncSet, int]] = field(default_factory=dict)
     nodes: dict[str, str] = field(default_factory=dict)
     #: Per partition, the peers of each readable holding assignment key (None = unreadable).
     assignments: dict[Key, dict[AssignField, frozenset[str] | None]] = field(default_factory=dict)
+
+    def lease_until(self, lease: PrimaryLease) -> int:
+        """When ``lease`` ends (unix ms): :meth:`PrimaryLease.until` with its holder's term."""
+        return lease.until(self.terms.get(lease.node, 0))
 
     def primary_hint(self, key: Key) -> str:
         lease = self.leases.get(key)
@@ -130,6 +141,13 @@ class View:
             else:
                 self.nodes.pop(name, None)
             changes.nodes.add(name)
+        elif kind is KeyKind.TERM:
+            term = decode_term(value) if value is not None else None
+            if isinstance(term, LeaseTerm):
+                self.terms[name] = term.until
+            else:
+                self.terms.pop(name, None)
+            changes.terms.add(name)
         elif partition is None:
             return
         elif kind is KeyKind.PRIMARY:
@@ -144,7 +162,7 @@ class View:
                 and isinstance(lease, PrimaryLease)
                 and (before[0].node, before[0].lease_epoch) == (lease.node, lease.lease_epoch)
             )
-            if not renewed:  # a renewal only moves the expiry, which is read where it matters
+            if not renewed:  # same holder and epoch: only its end moved, read where it matters
                 changes.partitions.add((name, partition))
         elif kind is KeyKind.ISR:
             isr = decode_isr(value) if value is not None else None

@@ -39,12 +39,14 @@ from placement.driver.loop import Driver
 from placement.local.certs import LocalPki
 from placement.metastore.codec import (
     InSyncSet,
+    LeaseTerm,
     NodeRecord,
     PrimaryLease,
     ReplicaSize,
     decode_isr,
     decode_primary,
     decode_size,
+    decode_term,
 )
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import KeySpace
@@ -148,6 +150,13 @@ async def primary_of(client: EtcdClient, keys: KeySpace, zone: str, p: int) -> P
     kv = (await client.get(keys.primary(zone, p))).first()
     lease = decode_primary(kv.value) if kv is not None else None
     return lease if isinstance(lease, PrimaryLease) else None
+
+
+async def term_of(client: EtcdClient, keys: KeySpace, node: str) -> int:
+    """``until`` of ``node``'s lease term (0: none): when every lease it holds ends."""
+    kv = (await client.get(keys.term(node))).first()
+    term = decode_term(kv.value) if kv is not None else None
+    return term.until if isinstance(term, LeaseTerm) else 0
 
 
 async def isr_of(client: EtcdClient, keys: KeySpace, zone: str, p: int) -> InSyncSet | None:
@@ -488,11 +497,12 @@ class LongRegistrationAgents(Agents):
 async def test_a_killed_holders_leases_are_not_renewed_while_its_node_record_lingers(
     etcd: object, tmp_path: Path, client: EtcdClient, keys: KeySpace
 ) -> None:
-    """placement/driver/liveness.py: the holder is SIGKILLed right after a renewal; its next
-    renewal falls due 1 s later, while its node record still stands (registration TTL 9 s). The
-    leader's health check finds it gone: none of its leases gets a later expiry, and each moves
-    to a live member as soon as it expires. Without the check the renewal goes through and the
-    partitions wait a whole lease more (failover_bench: 15.1 s instead of 10.1 s)."""
+    """placement/driver/liveness.py: the holder is SIGKILLed right after a renewal of its lease
+    term; the next renewal falls due 1 s later, while its node record still stands
+    (registration TTL 9 s). The leader's health check finds it gone: its term is not renewed
+    again, so none of its leases lasts longer, and each moves to a live member as soon as the
+    term ends. Without the check the renewal goes through and the partitions wait a whole lease
+    more (failover_bench: 15.1 s instead of 10.1 s)."""
     leases = LeaseConfig(duration_ms=4000, renew_before_ms=3000)
     agents = LongRegistrationAgents(tmp_path, etcd.endpoint, keys)  # type: ignore[attr-defined]
     try:
@@ -500,15 +510,17 @@ async def test_a_killed_holders_leases_are_not_renewed_while_its_node_record_lin
         async with zone_in_sync_on_three(etcd, agents, client, keys, spec, leases) as (driver, _):
             first = await primary_of(client, keys, "kv", 0)
             assert first is not None
+            victim = first.node
+            term = await term_of(client, keys, victim)
+            assert term > 0, "a holder has a lease term"
 
             async def renewed() -> bool:
-                lease = await primary_of(client, keys, "kv", 0)
-                return lease is not None and lease.expiry > first.expiry
+                return await term_of(client, keys, victim) > term
 
-            await eventually(renewed, "a renewal of partition 0's lease")
-            victim = first.node
+            await eventually(renewed, f"a renewal of {victim}'s lease term")
             agents.procs[victim].send_signal(signal.SIGKILL)
             killed_ms = int(time.time() * 1000)
+            ends = await term_of(client, keys, victim)
             held = {
                 p: lease
                 for p in range(spec.partitions)
@@ -523,7 +535,9 @@ async def test_a_killed_holders_leases_are_not_renewed_while_its_node_record_lin
                     lease = await primary_of(client, keys, "kv", p)
                     assert lease is not None
                     if lease.node == victim:
-                        assert lease.expiry <= before.expiry, f"p{p}: renewed after the kill"
+                        assert lease.lease_epoch == before.lease_epoch
+                        until = lease.until(await term_of(client, keys, victim))
+                        assert until <= ends, f"p{p}: renewed after the kill"
                     elif p not in moved:
                         moved[p] = int(time.time() * 1000)
                         assert lease.lease_epoch == before.lease_epoch + 1
@@ -532,10 +546,11 @@ async def test_a_killed_holders_leases_are_not_renewed_while_its_node_record_lin
             await eventually(all_moved, "the killed holder's leases to move")
             registered = await client.get(keys.node(victim))
             assert registered.first() is not None, "the test needs the node record to linger"
+            assert ends - killed_ms <= leases.duration_ms
             for p, at in moved.items():
-                # moved within a second of its expiry (the pass at expiry and its write)
-                assert at - held[p].expiry < 1000 * SCALE, (p, at, held[p].expiry)
-                assert held[p].expiry - killed_ms <= leases.duration_ms
+                # moved within a second of the term's end (the pass at that time and its write)
+                assert at - ends < 1000 * SCALE, (p, at, ends)
+                assert at >= ends, (p, at, ends)
             assert driver.liveness.found_silent >= 1
     finally:
         await agents.close()

@@ -35,11 +35,13 @@ from placement.data.client import DataClient
 from placement.local.cluster import Cluster, UpOptions, start_cluster, wait_ready
 from placement.metastore.codec import Assignment as AssignmentValue
 from placement.metastore.codec import (
+    LeaseTerm,
     PrimaryLease,
     ReplicaSize,
     decode_assignment,
     decode_primary,
     decode_size,
+    decode_term,
 )
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, prefix_range_end
@@ -181,11 +183,14 @@ async def _leases_of(cluster: Cluster, node: str) -> dict[int, int]:
     keys = KeySpace(cluster.prefix)
     async with EtcdClient([cluster.etcd_endpoint], credentials=cluster.etcd_credentials()) as c:
         found = await c.list_prefix(keys.zone_primary_prefix(ZONE))
+        term_kv = (await c.get(keys.term(node))).first()
+    term = decode_term(term_kv.value) if term_kv is not None else None
+    until = term.until if isinstance(term, LeaseTerm) else 0
     now = time.time() * 1000
     held = {}
     for kv in found.kvs:
         lease = decode_primary(kv.value)
-        if isinstance(lease, PrimaryLease) and lease.node == node and lease.expiry > now:
+        if isinstance(lease, PrimaryLease) and lease.node == node and lease.until(until) > now:
             parsed = keys.parse(kv.key)
             assert parsed is not None
             assert parsed.partition is not None

@@ -35,11 +35,13 @@ from placement.driver.loop import Driver, DriverConfig
 from placement.driver.status import ZoneStatusState, zone_status
 from placement.metastore.codec import (
     InSyncSet,
+    LeaseTerm,
     NodeRecord,
     PrimaryLease,
     ReplicaSize,
     decode_datanodes,
     decode_primary,
+    decode_term,
     encode_isr,
     encode_size,
 )
@@ -919,7 +921,8 @@ async def test_a_dead_primarys_lease_moves_after_expiry_to_an_isr_member_and_los
     """One partition, three replicas, leases of 3 s (renewed with 1.5 s left); the scale-down
     delay keeps dead nodes in stable, so only the lease rules are at work:
 
-    1. the holder's node record goes: its lease is left alone until it expires, then goes to
+    1. the holder's node record goes: its lease is left alone until it ends (its lease term is
+       no longer renewed), then goes to
        the one member the ISR names — not to the other live member of stable;
     2. the new holder dies too; as the driver's move (to the last live member, in the ISR it
        read) is sent, the ISR drops that member: the transaction's ISR compare fails, the next
@@ -986,7 +989,12 @@ async def test_a_dead_primarys_lease_moves_after_expiry_to_an_isr_member_and_los
         old, new = await follow(first, TIMEOUT)
         assert new.node == in_sync, (new, stable)
         assert new.lease_epoch == old.lease_epoch + 1
-        assert new.ts >= old.expiry, "moved before the dead holder's lease had expired"
+        term = (await client.get(keys.term(first))).first()
+        assert term is not None
+        ended = decode_term(term.value)
+        assert isinstance(ended, LeaseTerm)
+        assert not old.expiry, "the lease followed its holder's term"
+        assert new.ts >= old.until(ended.until), "moved before the dead holder's lease had ended"
 
         # 2. the new holder dies; the ISR changes under the driver's move to `other`
         await put_isr(in_sync, other)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -20,7 +21,7 @@ from placement.driver.core import (
     plan_pass,
     view_zone_status,
 )
-from placement.driver.leases import LeaseConfig, plan_primaries
+from placement.driver.leases import LeaseConfig, lease_holders, plan_primaries, plan_terms
 from placement.metastore.codec import (
     Assignment,
     CancelIntent,
@@ -29,6 +30,7 @@ from placement.metastore.codec import (
     DataNodes,
     InSyncSet,
     LayoutValue,
+    LeaseTerm,
     MoveReport,
     NodeRecord,
     PrimaryLease,
@@ -44,12 +46,13 @@ from placement.metastore.codec import (
     encode_primary,
     encode_report,
     encode_size,
+    encode_term,
     encode_trigger,
     encode_zone_spec,
 )
 from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import KeyValue
-from placement.metastore.transitions import LeaseWrite, Versioned
+from placement.metastore.transitions import LeaseWrite, TermWrite, Versioned
 
 KEYS = KeySpace("/t")
 NODES = ("n0", "n1", "n2", "n3")
@@ -262,8 +265,12 @@ def test_aggregate_cancel_outcomes() -> None:
     assert aggregate(d, {"a": "ALREADY_DONE"}) is Verdict.CANCEL_REVERTED  # joiner gone
 
 
-def lease(node: str, epoch: int, expiry: int, mod: int = 5) -> Versioned[PrimaryLease]:
-    value = PrimaryLease(node, epoch, expiry)
+def lease(
+    node: str, epoch: int, expiry: int = 0, mod: int = 5, ts: int = 0
+) -> Versioned[PrimaryLease]:
+    """A lease as read, written at ``ts``; ``expiry`` 0: no cap (it lasts with its holder's
+    term)."""
+    value = PrimaryLease(node, epoch, expiry, 0, ts)
     return Versioned(value, b"", mod, mod)
 
 
@@ -280,22 +287,26 @@ def test_primary_leases_are_balanced_and_prefer_the_first_member() -> None:
     assert all(w.isr_mod == 0 for w in grants.values())  # no ISR key: compared as absent
 
 
-def test_primary_lease_renewal_and_move_when_the_holder_leaves() -> None:
+def test_a_kept_primary_lease_is_not_written_and_moves_when_the_holder_leaves() -> None:
     stables = {0: ("a", "b"), 1: ("b", "a")}
-    current = {0: lease("a", 3, 20_000), 1: lease("b", 1, 11_000, mod=9)}
+    current = {0: lease("a", 3), 1: lease("b", 1, mod=9)}
+    terms = {"a": 20_000, "b": 11_000}
     cfg = LeaseConfig(10_000, 5_000)
-    assert plan_primaries(stables, current, {"a", "b"}, 0, cfg) == {}
-    renewed = plan_primaries(stables, current, {"a", "b"}, 7_000, cfg)
-    assert renewed == {1: LeaseWrite(PrimaryLease("b", 1, 17_000), 9, None)}
-    # b's node record is gone: its lease moves only once it has expired (b's own clock)
-    assert 1 not in plan_primaries(stables, current, {"a"}, 7_000, cfg)
-    moved = plan_primaries(stables, current, {"a"}, 11_000, cfg)
-    assert moved[1] == LeaseWrite(PrimaryLease("a", 2, 21_000), 9, 0)
+    live = {"a", "b"}
+    for now in (0, 7_000):  # at 7_000 b's term is due: the term is renewed, not the lease
+        writes = plan_primaries(stables, current, live, now, cfg, terms=terms)
+        assert writes == {}
+        assert lease_holders(stables, current, writes, live, now, terms) == {"a", "b"}
+    # b's node record is gone: its lease moves only once its term has ended (b's own clock)
+    assert 1 not in plan_primaries(stables, current, {"a"}, 7_000, cfg, terms=terms)
+    assert lease_holders(stables, current, {}, {"a"}, 7_000, terms) == {"a"}
+    moved = plan_primaries(stables, current, {"a"}, 11_000, cfg, terms=terms)
+    assert moved[1] == LeaseWrite(PrimaryLease("a", 2, 0), 9, 0)
     # the holder left stable: moved at once
-    left = plan_primaries({0: ("b", "c")}, current, {"a", "b", "c"}, 0, cfg)
-    assert left[0] == LeaseWrite(PrimaryLease("b", 4, 10_000), 5, 0)
-    expired = plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 25_000, cfg)
-    assert expired[0].lease.lease_epoch == 4
+    left = plan_primaries({0: ("b", "c")}, current, {"a", "b", "c"}, 0, cfg, terms=terms)
+    assert left[0] == LeaseWrite(PrimaryLease("b", 4, 0), 5, 0)
+    ended = plan_primaries({0: ("a", "b")}, current, live, 25_000, cfg, terms=terms)
+    assert ended[0].lease.lease_epoch == 4
 
 
 def test_primary_leases_follow_the_preferred_primaries_after_a_join() -> None:
@@ -304,27 +315,40 @@ def test_primary_leases_follow_the_preferred_primaries_after_a_join() -> None:
     first = place(ZoneSpec("z", 40, 3), before).assignments
     live = {n.name for n in before}
     grants = plan_primaries(dict(enumerate(first)), {}, live, 0, cfg)
-    current = {
+    current = {  # written at 0
         p: lease(w.lease.node, w.lease.lease_epoch, w.lease.expiry) for p, w in grants.items()
     }
+    terms = dict.fromkeys(live, 10_000)
     after = [*before, Node("n4")]
     stables = dict(
         enumerate(place(ZoneSpec("z", 40, 3), after, dict(enumerate(first))).assignments)
     )
     live.add("n4")
-    # not yet due for renewal: nothing moves early
-    assert plan_primaries(stables, current, live, 1_000, cfg) == {}
-    due = plan_primaries(stables, current, live, 6_000, cfg)
+    # written less than a period (duration - renew_before) ago: nothing moves early
+    assert plan_primaries(stables, current, live, 1_000, cfg, terms=terms) == {}
+    assert plan_primaries(stables, current, live, 4_999, cfg, terms=terms) == {}
+    due = plan_primaries(stables, current, live, 5_000, cfg, terms=terms)
+    assert due
     holders = {p: (due[p].lease if p in due else current[p].value) for p in stables}
     counts = Counter(h.node for h in holders.values() if isinstance(h, PrimaryLease))
     assert set(counts) == live
     assert max(counts.values()) - min(counts.values()) <= 1, counts
-    for p, write in due.items():
+    for p, write in due.items():  # hand-overs only
         grant = write.lease
         old = current[p].value
         assert isinstance(old, PrimaryLease)
-        assert grant.node == stables[p][0]
-        assert grant.lease_epoch == old.lease_epoch + (grant.node != old.node)
+        assert grant.node == stables[p][0] != old.node
+        assert grant.lease_epoch == old.lease_epoch + 1
+        assert grant.expiry == 0
+    # the new holder n4 needs a term: written with the hand-overs (aligned: the others' too)
+    needed = lease_holders(stables, current, due, live, 5_000, terms)
+    assert needed == live
+    read: dict[str, Versioned[LeaseTerm | Corrupt]] = {
+        n: Versioned(LeaseTerm(u), b"", 7, 7) for n, u in terms.items()
+    }
+    renew = plan_terms(read, needed, live, 5_000, cfg)
+    assert renew["n4"] == TermWrite(LeaseTerm(15_000), 0)
+    assert renew["n0"] == TermWrite(LeaseTerm(15_000), 7)
 
 
 def _value(peers: tuple[str, ...]) -> bytes:
@@ -480,30 +504,96 @@ def test_the_plan_says_when_a_pass_is_next_needed_without_a_change() -> None:
     store = cluster(spec)
     write_stables(store, spec)
     cfg = LeaseConfig(10_000, 5_000)
-    # no lease yet: granted now; nothing time-driven left in the view
+    # no lease yet: granted now, with terms for their holders; nothing time-driven left
     plan = plan_pass(store.view(), now_ms=1_000, leases=cfg)
     assert plan.primaries
+    assert plan.terms is not None
+    holders = {w.lease.node for w in plan.primaries[0].leases.values()}
+    assert dict(plan.terms.writes) == {n: TermWrite(LeaseTerm(11_000), 0) for n in holders}
     assert plan.next_due_ms is None
     for p, write in plan.primaries[0].leases.items():
-        store.put(KEYS.primary("z", p), encode_primary(write.lease))
-    # held leases: next due when less than renew_before is left (expiry 11_000)
+        store.put(KEYS.primary("z", p), encode_primary(replace(write.lease, ts=1_000)))
+    for n, term in plan.terms.writes.items():
+        store.put(KEYS.term(n), encode_term(term.term))
+    # held leases (each by its preferred primary): next due when less than renew_before is
+    # left of the holders' terms (until 11_000)
     plan = plan_pass(store.view(), now_ms=1_500, leases=cfg)
-    assert not plan.primaries
+    assert not plan.writes
     assert plan.next_due_ms == 6_001
-    assert not plan_pass(store.view(), now_ms=6_000, leases=cfg).primaries
-    assert plan_pass(store.view(), now_ms=6_001, leases=cfg).primaries
-    # a held-down addition is due at up_since + scale_up_delay, before the leases here
+    assert not plan_pass(store.view(), now_ms=6_000, leases=cfg).writes
+    renewal = plan_pass(store.view(), now_ms=6_001, leases=cfg)
+    assert not renewal.primaries  # the terms are renewed, not the leases
+    assert renewal.terms is not None
+    assert set(renewal.terms.writes) == holders
+    # a held-down addition is due at up_since + scale_up_delay, after the terms here
     held = DataNodes(NODES, (*NODES, "n4"), up_since=1_000, down_since=None)
     store.put(KEYS.node("n4"), encode_node(NodeRecord("n4", "127.0.0.1:4")))
     store.put(KEYS.datanodes("z"), encode_datanodes(held))
     plan = plan_pass(store.view(), now_ms=1_500, leases=cfg)
     assert not plan.datanodes
     assert plan.next_due_ms == 6_001
-    # the leases expired (re-granted now): only the holddown is ahead
+    # the terms ran out (not renewed): the leases re-granted now, only the holddown is ahead
     plan = plan_pass(store.view(), now_ms=12_000, leases=cfg)
     assert plan.primaries
+    assert all(w.lease.lease_epoch == 2 for w in plan.primaries[0].leases.values())
+    assert plan.terms is not None
     assert not plan.datanodes
     assert plan.next_due_ms == 31_000
+
+
+def test_a_pass_renews_the_holders_terms_not_the_leases_and_drops_stale_unnamed_terms() -> None:
+    spec = ZoneSpec("z", 2, 2)
+    store = cluster(spec)
+    write_stables(store, spec)
+    stables = {
+        p: s.peers(AssignField.STABLE) for p, s in store.view().zones["z"].partitions.items()
+    }
+    holders = {peers[0] for peers in stables.values() if peers is not None}
+    assert len(holders) == 2, stables  # two registered nodes hold nothing
+    idle, other = sorted(set(NODES) - holders)
+    for p, peers in stables.items():
+        assert peers is not None
+        store.put(KEYS.primary("z", p), encode_primary(PrimaryLease(peers[0], 1, 0, 1, 20_000)))
+    mods = {n: store.put(KEYS.term(n), encode_term(LeaseTerm(31_000, 1, 20_000))) for n in holders}
+    store.put(KEYS.term(idle), encode_term(LeaseTerm(1_000)))  # registered, holds nothing
+    store.put(KEYS.term(other), b"not json")  # registered, corrupt, holds none
+    gone = store.put(KEYS.term("gone"), encode_term(LeaseTerm(16_500)))  # ended a duration ago
+    store.put(KEYS.term("lately"), encode_term(LeaseTerm(16_501)))  # ended less long ago
+    junk = store.put(KEYS.term("junk"), b"not json")  # unregistered and corrupt
+    view = store.view()
+    assert view.term_until == {**dict.fromkeys(holders, 31_000), idle: 1_000, "gone": 16_500,
+                               "lately": 16_501}  # fmt: skip
+    assert isinstance(view.terms[other].value, Corrupt)
+    cfg = LeaseConfig(10_000, 5_000)
+    # 4_500 left of the holders' terms: due; the leases themselves are not written
+    plan = plan_pass(view, now_ms=26_500, leases=cfg)
+    assert not plan.primaries
+    assert plan.terms is not None
+    assert dict(plan.terms.writes) == {n: TermWrite(LeaseTerm(36_500), mods[n]) for n in holders}
+    assert dict(plan.terms.drops) == {"gone": gone, "junk": junk}
+    assert plan.writes
+    later = plan_pass(view, now_ms=26_501, leases=cfg).terms
+    assert later is not None
+    assert set(later.drops) == {"gone", "junk", "lately"}
+    # a silent holder's term is not renewed (its leases run out)
+    silent = min(holders)
+    quiet = plan_pass(view, now_ms=26_500, leases=cfg, silent=frozenset({silent}))
+    assert quiet.terms is not None
+    assert set(quiet.terms.writes) == holders - {silent}
+    # a lease still naming a gone node (a dropped zone's leftover) keeps its term
+    store.put(KEYS.primary("old", 0), encode_primary(PrimaryLease("gone", 1, 0)))
+    named = plan_pass(store.view(), now_ms=26_500, leases=cfg)
+    assert [d.zone for d in named.drops] == ["old"]
+    assert named.terms is not None
+    assert dict(named.terms.drops) == {"junk": junk}
+    del store.kvs[KEYS.primary("old", 0)]
+    # nothing due and nothing stale: no terms to write, nothing written
+    del store.kvs[KEYS.term("gone")]
+    del store.kvs[KEYS.term("junk")]
+    calm = plan_pass(store.view(), now_ms=22_000, leases=cfg)
+    assert calm.terms is None
+    assert not calm.writes
+    assert calm.next_due_ms == 26_001
 
 
 def test_a_shrinks_removed_partitions_that_lost_a_member_are_re_placed_the_others_stay() -> None:

@@ -21,6 +21,7 @@ from placement.metastore.codec import (
     DataNodes,
     InSyncSet,
     LayoutValue,
+    LeaseTerm,
     MoveReport,
     NodeRecord,
     PrimaryLease,
@@ -35,6 +36,7 @@ from placement.metastore.codec import (
     encode_primary,
     encode_report,
     encode_size,
+    encode_term,
     encode_trigger,
     encode_zone_spec,
 )
@@ -55,6 +57,8 @@ def _universe() -> list[tuple[bytes, tuple[bytes, ...]]]:
     for n in NODES:
         out.append((KEYS.node(n), (encode_node(NodeRecord(n, "127.0.0.1:1")), JUNK)))
         out.append((KEYS.drain(n), (encode_control(ControlMark(1, 1)),)))
+        terms = tuple(encode_term(LeaseTerm(until)) for until in (500, 5000, 20_000))
+        out.append((KEYS.term(n), (*terms, JUNK)))
     out.append((KEYS.paused(), (encode_control(ControlMark(1, 1)),)))
     out.append((KEYS.leader("d1"), (b"leader",)))
     for z in ZONES:
@@ -69,7 +73,9 @@ def _universe() -> list[tuple[bytes, tuple[bytes, ...]]]:
             trigger = encode_trigger(TriggerMark(1, 1, 1))
             out.append((KEYS.assign(z, p, AssignField.TRIGGER), (trigger, JUNK)))
             leases = tuple(
-                encode_primary(PrimaryLease(n, 1, expiry)) for n in NODES for expiry in (500, 5000)
+                encode_primary(PrimaryLease(n, 1, expiry))
+                for n in NODES
+                for expiry in (0, 500, 5000)  # 0: no cap, it lasts with n's term
             )
             out.append((KEYS.primary(z, p), (*leases, JUNK)))
             isr = encode_isr(InSyncSet(("n0", "n1"), "n0", 1, 1))
@@ -149,6 +155,7 @@ def _normalized(view: ClusterView) -> tuple[object, ...]:
     reports = {k: dict(v) for k, v in view.reports.items()}
     return (
         view.revision, zones, dict(view.nodes), view.paused, reports, view.draining,
+        dict(view.terms), dict(view.term_until),
     )  # fmt: skip
 
 
@@ -219,28 +226,45 @@ def test_an_unchanged_zone_is_neither_decoded_nor_planned_again() -> None:
 
 
 def test_a_reused_plan_expires_when_a_lease_falls_due() -> None:
-    """A settled zone plans nothing until its leases fall due for renewal: the memo reuses the
-    empty plan until then, and decides again from that time (the renewals)."""
+    """A settled zone plans nothing while its leases last: the memo reuses its empty plan even
+    when the holders' terms fall due (renewed by the pass, not by the zone's plan), and decides
+    again from the time its leases end (the re-grants)."""
     spec = ZoneSpec("z", 4, 2)
     mirror = Mirror()
     puts = {KEYS.node(n): encode_node(NodeRecord(n, "127.0.0.1:1")) for n in NODES}
     puts[KEYS.zone("z")] = encode_zone_spec(spec)
     puts[KEYS.layout("z")] = encode_layout(LayoutValue(ZoneLayout(1, 4), 1, 0))
     puts[KEYS.datanodes("z")] = encode_datanodes(DataNodes(NODES, NODES, None, None))
+    holders: set[str] = set()
     for p, peers in enumerate(place(spec, [Node(n) for n in NODES]).assignments):
         puts[KEYS.assign("z", p, AssignField.STABLE)] = encode_assignment(
             Assignment(tuple(peers), 1, 1, 1)
         )
         puts[KEYS.assign("z", p, AssignField.TRIGGER)] = encode_trigger(TriggerMark(10**6, 1, 1))
-        puts[KEYS.primary("z", p)] = encode_primary(PrimaryLease(peers[0], 1, 20_000))
+        puts[KEYS.primary("z", p)] = encode_primary(PrimaryLease(peers[0], 1, 0))
+        holders.add(peers[0])
+    for n in holders:
+        puts[KEYS.term(n)] = encode_term(LeaseTerm(20_000))
     mirror.put_all(puts)
     view = ViewBuilder(KEYS).build(mirror.revision, mirror.groups, mirror.stamps)
+    assert view.term_until == dict.fromkeys(holders, 20_000)
     memo, leases = PlanMemo(), LeaseConfig()
     quiet = plan_pass(view, 0, leases, memo)
     assert not quiet.writes
-    assert quiet.next_due_ms is not None
-    assert plan_pass(view, quiet.next_due_ms - 1, leases, memo) == quiet
-    assert memo.reused == 1
-    due = plan_pass(view, quiet.next_due_ms, leases, memo)
-    assert due.primaries  # the renewals, decided again at their due time
-    assert due == plan_pass(view, quiet.next_due_ms, leases)
+    assert quiet.next_due_ms == 15_001  # the terms' renewal
+    assert plan_pass(view, 15_000, leases, memo) == quiet
+    assert (memo.decided, memo.reused) == (1, 1)
+    renewal = plan_pass(view, 15_001, leases, memo)
+    assert (memo.decided, memo.reused) == (1, 2)  # the zone's plan still holds
+    assert renewal.terms is not None
+    assert set(renewal.terms.writes) == holders
+    assert not renewal.primaries  # no lease is written for it
+    assert renewal == plan_pass(view, 15_001, leases)
+    assert renewal.next_due_ms == 20_000  # the terms' end (the leases' too)
+    # the terms were not renewed: the leases end at 20_000, and the zone is decided again
+    assert plan_pass(view, 19_999, leases, memo).primaries == ()
+    assert memo.decided == 1
+    due = plan_pass(view, 20_000, leases, memo)
+    assert memo.decided == 2
+    assert due.primaries  # the re-grants, decided again at their due time
+    assert due == plan_pass(view, 20_000, leases)

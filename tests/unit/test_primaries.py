@@ -1,4 +1,5 @@
-"""Primary leases on the in-sync set: who may hold a lease, when it may move, the ISR compare."""
+"""Primary leases on the in-sync set: who may hold a lease, when it may move, the ISR compare;
+and the nodes' lease terms that make the leases last (renewed once per node, not per lease)."""
 
 from __future__ import annotations
 
@@ -6,24 +7,40 @@ from collections import Counter
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, replace
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from placement.algo.place import place
 from placement.core.model import Node, Peers, ZoneSpec
-from placement.driver.leases import LeaseConfig, corrupt_isrs, next_due_ms, plan_primaries
-from placement.metastore.codec import Corrupt, InSyncSet, PrimaryLease
-from placement.metastore.transitions import LeaseWrite, Versioned
+from placement.driver.leases import (
+    LeaseConfig,
+    corrupt_isrs,
+    lease_holders,
+    next_due_ms,
+    plan_primaries,
+    plan_terms,
+    terms_due_ms,
+)
+from placement.metastore.codec import Corrupt, InSyncSet, LeaseTerm, PrimaryLease
+from placement.metastore.transitions import LeaseWrite, TermWrite, Versioned
 
-#: The per-lease rules: each lease renewed only when it is due itself.
+#: The per-node rules: each term renewed only when it is due itself.
 CFG = LeaseConfig(10_000, 5_000, aligned=False)
-#: The driver's default: a zone's kept leases are renewed together (tested at the end).
+#: The driver's default: the holders' terms are renewed together (tested at the end).
 ALIGNED = LeaseConfig(10_000, 5_000)
 POOL = ("n0", "n1", "n2", "n3", "n4", "n5")
 
 
-def lease(node: str, epoch: int, expiry: int, mod: int = 5) -> Versioned[PrimaryLease]:
-    return Versioned(PrimaryLease(node, epoch, expiry), b"", mod, mod)
+def lease(
+    node: str, epoch: int, expiry: int = 0, mod: int = 5, ts: int = 0
+) -> Versioned[PrimaryLease]:
+    """A lease as read; ``expiry`` 0: no cap (it lasts while its holder's term does)."""
+    return Versioned(PrimaryLease(node, epoch, expiry, 0, ts), b"", mod, mod)
+
+
+def term(until: int, mod: int = 30) -> Versioned[LeaseTerm | Corrupt]:
+    return Versioned(LeaseTerm(until), b"", mod, mod)
 
 
 def isr(members: Peers, mod: int = 40, lease_epoch: int = 1) -> Versioned[InSyncSet | Corrupt]:
@@ -35,6 +52,16 @@ def corrupt_isr(mod: int = 41) -> Versioned[InSyncSet | Corrupt]:
     return Versioned(Corrupt(b"junk", "not JSON"), b"junk", mod, mod)
 
 
+def until(terms: Mapping[str, int], old: PrimaryLease) -> int:
+    """When ``old`` ends, given the nodes' terms' untils."""
+    return old.until(terms.get(old.node, 0))
+
+
+def ends(terms: Mapping[str, Versioned[LeaseTerm | Corrupt]]) -> dict[str, int]:
+    """node -> its readable term's until (``ClusterView.term_until``)."""
+    return {n: t.value.until for n, t in terms.items() if isinstance(t.value, LeaseTerm)}
+
+
 # -- the rules, one at a time ------------------------------------------------------------------
 
 
@@ -44,103 +71,237 @@ def test_a_grant_goes_only_to_a_live_member_of_the_isr() -> None:
     grants = plan_primaries(stables, {}, {"a", "b"}, 0, CFG, isrs)
     # 0: the preferred primary a is not in sync -> b; 1: a; 2: only c is in sync and c is down.
     # The lease epoch starts above the one the ISR was written under (1), not at 1 again.
+    # A new lease has no cap: it lasts while its holder's term does.
     assert grants == {
-        0: LeaseWrite(PrimaryLease("b", 2, 10_000), 0, 11),
-        1: LeaseWrite(PrimaryLease("a", 2, 10_000), 0, 12),
+        0: LeaseWrite(PrimaryLease("b", 2, 0), 0, 11),
+        1: LeaseWrite(PrimaryLease("a", 2, 0), 0, 12),
     }
+    # so the new holders' terms are to be written with the grants
+    assert lease_holders(stables, {}, grants, {"a", "b"}, 0, {}) == {"a", "b"}
 
 
 def test_without_an_isr_key_any_live_member_of_stable_may_hold_it() -> None:
     grants = plan_primaries({0: ("a", "b")}, {}, {"b"}, 0, CFG, {})
-    assert grants == {0: LeaseWrite(PrimaryLease("b", 1, 10_000), 0, 0)}
+    assert grants == {0: LeaseWrite(PrimaryLease("b", 1, 0), 0, 0)}
 
 
-def test_a_dead_holder_keeps_its_lease_until_it_expires_then_an_isr_member_gets_it() -> None:
+def test_a_dead_holder_keeps_its_lease_until_its_term_ends_then_an_isr_member_gets_it() -> None:
     stables = {0: ("a", "b", "c")}
-    current = {0: lease("a", 3, 20_000, mod=7)}
+    current = {0: lease("a", 3, mod=7)}
     isrs = {0: isr(("a", "c"), mod=9)}
-    live = {"b", "c"}  # a's node record is gone
+    live = {"b", "c"}  # a's node record is gone (or its agent is silent)
+    terms = {"a": 20_000}
     for now in (0, 10_000, 19_999):
-        assert plan_primaries(stables, current, live, now, CFG, isrs) == {}
-    after = plan_primaries(stables, current, live, 20_000, CFG, isrs)
-    assert after == {0: LeaseWrite(PrimaryLease("c", 4, 30_000), 7, 9)}  # not b: not in sync
+        assert plan_primaries(stables, current, live, now, CFG, isrs, terms=terms) == {}
+        # and nobody renews a's term for it: a is no holder to renew
+        assert lease_holders(stables, current, {}, live, now, terms) == frozenset()
+    after = plan_primaries(stables, current, live, 20_000, CFG, isrs, terms=terms)
+    assert after == {0: LeaseWrite(PrimaryLease("c", 4, 0), 7, 9)}  # not b: not in sync
+    # without a term (and no cap) the lease has ended already
+    assert plan_primaries(stables, current, live, 0, CFG, isrs) == after
+    # with a cap too, it ends at the earlier of the two
+    capped = {0: lease("a", 3, 15_000, mod=7)}
+    assert plan_primaries(stables, capped, live, 14_999, CFG, isrs, terms=terms) == {}
+    assert plan_primaries(stables, capped, live, 15_000, CFG, isrs, terms=terms) == after
 
 
 def test_a_holder_that_left_stable_moves_at_once_to_an_isr_member() -> None:
-    current = {0: lease("a", 2, 20_000)}
-    moved = plan_primaries({0: ("b", "c")}, current, {"a", "b", "c"}, 0, CFG, {0: isr(("c",))})
-    assert moved == {0: LeaseWrite(PrimaryLease("c", 3, 10_000), 5, 40)}
+    current = {0: lease("a", 2)}
+    moved = plan_primaries(
+        {0: ("b", "c")}, current, {"a", "b", "c"}, 0, CFG, {0: isr(("c",))}, terms={"a": 20_000}
+    )
+    assert moved == {0: LeaseWrite(PrimaryLease("c", 3, 0), 5, 40)}
 
 
 def test_a_leaving_holder_hands_its_lease_over_at_once_to_an_in_sync_member() -> None:
-    """Drained or stopping (``leaving``): the lease moves now — long before it is due — to a
-    live ISR member that is not leaving, with the ISR compare; with no such member it stays
-    and is renewed as usual; a leaving node gets no new lease while another can take it."""
+    """Drained or stopping (``leaving``): the lease moves now — long before its term ends — to a
+    live ISR member that is not leaving, with the ISR compare; with no such member it stays (not
+    written: its holder's term is renewed); a leaving node gets no new lease while another can
+    take it."""
     stables = {0: ("a", "b", "c")}
-    current = {0: lease("a", 3, 20_000, mod=7)}
+    current = {0: lease("a", 3, mod=7)}
     live = {"a", "b", "c"}
     isrs = {0: isr(("a", "b", "c"), mod=9)}
-    handed = plan_primaries(stables, current, live, 0, CFG, isrs, {"a"})
-    assert handed == {0: LeaseWrite(PrimaryLease("b", 4, 10_000), 7, 9)}
-    not_b = plan_primaries(stables, current, live, 0, CFG, isrs, {"a", "b"})
-    assert not_b == {0: LeaseWrite(PrimaryLease("c", 4, 10_000), 7, 9)}
+    terms = {"a": 20_000}
+    handed = plan_primaries(stables, current, live, 0, CFG, isrs, {"a"}, terms)
+    assert handed == {0: LeaseWrite(PrimaryLease("b", 4, 0), 7, 9)}
+    not_b = plan_primaries(stables, current, live, 0, CFG, isrs, {"a", "b"}, terms)
+    assert not_b == {0: LeaseWrite(PrimaryLease("c", 4, 0), 7, 9)}
     alone = {0: isr(("a",), mod=9)}
-    assert plan_primaries(stables, current, live, 0, CFG, alone, {"a"}) == {}
-    due = plan_primaries(stables, current, live, 16_000, CFG, alone, {"a"})
-    assert due == {0: LeaseWrite(PrimaryLease("a", 3, 26_000), 7)}  # renewed: no one else
+    for now in (0, 16_000):  # 16_000: a's term is due, the lease itself is not written
+        assert plan_primaries(stables, current, live, now, CFG, alone, {"a"}, terms) == {}
+        assert lease_holders(stables, current, {}, live, now, terms) == {"a"}
     fresh = plan_primaries({0: ("a", "b")}, {}, {"a", "b"}, 0, CFG, {}, {"a"})
-    assert fresh == {0: LeaseWrite(PrimaryLease("b", 1, 10_000), 0, 0)}
+    assert fresh == {0: LeaseWrite(PrimaryLease("b", 1, 0), 0, 0)}
     only = plan_primaries({0: ("a", "b")}, {}, {"a"}, 0, CFG, {}, {"a"})
-    assert only == {0: LeaseWrite(PrimaryLease("a", 1, 10_000), 0, 0)}
+    assert only == {0: LeaseWrite(PrimaryLease("a", 1, 0), 0, 0)}
 
 
 def test_the_preferred_primary_gets_no_hand_over_while_it_is_leaving() -> None:
     stables = {0: ("a", "b")}
-    current = {0: lease("b", 2, 4_000, mod=7)}
+    current = {0: lease("b", 2, mod=7)}  # written at 0: handed over from 5_000 on
     isrs = {0: isr(("a", "b"), mod=9)}
-    renewed = plan_primaries(stables, current, {"a", "b"}, 0, CFG, isrs, {"a"})
-    assert renewed == {0: LeaseWrite(PrimaryLease("b", 2, 10_000), 7)}
+    terms = {"b": 9_000}
+    kept = plan_primaries(stables, current, {"a", "b"}, 6_000, CFG, isrs, {"a"}, terms)
+    assert kept == {}
+    assert lease_holders(stables, current, kept, {"a", "b"}, 6_000, terms) == {"b"}
+    # not leaving: it does get it
+    handed = plan_primaries(stables, current, {"a", "b"}, 6_000, CFG, isrs, frozenset(), terms)
+    assert handed == {0: LeaseWrite(PrimaryLease("a", 3, 0), 7, 9)}
 
 
 def test_no_candidate_leaves_the_lease_as_it_is() -> None:
-    current = {0: lease("a", 2, 1_000)}
-    # expired, holder gone, and the only in-sync member is down too
-    assert plan_primaries({0: ("a", "b")}, current, {"b"}, 5_000, CFG, {0: isr(("a",))}) == {}
+    current = {0: lease("a", 2)}
+    # ended (its term ran out), holder gone, and the only in-sync member is down too
+    assert (
+        plan_primaries(
+            {0: ("a", "b")}, current, {"b"}, 5_000, CFG, {0: isr(("a",))}, terms={"a": 1_000}
+        )
+        == {}
+    )
 
 
-def test_a_holder_outside_the_isr_is_not_renewed_and_moves_after_expiry() -> None:
-    current = {0: lease("b", 2, 8_000)}
+def test_a_live_holder_outside_the_isr_is_capped_at_its_term_and_moves_after_the_cap() -> None:
+    stables = {0: ("a", "b")}
     isrs = {0: isr(("a",), mod=3)}
-    # b is live and in stable but not in sync: no renewal (nor early move) while it holds it
-    assert plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 4_000, CFG, isrs) == {}
-    assert plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 8_000, CFG, isrs) == {
-        0: LeaseWrite(PrimaryLease("a", 3, 18_000), 5, 3)
-    }
+    live = {"a", "b"}
+    current = {0: lease("b", 2)}
+    # b is live and in stable but not in sync: its term goes on (it answers, and may hold other
+    # leases), so this lease is capped at the term as it is now: same holder and lease epoch,
+    # no ISR compare, no early move
+    capped = plan_primaries(stables, current, live, 4_000, CFG, isrs, terms={"b": 8_000})
+    assert capped == {0: LeaseWrite(PrimaryLease("b", 2, 8_000), 5, None)}
+    assert lease_holders(stables, current, capped, live, 4_000, {"b": 8_000}) == frozenset()
+    # the cap written (mod 6, at 4_000); b's term renewed meanwhile: the cap still holds
+    current = {0: lease("b", 2, 8_000, mod=6, ts=4_000)}
+    later = {"b": 14_000}
+    for now in (4_000, 7_999):
+        assert plan_primaries(stables, current, live, now, CFG, isrs, terms=later) == {}
+        assert lease_holders(stables, current, {}, live, now, later) == frozenset()
+    assert next_due_ms(stables, current, 4_000, CFG, later) == 8_000
+    moved = plan_primaries(stables, current, live, 8_000, CFG, isrs, terms=later)
+    assert moved == {0: LeaseWrite(PrimaryLease("a", 3, 0), 6, 3)}
+    # a holder outside the ISR that is not live is not capped: its term is not renewed anyway
+    dead = plan_primaries(stables, {0: lease("b", 2)}, {"a"}, 4_000, CFG, isrs, terms={"b": 8_000})
+    assert dead == {}
 
 
-def test_hand_over_to_the_preferred_primary_needs_it_in_sync_and_carries_the_isr_revision() -> None:
-    current = {0: lease("b", 2, 12_000)}
+def test_a_live_holder_that_left_stable_with_no_taker_is_capped_not_kept_by_its_term() -> None:
+    """It left stable (a move finished) and nobody can take the lease yet (the only in-sync
+    member is down): its term goes on for its other leases, so this one is capped — else every
+    renewal of the term would keep a node outside stable primary for ever."""
+    stables = {0: ("b", "c")}
+    isrs = {0: isr(("c",), mod=3)}
+    live = {"a", "b"}
+    current = {0: lease("a", 2)}
+    capped = plan_primaries(stables, current, live, 1_000, CFG, isrs, terms={"a": 6_000})
+    assert capped == {0: LeaseWrite(PrimaryLease("a", 2, 6_000), 5, None)}
+    assert lease_holders(stables, current, capped, live, 1_000, {"a": 6_000}) == frozenset()
+    # capped, it ends then whatever a's term does; then it is left alone until c is back
+    current = {0: lease("a", 2, 6_000, mod=6)}
+    assert plan_primaries(stables, current, live, 5_000, CFG, isrs, terms={"a": 20_000}) == {}
+    assert plan_primaries(stables, current, live, 6_000, CFG, isrs, terms={"a": 20_000}) == {}
+    assert lease_holders(stables, current, {}, live, 5_000, {"a": 20_000}) == frozenset()
+    # with a corrupt ISR alike (no one but the holder could be trusted, and it left stable)
+    current = {0: lease("a", 2)}
+    corrupt = plan_primaries(
+        stables, current, live, 1_000, CFG, {0: corrupt_isr()}, terms={"a": 6_000}
+    )
+    assert corrupt == {0: LeaseWrite(PrimaryLease("a", 2, 6_000), 5, None)}
+
+
+def test_a_kept_capped_lease_is_uncapped_and_its_holder_needs_its_term() -> None:
+    stables = {0: ("a", "b")}
+    current = {0: lease("a", 2, 9_000, mod=6, ts=3_000)}  # capped while a was out of sync
+    live = {"a", "b"}
+    terms = {"a": 12_000}
+    # a is back in sync: the cap is lifted (same holder and lease epoch, no ISR compare)
+    both = {0: isr(("a", "b"), mod=7)}
+    uncapped = plan_primaries(stables, current, live, 4_000, CFG, both, terms=terms)
+    assert uncapped == {0: LeaseWrite(PrimaryLease("a", 2, 0), 6, None)}
+    assert lease_holders(stables, current, uncapped, live, 4_000, terms) == {"a"}
+    # still out of sync: the cap stays as it is (no write), and needs no term
+    out = {0: isr(("b",), mod=7)}
+    assert plan_primaries(stables, current, live, 4_000, CFG, out, terms=terms) == {}
+    assert lease_holders(stables, current, {}, live, 4_000, terms) == frozenset()
+    # held by a member that is not the preferred primary, due for hand-over: handed over instead
+    handed = plan_primaries({0: ("b", "a")}, current, live, 8_000, CFG, both, terms=terms)
+    assert handed == {0: LeaseWrite(PrimaryLease("b", 3, 0), 6, 7)}
+    # not due for hand-over yet (written at 3_000): uncapped
+    early = plan_primaries({0: ("b", "a")}, current, live, 7_999, CFG, both, terms=terms)
+    assert early == {0: LeaseWrite(PrimaryLease("a", 2, 0), 6, None)}
+
+
+def test_a_lease_with_a_cap_and_no_term_ends_at_its_cap() -> None:
+    """A lease written before the terms (its ``expiry`` set, no term for its holder)."""
+    stables = {0: ("a", "b")}
+    current = {0: lease("a", 1, 9_000)}
+    # its holder gone: it waits for the cap, then moves
+    assert plan_primaries(stables, current, {"b"}, 8_999, CFG) == {}
+    assert next_due_ms(stables, current, 0, CFG) == 9_000
+    moved = plan_primaries(stables, current, {"b"}, 9_000, CFG)
+    assert moved == {0: LeaseWrite(PrimaryLease("b", 2, 0), 5, 0)}
+    # its holder live: kept, and uncapped, with a term for the holder written in the same pass
+    kept = plan_primaries(stables, current, {"a", "b"}, 1_000, CFG)
+    assert kept == {0: LeaseWrite(PrimaryLease("a", 1, 0), 5, None)}
+    holders = lease_holders(stables, current, kept, {"a", "b"}, 1_000, {})
+    assert holders == {"a"}
+    assert plan_terms({}, holders, {"a", "b"}, 1_000, CFG) == {"a": TermWrite(LeaseTerm(11_000), 0)}
+
+
+@pytest.mark.parametrize(
+    ("expiry", "term_until", "ends"),
+    [
+        (0, 0, 0),  # neither: over
+        (0, 9_000, 9_000),  # no cap: the term
+        (7_000, 0, 7_000),  # no term: the cap
+        (7_000, 9_000, 7_000),  # both: the earlier
+        (9_000, 7_000, 7_000),
+    ],
+)
+def test_a_lease_ends_with_its_holders_term_or_its_cap_whichever_is_first(
+    expiry: int, term_until: int, ends: int
+) -> None:
+    assert PrimaryLease("a", 1, expiry).until(term_until) == ends
+
+
+def test_hand_over_to_the_preferred_primary_needs_it_in_sync_a_period_on() -> None:
+    """A period (duration - renew_before) after the lease was written, with the preferred
+    primary live and in sync; the write carries the ISR revision it was decided on."""
+    current = {0: lease("b", 2, ts=1_000)}  # written at 1_000
     stables = {0: ("a", "b")}
     live = {"a", "b"}
-    not_in_sync = plan_primaries(stables, current, live, 8_000, CFG, {0: isr(("b",), mod=6)})
-    assert not_in_sync == {0: LeaseWrite(PrimaryLease("b", 2, 18_000), 5, None)}  # renewed
-    in_sync = plan_primaries(stables, current, live, 8_000, CFG, {0: isr(("a", "b"), mod=6)})
-    assert in_sync == {0: LeaseWrite(PrimaryLease("a", 3, 18_000), 5, 6)}
-    no_isr = plan_primaries(stables, current, live, 8_000, CFG, {})
-    assert no_isr == {0: LeaseWrite(PrimaryLease("a", 3, 18_000), 5, 0)}
+    terms = {"b": 12_000}
+    both = {0: isr(("a", "b"), mod=6)}
+    # written less than a period (duration - renew_before) ago: kept, not written
+    assert plan_primaries(stables, current, live, 5_999, CFG, both, terms=terms) == {}
+    assert next_due_ms(stables, current, 0, CFG, terms) == 6_000
+    not_in_sync = plan_primaries(stables, current, live, 6_000, CFG, {0: isr(("b",))}, terms=terms)
+    assert not_in_sync == {}  # kept (and not renewed: its term is)
+    in_sync = plan_primaries(stables, current, live, 6_000, CFG, both, terms=terms)
+    assert in_sync == {0: LeaseWrite(PrimaryLease("a", 3, 0), 5, 6)}
+    no_isr = plan_primaries(stables, current, live, 6_000, CFG, {}, terms=terms)
+    assert no_isr == {0: LeaseWrite(PrimaryLease("a", 3, 0), 5, 0)}
+    # the preferred primary not live: kept
+    assert plan_primaries(stables, current, {"b"}, 6_000, CFG, both, terms=terms) == {}
 
 
 def test_a_corrupt_isr_lets_only_the_current_holder_keep_its_lease() -> None:
     stables = {0: ("a", "b"), 1: ("a", "b"), 2: ("a", "b")}
-    current = {0: lease("b", 2, 12_000), 1: lease("a", 4, 3_000)}
+    current = {0: lease("b", 2), 1: lease("a", 4)}
+    terms = {"b": 12_000, "a": 3_000}
     isrs = {p: corrupt_isr() for p in stables}
-    writes = plan_primaries(stables, current, {"b"}, 8_000, CFG, isrs)
-    # 0: renewed, not handed to a; 1: a is gone and expired, b is not known to be in sync;
-    # 2: no lease and nobody known to be in sync
-    assert writes == {0: LeaseWrite(PrimaryLease("b", 2, 18_000), 5, None)}
-    # its own lease expired (e.g. the driver was down): the holder may get it back, compared
-    regrant = plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 20_000, CFG, {0: isrs[0]})
-    assert regrant == {0: LeaseWrite(PrimaryLease("b", 3, 30_000), 5, 41)}
+    # 0: kept by b (not written); 1: a is gone and its term ended, b is not known to be in
+    # sync; 2: no lease and nobody known to be in sync
+    assert plan_primaries(stables, current, {"b"}, 8_000, CFG, isrs, terms=terms) == {}
+    assert lease_holders(stables, current, {}, {"b"}, 8_000, terms) == {"b"}
+    # a is live and preferred, but not known to be in sync: no hand-over to it
+    assert plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 8_000, CFG, isrs, terms=terms) == {}
+    # its own lease ended (e.g. the driver was down): the holder may get it back, compared
+    regrant = plan_primaries(
+        {0: ("a", "b")}, current, {"a", "b"}, 20_000, CFG, {0: isrs[0]}, terms=terms
+    )
+    assert regrant == {0: LeaseWrite(PrimaryLease("b", 3, 0), 5, 41)}
     assert corrupt_isrs({**isrs, 3: isr(("a",))}) == [0, 1, 2]
 
 
@@ -149,7 +310,8 @@ def test_a_corrupt_lease_restarts_above_the_epoch_the_isr_was_written_under() ->
         0: Versioned(Corrupt(b"x", "bad"), b"x", 8, 8)  # type: ignore[arg-type]
     }
     writes = plan_primaries({0: ("a",)}, current, {"a"}, 0, CFG, {0: isr(("a",), lease_epoch=7)})
-    assert writes == {0: LeaseWrite(PrimaryLease("a", 8, 10_000), 8, 40)}
+    assert writes == {0: LeaseWrite(PrimaryLease("a", 8, 0), 8, 40)}
+    assert lease_holders({0: ("a",)}, current, writes, {"a"}, 0, {}) == {"a"}
 
 
 def test_balance_is_kept_when_every_member_is_in_sync() -> None:
@@ -177,6 +339,93 @@ def test_balance_without_the_preferred_primaries_spreads_over_the_isr() -> None:
     assert max(counts.values()) - min(counts.values()) <= 1, counts
 
 
+# -- which nodes' terms the leases need, and their renewal ---------------------------------------
+
+
+def test_lease_holders_are_the_live_holders_of_uncapped_leases_that_last() -> None:
+    stables = {p: (n, "z") for p, n in enumerate("abcdefg")}
+    current = {
+        0: lease("a", 1),  # kept: a needs its term
+        1: lease("b", 1, 6_000),  # capped: on its way out, needs no term
+        2: lease("c", 1),  # c is not live: its term is not renewed
+        3: lease("d", 1),  # d's term ended: the lease is over
+        5: lease("f", 1),  # written below, with a cap
+        6: lease("z", 1),  # handed over below: z needs no term for it
+        9: lease("y", 1),  # not a partition of these stables
+    }
+    writes = {
+        4: LeaseWrite(PrimaryLease("e", 1, 0), 0, 0),  # granted: e needs a term
+        5: LeaseWrite(PrimaryLease("f", 1, 7_000), 5),
+        6: LeaseWrite(PrimaryLease("g", 2, 0), 5, 0),
+    }
+    live = {"a", "b", "d", "e", "f", "g", "y", "z"}
+    terms = {n: 9_000 for n in "abcefgyz"} | {"d": 500}
+    assert lease_holders(stables, current, writes, live, 1_000, terms) == {"a", "e", "g"}
+    # uncapping b's lease makes it need b's term
+    uncap = {**writes, 1: LeaseWrite(PrimaryLease("b", 1, 0), 5)}
+    assert lease_holders(stables, current, uncap, live, 1_000, terms) == {"a", "b", "e", "g"}
+    # once a's term has ended, its unwritten lease needs it no more (it is moved, or waits)
+    assert lease_holders(stables, current, writes, live, 9_000, terms) == {"e", "g"}
+
+
+def test_plan_terms_renews_the_live_holders_that_are_due_and_aligned_those_below_half() -> None:
+    terms = {
+        "a": term(4_000, mod=11),  # 4_000 left: due
+        "b": term(7_000, mod=12),  # 7_000 left: below align_below (7_500), not due
+        "c": term(9_500, mod=13),  # fresh
+        "d": Versioned(Corrupt(b"x", "bad"), b"x", 14, 14),  # corrupt: as none, due
+        "s": term(1_000, mod=15),  # a holder, but silent (not live): never renewed
+        "x": term(1_000, mod=16),  # live, but holds nothing: never renewed
+    }
+    holders = {"a", "b", "c", "d", "e", "s", "u"}  # e: no term yet; u: unregistered, no term
+    live = {"a", "b", "c", "d", "e", "x"}
+    fresh = LeaseTerm(10_000)
+    single = plan_terms(terms, holders, live, 0, CFG)
+    assert single == {
+        "a": TermWrite(fresh, 11),
+        "d": TermWrite(fresh, 14),
+        "e": TermWrite(fresh, 0),
+    }
+    aligned = plan_terms(terms, holders, live, 0, ALIGNED)
+    assert aligned == {**single, "b": TermWrite(fresh, 12)}
+    # none due: nothing written, aligned or not (b is not renewed early on its own)
+    assert plan_terms(terms, {"b", "c"}, live, 0, ALIGNED) == {}
+    assert plan_terms(terms, {"b", "c"}, live, 0, CFG) == {}
+    # just at renew_before left: not due yet; one ms later: due
+    assert plan_terms(terms, {"c"}, live, 4_500, CFG) == {}
+    assert plan_terms(terms, {"c"}, live, 4_501, CFG) == {"c": TermWrite(LeaseTerm(14_501), 13)}
+    # the silent and unregistered holders never, whatever is due
+    assert plan_terms(terms, {"s", "u"}, {"a"}, 0, ALIGNED) == {}
+
+
+def test_terms_due_is_the_earliest_renewal_or_end_of_a_holders_term_still_ahead() -> None:
+    terms = {"a": 9_000, "b": 12_000, "c": 1_000}
+    holders = {"a", "b", "d"}  # c holds nothing, d has no term
+    assert terms_due_ms(terms, holders, 0, CFG) == 4_001  # a: < 5_000 left from then
+    assert terms_due_ms(terms, holders, 4_001, CFG) == 7_001  # b's renewal
+    assert terms_due_ms(terms, holders, 7_001, CFG) == 9_000  # a not renewed: it ends
+    assert terms_due_ms(terms, holders, 9_000, CFG) == 12_000
+    assert terms_due_ms(terms, holders, 12_000, CFG) is None  # nothing ahead
+    assert terms_due_ms(terms, {"c", "d"}, 0, CFG) == 1_000
+    assert terms_due_ms(terms, {"d"}, 0, CFG) is None
+
+
+def test_next_due_is_the_earliest_end_or_hand_over_of_a_lease_still_ahead() -> None:
+    stables = {0: ("a",), 1: ("b", "a"), 2: ("a",)}
+    # 0: held by its preferred primary, ends with a's term (9_000); 1: capped at 4_000, held by
+    # a, not the preferred b (written at 1_000: handed over from 6_000); 2: no lease
+    current = {0: lease("a", 1), 1: lease("a", 1, 4_000, ts=1_000)}
+    terms = {"a": 9_000}
+    assert next_due_ms(stables, current, 0, ALIGNED, terms) == 4_000
+    assert next_due_ms(stables, current, 4_000, ALIGNED, terms) == 6_000
+    assert next_due_ms(stables, current, 6_000, ALIGNED, terms) == 9_000
+    assert next_due_ms(stables, current, 9_000, ALIGNED, terms) is None  # nothing ahead
+    # without a's term, 0 has ended already and 1 ends at its cap
+    assert next_due_ms(stables, current, 0, ALIGNED) == 4_000
+    assert next_due_ms(stables, {0: current[0]}, 0, ALIGNED) is None
+    assert next_due_ms({}, current, 0, ALIGNED, terms) is None  # not partitions of stable
+
+
 # -- properties --------------------------------------------------------------------------------
 
 
@@ -187,10 +436,23 @@ class Case:
     isrs: Mapping[int, Versioned[InSyncSet | Corrupt]]
     live: frozenset[str]
     now: int
+    #: node -> its term's until
+    terms: Mapping[str, int]
+
+
+def _around(draw: st.DrawFn, now: int) -> int:
+    """A time that has passed, is now, or is ahead (each about as likely)."""
+    kind = draw(st.sampled_from(["ahead", "passed", "now"]))
+    if kind == "passed":
+        return now - draw(st.integers(1, 10_000))
+    return now if kind == "now" else now + draw(st.integers(1, 15_000))
 
 
 @st.composite
 def cases(draw: st.DrawFn, *, with_isr: bool = True) -> Case:
+    """Terms and caps that ended, end now or last; leases written lately or a period ago or
+    more; holders mostly members of stable, nodes mostly live."""
+    now = draw(st.integers(10_000, 40_000))
     partitions = draw(st.integers(1, 10))
     stables: dict[int, Peers] = {}
     current: dict[int, Versioned[PrimaryLease]] = {}
@@ -199,18 +461,36 @@ def cases(draw: st.DrawFn, *, with_isr: bool = True) -> Case:
         peers = tuple(draw(st.lists(st.sampled_from(POOL), min_size=1, max_size=4, unique=True)))
         stables[p] = peers
         if draw(st.booleans()):
-            holder = draw(st.sampled_from(POOL))
+            holder = draw(st.sampled_from(peers if draw(st.booleans()) else POOL))
             epoch = draw(st.integers(1, 5))
-            current[p] = lease(holder, epoch, draw(st.integers(0, 30_000)), mod=10 + p)
+            cap = _around(draw, now) if draw(st.booleans()) else 0
+            period = CFG.hand_over_after_ms
+            ago = st.sampled_from([st.integers(0, period - 1), st.integers(period, 2 * period)])
+            ts = now - draw(draw(ago))
+            current[p] = lease(holder, epoch, cap, mod=10 + p, ts=ts)
         if with_isr:
             kind = draw(st.sampled_from(["absent", "set", "corrupt"]))
             if kind == "set":
-                members = draw(st.lists(st.sampled_from(POOL), min_size=1, max_size=4, unique=True))
+                members = draw(
+                    st.lists(
+                        st.sampled_from(peers if draw(st.booleans()) else POOL),
+                        min_size=1,
+                        max_size=4,
+                        unique=True,
+                    )
+                )
                 isrs[p] = isr(tuple(members), mod=100 + p)
             elif kind == "corrupt":
                 isrs[p] = corrupt_isr(mod=100 + p)
-    live = frozenset(draw(st.lists(st.sampled_from(POOL), unique=True)))
-    return Case(stables, current, isrs, live, draw(st.integers(0, 30_000)))
+    live = frozenset(n for n in POOL if draw(st.integers(0, 3)) < 3)
+    terms = {n: _around(draw, now) for n in POOL if draw(st.integers(0, 3)) < 3}
+    return Case(stables, current, isrs, live, now, terms)
+
+
+def _plan(case: Case, config: LeaseConfig = CFG) -> dict[int, LeaseWrite]:
+    return plan_primaries(
+        case.stables, case.current, case.live, case.now, config, case.isrs, terms=case.terms
+    )
 
 
 def _holder(case: Case, p: int) -> PrimaryLease | None:
@@ -218,20 +498,59 @@ def _holder(case: Case, p: int) -> PrimaryLease | None:
     return entry.value if entry is not None and isinstance(entry.value, PrimaryLease) else None
 
 
+def _eligible(case: Case, p: int, node: str) -> bool:
+    """``node`` (the current holder, if the ISR is corrupt) may hold ``p``'s lease as far as
+    the ISR goes."""
+    if node not in case.stables[p]:
+        return False
+    entry = case.isrs.get(p)
+    if entry is None:
+        return True
+    if isinstance(entry.value, InSyncSet):
+        return node in entry.value.members
+    return True  # a corrupt ISR lets the holder keep it
+
+
+def _kept(case: Case, p: int) -> bool:
+    """The lease of ``p`` is one its holder may keep (left alone, uncapped or handed over)."""
+    old = _holder(case, p)
+    return (
+        old is not None
+        and old.node in case.live
+        and _eligible(case, p, old.node)
+        and until(case.terms, old) > case.now
+    )
+
+
 @given(cases())
 def test_a_new_holder_is_always_a_live_member_of_stable_in_the_isr(case: Case) -> None:
-    writes = plan_primaries(case.stables, case.current, case.live, case.now, CFG, case.isrs)
+    writes = _plan(case)
     for p, write in writes.items():
         old = _holder(case, p)
         new = write.lease
-        assert new.node in case.stables[p]
-        assert new.expiry == case.now + CFG.duration_ms
         assert write.expected_mod == (case.current[p].mod_revision if p in case.current else 0)
         isr_entry = case.isrs.get(p)
         if old is not None and new.node == old.node and new.lease_epoch == old.lease_epoch:
-            assert write.isr_mod is None  # a renewal: no ISR compare
+            # the same holder: its lease capped or uncapped, with no ISR compare
+            assert write.isr_mod is None
+            assert new.node in case.live
+            lasts = until(case.terms, old)
+            assert lasts > case.now
+            if old.node not in case.stables[p]:
+                # it left stable and nobody can take the lease yet: capped, never kept
+                assert not old.expiry
+                assert new.expiry == lasts
+                continue
+            if old.expiry:
+                assert new.expiry == 0  # uncapped: kept
+                assert _kept(case, p)
+            else:
+                assert new.expiry == lasts  # capped at its term as it is now
+                assert not _eligible(case, p, old.node)
             continue
         # the holder changes (or a new lease epoch starts): decided on the ISR, compared on it
+        assert new.node in case.stables[p]
+        assert new.expiry == 0  # a new lease lasts while its holder's term does
         assert new.node in case.live
         assert write.isr_mod == (isr_entry.mod_revision if isr_entry is not None else 0)
         floor = 1 if old is None else old.lease_epoch + 1
@@ -248,36 +567,74 @@ def test_a_new_holder_is_always_a_live_member_of_stable_in_the_isr(case: Case) -
 
 
 @given(cases())
-def test_a_holder_in_stable_is_never_replaced_before_its_lease_expires_unless_handed_over(
+def test_a_holder_in_stable_is_never_replaced_before_its_lease_ends_unless_handed_over(
     case: Case,
 ) -> None:
-    writes = plan_primaries(case.stables, case.current, case.live, case.now, CFG, case.isrs)
+    writes = _plan(case)
     for p, write in writes.items():
         old = _holder(case, p)
         if old is None or old.node not in case.stables[p] or write.lease.node == old.node:
             continue
-        if case.now < old.expiry:
-            # only a hand-over to the preferred primary, by a live holder, at renewal time
+        if case.now < until(case.terms, old):
+            # only a hand-over to the preferred primary, by a live holder it may keep, at least
+            # a period after the lease was written
             assert write.lease.node == case.stables[p][0]
-            assert old.node in case.live
-            assert old.expiry - case.now < CFG.renew_before_ms
+            assert _kept(case, p)
+            assert case.now >= old.ts + CFG.hand_over_after_ms
 
 
 @given(cases())
 def test_a_lease_that_is_fine_is_left_alone(case: Case) -> None:
-    writes = plan_primaries(case.stables, case.current, case.live, case.now, CFG, case.isrs)
+    writes = _plan(case)
     for p in case.stables:
         old = _holder(case, p)
-        fine = old is not None and old.expiry - case.now >= CFG.renew_before_ms
-        if fine and old is not None and old.node in case.stables[p]:
-            assert p not in writes
+        if old is None or old.node not in case.stables[p] or until(case.terms, old) <= case.now:
+            continue
+        if old.node not in case.live:
+            assert p not in writes  # a dead holder's lease just runs out
+        elif (
+            _kept(case, p)
+            and not old.expiry
+            and (old.node == case.stables[p][0] or case.now < old.ts + CFG.hand_over_after_ms)
+        ):
+            assert p not in writes  # never renewed: its holder's term is
+            holders = lease_holders(
+                case.stables, case.current, writes, case.live, case.now, case.terms
+            )
+            assert old.node in holders
+
+
+@given(cases())
+def test_a_written_lease_needs_its_holders_term_unless_capped(case: Case) -> None:
+    writes = _plan(case)
+    holders = lease_holders(case.stables, case.current, writes, case.live, case.now, case.terms)
+    assert holders <= case.live
+    for write in writes.values():
+        if write.lease.expiry == 0:
+            assert write.lease.node in holders
+    # and a holder is one only for an uncapped lease that is written, or lasts and is kept
+    needing: set[str] = set()
+    for p in case.stables:
+        if p in writes:
+            if not writes[p].lease.expiry:
+                needing.add(writes[p].lease.node)
+        elif (
+            (old := _holder(case, p)) is not None
+            and not old.expiry
+            and old.node in case.live
+            and until(case.terms, old) > case.now
+        ):
+            needing.add(old.node)
+    assert holders == needing
 
 
 @given(cases(with_isr=False))
 def test_with_every_member_in_sync_the_leases_are_those_without_an_isr(case: Case) -> None:
-    plain = plan_primaries(case.stables, case.current, case.live, case.now, CFG)
+    plain = plan_primaries(case.stables, case.current, case.live, case.now, CFG, terms=case.terms)
     full = {p: isr(peers, mod=200 + p) for p, peers in case.stables.items()}
-    with_isr = plan_primaries(case.stables, case.current, case.live, case.now, CFG, full)
+    with_isr = plan_primaries(
+        case.stables, case.current, case.live, case.now, CFG, full, terms=case.terms
+    )
     assert {p: replace(w.lease, lease_epoch=0) for p, w in with_isr.items()} == {
         p: replace(w.lease, lease_epoch=0) for p, w in plain.items()
     }
@@ -290,41 +647,44 @@ def test_with_every_member_in_sync_the_leases_are_those_without_an_isr(case: Cas
         assert (write.isr_mod is None) == (plain[p].isr_mod is None)
 
 
-def _before_isr(
+def _without_isr(
     stables: Mapping[int, Peers],
     current: Mapping[int, Versioned[PrimaryLease]],
     live: Set[str],
     now_ms: int,
     config: LeaseConfig,
-) -> dict[int, tuple[PrimaryLease, int]]:
-    """plan_primaries as it was before the data plane (the oracle for "no ISR: as before")."""
+    terms: Mapping[str, int],
+) -> dict[int, tuple[PrimaryLease, int, int | None]]:
+    """The lease rules written out plainly for every member of stable in sync (no ISR keys:
+    only liveness counts, as before the data plane) — the oracle."""
     keep: dict[int, PrimaryLease] = {}
     move: list[int] = []
+    counts: Counter[str] = Counter()
     for p, peers in sorted(stables.items()):
         entry = current.get(p)
         old = entry.value if entry is not None else None
-        if (
-            isinstance(old, PrimaryLease)
-            and old.node in peers
-            and old.node in live
-            and old.expiry > now_ms
-        ):
-            keep[p] = old
-        else:
+        if not isinstance(old, PrimaryLease) or old.node not in peers:
             move.append(p)
-    counts = Counter(held.node for held in keep.values())
-    writes: dict[int, tuple[PrimaryLease, int]] = {}
+        elif old.until(terms.get(old.node, 0)) <= now_ms:
+            move.append(p)  # ended
+        else:
+            counts[old.node] += 1  # held (a dead holder's runs out: nothing written)
+            if old.node in live:
+                keep[p] = old
+    writes: dict[int, tuple[PrimaryLease, int, int | None]] = {}
     for p, held in keep.items():
-        if held.expiry - now_ms < config.renew_before_ms:
-            preferred = stables[p][0]
-            if held.node != preferred and preferred in live:
-                counts[held.node] -= 1
-                counts[preferred] += 1
-                handed = PrimaryLease(preferred, held.lease_epoch + 1, now_ms + config.duration_ms)
-                writes[p] = (handed, current[p].mod_revision)
-                continue
-            renewed = PrimaryLease(held.node, held.lease_epoch, now_ms + config.duration_ms)
-            writes[p] = (renewed, current[p].mod_revision)
+        preferred = stables[p][0]
+        mod = current[p].mod_revision
+        if (
+            held.node != preferred
+            and preferred in live
+            and now_ms >= held.ts + config.hand_over_after_ms
+        ):
+            counts[held.node] -= 1
+            counts[preferred] += 1
+            writes[p] = (PrimaryLease(preferred, held.lease_epoch + 1, 0), mod, 0)
+        elif held.expiry:
+            writes[p] = (PrimaryLease(held.node, held.lease_epoch, 0), mod, None)
     for p in move:
         candidates = [n for n in stables[p] if n in live]
         if not candidates:
@@ -338,146 +698,152 @@ def _before_isr(
         old = entry.value if entry is not None else None
         lease_epoch = old.lease_epoch + 1 if isinstance(old, PrimaryLease) else 1
         writes[p] = (
-            PrimaryLease(holder, lease_epoch, now_ms + config.duration_ms),
+            PrimaryLease(holder, lease_epoch, 0),
             entry.mod_revision if entry is not None else 0,
+            0,
         )
     return writes
 
 
 @given(cases(with_isr=False))
-def test_without_isr_keys_leases_are_planned_as_before_the_data_plane(case: Case) -> None:
-    # The one change without ISR keys: a dead holder's lease waits for its expiry. Cases
-    # without such a holder must come out exactly as before.
-    current = {
-        p: entry
-        for p, entry in case.current.items()
-        if not (
-            entry.value.node in case.stables[p]
-            and entry.value.node not in case.live
-            and entry.value.expiry > case.now
-        )
-    }
-    writes = plan_primaries(case.stables, current, case.live, case.now, CFG, {})
-    before = _before_isr(case.stables, current, case.live, case.now, CFG)
-    assert {p: (w.lease, w.expected_mod) for p, w in writes.items()} == before
+def test_without_isr_keys_leases_are_planned_on_liveness_alone(case: Case) -> None:
+    writes = plan_primaries(
+        case.stables, case.current, case.live, case.now, CFG, {}, terms=case.terms
+    )
+    before = _without_isr(case.stables, case.current, case.live, case.now, CFG, case.terms)
+    assert {p: (w.lease, w.expected_mod, w.isr_mod) for p, w in writes.items()} == before
+    # everyone in sync: no lease is ever capped
+    assert all(w.lease.expiry == 0 for w in writes.values())
 
 
-# -- the zone renews together (aligned) ----------------------------------------------------------
+# -- the terms renew together (aligned) ----------------------------------------------------------
 
 
-def _kept(case: Case, p: int) -> bool:
-    """The lease of ``p`` is one its holder may keep (renewed, or handed over at renewal)."""
-    old = _holder(case, p)
-    if old is None or old.node not in case.stables[p] or old.node not in case.live:
-        return False
-    if old.expiry <= case.now:
-        return False
-    entry = case.isrs.get(p)
-    if entry is None:
-        return True
-    if isinstance(entry.value, InSyncSet):
-        return old.node in entry.value.members
-    return True  # a corrupt ISR lets the holder keep it
-
-
-def test_aligned_one_due_lease_renews_every_kept_lease_of_the_zone() -> None:
-    stables = {0: ("a", "b"), 1: ("b", "a"), 2: ("a", "b"), 3: ("b", "a")}
-    current = {
-        0: lease("a", 1, 12_000, mod=10),  # due at 8_000
-        1: lease("b", 2, 15_000, mod=11),  # not due yet: renewed with it
-        2: lease("b", 3, 15_400, mod=12),  # not the preferred primary: handed over with it
-        3: lease("b", 1, 15_500, mod=13),  # 7_500 left (renewed < half a period ago): alone
-    }
-    live = {"a", "b"}
-    writes = plan_primaries(stables, current, live, 8_000, ALIGNED)
-    assert writes == {
-        0: LeaseWrite(PrimaryLease("a", 1, 18_000), 10, None),
-        1: LeaseWrite(PrimaryLease("b", 2, 18_000), 11, None),
-        2: LeaseWrite(PrimaryLease("a", 4, 18_000), 12, 0),
-    }
-    # nothing due (every kept lease has >= renew_before left): nothing written, as per lease
-    assert plan_primaries(stables, current, live, 6_999, ALIGNED) == {}
-    assert plan_primaries(stables, current, live, 6_999, CFG) == {}
-    # per lease, only the due one is renewed
-    assert set(plan_primaries(stables, current, live, 8_000, CFG)) == {0}
-
-
-def test_aligned_leases_share_one_expiry_after_a_round_and_stay_together() -> None:
-    stables = {p: ("a", "b") for p in range(6)}
-    current = {p: lease("a", 1, 6_000 + 900 * p, mod=10 + p) for p in range(6)}
-    live = {"a", "b"}
-    now = 1_001  # partition 0 is due (4_999 left)
+def test_aligned_terms_share_one_until_after_a_round_and_stay_together() -> None:
+    nodes = ("a", "b", "c", "d", "e", "f")
+    terms = {n: term(6_000 + 900 * i, mod=10 + i) for i, n in enumerate(nodes)}
+    holders = set(nodes)
+    now = 1_001  # a is due (4_999 left)
     rounds = 0
     while now < 60_000:
-        writes = plan_primaries(stables, current, live, now, ALIGNED)
+        writes = plan_terms(terms, holders, holders, now, ALIGNED)
         if writes:
             rounds += 1
-            for p, w in writes.items():
-                current[p] = lease(w.lease.node, w.lease.lease_epoch, w.lease.expiry, mod=now)
-            if rounds >= 2:  # two groups at first (3..5 were renewed too recently), then one
-                assert set(writes) == set(stables) or rounds == 2
-                assert len({entry.value.expiry for entry in current.values()}) == 1
-            assert all(e.value.expiry - now >= ALIGNED.renew_before_ms for e in current.values())
-        due = next_due_ms(stables, current, now, ALIGNED)
+            for n, w in writes.items():
+                assert w.expected_mod == terms[n].mod_revision
+                terms[n] = term(w.term.until, mod=now)
+            if rounds >= 2:  # two groups at first (d..f were renewed too recently), then one
+                assert set(writes) == holders or rounds == 2
+                assert len(set(ends(terms).values())) == 1
+            assert all(u - now >= ALIGNED.renew_before_ms for u in ends(terms).values())
+        due = terms_due_ms(ends(terms), holders, now, ALIGNED)
         assert due is not None
         assert due > now
         now = due
-    # about one round per duration - renew_before (5 s) over 59 s, not one per lease and period
+    # about one round per duration - renew_before (5 s) over 59 s, not one per node and period
+    assert rounds <= 13
+    # per node, each is renewed on its own: more rounds
+    single: dict[str, Versioned[LeaseTerm | Corrupt]] = {
+        n: term(6_000 + 900 * i) for i, n in enumerate(nodes)
+    }
+    now, single_rounds = 1_001, 0
+    while now < 60_000:
+        writes = plan_terms(single, holders, holders, now, CFG)
+        single_rounds += bool(writes)
+        for n, w in writes.items():
+            single[n] = term(w.term.until)
+        due = terms_due_ms(ends(single), holders, now, CFG)
+        assert due is not None
+        now = due
+    assert single_rounds > rounds
+
+
+def test_at_rest_only_the_terms_are_written_one_round_per_period() -> None:
+    """The leases of a settled zone are written once (the grants), then never again: only the
+    holders' terms are, together, about once per ``duration - renew_before``."""
+    stables = {p: (POOL[p % 3], POOL[(p + 1) % 3]) for p in range(9)}
+    live = set(POOL[:3])
+    current: dict[int, Versioned[PrimaryLease]] = {}
+    terms: dict[str, Versioned[LeaseTerm | Corrupt]] = {}
+    now, rounds, lease_writes = 0, 0, 0
+    while now < 60_000:
+        untils = ends(terms)
+        writes = plan_primaries(stables, current, live, now, ALIGNED, terms=untils)
+        holders = lease_holders(stables, current, writes, live, now, untils)
+        renew = plan_terms(terms, holders, live, now, ALIGNED)
+        rounds += bool(renew)
+        lease_writes += len(writes)
+        for n, tw in renew.items():
+            terms[n] = term(tw.term.until, mod=now + 1)
+        for p, w in writes.items():
+            current[p] = lease(w.lease.node, w.lease.lease_epoch, w.lease.expiry, now + 1, now)
+        untils = ends(terms)
+        for p, entry in current.items():  # every lease held by its preferred primary, lasting
+            assert isinstance(entry.value, PrimaryLease)
+            assert entry.value.node == stables[p][0]
+            assert until(untils, entry.value) > now
+        dues = [
+            d
+            for d in (
+                next_due_ms(stables, current, now, ALIGNED, untils),
+                terms_due_ms(untils, holders, now, ALIGNED),
+            )
+            if d is not None
+        ]
+        now = min(dues)
+    assert lease_writes == len(stables)  # the grants, and nothing after
     assert rounds <= 13
 
 
-def test_next_due_is_the_earliest_renewal_or_expiry_still_ahead() -> None:
-    stables = {0: ("a",), 1: ("a",), 2: ("a",)}
-    current = {0: lease("a", 1, 9_000), 1: lease("a", 1, 4_000)}
-    assert next_due_ms(stables, current, 0, ALIGNED) == 4_000  # 1 expires before 0 is due
-    assert next_due_ms(stables, current, 4_000, ALIGNED) == 4_001  # 0: < 5_000 left
-    assert next_due_ms(stables, current, 4_001, ALIGNED) == 9_000  # 0's renewal time passed
-    assert next_due_ms(stables, current, 9_000, ALIGNED) is None  # nothing ahead
-    assert next_due_ms({}, current, 0, ALIGNED) is None  # leases of partitions not in stable
+@st.composite
+def term_cases(
+    draw: st.DrawFn,
+) -> tuple[dict[str, Versioned[LeaseTerm | Corrupt]], frozenset[str], frozenset[str], int]:
+    terms: dict[str, Versioned[LeaseTerm | Corrupt]] = {}
+    for i, n in enumerate(draw(st.lists(st.sampled_from(POOL), unique=True))):
+        if draw(st.integers(0, 5)) == 0:
+            terms[n] = Versioned(Corrupt(b"x", "bad"), b"x", 50 + i, 50 + i)
+        else:
+            terms[n] = term(draw(st.integers(0, 30_000)), mod=50 + i)
+    holders = frozenset(draw(st.lists(st.sampled_from(POOL), unique=True)))
+    live = frozenset(draw(st.lists(st.sampled_from(POOL), unique=True)))
+    return terms, holders, live, draw(st.integers(0, 30_000))
 
 
-@given(cases())
-def test_aligned_writes_only_add_renewals_and_hand_overs_of_kept_leases(case: Case) -> None:
-    aligned = plan_primaries(case.stables, case.current, case.live, case.now, ALIGNED, case.isrs)
-    single = plan_primaries(case.stables, case.current, case.live, case.now, CFG, case.isrs)
-    kept = [p for p in case.stables if _kept(case, p)]
-    any_due = any(
-        (old := _holder(case, p)) is not None and old.expiry - case.now < CFG.renew_before_ms
-        for p in kept
-    )
-    if not any_due:
-        assert aligned == single  # no lease due: exactly the per-lease plan
-    for p, write in aligned.items():
-        assert write.lease.expiry == case.now + CFG.duration_ms
-        if p not in kept:
-            continue
-        old = _holder(case, p)
-        assert old is not None
-        assert any_due  # a kept lease is written only at the zone's renewal
-        if write.lease.node == old.node:
-            assert write == LeaseWrite(
-                replace(old, expiry=case.now + CFG.duration_ms),
-                case.current[p].mod_revision,
-                None,
-            )
-        else:
-            # a hand-over to the preferred primary while the holder is live (fenced by epoch)
-            assert write.lease.node == case.stables[p][0]
-            assert write.lease.node in case.live
-            assert write.lease.lease_epoch == old.lease_epoch + 1
-            assert write.isr_mod is not None
-    for p in single:
-        if p in kept:
-            assert p in aligned  # whatever is due alone is written aligned too
-        else:
-            assert aligned[p].lease.node in case.stables[p]
+@given(term_cases())
+def test_aligned_term_writes_only_add_live_holders_below_half_a_period(
+    case: tuple[dict[str, Versioned[LeaseTerm | Corrupt]], frozenset[str], frozenset[str], int],
+) -> None:
+    terms, holders, live, now = case
+    single = plan_terms(terms, holders, live, now, CFG)
+    aligned = plan_terms(terms, holders, live, now, ALIGNED)
+
+    def below(n: str, ms: int) -> bool:
+        t = terms.get(n)
+        return t is None or not isinstance(t.value, LeaseTerm) or t.value.until - now < ms
+
+    due = {n for n in holders & live if below(n, CFG.renew_before_ms)}
+    assert set(single) == due  # a live holder's term is renewed when due, no one else's
+    if due:
+        assert set(aligned) == {n for n in holders & live if below(n, ALIGNED.align_below_ms)}
+    else:
+        assert aligned == {}  # nothing due: exactly the per-node plan
+    for plan in (single, aligned):
+        for n, write in plan.items():
+            mod = terms[n].mod_revision if n in terms else 0
+            assert write == TermWrite(LeaseTerm(now + CFG.duration_ms), mod)
+    # once written, nothing is due at once
+    after = {**terms, **{n: term(w.term.until, mod=999) for n, w in aligned.items()}}
+    assert plan_terms(after, holders, live, now, ALIGNED) == {}
 
 
 @given(cases())
 def test_aligned_new_holders_are_live_isr_members_and_never_early_but_hand_overs(
     case: Case,
 ) -> None:
-    writes = plan_primaries(case.stables, case.current, case.live, case.now, ALIGNED, case.isrs)
+    """``aligned`` concerns the terms alone: the leases are planned exactly as per node."""
+    writes = _plan(case, ALIGNED)
+    assert writes == _plan(case, CFG)
     for p, write in writes.items():
         old = _holder(case, p)
         new = write.lease
@@ -491,6 +857,6 @@ def test_aligned_new_holders_are_live_isr_members_and_never_early_but_hand_overs
         elif isr_entry is not None:
             assert old is not None
             assert new.node == old.node
-        if old is not None and old.node in case.stables[p] and case.now < old.expiry:
+        if old is not None and old.node in case.stables[p] and case.now < until(case.terms, old):
             assert new.node == case.stables[p][0]
             assert old.node in case.live

@@ -229,7 +229,7 @@ def _node_rows(view: ClusterView, now: int) -> tuple[NodeRow, ...]:
             for node in _peers(state, AssignField.STABLE):
                 replicas[node, zone.name] += 1
         for lease in zone.primaries.values():
-            if isinstance(lease.value, PrimaryLease) and lease.value.expiry > now:
+            if isinstance(lease.value, PrimaryLease) and view.lease_until(lease.value) > now:
                 primaries[lease.value.node, zone.name] += 1
     names = {*view.nodes, *view.draining, *(n for n, _ in replicas), *(n for n, _ in primaries)}
     rows = []
