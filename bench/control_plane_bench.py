@@ -282,8 +282,10 @@ async def eventually(
 
 
 async def data_settled(client: EtcdClient, keys: KeySpace, partitions: int) -> bool:
-    """Every partition's in-sync set names exactly its stable replicas: the data plane has
-    created, copied and joined every replica (the join starts from a settled cluster)."""
+    """Every partition's in-sync set names exactly its stable replicas, and every replica's
+    size is reported: the data plane has created, copied and joined every replica, and the
+    agents' first size round (every ``size_interval``, 10 s) is behind (the join starts from a
+    settled cluster, not inside a round that puts every replica's size key at once)."""
     stable: dict[int, set[str]] = {}
     for kv in (await client.list_prefix(keys.zone_assign_prefix(ZONE))).kvs:
         parsed = keys.parse(kv.key)
@@ -301,8 +303,17 @@ async def data_settled(client: EtcdClient, keys: KeySpace, partitions: int) -> b
             continue
         if set(isr.members) != stable.get(parsed.partition):
             return False
-        stable.pop(parsed.partition)
-    return not stable
+    sized = {
+        (parsed.partition, parsed.node)
+        for kv in (await client.list_prefix(keys.sizes_prefix() + ZONE.encode() + b"/")).kvs
+        if (parsed := keys.parse(kv.key)) is not None
+    }
+    isrs = {
+        parsed.partition
+        for kv in (await client.list_prefix(keys.zone_isr_prefix(ZONE))).kvs
+        if (parsed := keys.parse(kv.key)) is not None
+    }
+    return isrs == set(stable) and all((p, n) in sized for p, ns in stable.items() for n in ns)
 
 
 async def zone_status(api: PlacementClient) -> driver_pb2.ZoneStatus:

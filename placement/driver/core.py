@@ -965,12 +965,12 @@ def plan_zone(
         ):
             plan.drops.append(DropLeftovers(name))
         return plan
-    # a lease expiring changes what observed_nodes and reshard_facts see
+    # a lease ending changes what observed_nodes and reshard_facts see: at its cap (here) or
+    # at its holder's term's end (a due time of the pass, plan_pass)
     expiries = [
-        until
+        lease.value.expiry
         for lease in zone.primaries.values()
-        if isinstance(lease.value, PrimaryLease)
-        and (until := view.lease_until(lease.value)) > now_ms
+        if isinstance(lease.value, PrimaryLease) and lease.value.expiry > now_ms
     ]
     if expiries:
         plan.due.append(min(expiries))
@@ -1024,24 +1024,47 @@ def plan_zone(
         if grants:
             plan.primaries.append(WritePrimaries(name, MappingProxyType(grants)))
         plan.holders = lease_holders(stables, zone.primaries, grants, live, now_ms, terms)
-        lease_due = next_due_ms(stables, zone.primaries, now_ms, leases, terms)
+        lease_due = next_due_ms(stables, zone.primaries, now_ms, leases)
         if lease_due is not None:
             plan.due.append(lease_due)
         plan.corrupt_isrs = tuple(corrupt_isrs(isrs))
     return plan
 
 
+def _term_states(
+    zone: ZoneView, term_until: Mapping[str, int], now_ms: int
+) -> tuple[tuple[str, int], ...]:
+    """For each node the zone's leases name: 0 no lease term, 1 its term has ended, 2 it lasts
+    — all a zone's plan depends on of the terms (a lease's end is :meth:`PrimaryLease.until`:
+    its cap alone without a term, else the earlier of the two; the caps are the plan's due
+    times, the terms' ends the pass's)."""
+    named = {e.value.node for e in zone.primaries.values() if isinstance(e.value, PrimaryLease)}
+    return tuple(
+        (n, 0 if until == 0 else 1 if until <= now_ms else 2)
+        for n in sorted(named)
+        for until in (term_until.get(n, 0),)
+    )
+
+
 class PlanMemo:
     """Zone plans kept between passes (the incremental pass, design/control-plane.md): a zone
     whose plan writes nothing is not decided again while its view, the registered nodes, the
-    drain and cordon marks, the pause flag and the silent nodes are the same objects and its
-    next due time has not come — :func:`plan_zone` would decide exactly the same (it depends
-    on time only through what its due times cover). A plan that writes is always decided
-    again: its writes carry times."""
+    drain and cordon marks, the pause flag and the silent nodes are the same objects, the lease
+    terms of the nodes its leases name are in the same state (none, ended, lasting: a round of
+    renewals changes nothing) and its next due time has not come — :func:`plan_zone` would
+    decide exactly the same (it depends on time only through what its due times and those
+    states cover). A plan that writes is always decided again: its writes carry times."""
 
     def __init__(self) -> None:
         self._plans: dict[
-            str, tuple[tuple[object, ...], ZonePlan, int | None, LeaseConfig | None]
+            str,
+            tuple[
+                tuple[object, ...],
+                ZonePlan,
+                int | None,
+                LeaseConfig | None,
+                tuple[tuple[str, int], ...],
+            ],
         ] = {}
         #: zones decided and zones reused, over the memo's life (for tests and benchmarks)
         self.decided = 0
@@ -1066,6 +1089,7 @@ class PlanMemo:
             and all(a is b for a, b in zip(held[0], inputs, strict=True))
             and held[3] == leases
             and (held[2] is None or now_ms < held[2])
+            and held[4] == _term_states(zone, view.term_until, now_ms)
         ):
             self.reused += 1
             return held[1]
@@ -1074,7 +1098,8 @@ class PlanMemo:
         if plan.writes:
             self._plans.pop(name, None)
         else:
-            self._plans[name] = (inputs, plan, min(plan.due, default=None), leases)
+            states = _term_states(zone, view.term_until, now_ms)
+            self._plans[name] = (inputs, plan, min(plan.due, default=None), leases, states)
         return plan
 
     def retain(self, zones: Mapping[str, ZoneView]) -> None:
@@ -1121,6 +1146,8 @@ def plan_pass(
         term_due = terms_due_ms(view.term_until, holders & live, now_ms, leases)
         if term_due is not None:
             due.append(term_due)
+        # any term's end: the leases it carries end then (zone plans leave it to the pass)
+        due.extend(until for until in view.term_until.values() if until > now_ms)
     return PassPlan(
         tuple(w for plan in plans.values() for w in plan.datanodes),
         tuple(c for plan in plans.values() for c in plan.creates),

@@ -3,8 +3,9 @@ passes"). Pure: no I/O.
 
 The leader's list-watch keeps its keys in groups (:func:`view_group`): one per zone for what the
 zone is decided on, one per zone for its agents' replica sizes and one for their move reports,
-and one for the cluster-wide keys (registered nodes, drain and cordon marks, the pause flag, the
-nodes' lease terms).
+one for the cluster-wide keys (registered nodes, drain and cordon marks, the pause flag) and one
+for the nodes' lease terms — apart, so a round of term renewals leaves the nodes the same object
+and :class:`~placement.driver.core.PlanMemo` keeps every zone's plan.
 The list-watch stamps a group whenever one of its keys changes; :class:`ViewBuilder` decodes
 again only the groups whose stamp moved (with :func:`~placement.driver.core.build_view`, the one
 decoder) and reuses every other part — the same objects, so
@@ -30,6 +31,7 @@ ZONE_GROUP = "zone:"
 SIZES_GROUP = "sizes:"
 REPORTS_GROUP = "reports:"
 CLUSTER_GROUP = "cluster"
+TERMS_GROUP = "terms"
 
 _ZONE_KINDS = frozenset(
     {
@@ -42,9 +44,7 @@ _ZONE_KINDS = frozenset(
         KeyKind.RESHARD,
     }
 )
-_CLUSTER_KINDS = frozenset(
-    {KeyKind.NODE, KeyKind.DRAIN, KeyKind.CORDON, KeyKind.CONTROL, KeyKind.TERM}
-)
+_CLUSTER_KINDS = frozenset({KeyKind.NODE, KeyKind.DRAIN, KeyKind.CORDON, KeyKind.CONTROL})
 
 
 def view_group(keys: KeySpace) -> Callable[[bytes], str | None]:
@@ -63,6 +63,8 @@ def view_group(keys: KeySpace) -> Callable[[bytes], str | None]:
             return REPORTS_GROUP + parsed.name
         if parsed.kind in _CLUSTER_KINDS:
             return CLUSTER_GROUP
+        if parsed.kind is KeyKind.TERM:
+            return TERMS_GROUP
         return None
 
     return group
@@ -144,13 +146,18 @@ class ViewBuilder:
             paused = cluster[1].paused if cluster is not None else False
             draining = cluster[1].draining if cluster is not None else frozenset()
             cordoned = cluster[1].cordoned if cluster is not None else frozenset()
-            terms = cluster[1].terms if cluster is not None else MappingProxyType({})
-            term_until = cluster[1].term_until if cluster is not None else MappingProxyType({})
         else:
             nodes, paused = view.nodes, view.paused
             draining, cordoned = view.draining, view.cordoned
+        held_terms = self._parts.get(TERMS_GROUP)
+        if view is None or TERMS_GROUP in changed:
+            terms = held_terms[1].terms if held_terms is not None else MappingProxyType({})
+            term_until = (
+                held_terms[1].term_until if held_terms is not None else MappingProxyType({})
+            )
+        else:
             terms, term_until = view.terms, view.term_until
-        zones = self._zone_views()
+        zones = self._zone_views()  # a term round: every zone the same object
         self._view = ClusterView(
             revision,
             zones,

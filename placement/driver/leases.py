@@ -271,25 +271,23 @@ def next_due_ms(
     current: Mapping[int, Versioned[PrimaryLease]],
     now_ms: int,
     config: LeaseConfig,
-    terms: Mapping[str, int] | None = None,
 ) -> int | None:
-    """The earliest time after ``now_ms`` at which one of these partitions' leases ends (its
-    cap or its holder's term, :meth:`PrimaryLease.until`) or may be handed to the preferred
-    primary (``ts + hand_over_after_ms``): until then, and while nothing else changes,
-    :func:`plan_primaries` decides nothing new. ``None``: no lease to watch. (The terms' own
-    renewals are :func:`terms_due_ms`'.)
+    """The earliest time after ``now_ms`` at which one of these partitions' leases reaches its
+    cap (``expiry``) or may be handed to the preferred primary (``ts + hand_over_after_ms``):
+    until then, and while nothing else changes — no lease term ends or is renewed from ended,
+    which the pass watches for every zone at once (:func:`terms_due_ms`, the terms' ends) —
+    :func:`plan_primaries` decides nothing new. ``None``: no lease to watch.
 
     Conservative (a time at which nothing turns out to be needed only costs a pass); what is due
     at ``now_ms`` or before was decided by the pass at ``now_ms`` already (written, or waiting
     for a change of the view, such as a candidate coming back)."""
-    terms = terms if terms is not None else {}
     due: int | None = None
     for p, peers in stables.items():
         entry = current.get(p)
         lease = entry.value if entry is not None else None
         if not isinstance(lease, PrimaryLease):
             continue
-        times = [lease.until(terms.get(lease.node, 0))]
+        times = [lease.expiry] if lease.expiry else []
         if lease.node != peers[0]:
             times.append(lease.ts + config.hand_over_after_ms)
         for at in times:

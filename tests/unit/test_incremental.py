@@ -268,3 +268,57 @@ def test_a_reused_plan_expires_when_a_lease_falls_due() -> None:
     assert memo.decided == 2
     assert due.primaries  # the re-grants, decided again at their due time
     assert due == plan_pass(view, 20_000, leases)
+
+
+def test_a_round_of_term_renewals_decides_no_zone_again() -> None:
+    """The terms are a group of their own: renewing them (written by the pass) leaves the
+    nodes and every zone the same objects, decodes only the terms and reuses every zone's plan
+    — a term only matters to a zone when it starts, ends or comes back, and then the zone is
+    decided again."""
+    spec = ZoneSpec("z", 4, 2)
+    mirror = Mirror()
+    puts = {KEYS.node(n): encode_node(NodeRecord(n, "127.0.0.1:1")) for n in NODES}
+    puts[KEYS.zone("z")] = encode_zone_spec(spec)
+    puts[KEYS.layout("z")] = encode_layout(LayoutValue(ZoneLayout(1, 4), 1, 0))
+    puts[KEYS.datanodes("z")] = encode_datanodes(DataNodes(NODES, NODES, None, None))
+    holders: set[str] = set()
+    for p, peers in enumerate(place(spec, [Node(n) for n in NODES]).assignments):
+        puts[KEYS.assign("z", p, AssignField.STABLE)] = encode_assignment(
+            Assignment(tuple(peers), 1, 1, 1)
+        )
+        puts[KEYS.assign("z", p, AssignField.TRIGGER)] = encode_trigger(TriggerMark(10**6, 1, 1))
+        puts[KEYS.primary("z", p)] = encode_primary(PrimaryLease(peers[0], 1, 0))
+        holders.add(peers[0])
+    for n in holders:
+        puts[KEYS.term(n)] = encode_term(LeaseTerm(10_000))
+    mirror.put_all(puts)
+    builder, memo, leases = ViewBuilder(KEYS), PlanMemo(), LeaseConfig()
+    view = builder.build(mirror.revision, mirror.groups, mirror.stamps)
+    assert not plan_pass(view, 0, leases, memo).writes
+    decoded = builder.decoded
+    renewal = plan_pass(view, 5_001, leases, memo)
+    assert renewal.terms is not None
+    assert set(renewal.terms.writes) == holders
+    assert memo.decided == 1
+    # the pass's term writes come back through the watch
+    mirror.put_all({KEYS.term(n): encode_term(LeaseTerm(15_001)) for n in holders})
+    after = builder.build(mirror.revision, mirror.groups, mirror.stamps)
+    assert builder.decoded == decoded + 1  # the terms' group only
+    assert after.nodes is view.nodes
+    assert after.zones["z"] is view.zones["z"]
+    assert after.term_until == dict.fromkeys(holders, 15_001)
+    for now in (5_002, 9_999, 10_000, 10_001):  # past the old terms' end: nothing ended
+        assert not plan_pass(after, now, leases, memo).writes
+    again = plan_pass(after, 12_000, leases, memo)  # the next round: terms, no lease
+    assert again.terms is not None
+    assert again.primaries == ()
+    assert memo.decided == 1
+    # a term set back to a time passed (by hand, say): its leases have ended, the zone is
+    # decided again
+    gone = sorted(holders)[0]
+    mirror.put_all({KEYS.term(gone): encode_term(LeaseTerm(1))})
+    ended = builder.build(mirror.revision, mirror.groups, mirror.stamps)
+    regrant = plan_pass(ended, 12_000, leases, memo)
+    assert memo.decided == 2
+    assert regrant == plan_pass(ended, 12_000, leases)
+    assert regrant.primaries  # the leases of `gone` are granted again (a new epoch)

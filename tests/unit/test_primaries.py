@@ -178,7 +178,7 @@ def test_a_live_holder_outside_the_isr_is_capped_at_its_term_and_moves_after_the
     for now in (4_000, 7_999):
         assert plan_primaries(stables, current, live, now, CFG, isrs, terms=later) == {}
         assert lease_holders(stables, current, {}, live, now, later) == frozenset()
-    assert next_due_ms(stables, current, 4_000, CFG, later) == 8_000
+    assert next_due_ms(stables, current, 4_000, CFG) == 8_000
     moved = plan_primaries(stables, current, live, 8_000, CFG, isrs, terms=later)
     assert moved == {0: LeaseWrite(PrimaryLease("a", 3, 0), 6, 3)}
     # a holder outside the ISR that is not live is not capped: its term is not renewed anyway
@@ -275,7 +275,7 @@ def test_hand_over_to_the_preferred_primary_needs_it_in_sync_a_period_on() -> No
     both = {0: isr(("a", "b"), mod=6)}
     # written less than a period (duration - renew_before) ago: kept, not written
     assert plan_primaries(stables, current, live, 5_999, CFG, both, terms=terms) == {}
-    assert next_due_ms(stables, current, 0, CFG, terms) == 6_000
+    assert next_due_ms(stables, current, 0, CFG) == 6_000
     not_in_sync = plan_primaries(stables, current, live, 6_000, CFG, {0: isr(("b",))}, terms=terms)
     assert not_in_sync == {}  # kept (and not renewed: its term is)
     in_sync = plan_primaries(stables, current, live, 6_000, CFG, both, terms=terms)
@@ -410,20 +410,19 @@ def test_terms_due_is_the_earliest_renewal_or_end_of_a_holders_term_still_ahead(
     assert terms_due_ms(terms, {"d"}, 0, CFG) is None
 
 
-def test_next_due_is_the_earliest_end_or_hand_over_of_a_lease_still_ahead() -> None:
+def test_next_due_is_the_earliest_cap_or_hand_over_of_a_lease_still_ahead() -> None:
+    """A lease's cap and its hand-over time; not its holder's term's end — the pass watches
+    every term's end for all zones at once (plan_pass), so a zone's plan need not."""
     stables = {0: ("a",), 1: ("b", "a"), 2: ("a",)}
-    # 0: held by its preferred primary, ends with a's term (9_000); 1: capped at 4_000, held by
-    # a, not the preferred b (written at 1_000: handed over from 6_000); 2: no lease
+    # 0: held by its preferred primary, no cap (it ends with a's term: not a zone due time);
+    # 1: capped at 4_000, held by a, not the preferred b (written at 1_000: handed over from
+    # 6_000); 2: no lease
     current = {0: lease("a", 1), 1: lease("a", 1, 4_000, ts=1_000)}
-    terms = {"a": 9_000}
-    assert next_due_ms(stables, current, 0, ALIGNED, terms) == 4_000
-    assert next_due_ms(stables, current, 4_000, ALIGNED, terms) == 6_000
-    assert next_due_ms(stables, current, 6_000, ALIGNED, terms) == 9_000
-    assert next_due_ms(stables, current, 9_000, ALIGNED, terms) is None  # nothing ahead
-    # without a's term, 0 has ended already and 1 ends at its cap
     assert next_due_ms(stables, current, 0, ALIGNED) == 4_000
+    assert next_due_ms(stables, current, 4_000, ALIGNED) == 6_000
+    assert next_due_ms(stables, current, 6_000, ALIGNED) is None  # nothing ahead
     assert next_due_ms(stables, {0: current[0]}, 0, ALIGNED) is None
-    assert next_due_ms({}, current, 0, ALIGNED, terms) is None  # not partitions of stable
+    assert next_due_ms({}, current, 0, ALIGNED) is None  # not partitions of stable
 
 
 # -- properties --------------------------------------------------------------------------------
@@ -688,6 +687,20 @@ def _without_isr(
     for p in move:
         candidates = [n for n in stables[p] if n in live]
         if not candidates:
+            entry = current.get(p)
+            old = entry.value if entry is not None else None
+            if (
+                entry is not None
+                and isinstance(old, PrimaryLease)
+                and old.node in live
+                and not old.expiry
+                and (ends_at := old.until(terms.get(old.node, 0))) > now_ms
+            ):  # it left stable, nobody can take it, and its term goes on: capped
+                writes[p] = (
+                    PrimaryLease(old.node, old.lease_epoch, ends_at),
+                    entry.mod_revision,
+                    None,
+                )
             continue
         if candidates[0] == stables[p][0]:
             holder = candidates[0]
@@ -712,8 +725,12 @@ def test_without_isr_keys_leases_are_planned_on_liveness_alone(case: Case) -> No
     )
     before = _without_isr(case.stables, case.current, case.live, case.now, CFG, case.terms)
     assert {p: (w.lease, w.expected_mod, w.isr_mod) for p, w in writes.items()} == before
-    # everyone in sync: no lease is ever capped
-    assert all(w.lease.expiry == 0 for w in writes.values())
+    # everyone in sync: a lease is capped only when its holder left stable and nobody can
+    # take it
+    for p, w in writes.items():
+        if w.lease.expiry:
+            assert w.lease.node not in case.stables[p]
+            assert not any(n in case.live for n in case.stables[p])
 
 
 # -- the terms renew together (aligned) ----------------------------------------------------------
@@ -785,7 +802,7 @@ def test_at_rest_only_the_terms_are_written_one_round_per_period() -> None:
         dues = [
             d
             for d in (
-                next_due_ms(stables, current, now, ALIGNED, untils),
+                next_due_ms(stables, current, now, ALIGNED),
                 terms_due_ms(untils, holders, now, ALIGNED),
             )
             if d is not None
