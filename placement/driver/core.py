@@ -489,6 +489,10 @@ class PassPlan:
     next_due_ms: int | None = None
     #: Lease terms to write first (cluster-wide, not of a zone: ``leases.plan_terms``).
     terms: WriteTerms | None = None
+    #: The next round of term renewals: (when, the live holders it may renew) — the leader
+    #: health-checks them just before, off the pass (design/control-plane.md, "Primary
+    #: leases"). None: no holder has a term to renew.
+    term_round: tuple[int, frozenset[str]] | None = None
 
     @property
     def writes(self) -> bool:
@@ -1136,6 +1140,7 @@ def plan_pass(
     plans = {name: decided[name] for name in view.zones}
     due = [t for plan in plans.values() for t in plan.due]
     terms = None
+    term_round = None
     if leases is not None:
         holders = frozenset().union(*(plan.holders for plan in plans.values()))
         live = set(view.nodes) - silent
@@ -1146,6 +1151,14 @@ def plan_pass(
         term_due = terms_due_ms(view.term_until, holders & live, now_ms, leases)
         if term_due is not None:
             due.append(term_due)
+        renewals = [
+            at
+            for n in holders & live
+            if n in view.term_until
+            and (at := view.term_until[n] - leases.renew_before_ms + 1) > now_ms
+        ]
+        if renewals:
+            term_round = (min(renewals), frozenset(holders & live))
         # any term's end: the leases it carries end then (zone plans leave it to the pass)
         due.extend(until for until in view.term_until.values() if until > now_ms)
     return PassPlan(
@@ -1162,6 +1175,7 @@ def plan_pass(
         tuple(r for plan in plans.values() for r in plan.retires),
         min(due, default=None),
         terms,
+        term_round,
     )
 
 

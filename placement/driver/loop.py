@@ -236,6 +236,8 @@ class Driver:
         self._adopt_slots = asyncio.Semaphore(config.adopt_concurrency)
         #: This term's adopts of the zones it created (one task per zone).
         self._adopting: set[asyncio.Task[None]] = set()
+        #: The health checks of the next term round's holders, made just before it (one task).
+        self._probe_ahead: tuple[tuple[int, frozenset[str]], asyncio.Task[None]] | None = None
         self._wake = asyncio.Event()
         #: This term's batcher of finishes (design/control-plane.md, "Batched finishes").
         self._endings: Coalescer[Ending, TransitionResult | PlacementError] | None = None
@@ -499,12 +501,16 @@ class Driver:
                     log.warning("pass at revision %d failed: %s", view.revision, e)
                     await self._sleep(self.config.store_retry.delay(attempt))
                 self._reconcile(plan.drives, fence)
+                self._schedule_probes(plan.term_round)
                 metrics.PASS_SECONDS.observe(time.monotonic() - started)
                 seen = await self._next_change(watch, seen, self._idle(plan, attempt))
         finally:
             movers = [task for _, task in self._movers.values()]
             movers.extend(self._retires.values())
             movers.extend(self._adopting)
+            if self._probe_ahead is not None:
+                movers.append(self._probe_ahead[1])
+                self._probe_ahead = None
             if sweep is not None:
                 movers.append(sweep)
             self._movers.clear()
@@ -715,6 +721,29 @@ class Driver:
             )
             self._wake.set()
         return silent
+
+    def _schedule_probes(self, term_round: tuple[int, frozenset[str]] | None) -> None:
+        """Health-check the next term round's holders a little before it (0.8 ``fresh``), in a
+        task of their own: the round's pass then finds them fresh and renews at once instead of
+        waiting for a thousand probes inside the pass. The same answers as checking in the pass
+        (one answered within ``fresh`` counts, as there): the wait after a kill is unchanged."""
+        held = self._probe_ahead
+        if held is not None and held[0] == term_round and not held[1].done():
+            return
+        if held is not None:
+            held[1].cancel()
+        self._probe_ahead = None
+        if term_round is None or not self.config.probe_holders:
+            return
+        task = asyncio.create_task(self._probe_before(*term_round), name="probe-ahead")
+        self._probe_ahead = (term_round, task)
+
+    async def _probe_before(self, at_ms: int, nodes: frozenset[str]) -> None:
+        lead_ms = 800 * self.liveness.fresh
+        await self._sleep(max(0.0, (at_ms - lead_ms - self.now_ms()) / 1000))
+        view = self._view
+        records = view.nodes if view is not None else {}
+        await self.liveness.check({n: records[n].address if n in records else "" for n in nodes})
 
     async def _write_terms(self, write: WriteTerms, fence: Fence) -> None:
         """Renew the lease terms of the nodes that answer (a lost compare: redone next pass)."""

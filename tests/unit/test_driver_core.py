@@ -572,6 +572,13 @@ def test_a_pass_renews_the_holders_terms_not_the_leases_and_drops_stale_unnamed_
     assert dict(plan.terms.writes) == {n: TermWrite(LeaseTerm(36_500), mods[n]) for n in holders}
     assert dict(plan.terms.drops) == {"gone": gone, "junk": junk}
     assert plan.writes
+    # the next round (the holders' renewal at 31_000 - 5_000 + 1): when the leader health-checks
+    # them ahead of it, off the pass — this pass's round is under way, so the one after
+    early = plan_pass(view, now_ms=20_000, leases=cfg)
+    assert early.terms is not None
+    assert not early.terms.writes  # (the junk term is dropped at any time)
+    assert early.term_round == (26_001, frozenset(holders))
+    assert plan.term_round is None  # at 26_500 the round is this pass's writes
     later = plan_pass(view, now_ms=26_501, leases=cfg).terms
     assert later is not None
     assert set(later.drops) == {"gone", "junk", "lately"}
