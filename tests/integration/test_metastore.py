@@ -15,14 +15,17 @@ from placement.metastore.codec import (
     CancelIntent,
     Corrupt,
     InSyncSet,
+    LeaseTerm,
     MoveReport,
     NodeRecord,
     PrimaryLease,
     ReplicaSize,
     TriggerMark,
+    decode_term,
     encode_primary,
     encode_report,
     encode_size,
+    encode_term,
 )
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
@@ -32,6 +35,7 @@ from placement.metastore.transitions import (
     Fence,
     Outcome,
     PartitionState,
+    TermWrite,
     TriggerAction,
 )
 from placement.metastore.txn import MAX_TXN_OPS
@@ -561,3 +565,41 @@ async def test_isr_writes_of_many_partitions_share_transactions(
     assert kv is not None
     assert kv.mod_revision == revisions[1]
     await writes.close()
+
+
+async def test_lease_terms_are_written_in_concurrent_fenced_batches_each_on_its_own_compares(
+    store: Metastore, fence: Fence, client: EtcdClient, keys: KeySpace
+) -> None:
+    """A round of 300 terms goes out as three transactions at once; one whose compare is stale
+    (a term written meanwhile) writes none of its batch, the others all of theirs; a stale
+    fence writes nothing and raises NotLeader; stale terms are deleted on their mod revision."""
+    nodes = [f"n{i:03d}" for i in range(300)]
+    first = await store.write_terms(
+        {n: TermWrite(LeaseTerm(10_000), 0) for n in nodes}, {}, fence, 1
+    )
+    assert first.raced == 0
+    found = {kv.key: kv for kv in (await client.list_prefix(keys.terms_prefix())).kvs}
+    assert len(found) == 300
+    assert max(kv.mod_revision for kv in found.values()) == first.revision
+    term = decode_term(found[keys.term("n000")].value)
+    assert term == LeaseTerm(10_000, fence.epoch, 1)  # stamped with the writer's epoch and ts
+    mods = {n: found[keys.term(n)].mod_revision for n in nodes}
+    # n150 (the second batch of 120) is renewed by someone else meanwhile: that batch loses
+    await client.put(keys.term("n150"), encode_term(LeaseTerm(1)))
+    second = await store.write_terms(
+        {n: TermWrite(LeaseTerm(20_000), mods[n]) for n in nodes}, {}, fence, 2
+    )
+    assert second.raced == 1
+    after = {kv.key: kv for kv in (await client.list_prefix(keys.terms_prefix())).kvs}
+    untils = {n: decode_term(after[keys.term(n)].value) for n in nodes}
+    lost = {n for n, t in untils.items() if not (isinstance(t, LeaseTerm) and t.until == 20_000)}
+    assert lost == set(nodes[120:240]), sorted(lost)[:3]
+    # deletes compare the mod revision too
+    gone = await store.write_terms({}, {"n000": after[keys.term("n000")].mod_revision}, fence, 3)
+    assert gone.raced == 0
+    assert (await client.get(keys.term("n000"))).first() is None
+    # a deposed writer writes nothing
+    successor = await _depose(client, fence)
+    assert successor.epoch != fence.epoch
+    with pytest.raises(NotLeader):
+        await store.write_terms({"n001": TermWrite(LeaseTerm(1), 0)}, {}, fence, 4)
