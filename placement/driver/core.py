@@ -1022,8 +1022,9 @@ def plan_zone(
         isrs = {p: isr for p, isr in zone.isrs.items() if p in stables}
         live = set(view.nodes) - silent
         terms = view.term_until
+        term_mods = {n: t.mod_revision for n, t in view.terms.items()}
         grants = plan_primaries(
-            stables, zone.primaries, live, now_ms, leases, isrs, view.leaving, terms
+            stables, zone.primaries, live, now_ms, leases, isrs, view.leaving, terms, term_mods
         )
         if grants:
             plan.primaries.append(WritePrimaries(name, MappingProxyType(grants)))

@@ -130,6 +130,7 @@ def plan_primaries(
     isrs: Isrs | None = None,
     leaving: Set[str] = frozenset(),
     terms: Mapping[str, int] | None = None,
+    term_mods: Mapping[str, int] | None = None,
 ) -> dict[int, LeaseWrite]:
     """Leases to write, by partition; partitions whose lease is fine (or that nobody can take
     over yet) are not in the result.
@@ -141,9 +142,18 @@ def plan_primaries(
     exists; ``terms``: node -> ``until`` of its lease term (absent = none). A lease lasts while
     its holder's term does (:meth:`PrimaryLease.until`): a kept lease is not written at all —
     :func:`plan_terms` renews the holders' terms — and a new one is written without an expiry.
+    ``term_mods``: node -> its term key's mod_revision (absent = no term key), which a cap
+    compares (:class:`LeaseWrite`).
     """
     isrs = isrs if isrs is not None else {}
     terms = terms if terms is not None else {}
+    term_mods = term_mods if term_mods is not None else {}
+
+    def cap(p: int, lease: PrimaryLease, ends: int) -> LeaseWrite:
+        """``lease`` ended at ``ends`` whatever its holder's term does from now on."""
+        capped = PrimaryLease(lease.node, lease.lease_epoch, max(ends, 1))
+        return LeaseWrite(capped, current[p].mod_revision, None, term_mods.get(lease.node, 0))
+
     keep: dict[int, PrimaryLease] = {}
     move: list[int] = []
     writes: dict[int, LeaseWrite] = {}
@@ -164,9 +174,7 @@ def plan_primaries(
             if lease.node in live and not lease.expiry:
                 # Its term goes on (the node answers): end this lease with the term as it is
                 # now, so it moves once that has passed by the holder's own clock.
-                assert entry is not None
-                capped = PrimaryLease(lease.node, lease.lease_epoch, until)
-                writes[p] = LeaseWrite(capped, entry.mod_revision)
+                writes[p] = cap(p, lease, until)
         else:
             move.append(p)
     for p, lease in keep.items():
@@ -195,7 +203,9 @@ def plan_primaries(
             handed = PrimaryLease(preferred, lease.lease_epoch + 1, 0)
             writes[p] = LeaseWrite(handed, expected, isr_mod)
             continue
-        if lease.expiry:  # capped (or written before terms), and fine to keep: lift the cap
+        if lease.expiry and terms.get(lease.node, 0) > now_ms:
+            # capped (or written before terms) and fine to keep: lift the cap once the holder
+            # has a term to follow (lease_holders asks for one meanwhile)
             writes[p] = LeaseWrite(PrimaryLease(lease.node, lease.lease_epoch, 0), expected)
     for p in move:
         peers = stables[p]
@@ -208,17 +218,13 @@ def plan_primaries(
         staying = [n for n in candidates if n not in leaving]
         candidates = staying or candidates  # a leaving node only when no one else can
         if not candidates:
-            if (
-                isinstance(old, PrimaryLease)
-                and entry is not None
-                and old.node in live
-                and not old.expiry
-                and (until := old.until(terms.get(old.node, 0))) > now_ms
-            ):
-                # Nobody can take it yet, and its holder's term goes on for its other leases
-                # (it left stable, say): end this one with the term as it is now.
-                capped = PrimaryLease(old.node, old.lease_epoch, until)
-                writes[p] = LeaseWrite(capped, entry.mod_revision)
+            if isinstance(old, PrimaryLease) and entry is not None and not old.expiry:
+                # Nobody can take it yet. Its holder's term may be renewed for its other leases
+                # (it left stable, say; or it comes back): end this one at its end as it is now,
+                # so a renewal neither keeps it nor brings it back once ended.
+                until = old.until(terms.get(old.node, 0))
+                if old.node in live or until <= now_ms:
+                    writes[p] = cap(p, old, until)
             continue
         if candidates[0] == peers[0]:
             holder = candidates[0]
@@ -249,8 +255,9 @@ def lease_holders(
 ) -> frozenset[str]:
     """The nodes whose terms these partitions' leases need renewed once ``writes`` (from
     :func:`plan_primaries`) are applied: the holders of the leases written without an expiry
-    and of the unwritten ones that have none and have not ended, if live. A capped lease needs
-    no term: it is on its way out."""
+    and, if live, of the unwritten ones that have not ended — a capped one too (its cap bounds
+    it whatever the term does, and a lease written before terms gets the term it will follow
+    once uncapped). A lease being capped needs no term: it is on its way out."""
     holders = {w.lease.node for w in writes.values() if not w.lease.expiry}
     for p in stables:
         entry = current.get(p)
@@ -258,7 +265,6 @@ def lease_holders(
         if (
             p not in writes
             and isinstance(lease, PrimaryLease)
-            and not lease.expiry
             and lease.node in live
             and lease.until(terms.get(lease.node, 0)) > now_ms
         ):

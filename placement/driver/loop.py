@@ -560,12 +560,12 @@ class Driver:
         ``EXECUTE_ZONES`` at once — a fleet's zone creation or lease round is thousands of
         transactions, which one after another made a pass last seconds). A zone whose write
         fails does not stop the others; the first such error is raised once all are done (the
-        pass is redone with backoff), NotLeader at once."""
+        pass is redone with backoff), NotLeader at once. The lease terms go last (see there)."""
         self._log_corrupt_isrs(plan.corrupt_isrs)
-        if plan.terms is not None:  # before the grants that need them
-            await self._write_terms(plan.terms, fence)
         zones = sorted({w.zone for f in WRITE_FIELDS for w in getattr(plan, f)})
         if not zones:
+            if plan.terms is not None:
+                await self._write_terms(plan.terms, fence)
             return
         slots = asyncio.Semaphore(EXECUTE_ZONES)
 
@@ -583,6 +583,11 @@ class Driver:
         for error in errors:
             if isinstance(error, NotLeader | asyncio.CancelledError):
                 raise error
+        if plan.terms is not None:
+            # After the leases: a cap or a move lands before the renewal of its old holder's
+            # term, so no agent sees its term renewed before the lease it must give up (a
+            # grant to a node without a term waits for it: the lease starts with the term).
+            await self._write_terms(plan.terms, fence)
         if errors:
             raise errors[0]
 
@@ -743,7 +748,11 @@ class Driver:
         await self._sleep(max(0.0, (at_ms - lead_ms - self.now_ms()) / 1000))
         view = self._view
         records = view.nodes if view is not None else {}
-        await self.liveness.check({n: records[n].address if n in records else "" for n in nodes})
+        # Shielded: a round rescheduled (or a step-down) mid-probe must not cancel the probes
+        # themselves, which a pass may share and a cancelled one would count as silence.
+        await asyncio.shield(
+            self.liveness.check({n: records[n].address if n in records else "" for n in nodes})
+        )
 
     async def _write_terms(self, write: WriteTerms, fence: Fence) -> None:
         """Renew the lease terms of the nodes that answer (a lost compare: redone next pass)."""

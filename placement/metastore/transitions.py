@@ -632,12 +632,16 @@ class LeaseWrite:
     """One lease to write: CAS the primary key from ``expected_mod`` (0 = absent) to ``lease``.
 
     ``isr_mod``: for a write that changes the holder, the ISR key's mod_revision the choice was
-    made on (0 = no ISR key), compared in the same transaction; ``None`` for a renewal of the
-    same holder (no ISR compare)."""
+    made on (0 = no ISR key), compared in the same transaction; ``None`` for a write of the
+    same holder (no ISR compare). ``term_mod``: for a cap, the mod_revision of the holder's
+    lease term the cap was computed from (0 = no term), compared too — a cap never lands after
+    a renewal of that term it did not see, so an agent never sees its term renewed before the
+    cap of a lease it must give up."""
 
     lease: PrimaryLease
     expected_mod: int
     isr_mod: int | None = None
+    term_mod: int | None = None
 
     @property
     def moves(self) -> bool:
@@ -656,6 +660,8 @@ def _lease_ops(
             if write.isr_mod
             else Compare.version(isr, "==", 0)
         )
+    if write.term_mod is not None:
+        compares.append(Compare.mod(keys.term(write.lease.node), "==", write.term_mod))
     return compares, Put(key, encode_primary(replace(write.lease, epoch=epoch, ts=ts)))
 
 

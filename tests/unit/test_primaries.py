@@ -150,15 +150,24 @@ def test_the_preferred_primary_gets_no_hand_over_while_it_is_leaving() -> None:
     assert handed == {0: LeaseWrite(PrimaryLease("a", 3, 0), 7, 9)}
 
 
-def test_no_candidate_leaves_the_lease_as_it_is() -> None:
+def test_no_candidate_caps_an_ended_lease_once_then_leaves_it_as_it_is() -> None:
+    """Ended (its term ran out), holder gone, and the only in-sync member is down too: nobody
+    gets it. It is capped at its end, compared on the holder's term as read, so a later
+    renewal of that term (the holder back, holding other leases) cannot bring it back; capped,
+    it is left as it is."""
+    stables, isrs = {0: ("a", "b")}, {0: isr(("a",))}
     current = {0: lease("a", 2)}
-    # ended (its term ran out), holder gone, and the only in-sync member is down too
-    assert (
-        plan_primaries(
-            {0: ("a", "b")}, current, {"b"}, 5_000, CFG, {0: isr(("a",))}, terms={"a": 1_000}
-        )
-        == {}
+    capped = plan_primaries(
+        stables, current, {"b"}, 5_000, CFG, isrs, terms={"a": 1_000}, term_mods={"a": 17}
     )
+    assert capped == {0: LeaseWrite(PrimaryLease("a", 2, 1_000), 5, None, 17)}
+    # no term at all: capped at the earliest end there is
+    nothing = plan_primaries(stables, current, {"b"}, 5_000, CFG, isrs)
+    assert nothing == {0: LeaseWrite(PrimaryLease("a", 2, 1), 5, None, 0)}
+    # once capped, a renewed term does not bring it back and nothing more is written
+    current = {0: lease("a", 2, 1_000, mod=6)}
+    assert until({"a": 20_000}, current[0].value) == 1_000
+    assert plan_primaries(stables, current, {"b"}, 5_000, CFG, isrs, terms={"a": 20_000}) == {}
 
 
 def test_a_live_holder_outside_the_isr_is_capped_at_its_term_and_moves_after_the_cap() -> None:
@@ -169,15 +178,20 @@ def test_a_live_holder_outside_the_isr_is_capped_at_its_term_and_moves_after_the
     # b is live and in stable but not in sync: its term goes on (it answers, and may hold other
     # leases), so this lease is capped at the term as it is now: same holder and lease epoch,
     # no ISR compare, no early move
-    capped = plan_primaries(stables, current, live, 4_000, CFG, isrs, terms={"b": 8_000})
-    assert capped == {0: LeaseWrite(PrimaryLease("b", 2, 8_000), 5, None)}
+    capped = plan_primaries(
+        stables, current, live, 4_000, CFG, isrs, terms={"b": 8_000}, term_mods={"b": 9}
+    )
+    # compared on b's term as read (mod 9): it lands before any renewal of that term
+    assert capped == {0: LeaseWrite(PrimaryLease("b", 2, 8_000), 5, None, 9)}
     assert lease_holders(stables, current, capped, live, 4_000, {"b": 8_000}) == frozenset()
     # the cap written (mod 6, at 4_000); b's term renewed meanwhile: the cap still holds
     current = {0: lease("b", 2, 8_000, mod=6, ts=4_000)}
     later = {"b": 14_000}
     for now in (4_000, 7_999):
         assert plan_primaries(stables, current, live, now, CFG, isrs, terms=later) == {}
-        assert lease_holders(stables, current, {}, live, now, later) == frozenset()
+        # b's term may go on (its cap bounds this lease whatever the term does)
+        assert lease_holders(stables, current, {}, live, now, later) == {"b"}
+    assert lease_holders(stables, current, {}, live, 8_000, later) == frozenset()  # ended
     assert next_due_ms(stables, current, 4_000, CFG) == 8_000
     moved = plan_primaries(stables, current, live, 8_000, CFG, isrs, terms=later)
     assert moved == {0: LeaseWrite(PrimaryLease("a", 3, 0), 6, 3)}
@@ -195,19 +209,19 @@ def test_a_live_holder_that_left_stable_with_no_taker_is_capped_not_kept_by_its_
     live = {"a", "b"}
     current = {0: lease("a", 2)}
     capped = plan_primaries(stables, current, live, 1_000, CFG, isrs, terms={"a": 6_000})
-    assert capped == {0: LeaseWrite(PrimaryLease("a", 2, 6_000), 5, None)}
+    assert capped == {0: LeaseWrite(PrimaryLease("a", 2, 6_000), 5, None, 0)}
     assert lease_holders(stables, current, capped, live, 1_000, {"a": 6_000}) == frozenset()
     # capped, it ends then whatever a's term does; then it is left alone until c is back
     current = {0: lease("a", 2, 6_000, mod=6)}
     assert plan_primaries(stables, current, live, 5_000, CFG, isrs, terms={"a": 20_000}) == {}
     assert plan_primaries(stables, current, live, 6_000, CFG, isrs, terms={"a": 20_000}) == {}
-    assert lease_holders(stables, current, {}, live, 5_000, {"a": 20_000}) == frozenset()
+    assert lease_holders(stables, current, {}, live, 6_000, {"a": 20_000}) == frozenset()
     # with a corrupt ISR alike (no one but the holder could be trusted, and it left stable)
     current = {0: lease("a", 2)}
     corrupt = plan_primaries(
         stables, current, live, 1_000, CFG, {0: corrupt_isr()}, terms={"a": 6_000}
     )
-    assert corrupt == {0: LeaseWrite(PrimaryLease("a", 2, 6_000), 5, None)}
+    assert corrupt == {0: LeaseWrite(PrimaryLease("a", 2, 6_000), 5, None, 0)}
 
 
 def test_a_kept_capped_lease_is_uncapped_and_its_holder_needs_its_term() -> None:
@@ -220,10 +234,12 @@ def test_a_kept_capped_lease_is_uncapped_and_its_holder_needs_its_term() -> None
     uncapped = plan_primaries(stables, current, live, 4_000, CFG, both, terms=terms)
     assert uncapped == {0: LeaseWrite(PrimaryLease("a", 2, 0), 6, None)}
     assert lease_holders(stables, current, uncapped, live, 4_000, terms) == {"a"}
-    # still out of sync: the cap stays as it is (no write), and needs no term
+    # a has no term (the cap alone holds): not uncapped until it has one, which it is given
+    assert plan_primaries(stables, current, live, 4_000, CFG, both) == {}
+    assert lease_holders(stables, current, {}, live, 4_000, {}) == {"a"}
+    # still out of sync: the cap stays as it is (no write)
     out = {0: isr(("b",), mod=7)}
     assert plan_primaries(stables, current, live, 4_000, CFG, out, terms=terms) == {}
-    assert lease_holders(stables, current, {}, live, 4_000, terms) == frozenset()
     # held by a member that is not the preferred primary, due for hand-over: handed over instead
     handed = plan_primaries({0: ("b", "a")}, current, live, 8_000, CFG, both, terms=terms)
     assert handed == {0: LeaseWrite(PrimaryLease("b", 3, 0), 6, 7)}
@@ -241,12 +257,16 @@ def test_a_lease_with_a_cap_and_no_term_ends_at_its_cap() -> None:
     assert next_due_ms(stables, current, 0, CFG) == 9_000
     moved = plan_primaries(stables, current, {"b"}, 9_000, CFG)
     assert moved == {0: LeaseWrite(PrimaryLease("b", 2, 0), 5, 0)}
-    # its holder live: kept, and uncapped, with a term for the holder written in the same pass
+    # its holder live: kept as it is while the holder has no term — the pass writes one (after
+    # its lease writes) — and uncapped at the next pass, once the term is there: no lapse
     kept = plan_primaries(stables, current, {"a", "b"}, 1_000, CFG)
-    assert kept == {0: LeaseWrite(PrimaryLease("a", 1, 0), 5, None)}
+    assert kept == {}
     holders = lease_holders(stables, current, kept, {"a", "b"}, 1_000, {})
     assert holders == {"a"}
     assert plan_terms({}, holders, {"a", "b"}, 1_000, CFG) == {"a": TermWrite(LeaseTerm(11_000), 0)}
+    uncapped = plan_primaries(stables, current, {"a", "b"}, 1_001, CFG, terms={"a": 11_000})
+    assert uncapped == {0: LeaseWrite(PrimaryLease("a", 1, 0), 5, None)}
+    assert until({"a": 11_000}, uncapped[0].lease) == 11_000  # later than its cap
 
 
 @pytest.mark.parametrize(
@@ -292,8 +312,10 @@ def test_a_corrupt_isr_lets_only_the_current_holder_keep_its_lease() -> None:
     terms = {"b": 12_000, "a": 3_000}
     isrs = {p: corrupt_isr() for p in stables}
     # 0: kept by b (not written); 1: a is gone and its term ended, b is not known to be in
-    # sync; 2: no lease and nobody known to be in sync
-    assert plan_primaries(stables, current, {"b"}, 8_000, CFG, isrs, terms=terms) == {}
+    # sync (capped at its end, no move); 2: no lease and nobody known to be in sync
+    assert plan_primaries(stables, current, {"b"}, 8_000, CFG, isrs, terms=terms) == {
+        1: LeaseWrite(PrimaryLease("a", 4, 3_000), 5, None, 0)
+    }
     assert lease_holders(stables, current, {}, {"b"}, 8_000, terms) == {"b"}
     # a is live and preferred, but not known to be in sync: no hand-over to it
     assert plan_primaries({0: ("a", "b")}, current, {"a", "b"}, 8_000, CFG, isrs, terms=terms) == {}
@@ -342,11 +364,11 @@ def test_balance_without_the_preferred_primaries_spreads_over_the_isr() -> None:
 # -- which nodes' terms the leases need, and their renewal ---------------------------------------
 
 
-def test_lease_holders_are_the_live_holders_of_uncapped_leases_that_last() -> None:
+def test_lease_holders_are_the_live_holders_of_leases_that_last_unless_being_capped() -> None:
     stables = {p: (n, "z") for p, n in enumerate("abcdefg")}
     current = {
         0: lease("a", 1),  # kept: a needs its term
-        1: lease("b", 1, 6_000),  # capped: on its way out, needs no term
+        1: lease("b", 1, 6_000),  # capped: bounded by its cap, b's term renewed all the same
         2: lease("c", 1),  # c is not live: its term is not renewed
         3: lease("d", 1),  # d's term ended: the lease is over
         5: lease("f", 1),  # written below, with a cap
@@ -360,8 +382,10 @@ def test_lease_holders_are_the_live_holders_of_uncapped_leases_that_last() -> No
     }
     live = {"a", "b", "d", "e", "f", "g", "y", "z"}
     terms = {n: 9_000 for n in "abcefgyz"} | {"d": 500}
-    assert lease_holders(stables, current, writes, live, 1_000, terms) == {"a", "e", "g"}
-    # uncapping b's lease makes it need b's term
+    assert lease_holders(stables, current, writes, live, 1_000, terms) == {"a", "b", "e", "g"}
+    # f's lease being capped by this pass's writes: f needs no term for it
+    assert "f" not in lease_holders(stables, current, writes, live, 1_000, terms)
+    # uncapping b's lease makes it need b's term just the same
     uncap = {**writes, 1: LeaseWrite(PrimaryLease("b", 1, 0), 5)}
     assert lease_holders(stables, current, uncap, live, 1_000, terms) == {"a", "b", "e", "g"}
     # once a's term has ended, its unwritten lease needs it no more (it is moved, or waits)
@@ -532,9 +556,15 @@ def test_a_new_holder_is_always_a_live_member_of_stable_in_the_isr(case: Case) -
         if old is not None and new.node == old.node and new.lease_epoch == old.lease_epoch:
             # the same holder: its lease capped or uncapped, with no ISR compare
             assert write.isr_mod is None
-            assert new.node in case.live
             lasts = until(case.terms, old)
-            assert lasts > case.now
+            if lasts <= case.now:
+                # ended, and nobody can take it: capped at its end, so no renewal of its
+                # holder's term brings it back
+                assert not old.expiry
+                assert new.expiry == max(lasts, 1)
+                assert write.term_mod is not None
+                continue
+            assert new.node in case.live
             if old.node not in case.stables[p]:
                 # it left stable and nobody can take the lease yet: capped, never kept
                 assert not old.expiry
@@ -611,7 +641,8 @@ def test_a_written_lease_needs_its_holders_term_unless_capped(case: Case) -> Non
     for write in writes.values():
         if write.lease.expiry == 0:
             assert write.lease.node in holders
-    # and a holder is one only for an uncapped lease that is written, or lasts and is kept
+    # and a holder is one only for an uncapped lease that is written, or one not written that
+    # lasts (capped or not: a cap bounds its lease whatever the term does)
     needing: set[str] = set()
     for p in case.stables:
         if p in writes:
@@ -619,7 +650,6 @@ def test_a_written_lease_needs_its_holders_term_unless_capped(case: Case) -> Non
                 needing.add(writes[p].lease.node)
         elif (
             (old := _holder(case, p)) is not None
-            and not old.expiry
             and old.node in case.live
             and until(case.terms, old) > case.now
         ):
@@ -682,25 +712,19 @@ def _without_isr(
             counts[held.node] -= 1
             counts[preferred] += 1
             writes[p] = (PrimaryLease(preferred, held.lease_epoch + 1, 0), mod, 0)
-        elif held.expiry:
+        elif held.expiry and terms.get(held.node, 0) > now_ms:  # uncapped once it has a term
             writes[p] = (PrimaryLease(held.node, held.lease_epoch, 0), mod, None)
     for p in move:
         candidates = [n for n in stables[p] if n in live]
         if not candidates:
             entry = current.get(p)
             old = entry.value if entry is not None else None
-            if (
-                entry is not None
-                and isinstance(old, PrimaryLease)
-                and old.node in live
-                and not old.expiry
-                and (ends_at := old.until(terms.get(old.node, 0))) > now_ms
-            ):  # it left stable, nobody can take it, and its term goes on: capped
-                writes[p] = (
-                    PrimaryLease(old.node, old.lease_epoch, ends_at),
-                    entry.mod_revision,
-                    None,
-                )
+            if entry is not None and isinstance(old, PrimaryLease) and not old.expiry:
+                # nobody can take it, and its holder's term may go on or come back: capped
+                ends_at = old.until(terms.get(old.node, 0))
+                if old.node in live or ends_at <= now_ms:
+                    capped = PrimaryLease(old.node, old.lease_epoch, max(ends_at, 1))
+                    writes[p] = (capped, entry.mod_revision, None)
             continue
         if candidates[0] == stables[p][0]:
             holder = candidates[0]
@@ -725,12 +749,14 @@ def test_without_isr_keys_leases_are_planned_on_liveness_alone(case: Case) -> No
     )
     before = _without_isr(case.stables, case.current, case.live, case.now, CFG, case.terms)
     assert {p: (w.lease, w.expected_mod, w.isr_mod) for p, w in writes.items()} == before
-    # everyone in sync: a lease is capped only when its holder left stable and nobody can
-    # take it
+    # everyone in sync: a lease is capped only when nobody can take it — its holder left
+    # stable (and lasts), or it ended
     for p, w in writes.items():
         if w.lease.expiry:
-            assert w.lease.node not in case.stables[p]
+            old = case.current[p].value
+            assert isinstance(old, PrimaryLease)
             assert not any(n in case.live for n in case.stables[p])
+            assert w.lease.node not in case.stables[p] or until(case.terms, old) <= case.now
 
 
 # -- the terms renew together (aligned) ----------------------------------------------------------
@@ -877,3 +903,25 @@ def test_aligned_new_holders_are_live_isr_members_and_never_early_but_hand_overs
         if old is not None and old.node in case.stables[p] and case.now < until(case.terms, old):
             assert new.node == case.stables[p][0]
             assert old.node in case.live
+
+
+def test_a_cap_is_compared_on_its_holders_term_and_a_move_on_the_isr() -> None:
+    """The transactions of a pass's lease writes: a cap carries a compare of the holder's term
+    key at the mod revision it was computed from (absent: version 0 ≡ mod 0), so it never lands
+    after a renewal of that term; a move carries the ISR compare; both the lease key's."""
+    from placement.metastore.keys import KeySpace
+    from placement.metastore.transitions import plan_primary_txns
+    from placement.metastore.txn import Compare
+
+    keys = KeySpace("/t")
+    writes = {
+        0: LeaseWrite(PrimaryLease("a", 2, 8_000), 5, None, 17),
+        1: LeaseWrite(PrimaryLease("b", 3, 0), 6, 40),
+        2: LeaseWrite(PrimaryLease("c", 1, 0), 7),  # an uncap: the lease key alone
+    }
+    txns = plan_primary_txns(keys, "z", writes, epoch=9, ts=1)
+    compares = {c for txn_compares, _ in txns for c in txn_compares}
+    assert Compare.mod(keys.term("a"), "==", 17) in compares
+    assert Compare.mod(keys.isr("z", 1), "==", 40) in compares
+    assert {Compare.mod(keys.primary("z", p), "==", 5 + p) for p in range(3)} <= compares
+    assert len(compares) == 5  # nothing else: no term compare for the move or the uncap
