@@ -225,10 +225,9 @@ def test_an_unchanged_zone_is_neither_decoded_nor_planned_again() -> None:
     assert memo.decided == decided + 1
 
 
-def test_a_reused_plan_expires_when_a_lease_falls_due() -> None:
-    """A settled zone plans nothing while its leases last: the memo reuses its empty plan even
-    when the holders' terms fall due (renewed by the pass, not by the zone's plan), and decides
-    again from the time its leases end (the re-grants)."""
+def settled_zone(term_until: int) -> tuple[Mirror, set[str]]:
+    """A READY zone ``z`` of 4 × 2 on every node, each lease held by its preferred primary with
+    no cap, the holders' terms lasting until ``term_until``: the mirror and the holders."""
     spec = ZoneSpec("z", 4, 2)
     mirror = Mirror()
     puts = {KEYS.node(n): encode_node(NodeRecord(n, "127.0.0.1:1")) for n in NODES}
@@ -244,8 +243,16 @@ def test_a_reused_plan_expires_when_a_lease_falls_due() -> None:
         puts[KEYS.primary("z", p)] = encode_primary(PrimaryLease(peers[0], 1, 0))
         holders.add(peers[0])
     for n in holders:
-        puts[KEYS.term(n)] = encode_term(LeaseTerm(20_000))
+        puts[KEYS.term(n)] = encode_term(LeaseTerm(term_until))
     mirror.put_all(puts)
+    return mirror, holders
+
+
+def test_a_reused_plan_expires_when_a_lease_falls_due() -> None:
+    """A settled zone plans nothing while its leases last: the memo reuses its empty plan even
+    when the holders' terms fall due (renewed by the pass, not by the zone's plan), and decides
+    again from the time its leases end (the re-grants)."""
+    mirror, holders = settled_zone(20_000)
     view = ViewBuilder(KEYS).build(mirror.revision, mirror.groups, mirror.stamps)
     assert view.term_until == dict.fromkeys(holders, 20_000)
     memo, leases = PlanMemo(), LeaseConfig()
@@ -275,23 +282,7 @@ def test_a_round_of_term_renewals_decides_no_zone_again() -> None:
     nodes and every zone the same objects, decodes only the terms and reuses every zone's plan
     — a term only matters to a zone when it starts, ends or comes back, and then the zone is
     decided again."""
-    spec = ZoneSpec("z", 4, 2)
-    mirror = Mirror()
-    puts = {KEYS.node(n): encode_node(NodeRecord(n, "127.0.0.1:1")) for n in NODES}
-    puts[KEYS.zone("z")] = encode_zone_spec(spec)
-    puts[KEYS.layout("z")] = encode_layout(LayoutValue(ZoneLayout(1, 4), 1, 0))
-    puts[KEYS.datanodes("z")] = encode_datanodes(DataNodes(NODES, NODES, None, None))
-    holders: set[str] = set()
-    for p, peers in enumerate(place(spec, [Node(n) for n in NODES]).assignments):
-        puts[KEYS.assign("z", p, AssignField.STABLE)] = encode_assignment(
-            Assignment(tuple(peers), 1, 1, 1)
-        )
-        puts[KEYS.assign("z", p, AssignField.TRIGGER)] = encode_trigger(TriggerMark(10**6, 1, 1))
-        puts[KEYS.primary("z", p)] = encode_primary(PrimaryLease(peers[0], 1, 0))
-        holders.add(peers[0])
-    for n in holders:
-        puts[KEYS.term(n)] = encode_term(LeaseTerm(10_000))
-    mirror.put_all(puts)
+    mirror, holders = settled_zone(10_000)
     builder, memo, leases = ViewBuilder(KEYS), PlanMemo(), LeaseConfig()
     view = builder.build(mirror.revision, mirror.groups, mirror.stamps)
     assert not plan_pass(view, 0, leases, memo).writes
