@@ -266,6 +266,9 @@ class AgentStore:
         with self._errors():
             self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA synchronous = FULL")
+            self._conn.execute("PRAGMA cache_size = -65536")
+            self._conn.execute("PRAGMA mmap_size = 1073741824")
+            self._conn.execute("PRAGMA secure_delete = FAST")
             check = self._conn.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise CorruptAgentStore(self.path, f"integrity check failed: {check}")

@@ -111,6 +111,8 @@ class _Write:
     key: bytes
     value: bytes | None
     future: asyncio.Future[tuple[int, int, bool]]
+    #: A purge's delete that keeps no copy of the value (``storage.Entry.discard``).
+    discard: bool = False
 
 
 class Primary:
@@ -188,17 +190,20 @@ class Primary:
         return result
 
     async def write_many(
-        self, writes: Sequence[tuple[bytes, bytes | None]]
+        self, writes: Sequence[tuple[bytes, bytes | None]], *, discard: bool = False
     ) -> list[tuple[int, int, bool]]:
         """Queue ``writes`` (put, or delete for None) in order, unchecked — the agent's own
-        (re-sharding's copies, cursors, seal and purge); returns once all are acknowledged."""
+        (re-sharding's copies, cursors, seal and purge); returns once all are acknowledged.
+        ``discard``: the deletes among them keep no copy of the values they remove — only for
+        keys no layout routes here again before the caller's purge is over
+        (``storage.Entry.discard``)."""
         if self.finished:
             raise self._not_primary()
         loop = asyncio.get_running_loop()
         futures = []
         for key, value in writes:
             future: asyncio.Future[tuple[int, int, bool]] = loop.create_future()
-            self._queue.append(_Write(key, value, future))
+            self._queue.append(_Write(key, value, future, discard and value is None))
             futures.append(future)
         self._wake.set()
         return list(await asyncio.gather(*futures))
@@ -383,7 +388,7 @@ class Primary:
                 return
             index, epoch = self.state.last_index, self.lease_epoch
             entries = [
-                Entry(index + i, epoch, w.key, w.value or b"", w.value is None)
+                Entry(index + i, epoch, w.key, w.value or b"", w.value is None, w.discard)
                 for i, w in enumerate(batch, 1)
             ]
             self.state, existed = await self._write(

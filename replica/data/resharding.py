@@ -375,10 +375,12 @@ async def delete_where(
     *,
     batch: int = STEP_WRITES,
     pause: float = 0.0,
+    discard: bool = False,
 ) -> int:
     """Delete through ``primary``'s log every stored key of its partition that ``doomed``
     picks, page by page, ``batch`` deletes per write and ``pause`` seconds between two;
-    returns how many. Idempotent: a repeat finds fewer or none."""
+    returns how many. Idempotent: a repeat finds fewer or none. ``discard``: as discards
+    (``Primary.write_many``)."""
     zone, partition = primary.key
     store = db.store.data
     deleted = 0
@@ -391,7 +393,7 @@ async def delete_where(
         for i in range(0, len(writes), batch):
             if i and pause:
                 await asyncio.sleep(pause)
-            await primary.write_many(writes[i : i + batch])
+            await primary.write_many(writes[i : i + batch], discard=discard)
         deleted += len(writes)
         if done:
             return deleted
@@ -400,7 +402,14 @@ async def delete_where(
 async def purge(db: StoreThread, primary: Primary, partitions: int) -> int:
     """Delete through ``primary``'s log every stored key that does not route to its partition
     under a layout of ``partitions`` (control keys included: the seal, the cursors); returns how
-    many."""
+    many.
+
+    The deletes are **discards**: no replica keeps a copy of what they remove. That is safe
+    because the layout of ``partitions`` is in force (CLEANUP) or stays so (ABORT) until every
+    source reports purged, so no key deleted here is ever read or written in this partition
+    meanwhile; a discard undone with an uncommitted suffix leaves its key deleted on that
+    replica while another may still hold it, and the next primary's purge deletes it there too
+    before it reports purged (design/resharding.md, CLEANUP)."""
     partition = primary.key[1]
     deleted = await delete_where(
         db,
@@ -408,6 +417,7 @@ async def purge(db: StoreThread, primary: Primary, partitions: int) -> int:
         lambda k: not routes_to(k, partition, partitions),
         batch=PURGE_BATCH,
         pause=PURGE_PAUSE,
+        discard=True,
     )
     primary.forget_seal()
     return deleted

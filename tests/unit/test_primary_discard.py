@@ -227,3 +227,42 @@ async def test_a_member_behind_the_primarys_snapshot_point_leaves_the_isr_even_b
         await primary.stop("test over")
     finally:
         await db.close()
+
+
+async def test_a_purge_deletes_only_dead_keys_and_as_discards_that_keep_no_copy(
+    tmp_path: Path,
+) -> None:
+    """Re-sharding's purge (CLEANUP of a grow 4 -> 8): every key of the partition that no longer
+    routes to it is deleted through the log as a discard — no copy of its value is kept, so
+    purging large moved values does not write them again — and every key that still routes to
+    it stays (design/resharding.md, "Discards")."""
+    from replica.data.resharding import purge
+
+    db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
+    store = db.store
+    try:
+        await db.call(store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
+        primary = Primary(_deps(db), (ZONE, PARTITION), EPOCH)
+        keys = [k for i in range(400) if partition_of(k := b"p-%d" % i, 4) == PARTITION]
+        big = b"x" * 65536
+        await asyncio.wait_for(primary.write_many([(k, big) for k in keys]), 10)
+        moved = {k for k in keys if partition_of(k, 8) != PARTITION}
+        assert moved
+        assert len(moved) < len(keys)
+
+        assert await asyncio.wait_for(purge(db, primary, 8), 20) == len(moved)
+
+        for k in keys:
+            assert (await db.call(store.data.get, ZONE, PARTITION, k) is None) == (k in moved)
+        rows = await db.call(
+            lambda: store._conn.execute(
+                "SELECT key, del, LENGTH(prev) FROM rlog WHERE zone = ? AND partition = ?"
+                " AND del != 0",
+                (ZONE, PARTITION),
+            ).fetchall()
+        )
+        assert {bytes(k) for k, _, _ in rows} == moved
+        assert all(d == 2 and prev is None for _, d, prev in rows)
+        await primary.stop("test over")
+    finally:
+        await db.close()
