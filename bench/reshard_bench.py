@@ -878,6 +878,7 @@ def report(result: Result) -> str:
         f"machine: one etcd, one placement driver, {AGENTS} replica agents (`placectl agent run`,",
         f"`--catch-up-mbps {mbps:g}`"
         + (" (the agents' default)" if args.catch_up_mbps is None else "")
+        + (", `--catch-up-fixed`" if args.catch_up_fixed else ", yielding to client writes")
         + "), started like `placectl up`.",
         f"Zone `{ZONE}`: {args.src} → **{args.dst}** partitions, {REPLICAS} replicas; "
         f"{result.preload_bytes / 1e6:.1f} MB preloaded ({result.preload_keys} values of "
@@ -1080,6 +1081,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=float,
         help=f"every agent's --catch-up-mbps (default: the agents' own, {AGENT_DEFAULT_MBPS:g})",
     )
+    parser.add_argument(
+        "--catch-up-fixed",
+        action="store_true",
+        help="every agent with --catch-up-fixed: copies always at --catch-up-mbps, never"
+        " yielding to client writes (what agents did before yielding)",
+    )
     parser.add_argument("--keys-per-writer", type=int, default=100)
     parser.add_argument("--preload-concurrency", type=int, default=32)
     parser.add_argument("--steady", type=float, help="seconds of the before window (10; quick 4)")
@@ -1113,7 +1120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result.loads.append(load())
     agent_args = (
         () if args.catch_up_mbps is None else ("--catch-up-mbps", f"{args.catch_up_mbps:g}")
-    )
+    ) + (("--catch-up-fixed",) if args.catch_up_fixed else ())
     # plaintext, as the recorded figures were measured (TLS's cost: bench/tls_bench.py)
     opts = UpOptions(
         nodes=AGENTS, drivers=1, api_port=0, live=False, agent_args=agent_args, insecure=True

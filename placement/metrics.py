@@ -112,6 +112,12 @@ CATCH_UP_BYTES = Counter(
     "Bytes (keys plus values) a learner on this agent copied from primaries.",
     registry=REGISTRY,
 )
+CATCH_UP_RATE = Gauge(
+    "placement_catch_up_rate_bytes_per_second",
+    "The rate this agent's catch-up and re-sharding copies run at: --catch-up-mbps, or below it"
+    " while they slow the agent's client writes (design/data-plane.md).",
+    registry=REGISTRY,
+)
 CATCH_UP_SECONDS = Histogram(
     "placement_catch_up_seconds",
     "Duration of a rebalance's catch-up on this agent: from the replica's creation until it is"

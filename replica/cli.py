@@ -64,6 +64,12 @@ PROG = "python -m replica"
     help="Catch-up bandwidth of this agent in MB/s (0 = unlimited).",
 )
 @click.option(
+    "--catch-up-yields/--catch-up-fixed",
+    default=True,
+    help="Run catch-up and re-sharding copies below --catch-up-mbps while they slow this"
+    " agent's client writes (the default), or always at it.",
+)
+@click.option(
     "--isr-timeout",
     type=click.FloatRange(min=0.2),
     default=3.0,
@@ -97,6 +103,7 @@ def run(
     attribute: tuple[str, ...],
     lease_ttl: int,
     catch_up_mbps: float,
+    catch_up_yields: bool,
     isr_timeout: float,
     log_level: str,
     log_format: str,
@@ -122,7 +129,9 @@ def run(
                 lease_ttl=lease_ttl,
                 advertise=advertise,
                 data_config=DataConfig(
-                    isr_timeout=isr_timeout, catch_up_bytes_per_s=catch_up_mbps * 1e6
+                    isr_timeout=isr_timeout,
+                    catch_up_bytes_per_s=catch_up_mbps * 1e6,
+                    catch_up_yields=catch_up_yields,
                 ),
                 tls=tls,
                 etcd_credentials=etcd_credentials,

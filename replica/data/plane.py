@@ -46,7 +46,7 @@ from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import KeyValue
 from placement.metastore.listwatch import ListWatch
 from placement.metastore.store import IsrWrite, Metastore
-from placement.metrics import CATCH_UP_SECONDS, LEASES_LOST, GaugeFamily
+from placement.metrics import CATCH_UP_RATE, CATCH_UP_SECONDS, LEASES_LOST, GaugeFamily
 from placement.security.tls import TlsMaterial
 from replica.data.follower import (
     Learner,
@@ -76,6 +76,7 @@ from replica.data.peers import MAX_BATCH_APPENDS, LinkConfig, ReplicationPeers
 from replica.data.primary import Primary, PrimaryDeps
 from replica.data.resharding import ReshardDeps, Resharding
 from replica.data.view import Changes, View
+from replica.data.yielding import WINDOW, WriteGauge, YieldingRate
 from replica.protocol import StartCatchUp
 from replica.records import AgentStore, NotHosted, StoreThread
 
@@ -107,6 +108,9 @@ class DataConfig:
     isr_timeout: float = 3.0
     lease_margin_ms: int = 500
     catch_up_bytes_per_s: float = 64e6
+    #: Run the catch-up throttle below its rate while it slows client writes
+    #: (``replica.data.yielding``); False: always at ``catch_up_bytes_per_s``.
+    catch_up_yields: bool = True
     fetch_bytes: int = 1 << 20
     log_keep: int = 20_000
     size_interval: float = 10.0
@@ -206,6 +210,11 @@ class DataPlane:
         self._catch_up_bucket = TokenBucket(
             self.config.catch_up_bytes_per_s, page_bytes=self.config.fetch_bytes
         )
+        #: Client writes acknowledged here, and the rate the bucket runs at because of them.
+        self.writes = WriteGauge()
+        self._yielding = YieldingRate(
+            self.config.catch_up_bytes_per_s if self.config.catch_up_yields else 0.0
+        )
         self._resharding = Resharding(
             ReshardDeps(
                 node=node,
@@ -252,6 +261,8 @@ class DataPlane:
         self._tasks.append(asyncio.create_task(self._roles_loop(), name="data-roles"))
         self._tasks.append(asyncio.create_task(self._sizes_loop(), name="data-sizes"))
         self._tasks.append(asyncio.create_task(self._reports_loop(), name="reshard-reports"))
+        if self._yielding.ceiling > 0:
+            self._tasks.append(asyncio.create_task(self._yield_loop(), name="catch-up-yield"))
 
     async def close(self) -> None:
         self._closed = True
@@ -614,6 +625,17 @@ class DataPlane:
 
     # -- sizes -------------------------------------------------------------------------------
 
+    async def _yield_loop(self) -> None:
+        """Every ``yielding.WINDOW``: the catch-up bucket's rate from the client writes of the
+        window (``replica.data.yielding``)."""
+        while not self._closed:
+            await asyncio.sleep(WINDOW)
+            was = self._catch_up_bucket.rate
+            rate = self._catch_up_bucket.rate = self._yielding.step(*self.writes.take())
+            CATCH_UP_RATE.set(rate)
+            if rate != was:
+                log.debug("catch-up rate %.0f B/s (ceiling %.0f)", rate, self._yielding.ceiling)
+
     async def _sizes_loop(self) -> None:
         """Every ``size_interval``: every replica's size in one store call (the records, and one
         query for all sizes), and the changed ones put in as few etcd transactions as etcd's
@@ -700,13 +722,20 @@ class DataPlane:
         moved = self._layouts_moved  # before the attempt: a flip right after it is not missed
         k = self._check(zone, partition, key, generation)
         try:
-            return await self._serving(k).submit(key, value)
+            return await self._submit(k, key, value)
         except Sealed:
             if park <= 0:
                 raise
             await wait_event(moved, min(park, SEAL_PARK))
         k = self._check(zone, partition, key, generation)
-        return await self._serving(k).submit(key, value)
+        return await self._submit(k, key, value)
+
+    async def _submit(self, k: Key, key: bytes, value: bytes | None) -> tuple[int, int, bool]:
+        """A client write through ``k``'s primary, timed for the catch-up's yielding."""
+        started = time.monotonic()
+        result = await self._serving(k).submit(key, value)
+        self.writes.record(time.monotonic() - started)
+        return result
 
     async def get(self, zone: str, partition: int, key: bytes, generation: int = 0) -> bytes | None:
         k = self._check(zone, partition, key, generation)

@@ -82,6 +82,7 @@ from replica.data.plane import DataConfig
 # the product's logging (placement.logs), as `placectl agent run` sets it up
 from placement.logs import configure_logging
 configure_logging("INFO")
+# The catch-up rate is fixed (catch_up_yields=False): the tests time their kills by it.
 # AGENT_TLS_DIR (placement.local.certs): mutual TLS with the node's certificate, and etcd over
 # TLS as the product's etcd user.
 tls = creds = None
@@ -94,6 +95,7 @@ sys.exit(asyncio.run(serve(
     sys.argv[1], sys.argv[2], Path(sys.argv[3]), etcd=sys.argv[4], prefix=sys.argv[5],
     lease_ttl=2, data_config=DataConfig(
         isr_timeout=1.5, catch_up_bytes_per_s=float(sys.argv[6]), fetch_bytes=int(sys.argv[7]),
+        catch_up_yields=False,
     ), tls=tls, etcd_credentials=creds,
 )))
 """

@@ -71,6 +71,10 @@ def _cluster(etcd: Any, base: Path, *agent_args: str, drivers: int = 1) -> Itera
         c.stop()
 
 
+#: The slow clusters' agents: copies at a fixed 0.05 MB/s.
+SLOW = ("--catch-up-mbps", "0.05", "--catch-up-fixed")
+
+
 @pytest.fixture
 def cluster(etcd: Any, tmp_path: Path) -> Iterator[Cluster]:
     yield from _cluster(etcd, tmp_path)
@@ -78,15 +82,16 @@ def cluster(etcd: Any, tmp_path: Path) -> Iterator[Cluster]:
 
 @pytest.fixture
 def slow_cluster(etcd: Any, tmp_path: Path) -> Iterator[Cluster]:
-    """Agents whose copies crawl (0.05 MB/s each): after a first page, each copy stream
-    waits ~20 s, so a reshard of a few MB stays in COPY that long."""
-    yield from _cluster(etcd, tmp_path, "--catch-up-mbps", "0.05")
+    """Agents whose copies crawl (0.05 MB/s each, fixed: never slower because they yield to the
+    test's writers): after a first page, each copy stream waits ~20 s, so a reshard of a few MB
+    stays in COPY that long."""
+    yield from _cluster(etcd, tmp_path, *SLOW)
 
 
 @pytest.fixture
 def slow_cluster_two_drivers(etcd: Any, tmp_path: Path) -> Iterator[Cluster]:
     """The slow cluster with a second driver to take over from a killed leader."""
-    yield from _cluster(etcd, tmp_path, "--catch-up-mbps", "0.05", drivers=2)
+    yield from _cluster(etcd, tmp_path, *SLOW, drivers=2)
 
 
 async def _phase(api: PlacementClient) -> str:
