@@ -576,6 +576,7 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     SELECT_PARTITIONS_FIELD_NUMBER: _builtins.int
     SELECT_PARTITION_FIELD_NUMBER: _builtins.int
+    SEAL_ATTEMPT_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """The learner's node name."""
     snapshot: _builtins.bool
@@ -591,6 +592,12 @@ class FetchRequest(_message.Message):
     partition's seal) are returned, and the fetch never makes the caller an in-sync member.
     """
     select_partition: _builtins.int
+    seal_attempt: _builtins.int
+    """A destination draining re-sharding attempt seal_attempt (its layout shows SEAL): the source
+    answers once its own seal for that attempt is committed — waiting for it to be written if
+    its view has not reached SEAL yet — or after at most 2 s, so the answer carries the seal
+    and one fetch drains the source (0: answer at once).
+    """
     @_builtins.property
     def partition(self) -> _common_pb2.PartitionRef: ...
     def __init__(
@@ -604,10 +611,11 @@ class FetchRequest(_message.Message):
         max_bytes: _builtins.int = ...,
         select_partitions: _builtins.int = ...,
         select_partition: _builtins.int = ...,
+        seal_attempt: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_index", b"after_index", "max_bytes", b"max_bytes", "node", b"node", "partition", b"partition", "select_partition", b"select_partition", "select_partitions", b"select_partitions", "snapshot", b"snapshot", "snapshot_after", b"snapshot_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_index", b"after_index", "max_bytes", b"max_bytes", "node", b"node", "partition", b"partition", "seal_attempt", b"seal_attempt", "select_partition", b"select_partition", "select_partitions", b"select_partitions", "snapshot", b"snapshot", "snapshot_after", b"snapshot_after"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

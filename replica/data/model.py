@@ -129,6 +129,9 @@ class FetchCall:
     #: Re-sharding's copy: ``(partitions, partition)`` — only the keys routing there (and the
     #: seal); the caller never joins the in-sync set (design/resharding.md). None = all.
     select: tuple[int, int] | None = None
+    #: A draining copy (SEAL of this attempt): answered once the source's seal for it is
+    #: committed, or after ``SEAL_FETCH_WAIT`` (0 = at once).
+    seal_attempt: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -448,6 +448,7 @@ def fetch_call_to_pb(call: FetchCall) -> data_pb2.FetchRequest:
     return data_pb2.FetchRequest(
         partition=ref,
         node=call.node,
+        seal_attempt=call.seal_attempt,
         after_index=call.after_index,
         max_bytes=call.max_bytes,
         select_partitions=partitions,
@@ -469,6 +470,7 @@ def fetch_call_from_pb(request: data_pb2.FetchRequest) -> FetchCall:
             if request.select_partitions
             else None
         ),
+        seal_attempt=request.seal_attempt,
     )
 
 

@@ -146,8 +146,8 @@ class Primary:
         #: The seal as last written through the log (and committed): what ``seal_for`` and
         #: ``unseal`` compare with, so a write that failed is written again.
         self._seal_written: Seal | None = None
-        #: Set once the seal's write ended (committed or failed): selected fetches wait for it.
-        self._sealing: asyncio.Event | None = None
+        #: Set, and replaced, whenever ``_seal_written`` changes: draining fetches wait on it.
+        self._seal_moved = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"primary {key}@{lease_epoch}")
 
     def _not_primary(self) -> NotPrimary:
@@ -214,12 +214,11 @@ class Primary:
         if self._seal_written == seal:
             return
         self.seal = seal
-        sealing = self._sealing = asyncio.Event()
         try:
             await self.write_many([(SEAL_KEY, seal.encode())])
             self._seal_written = seal
         finally:
-            sealing.set()
+            self._seal_changed()
         log.info(
             "%s/%s@%d: sealed for reshard %d (%d -> %d partitions)",
             self.zone,
@@ -230,6 +229,22 @@ class Primary:
             seal.target,
         )
 
+    def _seal_changed(self) -> None:
+        moved, self._seal_moved = self._seal_moved, asyncio.Event()
+        moved.set()
+
+    async def _until_sealed(self, attempt: int) -> None:
+        """Wait, at most ``SEAL_FETCH_WAIT``, until this source's seal for ``attempt`` is
+        committed — also while its view has not reached SEAL and nothing is being written yet."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SEAL_FETCH_WAIT
+        while not self.finished:
+            written = self._seal_written
+            left = deadline - loop.time()
+            if (written is not None and written.attempt >= attempt) or left <= 0:
+                return
+            await wait_event(self._seal_moved, left)
+
     @property
     def seal_written(self) -> Seal | None:
         return self._seal_written
@@ -237,6 +252,7 @@ class Primary:
     def forget_seal(self) -> None:
         """The seal key was deleted through the log (a purge): nothing is sealed any more."""
         self.seal = self._seal_written = None
+        self._seal_changed()
 
     async def unseal(self) -> None:
         """Drop a seal whose attempt ended (aborted, or finished and purged elsewhere)."""
@@ -245,6 +261,7 @@ class Primary:
             return
         await self.write_many([(SEAL_KEY, None)])
         self._seal_written = None
+        self._seal_changed()
 
     @contextlib.asynccontextmanager
     async def committed(self) -> AsyncIterator[None]:
@@ -319,6 +336,7 @@ class Primary:
         self.state = await self._write(self._data.raise_fence, self.lease_epoch)
         sealed = await self._db.call(self._data.get, self.zone, self.partition, SEAL_KEY)
         self.seal = self._seal_written = Seal.decode(sealed) if sealed is not None else None
+        self._seal_changed()
         lease, _rev, isr, isr_rev = await self._deps.read_lease_and_isr(self.key)
         if lease is None or lease.node != node or lease.lease_epoch != self.lease_epoch:
             raise Deposed("the lease is not this node's")
@@ -660,11 +678,13 @@ class Primary:
         joins."""
         max_bytes = call.max_bytes or self._deps.fetch_bytes
         if call.select is not None and not call.snapshot:
-            if self._sealing is not None:
+            if call.seal_attempt:
                 # A destination draining at the cut-over: answer once the seal is committed —
                 # the answer then carries the seal and the destination is drained in one round
-                # trip, instead of polling every 50 ms (16 destinations x 16 sources).
-                await wait_event(self._sealing, SEAL_FETCH_WAIT)
+                # trip. Also before this source has seen SEAL: polling every 50 ms until it had,
+                # 16 destinations x 16 sources made the fetches that slowed the seals' writes.
+                # (A destination from before seal_attempt polls so until drained.)
+                await self._until_sealed(call.seal_attempt)
             return await self._selected_entries(call.after_index, call.select, max_bytes)
         async with self.committed():
             if call.snapshot:

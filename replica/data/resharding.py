@@ -182,6 +182,7 @@ class Puller:
                 after_index=cursor.index,
                 max_bytes=deps.fetch_bytes,
                 select=select,
+                seal_attempt=self._seal_attempt(),
             )
             try:
                 # Throttled like a catch-up; not once sealed, so the write pause the seal
@@ -218,6 +219,11 @@ class Puller:
 
     def _sealed(self) -> bool:
         return self.reshard.phase is ReshardPhase.SEAL
+
+    def _seal_attempt(self) -> int:
+        """The attempt a fetch waits for the source's seal of: in SEAL, the fetch is answered
+        once the source's seal is committed, so one fetch drains it (0 = answered at once)."""
+        return self.reshard.attempt if self._sealed() else 0
 
     async def _pause(self, delay: float) -> None:
         """A wait for the throttle, cut short when the reshard moves on (to SEAL: a sealed copy
@@ -259,9 +265,12 @@ class Puller:
         was = (self.drained, self.lag <= SEAL_LAG)
         # The cursor goes in the batch of the last copied keys (one replicated commit, not
         # two: the cut-over's drain waits for it): the log commits in order, so a committed
-        # cursor implies every copy before it is committed.
+        # cursor implies every copy before it is committed. An answer that drains the source
+        # with no key to copy writes nothing: every copy before it is committed already, so
+        # drained holds; the written cursor only tells a new primary where to resume, and
+        # resuming from an older one copies the same keys again, in order.
         steps = [writes[i : i + STEP_WRITES] for i in range(0, len(writes), STEP_WRITES)]
-        if writes or _worth_writing(progress.written, new):
+        if writes or (_worth_writing(progress.written, new) and not new.drained):
             steps[-1:] = [(steps[-1] if steps else []) + [(cursor_key(source), new.encode())]]
         for step in steps:
             await self.primary.write_many(step)

@@ -266,3 +266,42 @@ async def test_a_purge_deletes_only_dead_keys_and_as_discards_that_keep_no_copy(
         await primary.stop("test over")
     finally:
         await db.close()
+
+
+async def test_a_draining_fetch_is_answered_once_the_seal_is_committed_even_if_asked_first(
+    tmp_path: Path,
+) -> None:
+    """A destination in SEAL asks a source that has not seen SEAL yet (its view lags): the fetch
+    waits for the source's own seal and is answered with it, so one fetch drains the source; a
+    fetch of a COPY poll is answered at once (design/resharding.md, SEAL)."""
+    from replica.data.model import FetchCall, FetchOutcome
+
+    db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
+    store = db.store
+    try:
+        await db.call(store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
+        primary = Primary(_deps(db), (ZONE, PARTITION), EPOCH)
+        moving = next(
+            k
+            for i in range(10_000)
+            if partition_of(k := b"m-%d" % i, 4) == PARTITION and key_moves(k, 4, 8) is not None
+        )
+        await asyncio.wait_for(primary.submit(moving, b"v"), 5)
+        select = (8, partition_of(moving, 8))
+
+        def call(seal_attempt: int) -> FetchCall:
+            return FetchCall(ZONE, PARTITION, "n9", False, select=select, seal_attempt=seal_attempt)
+
+        polled = await asyncio.wait_for(primary.fetch(call(0)), 1)  # COPY: at once, no seal
+        assert polled.outcome is FetchOutcome.OK
+        assert [e.key for e in polled.entries] == [moving]
+
+        draining = asyncio.create_task(primary.fetch(call(7)))
+        await asyncio.sleep(0.1)
+        assert not draining.done()  # the source has not sealed: the fetch waits
+        await asyncio.wait_for(primary.seal_for(Seal(attempt=7, source=4, target=8)), 5)
+        reply = await asyncio.wait_for(draining, 1)
+        assert [e.key for e in reply.entries] == [moving, SEAL_KEY]  # the seal comes with it
+        await primary.stop("test over")
+    finally:
+        await db.close()
