@@ -9,7 +9,9 @@ recreated an empty data state and failed with ``ValueError: entry 2 does not fol
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -71,6 +73,21 @@ def _deps(db: StoreThread) -> PrimaryDeps:
         write_isr=write_isr,
         trim=trim,
     )
+
+
+@contextlib.asynccontextmanager
+async def hosted_primary(tmp_path: Path) -> AsyncIterator[tuple[StoreThread, AgentStore, Primary]]:
+    """A real agent store hosting the partition, and its primary (stopped, store closed after)."""
+    db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
+    try:
+        await db.call(db.store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
+        primary = Primary(_deps(db), (ZONE, PARTITION), EPOCH)
+        try:
+            yield db, db.store, primary
+        finally:
+            await primary.stop("test over")
+    finally:
+        await db.close()
 
 
 async def test_a_write_after_the_replica_is_discarded_is_refused_and_recreates_nothing(
@@ -238,11 +255,7 @@ async def test_a_purge_deletes_only_dead_keys_and_as_discards_that_keep_no_copy(
     it stays (design/resharding.md, "Discards")."""
     from replica.data.resharding import purge
 
-    db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
-    store = db.store
-    try:
-        await db.call(store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
-        primary = Primary(_deps(db), (ZONE, PARTITION), EPOCH)
+    async with hosted_primary(tmp_path) as (db, store, primary):
         keys = [k for i in range(400) if partition_of(k := b"p-%d" % i, 4) == PARTITION]
         big = b"x" * 65536
         await asyncio.wait_for(primary.write_many([(k, big) for k in keys]), 10)
@@ -263,9 +276,6 @@ async def test_a_purge_deletes_only_dead_keys_and_as_discards_that_keep_no_copy(
         )
         assert {bytes(k) for k, _, _ in rows} == moved
         assert all(d == 2 and prev is None for _, d, prev in rows)
-        await primary.stop("test over")
-    finally:
-        await db.close()
 
 
 async def test_a_draining_fetch_is_answered_once_the_seal_is_committed_even_if_asked_first(
@@ -276,11 +286,7 @@ async def test_a_draining_fetch_is_answered_once_the_seal_is_committed_even_if_a
     fetch of a COPY poll is answered at once (design/resharding.md, SEAL)."""
     from replica.data.model import FetchCall, FetchOutcome
 
-    db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
-    store = db.store
-    try:
-        await db.call(store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
-        primary = Primary(_deps(db), (ZONE, PARTITION), EPOCH)
+    async with hosted_primary(tmp_path) as (_db, _store, primary):
         moving = next(
             k
             for i in range(10_000)
@@ -302,6 +308,3 @@ async def test_a_draining_fetch_is_answered_once_the_seal_is_committed_even_if_a
         await asyncio.wait_for(primary.seal_for(Seal(attempt=7, source=4, target=8)), 5)
         reply = await asyncio.wait_for(draining, 1)
         assert [e.key for e in reply.entries] == [moving, SEAL_KEY]  # the seal comes with it
-        await primary.stop("test over")
-    finally:
-        await db.close()
