@@ -1,5 +1,5 @@
 """Agent store benchmark: what a re-sharding's data movement costs the replica store, per byte
-(design/data-plane.md, "State on an agent"; design/resharding.md, "Discards").
+(design/data-plane.md, "State on an agent").
 
 One run::
 
@@ -21,15 +21,11 @@ shapes a re-sharding of 64 KiB values makes:
 Each phase is timed (wall, and the thread's CPU) and its bytes written to the disk are read from
 ``/proc/self/io`` (``write_bytes``: what the kernel sent to storage, WAL and checkpoints included).
 
-Four configurations, each on a fresh directory, in one run:
+Two configurations, each on a fresh directory, in one run:
 
 * **before**: the connection as it was before this benchmark's change: sqlite's defaults on this
-  build (``cache_size`` 2 MB, no memory map, ``secure_delete`` ON in Debian's build) and ordinary
-  deletes in the purge (each keeping a copy of the value it removes);
-* **pragmas**: the agent's connection settings (memory map, 64 MiB cache, ``secure_delete`` FAST),
-  ordinary deletes;
-* **discard**: sqlite's defaults, the purge's deletes as discards;
-* **after**: both — what the agent does now.
+  build (``cache_size`` 2 MB, no memory map, ``secure_delete`` ON in Debian's build);
+* **after**: the agent's connection settings (memory map, 64 MiB cache, ``secure_delete`` FAST).
 
 Writes ``--out`` and prints it.
 """
@@ -83,7 +79,6 @@ class Phase:
 class Config:
     name: str
     defaults: bool
-    discard: bool
     phases: list[Phase] = field(default_factory=list)
 
 
@@ -95,10 +90,9 @@ class Log:
         self.partition = partition
         self.last = 0
 
-    def write(self, writes: list[tuple[bytes, bytes | None]], *, discard: bool = False) -> None:
+    def write(self, writes: list[tuple[bytes, bytes | None]]) -> None:
         entries = [
-            Entry(self.last + i, 1, k, v or b"", v is None, discard and v is None)
-            for i, (k, v) in enumerate(writes, 1)
+            Entry(self.last + i, 1, k, v or b"", v is None) for i, (k, v) in enumerate(writes, 1)
         ]
         self.last += len(entries)
         self.data.append(ZONE, self.partition, entries, self.last)
@@ -147,7 +141,7 @@ def run(config: Config, directory: Path, mb: float) -> None:
 
         def purge() -> None:
             for i in range(0, len(moved), 64):
-                source.write([(k, None) for k in moved[i : i + 64]], discard=config.discard)
+                source.write([(k, None) for k in moved[i : i + 64]])
 
         def trim() -> None:
             data.trim(ZONE, 0, 1000)
@@ -170,8 +164,8 @@ def report(configs: list[Config], mb: float, started: float, load: list[str]) ->
         f" with a re-sharding's shapes, {mb:g} MB of 64 KiB values. See the script's docstring"
         " for the phases and the configurations.",
         "",
-        "| configuration | sqlite settings | purge deletes |",
-        "|---|---|---|",
+        "| configuration | sqlite settings |",
+        "|---|---|",
     ]
     for c in configs:
         settings = (
@@ -179,7 +173,7 @@ def report(configs: list[Config], mb: float, started: float, load: list[str]) ->
             if c.defaults
             else "the agent's (64 MiB cache, mmap 1 GiB, secure_delete FAST)"
         )
-        lines.append(f"| {c.name} | {settings} | {'discards' if c.discard else 'ordinary'} |")
+        lines.append(f"| {c.name} | {settings} |")
     lines += [
         "",
         "Per phase: wall ms, the thread's CPU ms, and MB written to the disk (`/proc/self/io`"
@@ -218,10 +212,8 @@ def main() -> None:
         parser.error("--mb must be above 0")
     started, load = time.time(), [uptime()]
     configs = [
-        Config("before", defaults=True, discard=False),
-        Config("pragmas", defaults=False, discard=False),
-        Config("discard", defaults=True, discard=True),
-        Config("after", defaults=False, discard=True),
+        Config("before", defaults=True),
+        Config("after", defaults=False),
     ]
     with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
         for c in configs:

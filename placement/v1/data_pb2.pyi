@@ -401,18 +401,12 @@ class LogEntry(_message.Message):
     KEY_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
     DELETE_FIELD_NUMBER: _builtins.int
-    DISCARD_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     epoch: _builtins.int
     """The primary lease epoch the entry was written under."""
     key: _builtins.bytes
     value: _builtins.bytes
     delete: _builtins.bool
-    discard: _builtins.bool
-    """A delete that re-sharding's purge makes of a key no layout routes to this partition any
-    more (design/resharding.md, CLEANUP): a replica keeps no copy of the value it removes, so
-    undoing it leaves the key deleted.
-    """
     def __init__(
         self,
         *,
@@ -421,11 +415,10 @@ class LogEntry(_message.Message):
         key: _builtins.bytes = ...,
         value: _builtins.bytes = ...,
         delete: _builtins.bool = ...,
-        discard: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "discard", b"discard", "epoch", b"epoch", "index", b"index", "key", b"key", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "epoch", b"epoch", "index", b"index", "key", b"key", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -377,12 +377,12 @@ class ReplicationPeers:
 
 
 def entry_from_pb(e: data_pb2.LogEntry) -> Entry:
-    return Entry(e.index, e.epoch, e.key, e.value, e.delete, e.delete and e.discard)
+    return Entry(e.index, e.epoch, e.key, e.value, e.delete)
 
 
 def entry_to_pb(e: Entry) -> data_pb2.LogEntry:
     return data_pb2.LogEntry(
-        index=e.index, epoch=e.epoch, key=e.key, value=e.value, delete=e.delete, discard=e.discard
+        index=e.index, epoch=e.epoch, key=e.key, value=e.value, delete=e.delete
     )
 
 

@@ -261,6 +261,7 @@ class DataPlane:
         self._tasks.append(asyncio.create_task(self._roles_loop(), name="data-roles"))
         self._tasks.append(asyncio.create_task(self._sizes_loop(), name="data-sizes"))
         self._tasks.append(asyncio.create_task(self._reports_loop(), name="reshard-reports"))
+        CATCH_UP_RATE.set(self._catch_up_bucket.rate)
         if self._yielding.ceiling > 0:
             self._tasks.append(asyncio.create_task(self._yield_loop(), name="catch-up-yield"))
 

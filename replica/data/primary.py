@@ -111,8 +111,6 @@ class _Write:
     key: bytes
     value: bytes | None
     future: asyncio.Future[tuple[int, int, bool]]
-    #: A purge's delete that keeps no copy of the value (``storage.Entry.discard``).
-    discard: bool = False
 
 
 class Primary:
@@ -158,6 +156,7 @@ class Primary:
             log.info("primary %s/%s@%d stops: %s", self.zone, self.partition, self.lease_epoch, why)
         self.finished = True
         self._fail_queue(self._not_primary())
+        self._seal_changed()  # a draining fetch held for the seal is answered NotPrimary now
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task
@@ -190,20 +189,17 @@ class Primary:
         return result
 
     async def write_many(
-        self, writes: Sequence[tuple[bytes, bytes | None]], *, discard: bool = False
+        self, writes: Sequence[tuple[bytes, bytes | None]]
     ) -> list[tuple[int, int, bool]]:
         """Queue ``writes`` (put, or delete for None) in order, unchecked — the agent's own
-        (re-sharding's copies, cursors, seal and purge); returns once all are acknowledged.
-        ``discard``: the deletes among them keep no copy of the values they remove — only for
-        keys no layout routes here again before the caller's purge is over
-        (``storage.Entry.discard``)."""
+        (re-sharding's copies, cursors, seal and purge); returns once all are acknowledged."""
         if self.finished:
             raise self._not_primary()
         loop = asyncio.get_running_loop()
         futures = []
         for key, value in writes:
             future: asyncio.Future[tuple[int, int, bool]] = loop.create_future()
-            self._queue.append(_Write(key, value, future, discard and value is None))
+            self._queue.append(_Write(key, value, future))
             futures.append(future)
         self._wake.set()
         return list(await asyncio.gather(*futures))
@@ -320,6 +316,7 @@ class Primary:
         finally:
             self.finished = True
             self._fail_queue(self._not_primary())
+            self._seal_changed()
 
     async def _write(self, fn: Callable[..., T], *args: object) -> T:
         """One of this primary's writes to its replica (a part of a group commit), refused
@@ -406,7 +403,7 @@ class Primary:
                 return
             index, epoch = self.state.last_index, self.lease_epoch
             entries = [
-                Entry(index + i, epoch, w.key, w.value or b"", w.value is None, w.discard)
+                Entry(index + i, epoch, w.key, w.value or b"", w.value is None)
                 for i, w in enumerate(batch, 1)
             ]
             self.state, existed = await self._write(

@@ -165,6 +165,8 @@ class Puller:
         deps = self._deps
         loaded = await self._load(source)
         progress = self.progress[source] = _SourceProgress(loaded, loaded)
+        if loaded.drained:
+            return  # copied up to the seal and committed: nothing past it is ever copied
         select = (self.reshard.target, self.partition)
         backoff = Backoff(deps.retry)
         while not self.primary.finished:
@@ -265,12 +267,12 @@ class Puller:
         was = (self.drained, self.lag <= SEAL_LAG)
         # The cursor goes in the batch of the last copied keys (one replicated commit, not
         # two: the cut-over's drain waits for it): the log commits in order, so a committed
-        # cursor implies every copy before it is committed. An answer that drains the source
-        # with no key to copy writes nothing: every copy before it is committed already, so
-        # drained holds; the written cursor only tells a new primary where to resume, and
-        # resuming from an older one copies the same keys again, in order.
+        # cursor implies every copy before it is committed. A drained cursor is written even
+        # with no key to copy: a new primary of the destination that takes over after the flip
+        # may still see SEAL, and resuming from an older cursor would copy the source's old
+        # values over the client writes it took since (review finding).
         steps = [writes[i : i + STEP_WRITES] for i in range(0, len(writes), STEP_WRITES)]
-        if writes or (_worth_writing(progress.written, new) and not new.drained):
+        if writes or _worth_writing(progress.written, new):
             steps[-1:] = [(steps[-1] if steps else []) + [(cursor_key(source), new.encode())]]
         for step in steps:
             await self.primary.write_many(step)
@@ -384,12 +386,10 @@ async def delete_where(
     *,
     batch: int = STEP_WRITES,
     pause: float = 0.0,
-    discard: bool = False,
 ) -> int:
     """Delete through ``primary``'s log every stored key of its partition that ``doomed``
     picks, page by page, ``batch`` deletes per write and ``pause`` seconds between two;
-    returns how many. Idempotent: a repeat finds fewer or none. ``discard``: as discards
-    (``Primary.write_many``)."""
+    returns how many. Idempotent: a repeat finds fewer or none."""
     zone, partition = primary.key
     store = db.store.data
     deleted = 0
@@ -402,7 +402,7 @@ async def delete_where(
         for i in range(0, len(writes), batch):
             if i and pause:
                 await asyncio.sleep(pause)
-            await primary.write_many(writes[i : i + batch], discard=discard)
+            await primary.write_many(writes[i : i + batch])
         deleted += len(writes)
         if done:
             return deleted
@@ -411,14 +411,7 @@ async def delete_where(
 async def purge(db: StoreThread, primary: Primary, partitions: int) -> int:
     """Delete through ``primary``'s log every stored key that does not route to its partition
     under a layout of ``partitions`` (control keys included: the seal, the cursors); returns how
-    many.
-
-    The deletes are **discards**: no replica keeps a copy of what they remove. That is safe
-    because the layout of ``partitions`` is in force (CLEANUP) or stays so (ABORT) until every
-    source reports purged, so no key deleted here is ever read or written in this partition
-    meanwhile; a discard undone with an uncommitted suffix leaves its key deleted on that
-    replica while another may still hold it, and the next primary's purge deletes it there too
-    before it reports purged (design/resharding.md, CLEANUP)."""
+    many."""
     partition = primary.key[1]
     deleted = await delete_where(
         db,
@@ -426,7 +419,6 @@ async def purge(db: StoreThread, primary: Primary, partitions: int) -> int:
         lambda k: not routes_to(k, partition, partitions),
         batch=PURGE_BATCH,
         pause=PURGE_PAUSE,
-        discard=True,
     )
     primary.forget_seal()
     return deleted

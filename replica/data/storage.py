@@ -12,8 +12,7 @@ Tables (design/data-plane.md):
   and ``snap_after`` while a snapshot is being loaded (the last key loaded; NULL otherwise);
 * ``kv`` — the applied data;
 * ``rlog`` — entries ``(index, epoch, key, value, del)`` with the value each replaced
-  (``prev``/``prev_exists``), so a suffix above the commit index can be undone exactly (``del``
-  is 2 for a discard, which keeps no ``prev``: :class:`Entry`).
+  (``prev``/``prev_exists``), so a suffix above the commit index can be undone exactly.
 
 Not thread-safe: called from the agent's one store thread.
 """
@@ -65,9 +64,6 @@ CREATE TABLE IF NOT EXISTS rlog (
 ) WITHOUT ROWID;
 """
 
-#: ``rlog.del`` of a discard (:class:`Entry`); 1 is a delete, 0 a put.
-_DISCARD = 2
-
 _STATE_COLUMNS = (
     "seen_epoch, base_index, base_epoch, last_index, last_epoch, commit_index, snap_after"
 )
@@ -81,20 +77,13 @@ class AppendResult(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One replicated write: put ``key`` = ``value``, or delete ``key`` when ``delete``.
-
-    ``discard`` (deletes only) marks a re-sharding purge's delete of a key that does not route
-    to the partition and never will again before the purge is over (design/resharding.md,
-    CLEANUP): the log keeps no copy of the value it removes, so undoing it leaves the key
-    deleted. Purging a moved 64 KiB value then costs a small row, not a second copy of it on
-    every replica (a clean-up of 50 MB stopped every write for most of a second)."""
+    """One replicated write: put ``key`` = ``value``, or delete ``key`` when ``delete``."""
 
     index: int
     epoch: int
     key: bytes
     value: bytes = b""
     delete: bool = False
-    discard: bool = False
 
     @property
     def size(self) -> int:
@@ -257,7 +246,7 @@ class DataStore:
         out: list[Entry] = []
         size = 0
         for idx, epoch, key, value, dele in rows:
-            entry = Entry(idx, epoch, bytes(key), bytes(value), bool(dele), dele == _DISCARD)
+            entry = Entry(idx, epoch, bytes(key), bytes(value), bool(dele))
             out.append(entry)
             size += entry.size
             if size >= max_bytes:
@@ -555,10 +544,8 @@ class DataStore:
     def _append_one(
         self, zone: str, partition: int, state: DataState, entry: Entry
     ) -> tuple[DataState, bool]:
-        """Log and apply one entry; also whether its key held a value before (never known for
-        a discard: it reads nothing)."""
-        discard = entry.delete and entry.discard
-        prev = None if discard else self.get(zone, partition, entry.key)
+        """Log and apply one entry; also whether its key held a value before."""
+        prev = self.get(zone, partition, entry.key)
         self._conn.execute(
             "INSERT INTO rlog (zone, partition, idx, epoch, key, value, del, prev)"
             " VALUES (?,?,?,?,?,?,?,?)",
@@ -569,7 +556,7 @@ class DataStore:
                 entry.epoch,
                 entry.key,
                 entry.value,
-                _DISCARD if discard else int(entry.delete),
+                int(entry.delete),
                 prev,
             ),
         )

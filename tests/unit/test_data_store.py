@@ -278,38 +278,3 @@ def test_key_pages_give_every_key_once_in_order_without_values(store: DataStore)
         after = page[-1]
     assert keys == [bytes([65 + i]) for i in range(10)]
     assert store.key_page(Z, P, b"J", 3) == ([], True)
-
-
-def test_a_discard_keeps_no_copy_of_what_it_removes_and_its_undo_leaves_the_key_deleted(
-    store: DataStore,
-) -> None:
-    big = b"v" * 65536
-    store.append(Z, P, as_entries([(b"a", big), (b"b", big)]), 2)
-    discard = Entry(3, 1, b"a", b"", delete=True, discard=True)
-    plain = Entry(4, 1, b"b", b"", delete=True)
-    store.append(Z, P, [discard, plain], 2)
-    assert contents(store) == {}
-    rows = dict(
-        store._conn.execute(
-            "SELECT idx, LENGTH(prev) FROM rlog WHERE zone = ? AND partition = ?", (Z, P)
-        ).fetchall()
-    )
-    assert rows[3] is None  # the discard: no copy of the 64 KiB value
-    assert rows[4] == len(big)  # an ordinary delete keeps it, to be undone exactly
-    # Shipped from the log (to a follower or a learner) it is still a discard.
-    shipped = store.entries(Z, P, 2, 4, 1 << 20)
-    assert [(e.index, e.delete, e.discard) for e in shipped] == [(3, True, True), (4, True, False)]
-    # Undone with an uncommitted suffix: the ordinary delete is restored, the discard is not.
-    store.truncate(Z, P, 2)
-    assert contents(store) == {b"b": big}
-
-
-def test_a_discard_travels_over_the_wire_as_a_discard() -> None:
-    from replica.data.peers import entry_from_pb, entry_to_pb
-
-    for entry in (
-        Entry(7, 2, b"k", b"", delete=True, discard=True),
-        Entry(8, 2, b"k", b"", delete=True),
-        Entry(9, 2, b"k", b"v"),
-    ):
-        assert entry_from_pb(entry_to_pb(entry)) == entry

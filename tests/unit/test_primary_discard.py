@@ -246,13 +246,14 @@ async def test_a_member_behind_the_primarys_snapshot_point_leaves_the_isr_even_b
         await db.close()
 
 
-async def test_a_purge_deletes_only_dead_keys_and_as_discards_that_keep_no_copy(
+async def test_a_purge_deletes_exactly_the_dead_keys_with_deletes_an_undo_can_restore(
     tmp_path: Path,
 ) -> None:
     """Re-sharding's purge (CLEANUP of a grow 4 -> 8): every key of the partition that no longer
-    routes to it is deleted through the log as a discard — no copy of its value is kept, so
-    purging large moved values does not write them again — and every key that still routes to
-    it stays (design/resharding.md, "Discards")."""
+    routes to it is deleted through the log, and every key that still routes to it stays. The
+    deletes are ordinary ones, each keeping the value it removes: a delete that kept nothing
+    ("discard") left replicas different for good when it was undone on one member and the next
+    two primaries lacked it (design/resharding.md, "Why no acknowledged write is lost")."""
     from replica.data.resharding import purge
 
     async with hosted_primary(tmp_path) as (db, store, primary):
@@ -269,13 +270,12 @@ async def test_a_purge_deletes_only_dead_keys_and_as_discards_that_keep_no_copy(
             assert (await db.call(store.data.get, ZONE, PARTITION, k) is None) == (k in moved)
         rows = await db.call(
             lambda: store._conn.execute(
-                "SELECT key, del, LENGTH(prev) FROM rlog WHERE zone = ? AND partition = ?"
-                " AND del != 0",
+                "SELECT key, LENGTH(prev) FROM rlog WHERE zone = ? AND partition = ? AND del = 1",
                 (ZONE, PARTITION),
             ).fetchall()
         )
-        assert {bytes(k) for k, _, _ in rows} == moved
-        assert all(d == 2 and prev is None for _, d, prev in rows)
+        assert {bytes(k) for k, _ in rows} == moved
+        assert all(prev == len(big) for _, prev in rows)
 
 
 async def test_a_draining_fetch_is_answered_once_the_seal_is_committed_even_if_asked_first(
@@ -308,3 +308,59 @@ async def test_a_draining_fetch_is_answered_once_the_seal_is_committed_even_if_a
         await asyncio.wait_for(primary.seal_for(Seal(attempt=7, source=4, target=8)), 5)
         reply = await asyncio.wait_for(draining, 1)
         assert [e.key for e in reply.entries] == [moving, SEAL_KEY]  # the seal comes with it
+
+
+async def test_a_draining_fetch_held_for_the_seal_ends_when_its_primary_stops(
+    tmp_path: Path,
+) -> None:
+    """A source primary that stops (deposed, retired) while a destination's fetch waits for its
+    seal answers that fetch NotPrimary at once, not after the 2 s bound (review finding)."""
+    from replica.data.model import FetchCall
+
+    async with hosted_primary(tmp_path) as (_db, _store, primary):
+        call = FetchCall(ZONE, PARTITION, "n9", False, select=(8, 7), seal_attempt=7)
+        draining = asyncio.create_task(primary.fetch(call))
+        await asyncio.sleep(0.1)
+        assert not draining.done()
+        await primary.stop("deposed")
+        with pytest.raises(NotPrimary):
+            await asyncio.wait_for(draining, 0.5)
+
+
+async def test_a_new_destination_primary_whose_cursor_is_drained_copies_nothing_again(
+    tmp_path: Path,
+) -> None:
+    """A destination primary that takes over with a drained cursor (committed) for a source
+    never fetches from it again: after the flip, a copy resumed from there could only bring the
+    source's old values or its purge (review finding)."""
+    from placement.core.layout import Reshard, ReshardPhase
+    from replica.data.control import Cursor, cursor_key
+    from replica.data.follower import TokenBucket
+    from replica.data.resharding import Puller, ReshardDeps
+
+    async with hosted_primary(tmp_path) as (db, _store, primary):
+        # partition 3 is a destination of 2 -> 4; its sources are 0 and 1
+        reshard = Reshard(attempt=9, source=2, target=4, phase=ReshardPhase.SEAL)
+        drained = Cursor(9, snapshot=False, base=1, index=5, seal_bound=5)
+        assert drained.drained
+        await asyncio.wait_for(
+            primary.write_many([(cursor_key(s), drained.encode()) for s in range(2)]), 5
+        )
+
+        async def send_fetch(*args: object) -> object:
+            raise AssertionError("a drained source is fetched from again")
+
+        deps = ReshardDeps(
+            node=NODE,
+            db=db,
+            fetch_bytes=1 << 20,
+            send_fetch=send_fetch,  # type: ignore[arg-type]
+            bucket=TokenBucket(0),
+            leader_of=lambda key: ("n2", "127.0.0.1:1"),
+            put_owned=None,
+            report_key=lambda zone, partition: b"",
+            now_ms=lambda: 0,
+        )
+        puller = Puller(deps, primary, reshard)
+        await asyncio.wait_for(puller.run(), 5)
+        assert puller.drained
