@@ -58,6 +58,13 @@ SEALED_RETRY_MS = 20
 UNPROVEN_RETRY = 0.05
 #: The longest a selected fetch waits for this source's seal write to commit.
 SEAL_FETCH_WAIT = 2.0
+#: A learner whose fetch is answered with everything up to the last entry, at most JOIN_GAP
+#: entries behind it, gets a join hold: new batches wait up to JOIN_HOLD seconds for its next
+#: fetch, which then asks for what follows the last entry and joins. At most one hold per
+#: learner every JOIN_HOLD_EVERY seconds.
+JOIN_GAP = 4096
+JOIN_HOLD = 0.25
+JOIN_HOLD_EVERY = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +153,11 @@ class Primary:
         self._seal_written: Seal | None = None
         #: Set, and replaced, whenever ``_seal_written`` changes: draining fetches wait on it.
         self._seal_moved = asyncio.Event()
+        #: A learner about to join: (its node, until when new batches wait for its next fetch),
+        #: the event its join sets, and when each learner may get a hold again.
+        self._join_hold: tuple[str, float] | None = None
+        self._joined = asyncio.Event()
+        self._next_hold: dict[str, float] = {}
         self._task = asyncio.create_task(self._run(), name=f"primary {key}@{lease_epoch}")
 
     def _not_primary(self) -> NotPrimary:
@@ -298,6 +310,7 @@ class Primary:
                     self._probe_due = False
                     await self._probe()
                 while self._queue:
+                    await self._wait_for_join()
                     batch = self._queue[: self._deps.batch_max]
                     del self._queue[: len(batch)]
                     self._inflight = batch
@@ -704,12 +717,48 @@ class Primary:
             ):
                 members = frozenset(self.members) | {self._deps.node, call.node}
                 await self._set_isr(members, {call.node: call.after_index})
+                if self._join_hold is not None and self._join_hold[0] == call.node:
+                    self._join_hold = None
+                    self._joined.set()
+            elif entries and entries[-1].index == self.state.last_index:
+                self._hold_for_join(call)
             return FetchReply(
                 FetchOutcome.OK,
                 entries=tuple(entries),
                 commit_index=self.state.commit_index,
                 lease_epoch=self.lease_epoch,
             )
+
+    def _hold_for_join(self, call: FetchCall) -> None:
+        """A learner just got everything up to the last entry: hold new batches until its next
+        fetch (at most ``JOIN_HOLD``), so that fetch asks for what follows the last entry and
+        joins. Under a steady stream of writes a learner otherwise never found the log at rest:
+        each answer carried the entries committed while it applied the one before, and a chaos
+        test's learner joined only when its writers stopped, a minute later."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if (
+            call.node in self.members
+            or call.node == self._deps.node
+            or self.state.last_index - call.after_index > JOIN_GAP
+            or now < self._next_hold.get(call.node, 0.0)
+            or self._deps.member_gone(self.key, call.node)
+        ):
+            return
+        self._next_hold[call.node] = now + JOIN_HOLD_EVERY
+        self._join_hold = (call.node, now + JOIN_HOLD)
+        self._joined = asyncio.Event()
+
+    async def _wait_for_join(self) -> None:
+        """Before a batch: wait out a learner's join hold (see ``_hold_for_join``)."""
+        hold = self._join_hold
+        if hold is None:
+            return
+        left = hold[1] - asyncio.get_running_loop().time()
+        if left > 0:
+            await wait_event(self._joined, left)
+        if self._join_hold is hold:
+            self._join_hold = None
 
     async def _read(self, fn: Callable[..., T], *args: object) -> T:
         """A read of this primary's replica for a fetch; NotPrimary once the replica's record is

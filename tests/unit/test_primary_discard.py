@@ -364,3 +364,53 @@ async def test_a_new_destination_primary_whose_cursor_is_drained_copies_nothing_
         puller = Puller(deps, primary, reshard)
         await asyncio.wait_for(puller.run(), 5)
         assert puller.drained
+
+
+async def test_a_learner_joins_under_a_steady_stream_of_writes(tmp_path: Path) -> None:
+    """A learner that got everything up to the last entry joins on its next fetch even while a
+    client writes without pause: the primary holds new batches (at most ``JOIN_HOLD``) until
+    that fetch. Without the hold each answer carried the entries committed meanwhile and the
+    learner never found the log at rest (a chaos test's learner joined only when its writers
+    stopped, a minute later)."""
+    from replica.data.model import FetchCall
+    from replica.data.primary import JOIN_HOLD
+
+    written: list[frozenset[str]] = []
+
+    async def write_isr(key: Key, epoch: int, members: frozenset[str], rev: int) -> int:
+        written.append(members)
+        return rev + 1
+
+    db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
+    try:
+        await db.call(db.store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
+        primary = Primary(replace(_deps(db), write_isr=write_isr), (ZONE, PARTITION), EPOCH)
+        stop = asyncio.Event()
+
+        async def writer() -> int:
+            n = 0
+            while not stop.is_set():
+                await primary.submit(b"w-%d" % n, b"v")
+                n += 1
+            return n
+
+        writing = asyncio.create_task(writer())
+        await asyncio.sleep(0.2)
+        after, answers = 0, 0
+        started = asyncio.get_running_loop().time()
+        while not written and answers < 50:
+            reply = await asyncio.wait_for(
+                primary.fetch(FetchCall(ZONE, PARTITION, "n9", False, after_index=after)), 5
+            )
+            answers += 1
+            if reply.entries:
+                after = reply.entries[-1].index
+        stop.set()
+        writes = await writing
+        # (then it leaves again: this test's learner answers no append)
+        assert written[:1] == [frozenset({NODE, "n9"})], f"no join in {answers} fetches"
+        assert writes > answers  # the writes went on throughout
+        assert asyncio.get_running_loop().time() - started < 10 * JOIN_HOLD
+        await primary.stop("test over")
+    finally:
+        await db.close()
