@@ -137,6 +137,11 @@ class Primary:
         self.state = DataState()
         self._queue: list[_Write] = []
         self._inflight: list[_Write] = []
+        #: Writes ever queued; every one is in ``_inflight`` or ``_queue`` until it has left
+        #: for good (committed or refused), in the order queued (:meth:`settled`).
+        self._queued = 0
+        #: Set, and replaced, whenever writes leave: :meth:`settled` waits on it.
+        self._left_moved = asyncio.Event()
         self._wake = asyncio.Event()
         self._probe_due = False
         #: The commit index every member was last told (behind ``state.commit_index`` after a
@@ -180,6 +185,7 @@ class Primary:
         for write in queue:
             if not write.future.done():
                 write.future.set_exception(error)
+        self._writes_left()
 
     def poke(self) -> None:
         """Wake a hibernating primary to look at its members (see the module docstring)."""
@@ -213,8 +219,24 @@ class Primary:
             future: asyncio.Future[tuple[int, int, bool]] = loop.create_future()
             self._queue.append(_Write(key, value, future))
             futures.append(future)
+        self._queued += len(writes)
         self._wake.set()
         return list(await asyncio.gather(*futures))
+
+    async def settled(self) -> None:
+        """Return once every write queued before this call has left the queue for good —
+        committed, or refused — or this primary has finished. A write whose caller stopped
+        waiting (a cancelled copy step) is still written with its batch, so a scan of the
+        replica after this sees every write queued before it that will ever commit: an aborted
+        re-sharding's purge scans only then, and a copy cancelled by the abort cannot commit
+        a key behind the purge's scan (design/resharding.md, ABORT)."""
+        target = self._queued
+        while not self.finished and self._queued - len(self._queue) - len(self._inflight) < target:
+            await self._left_moved.wait()
+
+    def _writes_left(self) -> None:
+        self._left_moved.set()
+        self._left_moved = asyncio.Event()
 
     async def seal_for(self, seal: Seal) -> None:
         """Write ``seal`` through the log (once per attempt; again if that write failed);
@@ -281,6 +303,7 @@ class Primary:
                     await self._replicate(self.state.last_index)
                 except Deposed:
                     self.finished = True
+                    self._writes_left()  # a settled() waiter returns: this primary is done
                     raise NotPrimary(self.zone, self.partition, "") from None
             yield
 
@@ -316,6 +339,7 @@ class Primary:
                     self._inflight = batch
                     await self._commit_batch(batch)
                     self._inflight = []
+                    self._writes_left()
         except Deposed as e:
             log.info("primary %s/%s@%d deposed: %s", self.zone, self.partition, self.lease_epoch, e)
         except NotHosted as e:  # discarded under it (a retire, an aborted re-sharding)

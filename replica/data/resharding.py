@@ -389,8 +389,11 @@ async def delete_where(
 ) -> int:
     """Delete through ``primary``'s log every stored key of its partition that ``doomed``
     picks, page by page, ``batch`` deletes per write and ``pause`` seconds between two;
-    returns how many. Idempotent: a repeat finds fewer or none."""
+    returns how many. Idempotent: a repeat finds fewer or none. The scan starts once every
+    write queued before the call has left the primary's queue (``Primary.settled``): a copy
+    step cancelled just before (an abort) may still commit, and must do so before the scan."""
     zone, partition = primary.key
+    await primary.settled()
     store = db.store.data
     deleted = 0
     after = b""

@@ -414,3 +414,54 @@ async def test_a_learner_joins_under_a_steady_stream_of_writes(tmp_path: Path) -
         await primary.stop("test over")
     finally:
         await db.close()
+
+
+async def test_an_abort_purge_deletes_a_copy_that_commits_after_its_copy_was_cancelled(
+    tmp_path: Path,
+) -> None:
+    """ABORT of a shrink 8 -> 4 on its destination: the copy is cancelled as the purge starts,
+    but a copy batch already taken by the primary (held here on the replication lock, as an
+    append to a slow member holds it) still commits. The purge scans only once every write
+    queued before it has left the queue (``Primary.settled``), so that copied key is deleted
+    too. Before, the purge scanned at once, found nothing, and the copy landed after it: a key
+    left behind that a later re-sharding could serve with a stale (or deleted) value."""
+    from replica.data.resharding import purge
+
+    async with hosted_primary(tmp_path) as (db, store, primary):
+        own = next(k for i in range(100) if partition_of(k := b"o-%d" % i, 8) == PARTITION)
+        await asyncio.wait_for(primary.submit(own, b"v"), 5)  # reconciled
+        stray = next(k for i in range(100) if partition_of(k := b"c-%d" % i, 8) != PARTITION)
+        async with primary._lock:  # the batch in flight waits for its replication
+            copy = asyncio.create_task(primary.write_many([(stray, b"copied")]))
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if primary._inflight:
+                    break
+            assert [w.key for w in primary._inflight] == [stray]
+            copy.cancel()  # the abort stops the copy ...
+            purging = asyncio.create_task(purge(db, primary, 8))  # ... and starts the purge
+            await asyncio.sleep(0.2)
+            assert not purging.done(), "the purge did not wait for the copy in flight"
+        assert await asyncio.wait_for(purging, 10) == 1
+        assert await db.call(store.data.get, ZONE, PARTITION, stray) is None
+        assert await db.call(store.data.get, ZONE, PARTITION, own) == b"v"
+        with pytest.raises(asyncio.CancelledError):
+            await copy
+
+
+async def test_settled_returns_at_once_with_nothing_queued_and_when_the_primary_stops(
+    tmp_path: Path,
+) -> None:
+    async with hosted_primary(tmp_path) as (_db, _store, primary):
+        await asyncio.wait_for(primary.submit(b"warm", b"v"), 5)
+        await asyncio.wait_for(primary.settled(), 1)  # nothing queued
+        async with primary._lock:
+            write = asyncio.create_task(primary.write_many([(b"k", b"v")]))
+            await asyncio.sleep(0.05)
+            waiter = asyncio.create_task(primary.settled())
+            await asyncio.sleep(0.05)
+            assert not waiter.done()
+            await primary.stop("test")  # its queue fails: nothing is left to wait for
+            await asyncio.wait_for(waiter, 1)
+        with pytest.raises(NotPrimary):
+            await write
