@@ -769,6 +769,9 @@ class Primary:
             or self._deps.member_gone(self.key, call.node)
         ):
             return
+        # Only learners whose next hold is still ahead are kept: the map stays as small as the
+        # learners fetching in the last JOIN_HOLD_EVERY, over a primary that lives for months.
+        self._next_hold = {n: t for n, t in self._next_hold.items() if t > now}
         self._next_hold[call.node] = now + JOIN_HOLD_EVERY
         self._join_hold = (call.node, now + JOIN_HOLD)
         self._joined = asyncio.Event()
