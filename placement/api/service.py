@@ -45,7 +45,6 @@ from placement.metastore.codec import (
     Corrupt,
     LayoutValue,
     LeaderRecord,
-    LeaseTerm,
     NodeRecord,
     PrimaryLease,
     ReplicaSize,
@@ -53,8 +52,8 @@ from placement.metastore.codec import (
     decode_leader,
     decode_node,
     decode_primary,
-    decode_term,
     decode_zone_spec,
+    term_until,
 )
 from placement.metastore.election import current_leader
 from placement.metastore.etcd import EtcdClient
@@ -199,14 +198,8 @@ def _primary(raw: bytes | None, terms: Mapping[str, int]) -> tuple[str, int]:
 def _term_untils(kvs: Iterable[KeyValue | None]) -> dict[str, int]:
     """node -> ``until`` of each readable lease term among ``kvs``
     (``{p}/primary/@term/{node}``)."""
-    found: dict[str, int] = {}
-    for kv in kvs:
-        if kv is None:
-            continue
-        term = decode_term(kv.value)
-        if isinstance(term, LeaseTerm):
-            found[kv.key.rsplit(b"/", 1)[1].decode()] = term.until
-    return found
+    found = ((kv.key.rsplit(b"/", 1)[1].decode(), term_until(kv.value)) for kv in kvs if kv)
+    return {node: until for node, until in found if until is not None}
 
 
 def _holder(raw: bytes) -> tuple[str, int] | None:

@@ -592,6 +592,13 @@ def decode_term(raw: bytes) -> LeaseTerm:
     return LeaseTerm(_int(obj, "until"), _int(obj, "epoch"), _int(obj, "ts"))
 
 
+def term_until(raw: bytes | None) -> int | None:
+    """``until`` of a readable lease term value; None: no value, or a corrupt one (a lease
+    whose holder has no readable term ends at its cap, if any: ``PrimaryLease.until``)."""
+    term = decode_term(raw) if raw is not None else None
+    return term.until if isinstance(term, LeaseTerm) else None
+
+
 # -- leader record (the election value) ----------------------------------------------------------
 
 

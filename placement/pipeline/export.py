@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 from placement.core.model import ZoneSpec
 from placement.metastore.codec import (
     Assignment,
-    LeaseTerm,
     NodeRecord,
     PrimaryLease,
     ReplicaSize,
@@ -30,8 +29,8 @@ from placement.metastore.codec import (
     decode_node,
     decode_primary,
     decode_size,
-    decode_term,
     decode_zone_spec,
+    term_until,
 )
 from placement.metastore.etcd import EtcdClient, read_history
 from placement.metastore.keys import AssignField, KeyKind, KeySpace, ParsedKey, prefix_range_end
@@ -133,11 +132,11 @@ def snapshot_tables(keys: KeySpace, kvs: Iterable[KeyValue]) -> dict[str, list[d
     }
     parsed_kvs = [(keys.parse(kv.key), kv) for kv in kvs]
     terms = {
-        parsed.name: term.until
+        parsed.name: until
         for parsed, kv in parsed_kvs
         if parsed is not None
         and parsed.kind is KeyKind.TERM
-        and isinstance(term := decode_term(kv.value), LeaseTerm)
+        and (until := term_until(kv.value)) is not None
     }
     for parsed, kv in parsed_kvs:
         found = _snapshot_row(parsed, kv, terms) if parsed is not None else None

@@ -19,7 +19,6 @@ from placement.metastore.codec import Assignment as AssignmentValue
 from placement.metastore.codec import (
     InSyncSet,
     LayoutValue,
-    LeaseTerm,
     NodeRecord,
     PrimaryLease,
     decode_assignment,
@@ -27,8 +26,8 @@ from placement.metastore.codec import (
     decode_layout,
     decode_node,
     decode_primary,
-    decode_term,
     decode_zone_spec,
+    term_until,
 )
 from placement.metastore.keys import AssignField, KeyKind, KeySpace
 from placement.metastore.kv import KeyValue
@@ -142,9 +141,9 @@ class View:
                 self.nodes.pop(name, None)
             changes.nodes.add(name)
         elif kind is KeyKind.TERM:
-            term = decode_term(value) if value is not None else None
-            if isinstance(term, LeaseTerm):
-                self.terms[name] = term.until
+            until = term_until(value)
+            if until is not None:
+                self.terms[name] = until
             else:
                 self.terms.pop(name, None)
             changes.terms.add(name)
