@@ -113,7 +113,8 @@ def main() -> None:
         f"{PARTITIONS:,} partitions × {REPLICAS} on {NODES:,} nodes in {RACKS} racks (failure "
         "domain `rack`); `fresh` has no stable assignment, `leave` is `fresh`'s plan as stable "
         "with one node gone. Wall time of a fresh `placectl plan` process, spawn to exit, input "
-        "and output JSON included."
+        "and output JSON included, the tree's bytecode cached (written by a warm-up run, as an "
+        "install has it)."
         + (
             " Both trees wrote byte-identical plans."
             if args.baseline and not differ
