@@ -127,6 +127,25 @@ def _class_flow(
 KEEP_CLASS_SHARE = 0.25
 
 
+def unique_rows(table: I64) -> tuple[I64, I64, I64]:
+    """``np.unique(table, axis=0, return_inverse=True, return_counts=True)`` with a flat
+    inverse, the same arrays (rows in lexicographic order): one ``lexsort`` of the columns and
+    a compare of neighbours, about 5× faster than NumPy's sort of the rows as structured
+    records — the keep of a weighted domain level spent a tenth of its time there."""
+    if not len(table):
+        empty = np.zeros(0, dtype=np.int64)
+        return table.copy(), empty, empty
+    order = np.lexsort(table.T[::-1])
+    ordered = table[order]
+    starts = np.empty(len(ordered), dtype=np.bool_)
+    starts[0] = True
+    np.any(ordered[1:] != ordered[:-1], axis=1, out=starts[1:])
+    group = np.cumsum(starts) - 1
+    inverse = np.empty(len(ordered), dtype=np.int64)
+    inverse[order] = group
+    return ordered[starts], inverse, np.bincount(group).astype(np.int64)
+
+
 def keep_by_classes(pb: CoreProblem) -> tuple[I64, I64, NDArray[np.bool_]] | None:
     """Phase 1 of the core (a maximum flow over current pairs only) on row classes: rows with
     the same demand, current nodes and current primary are one class (the primary's edge is
@@ -151,10 +170,7 @@ def keep_by_classes(pb: CoreProblem) -> tuple[I64, I64, NDArray[np.bool_]] | Non
     column = np.arange(len(rows_sorted)) - starts[rows_sorted]
     table[rows_sorted, 1 + column] = nodes_sorted
     by_key = np.argsort(pb.row_key, kind="stable")
-    classes, inverse, sizes = np.unique(
-        table[by_key], axis=0, return_inverse=True, return_counts=True
-    )
-    inverse = inverse.reshape(-1)
+    classes, inverse, sizes = unique_rows(table[by_key])
     k = len(classes)
     if k > KEEP_CLASS_SHARE * n_rows:
         return None

@@ -286,3 +286,19 @@ def test_the_keep_on_classes_keeps_the_current_primaries_it_can() -> None:
     pairs = set(zip(kept_rows.tolist(), kept_nodes.tolist(), strict=True))
     assert len(pairs) == 8
     assert all((r, int(primary[r])) in pairs for r in range(4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(
+        lambda width: st.lists(
+            st.lists(st.integers(-1, 5), min_size=width, max_size=width), min_size=0, max_size=60
+        ).map(lambda rows: np.asarray(rows, dtype=np.int64).reshape(-1, width))
+    )
+)
+def test_unique_rows_is_numpys_unique_of_rows(table: np.ndarray) -> None:
+    got = classes.unique_rows(table)
+    want = np.unique(table, axis=0, return_inverse=True, return_counts=True)
+    for mine, numpys in zip(got, want, strict=True):
+        assert np.array_equal(mine, numpys.reshape(mine.shape)), (table, got, want)
+    assert got[1].shape == (len(table),)
