@@ -198,8 +198,8 @@ def _primary(raw: bytes | None, terms: Mapping[str, int]) -> tuple[str, int]:
 def _term_untils(kvs: Iterable[KeyValue | None]) -> dict[str, int]:
     """node -> ``until`` of each readable lease term among ``kvs``
     (``{p}/primary/@term/{node}``)."""
-    found = ((kv.key.rsplit(b"/", 1)[1].decode(), term_until(kv.value)) for kv in kvs if kv)
-    return {node: until for node, until in found if until is not None}
+    found = ((kv.key, term_until(kv.value)) for kv in kvs if kv is not None)
+    return {key.rsplit(b"/", 1)[1].decode(): until for key, until in found if until is not None}
 
 
 def _holder(raw: bytes) -> tuple[str, int] | None:

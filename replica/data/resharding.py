@@ -39,6 +39,7 @@ from replica.data.model import (
     FetchOutcome,
     FetchReply,
     Key,
+    NotPrimary,
     PeerUnreachable,
     SendFetch,
     Unavailable,
@@ -150,7 +151,15 @@ class Puller:
         )
 
     async def run(self) -> None:
-        await asyncio.gather(*(self._pull(s) for s in self.reshard.moves.sources))
+        # A task group, not gather: one source's loop failing ends the others too. With gather
+        # they ran on, owned by nothing, after the copy's task was done: an abort's cancel no
+        # longer reached them, and their copies could commit behind the purge's scan.
+        try:
+            async with asyncio.TaskGroup() as group:
+                for source in self.reshard.moves.sources:
+                    group.create_task(self._pull(source), name=f"reshard copy <- {source}")
+        except ExceptionGroup as e:  # the first failure ended the copy: said as it was raised
+            raise e.exceptions[0] from None
 
     async def _load(self, source: int) -> Cursor:
         raw = await self._deps.db.call(
@@ -202,7 +211,12 @@ class Puller:
                 continue
             backoff.reset()
             if reply.outcome is FetchOutcome.SNAPSHOT_NEEDED:
-                await self._forget(source)
+                try:
+                    await self._forget(source)
+                except Unavailable as e:  # the in-sync set is short: the next fetch asks again
+                    log.debug("reshard copy %s/%s <- %s: %s", self.zone, self.partition, source, e)
+                    await asyncio.sleep(backoff.next())
+                    continue
                 progress.cursor = Cursor(self.reshard.attempt)
                 continue
             try:
@@ -394,6 +408,8 @@ async def delete_where(
     step cancelled just before (an abort) may still commit, and must do so before the scan."""
     zone, partition = primary.key
     await primary.settled()
+    if primary.finished:  # its queue may still hold writes a scan now would miss
+        raise NotPrimary(zone, partition, "")
     store = db.store.data
     deleted = 0
     after = b""

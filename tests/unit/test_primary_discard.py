@@ -430,6 +430,10 @@ async def test_an_abort_purge_deletes_a_copy_that_commits_after_its_copy_was_can
     async with hosted_primary(tmp_path) as (db, store, primary):
         own = next(k for i in range(100) if partition_of(k := b"o-%d" % i, 8) == PARTITION)
         await asyncio.wait_for(primary.submit(own, b"v"), 5)  # reconciled
+        for _ in range(500):  # its commit notice done: nothing else wants the lock
+            if primary._told_commit == primary.state.commit_index:
+                break
+            await asyncio.sleep(0.01)
         stray = next(k for i in range(100) if partition_of(k := b"c-%d" % i, 8) != PARTITION)
         async with primary._lock:  # the batch in flight waits for its replication
             copy = asyncio.create_task(primary.write_many([(stray, b"copied")]))
@@ -437,7 +441,9 @@ async def test_an_abort_purge_deletes_a_copy_that_commits_after_its_copy_was_can
                 await asyncio.sleep(0.01)
                 if primary._inflight:
                     break
-            assert [w.key for w in primary._inflight] == [stray]
+            # Taken into a batch — or, on a slow machine, still queued: the purge must wait
+            # for it either way.
+            assert [w.key for w in primary._inflight + primary._queue] == [stray]
             copy.cancel()  # the abort stops the copy ...
             purging = asyncio.create_task(purge(db, primary, 8))  # ... and starts the purge
             await asyncio.sleep(0.2)
@@ -465,3 +471,38 @@ async def test_settled_returns_at_once_with_nothing_queued_and_when_the_primary_
             await asyncio.wait_for(waiter, 1)
         with pytest.raises(NotPrimary):
             await write
+
+
+async def test_a_copy_ends_every_source_loop_when_one_fails_or_it_is_cancelled() -> None:
+    """``Puller.run`` runs one loop per source in a task group: a loop that fails ends the
+    others, and cancelling the copy (an abort) reaches every loop. With gather, a failed loop
+    left the others copying, owned by nothing, past the abort's purge."""
+    from types import SimpleNamespace
+
+    from replica.data.resharding import Puller
+
+    for failing in (True, False):
+        ended: list[int] = []
+
+        async def pull(source: int, failing: bool = failing, ended: list[int] = ended) -> None:
+            try:
+                if source == 0 and failing:
+                    await asyncio.sleep(0.01)
+                    raise NotPrimary(ZONE, 0, "")
+                await asyncio.sleep(60)
+            finally:
+                ended.append(source)
+
+        puller = object.__new__(Puller)
+        puller.reshard = SimpleNamespace(moves=SimpleNamespace(sources=(0, 1, 2)))  # type: ignore[assignment]
+        puller._pull = pull  # type: ignore[method-assign]
+        task = asyncio.create_task(puller.run())
+        if failing:
+            with pytest.raises(NotPrimary):  # the loop's own error, not a group of it
+                await asyncio.wait_for(task, 5)
+        else:
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert sorted(ended) == [0, 1, 2]
