@@ -526,7 +526,20 @@ class Primary:
         with log_context(zone=self.zone, partition=self.partition, epoch=self.lease_epoch):
             task = asyncio.ensure_future(write())  # its lines carry the partition, whoever called
         task.add_done_callback(self._isr_write_done)
-        await asyncio.shield(task)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # The caller holds the replication lock (a learner's join runs under committed()),
+            # and it keeps it until the write has ended and ``self.members`` agrees with etcd:
+            # released at the cancellation, a batch could commit without the learner while
+            # the write naming it landed — an in-sync member missing a committed entry, which
+            # a lease moved to it then would lose or, as the members refuse its log, leave
+            # the partition without writes for good (an etcd chaos test's learner's fetch hit
+            # its deadline under a slow ISR write and did exactly that).
+            while not task.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(task)
+            raise
 
     def _isr_write_done(self, task: asyncio.Future[None]) -> None:
         """A shielded ISR write that ended after its caller stopped waiting (the primary was

@@ -506,3 +506,57 @@ async def test_a_copy_ends_every_source_loop_when_one_fails_or_it_is_cancelled()
             with pytest.raises(asyncio.CancelledError):
                 await task
         assert sorted(ended) == [0, 1, 2]
+
+
+async def test_a_learners_join_cancelled_during_its_isr_write_lets_no_write_commit_without_it(
+    tmp_path: Path,
+) -> None:
+    """A learner asks for what follows the last entry, so the primary writes an in-sync set
+    naming it — and the learner's fetch is cancelled (its deadline) while etcd is slow. The
+    fetch holds the replication lock: it must keep it until the write has landed and the
+    primary replicates to the learner, or a write committed meanwhile is missing on an in-sync
+    member (found by ``test_etcd_faults_mid_rebalance_lose_nothing[sigkill-etcd-leader]``: the
+    lease then moved to that member, whose log the others refused for good)."""
+    from replica.data.model import FetchCall
+
+    landed = asyncio.Event()
+    appended: list[AppendCall] = []
+
+    async def write_isr(key: Key, epoch: int, members: frozenset[str], rev: int) -> int:
+        await landed.wait()  # etcd electing a leader
+        return rev + 1
+
+    async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
+        appended.append(call)
+        return AppendReply(AppendOutcome.OK, call.prev_index + len(call.entries), EPOCH, EPOCH)
+
+    db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
+    try:
+        await db.call(db.store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
+        deps = replace(
+            _deps(db), write_isr=write_isr, send_append=send_append, address_of=lambda n: "a"
+        )
+        primary = Primary(deps, (ZONE, PARTITION), EPOCH)
+        try:
+            await asyncio.wait_for(primary.submit(b"k1", b"v1"), 5)
+            last = primary.state.last_index
+            fetch = asyncio.create_task(
+                primary.fetch(FetchCall(ZONE, PARTITION, "n2", False, after_index=last))
+            )
+            await asyncio.sleep(0.05)  # its in-sync set write is in flight
+            fetch.cancel()
+            await asyncio.sleep(0.05)
+            write = asyncio.create_task(primary.submit(b"k2", b"v2"))
+            await asyncio.sleep(0.2)
+            assert not write.done(), "a write committed while the in-sync set write was in flight"
+            landed.set()
+            index, _, _ = await asyncio.wait_for(write, 5)
+            assert primary.members.get("n2") == index  # the learner holds it
+            assert any(e.index == index for call in appended for e in call.entries)
+            with pytest.raises(asyncio.CancelledError):
+                await fetch
+        finally:
+            landed.set()
+            await primary.stop("test over")
+    finally:
+        await db.close()
