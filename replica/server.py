@@ -128,6 +128,7 @@ async def start_agent(
         catch_up=catch_up,
         on_fatal=on_fatal,
         isr_names_me=plane.isr_names_me if plane is not None else None,
+        pause_learner=plane.learner_paused if plane is not None else None,
     )
     served = [SERVICE_NAME]  # the agent's own services: reported SERVING by health checks
     replication: ReplicationServicer | None = None

@@ -17,9 +17,11 @@ A failed commit leaves memory and disk possibly disagreeing, so the agent fail-s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 from placement.aio import cancel_and_wait
@@ -92,11 +94,16 @@ class ReplicaAgent:
         on_fatal: Callable[[BaseException], None] | None = None,
         reporter: Reporter | None = None,
         isr_names_me: Callable[[str, int], Awaitable[bool | None]] | None = None,
+        pause_learner: Callable[[str, int], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         self.node = node
         #: Whether a partition's in-sync set names this node as etcd has it now (None: it has
         #: none yet); without a data plane every replica counts as current and none as in a set.
         self._isr_names_me = isr_names_me
+        #: Stops the partition's learner and keeps it stopped while the context lasts: a retire
+        #: reads the in-sync set and discards the replica inside it, so this node's own join
+        #: cannot start in between (design/data-plane.md, "A learner's join").
+        self._pause_learner = pause_learner
         #: Set (also after construction, once registered) to push move reports; None = poll only.
         self.reporter = reporter
         self._db = db
@@ -171,6 +178,7 @@ class ReplicaAgent:
             request.key,
             lambda rec, named: on_retire(rec, request, self.node, named is True),
             named_if_unknown=True,
+            pause_learner=True,
         )
 
     async def _named(self, key: Key, if_unknown: bool) -> bool | None:
@@ -208,15 +216,17 @@ class ReplicaAgent:
         decide: Callable[[PartitionRecord | None, bool | None], Decision[OutcomeT]],
         *,
         named_if_unknown: bool | None = None,
+        pause_learner: bool = False,
     ) -> Decision[OutcomeT]:
         """Run one decision to its end even if the caller goes away (an RPC cancelled by its
         deadline must not leave a committed move without its catch-up task). ``decide`` gets
         the record and, when ``named_if_unknown`` is not None and the record is hosted, whether
         the in-sync set names this node (:meth:`_named`, read only when the decision depends on
-        it; else None)."""
+        it; else None). ``pause_learner``: the partition's learner is stopped before that read
+        and stays stopped until the decision is committed (a retire's)."""
         if self._closed:
             raise PlacementError("agent is shutting down")
-        task = asyncio.create_task(self._decide_now(key, decide, named_if_unknown))
+        task = asyncio.create_task(self._decide_now(key, decide, named_if_unknown, pause_learner))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return await asyncio.shield(task)
@@ -226,8 +236,9 @@ class ReplicaAgent:
         key: Key,
         decide: Callable[[PartitionRecord | None, bool | None], Decision[OutcomeT]],
         named_if_unknown: bool | None,
+        pause_learner: bool,
     ) -> Decision[OutcomeT]:
-        async with self._locks.setdefault(key, asyncio.Lock()):
+        async with self._locks.setdefault(key, asyncio.Lock()), contextlib.AsyncExitStack() as held:
             if key in self._records or self._all_records:
                 before = self._records.get(key)
             else:
@@ -238,6 +249,8 @@ class ReplicaAgent:
                 # etcd only when the answers differ — so a resend never costs an etcd read.
                 decision = decide(before, True)
                 if decision != decide(before, False):
+                    if pause_learner and self._pause_learner is not None:
+                        await held.enter_async_context(self._pause_learner(*key))
                     decision = decide(before, await self._named(key, named_if_unknown))
             else:
                 decision = decide(before, None)

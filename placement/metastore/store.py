@@ -133,13 +133,16 @@ ISR_BATCH = MAX_TXN_OPS // 2
 
 @dataclass(frozen=True, slots=True)
 class IsrWrite:
-    """One partition's in-sync set, fenced by its primary lease key's and ISR key's revisions."""
+    """One partition's in-sync set, fenced by its primary lease key's and ISR key's revisions
+    and, for a learner's join, by the mod revisions of the assignment keys it was judged by
+    (``assignment_mods``: (field, mod revision), 0 = absent; design/data-plane.md)."""
 
     zone: str
     partition: int
     isr: InSyncSet
     lease_key_mod: int
     isr_mod: int
+    assignment_mods: tuple[tuple[AssignField, int], ...] = ()
 
 
 class Metastore:
@@ -1065,13 +1068,21 @@ class Metastore:
         )
 
     async def write_isr(
-        self, zone: str, partition: int, isr: InSyncSet, *, lease_key_mod: int, isr_mod: int
+        self,
+        zone: str,
+        partition: int,
+        isr: InSyncSet,
+        *,
+        lease_key_mod: int,
+        isr_mod: int,
+        assignment_mods: tuple[tuple[AssignField, int], ...] = (),
     ) -> int | None:
         """Put the partition's in-sync set if the primary lease key is still at mod revision
-        ``lease_key_mod`` and the ISR key at ``isr_mod`` (0 = absent) — the primary's fence
-        (design/data-plane.md, "ISR changes"). Returns the new revision, None if a compare
-        failed."""
-        return await self.write_isrs([IsrWrite(zone, partition, isr, lease_key_mod, isr_mod)])
+        ``lease_key_mod``, the ISR key at ``isr_mod`` (0 = absent) and each assignment key of
+        ``assignment_mods`` at its revision — the primary's fence (design/data-plane.md, "ISR
+        changes"). Returns the new revision, None if a compare failed."""
+        write = IsrWrite(zone, partition, isr, lease_key_mod, isr_mod, assignment_mods)
+        return await self.write_isrs([write])
 
     async def write_isrs(self, writes: Sequence[IsrWrite]) -> int | None:
         """:meth:`write_isr` for several partitions in one transaction (at most
@@ -1088,6 +1099,10 @@ class Metastore:
             compares += [
                 Compare.mod(lease_key, "==", w.lease_key_mod),
                 Compare.mod(isr_key, "==", w.isr_mod),
+            ]
+            compares += [
+                Compare.mod(self.keys.assign(w.zone, w.partition, f), "==", mod)
+                for f, mod in w.assignment_mods
             ]
             puts.append(Put(isr_key, encode_isr(w.isr)))
         result = await self.client.txn(compares, puts)

@@ -22,12 +22,13 @@ assignment changes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from placement.aio import Coalescer, wait_event
+from placement.aio import Coalescer, cancel_and_wait, wait_event
 from placement.core.layout import Reshard, check_partitions
 from placement.core.model import effective_min_in_sync
 from placement.core.names import validate_name
@@ -170,6 +171,8 @@ class DataPlane:
         self._held: set[Key] = set()
         self._primaries: dict[Key, Primary] = {}
         self._learners: dict[Key, asyncio.Task[None]] = {}
+        #: Partitions whose learner a retire's decision holds stopped (how many hold it).
+        self._learners_paused: dict[Key, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
         #: Set when a fact a re-sharding report carries changed: put it now (``_reports_loop``).
@@ -205,6 +208,7 @@ class DataPlane:
             member_gone=self.member_gone,
             holders=lambda key: self.view.holders(key),
             replaced=self.replaced,
+            assignment_revisions=self.view.assignment_revisions,
         )
         #: The catch-up throttle, shared by learners and re-sharding's copies.
         self._catch_up_bucket = TokenBucket(
@@ -387,6 +391,25 @@ class DataPlane:
             raise PlacementError(f"the in-sync set of {zone}/{partition} cannot be read: {isr}")
         return self.node in isr.members
 
+    @contextlib.asynccontextmanager
+    async def learner_paused(self, zone: str, partition: int) -> AsyncIterator[None]:
+        """Stop the partition's learner (its fetch cancelled and ended) and keep it from
+        starting until the context ends; then the roles pass judges it again. A retire holds
+        it over its read of the in-sync set and the discard (design/data-plane.md, "A learner's
+        join")."""
+        key = (zone, partition)
+        self._learners_paused[key] = self._learners_paused.get(key, 0) + 1
+        try:
+            learner = self._learners.pop(key, None)
+            if learner is not None:
+                await cancel_and_wait(learner)
+            yield
+        finally:
+            left = self._learners_paused.pop(key) - 1
+            if left:
+                self._learners_paused[key] = left
+            self._note(Changes(partitions={key}))
+
     def in_sync(self, key: Key) -> bool:
         entry = self.view.isrs.get(key)
         return entry is not None and self.node in entry[0].members
@@ -538,7 +561,13 @@ class DataPlane:
                 del self._primaries[key]
             # Not for a replica the assignment no longer names (leaving, not retired yet): its
             # primary would never add it, and it polled the primary until the retire came.
-            learn = not mine and not self.in_sync(key) and lease is not None and self.named(key)
+            learn = (
+                not mine
+                and not self.in_sync(key)
+                and lease is not None
+                and self.named(key)
+                and key not in self._learners_paused
+            )
             learner = self._learners.get(key)
             if learn and (learner is None or learner.done()):
                 self._learners[key] = asyncio.create_task(
@@ -829,10 +858,18 @@ class DataPlane:
     # -- the in-sync set in etcd ---------------------------------------------------------------
 
     async def write_isr(
-        self, key: Key, lease_epoch: int, members: frozenset[str], isr_revision: int
+        self,
+        key: Key,
+        lease_epoch: int,
+        members: frozenset[str],
+        isr_revision: int,
+        assignment_mods: tuple[tuple[AssignField, int], ...] = (),
     ) -> int:
-        """Write the ISR ``members`` if this node still holds lease ``lease_epoch`` and the ISR
-        is still at ``isr_revision``; returns the new ISR revision. Raises ``Deposed``.
+        """Write the ISR ``members`` if this node still holds lease ``lease_epoch``, the ISR is
+        still at ``isr_revision`` and each assignment key of ``assignment_mods`` (a learner's
+        join: the revisions it was judged by) at its revision; returns the new ISR revision.
+        Raises ``Deposed``, or ``Unavailable`` when the assignment moved on (the learner asks
+        again and is judged by the new one).
 
         First batched with the agent's other ISR writes (fenced by the lease key's revision as
         this agent's view has it); if that batch did not apply, checked alone against a fresh
@@ -841,7 +878,7 @@ class DataPlane:
         seen = self.view.leases.get(key)
         if seen is not None and (seen[0].node, seen[0].lease_epoch) == (self.node, lease_epoch):
             revision = await self._isr_writes.write(
-                IsrWrite(key[0], key[1], value, seen[1], isr_revision)
+                IsrWrite(key[0], key[1], value, seen[1], isr_revision, assignment_mods)
             )
             if revision is not None:
                 return revision
@@ -853,8 +890,23 @@ class DataPlane:
                 raise Deposed(
                     f"the in-sync set changed under this primary ({isr_revision} -> {current_rev})"
                 )
+            if assignment_mods:
+                found = await self.metastore.read_keys(
+                    [self.keys.assign(*key, f) for f, _ in assignment_mods]
+                )
+                now = tuple((f, kv.mod_revision if kv is not None else 0)
+                            for (f, _), kv in zip(assignment_mods, found, strict=True))  # fmt: skip
+                if now != assignment_mods:
+                    raise Unavailable(
+                        f"the assignment of {key[0]}/{key[1]} changed while a learner joined;"
+                        " it is judged again by the new one on its next fetch"
+                    )
             revision = await self.metastore.write_isr(
-                *key, value, lease_key_mod=lease_rev, isr_mod=isr_revision
+                *key,
+                value,
+                lease_key_mod=lease_rev,
+                isr_mod=isr_revision,
+                assignment_mods=assignment_mods,
             )
             if revision is not None:
                 return revision

@@ -24,13 +24,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from placement.aio import wait_event
 from placement.data.partitioning import SEAL_KEY, key_moves, selected
 from placement.failpoints import failpoint
 from placement.logs import log_context, set_log_context
 from placement.metastore.codec import InSyncSet, PrimaryLease
+from placement.metastore.keys import AssignField
 from placement.metrics import ISR_CHANGES
 from replica.data.control import Seal
 from replica.data.model import (
@@ -77,6 +78,21 @@ T = TypeVar("T")
 LeaseAndIsr = tuple[PrimaryLease | None, int, InSyncSet | None, int]
 
 
+#: (assignment field, mod revision; 0 = absent) pairs an ISR write compares.
+AssignmentMods = tuple[tuple[AssignField, int], ...]
+
+
+class WriteIsr(Protocol):
+    def __call__(
+        self,
+        key: Key,
+        lease_epoch: int,
+        members: frozenset[str],
+        isr_revision: int,
+        assignment_mods: AssignmentMods = (),
+    ) -> Awaitable[int]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PrimaryDeps:
     """What a primary uses from its agent (built once by the data plane)."""
@@ -97,9 +113,10 @@ class PrimaryDeps:
     #: The zone's effective minimum in-sync set size.
     min_in_sync: Callable[[str], int]
     read_lease_and_isr: Callable[[Key], Awaitable[LeaseAndIsr]]
-    #: Writes the ISR members if this node still holds the lease epoch and the ISR is still at
-    #: the given revision; returns the new revision; raises Deposed or Unavailable.
-    write_isr: Callable[[Key, int, frozenset[str], int], Awaitable[int]]
+    #: Writes the ISR members if this node still holds the lease epoch, the ISR is still at
+    #: the given revision and (a join) the assignment keys at theirs; returns the new
+    #: revision; raises Deposed or Unavailable.
+    write_isr: WriteIsr
     #: Counts entries appended to a partition and trims its log now and then.
     trim: Callable[[Key, int], Awaitable[None]]
     #: Why an ISR member of the partition should leave the ISR now ("" = it should not): its
@@ -111,6 +128,9 @@ class PrimaryDeps:
     #: pending assignment (the move that replaces it) does not name it — so it may leave the ISR
     #: even below the minimum ("" = it may come back: it stays, and writes wait for it).
     replaced: Callable[[Key, str], str] = lambda key, member: ""
+    #: The mod revisions of the partition's stable and pending keys as the agent's view has
+    #: them — what ``member_gone`` judged a learner by; its join's ISR write compares them.
+    assignment_revisions: Callable[[Key], AssignmentMods] = lambda key: ()
 
 
 @dataclass
@@ -501,9 +521,15 @@ class Primary:
                 "%s/%s: removed from the in-sync set: %s", self.zone, self.partition, _reasons(gone)
             )
 
-    async def _set_isr(self, members: frozenset[str], joined: dict[str, int] | None = None) -> None:
+    async def _set_isr(
+        self,
+        members: frozenset[str],
+        joined: dict[str, int] | None = None,
+        assignment_mods: AssignmentMods = (),
+    ) -> None:
         """Record the ISR ``members`` in etcd, then make ``self.members`` (every other member,
-        with its match index; ``joined`` gives the new ones') agree with it. Shielded: a fetch
+        with its match index; ``joined`` gives the new ones') agree with it; a join's write
+        compares the ``assignment_mods`` it was judged by. Shielded: a fetch
         cancelled by its learner must never leave etcd and memory disagreeing — an ISR member
         the primary does not replicate to would break every acknowledgement's promise."""
 
@@ -511,7 +537,7 @@ class Primary:
 
         async def write() -> None:
             self.isr_revision = await self._deps.write_isr(
-                self.key, self.lease_epoch, members, self.isr_revision
+                self.key, self.lease_epoch, members, self.isr_revision, assignment_mods
             )
             log.info("%s/%s: in-sync set is now %s", self.zone, self.partition, sorted(members))
             change = "shrink" if members < before else "expand" if members > before else "other"
@@ -746,6 +772,12 @@ class Primary:
                 self.state.commit_index,
                 max_bytes,
             )
+            # The assignment's revisions as judged now (no await in between): the join lands
+            # only while etcd's is still the one that names the learner. A retire is sent once
+            # stable no longer names a node, and the agent reads the ISR before it discards the
+            # replica: a join judged before that switch, in flight meanwhile, would name a
+            # replica that is gone (design/data-plane.md, "A learner's join").
+            judged_by = self._deps.assignment_revisions(self.key)
             if (
                 call.after_index == self.state.last_index
                 and call.node not in self.members
@@ -753,7 +785,7 @@ class Primary:
                 and not self._deps.member_gone(self.key, call.node)  # e.g. a leaving replica
             ):
                 members = frozenset(self.members) | {self._deps.node, call.node}
-                await self._set_isr(members, {call.node: call.after_index})
+                await self._set_isr(members, {call.node: call.after_index}, judged_by)
                 if self._join_hold is not None and self._join_hold[0] == call.node:
                     self._join_hold = None
                     self._joined.set()

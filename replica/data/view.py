@@ -76,6 +76,9 @@ class View:
     nodes: dict[str, str] = field(default_factory=dict)
     #: Per partition, the peers of each readable holding assignment key (None = unreadable).
     assignments: dict[Key, dict[AssignField, frozenset[str] | None]] = field(default_factory=dict)
+    #: Per partition, the mod revision of each holding assignment key the view holds (readable
+    #: or not): what a learner's join compares (``assignment_revisions``).
+    assignment_mods: dict[Key, dict[AssignField, int]] = field(default_factory=dict)
 
     def lease_until(self, lease: PrimaryLease) -> int:
         """When ``lease`` ends (unix ms): :meth:`PrimaryLease.until` with its holder's term."""
@@ -100,6 +103,13 @@ class View:
                 return None
             out |= peers
         return frozenset(out)
+
+    def assignment_revisions(self, key: Key) -> tuple[tuple[AssignField, int], ...]:
+        """The mod revision (0 = absent) of ``key``'s stable and pending keys as this view has
+        them: a learner's join compares them, so it lands only while the assignment it was
+        judged by is still etcd's (design/data-plane.md, "A learner's join")."""
+        mods = self.assignment_mods.get(key, {})
+        return tuple((f, mods.get(f, 0)) for f in _HOLDING)
 
     def apply(self, old: Mapping[bytes, KeyValue], new: Mapping[bytes, KeyValue]) -> Changes:
         """Bring the view from snapshot ``old`` of a watched prefix to ``new``."""
@@ -173,11 +183,16 @@ class View:
         elif kind is KeyKind.ASSIGN and parsed.field in _HOLDING:
             assert parsed.field is not None
             fields = self.assignments.setdefault((name, partition), {})
+            mods = self.assignment_mods.setdefault((name, partition), {})
             if value is None:
                 fields.pop(parsed.field, None)
+                mods.pop(parsed.field, None)
                 if not fields:
                     del self.assignments[(name, partition)]
+                if not mods:
+                    del self.assignment_mods[(name, partition)]
             else:
+                mods[parsed.field] = revision
                 decoded = decode_assignment(value)
                 fields[parsed.field] = (
                     frozenset(decoded.peers) if isinstance(decoded, AssignmentValue) else None

@@ -9,6 +9,7 @@ file — a stand-in for a long data copy that the test controls, never a timed s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -23,10 +24,19 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from placement.driver.agents import AgentAnswer, AgentClient, AgentUnavailable
 from placement.errors import PlacementError, StoreUnavailable
-from placement.metastore.codec import InSyncSet, encode_isr
+from placement.metastore.codec import (
+    Assignment,
+    InSyncSet,
+    PrimaryLease,
+    decode_isr,
+    encode_assignment,
+    encode_isr,
+    encode_primary,
+)
 from placement.metastore.etcd import EtcdClient
-from placement.metastore.keys import KeySpace
+from placement.metastore.keys import AssignField, KeySpace
 from placement.v1 import common_pb2, replica_pb2, replica_pb2_grpc
+from replica.data.model import Unavailable
 from replica.data.plane import DataPlane
 from replica.protocol import (
     MoveRequest,
@@ -760,3 +770,126 @@ async def test_the_in_sync_set_is_read_from_etcd(client: EtcdClient, tmp_path: P
             await plane.isr_names_me("z", 0)
     finally:
         await db.close()
+
+
+async def test_a_retire_holds_its_nodes_learner_stopped_from_its_in_sync_read_to_its_discard(
+    client: EtcdClient, tmp_path: Path
+) -> None:
+    """A retire reads the in-sync set and discards the replica; this node's own learner must not
+    run in between, or its join lands after the read and the set names a replica that is gone —
+    which a later catch-up re-created empty and a lease then made primary
+    (``test_etcd_faults_mid_rebalance_lose_nothing[sigstop-etcd-leader]``: acknowledged writes
+    read as not found). The learner is stopped before the read, no roles pass restarts it, and
+    it stays stopped until the discard is committed."""
+    keys = KeySpace(f"/t{uuid.uuid4().hex[:12]}/placement")
+    store = await asyncio.to_thread(AgentStore.open, tmp_path / "agent", "n1")
+    db = StoreThread(store)
+    plane = DataPlane("n1", db, client, keys)  # not started: its view is set by hand
+    key = ("z", 0)
+    seen: list[object] = []
+
+    async def isr_names_me(zone: str, partition: int) -> bool | None:
+        seen.append(("learner ended", learner.done(), "paused", key in plane._learners_paused))
+        await plane._roles({key}, full=False)  # e.g. a lease change meanwhile
+        seen.append(("restarted", key in plane._learners))
+        return False
+
+    @contextlib.asynccontextmanager
+    async def paused(zone: str, partition: int) -> AsyncIterator[None]:
+        async with plane.learner_paused(zone, partition):
+            yield
+            seen.append(("hosted at the pause's end", (await agent.state(*key)).hosted))
+
+    agent = ReplicaAgent("n1", db, isr_names_me=isr_names_me, pause_learner=paused)
+    learner = asyncio.create_task(asyncio.Event().wait(), name="a learner fetching")
+    try:
+        move = MoveRequest("z", 0, ("n2",), ("n1", "n2"), 10, 1)
+        assert (await agent.rebalance(move)).outcome is RebalanceOutcome.ACCEPTED
+        for _ in range(200):
+            if (await agent.state(*key)).hosted:
+                break
+            await asyncio.sleep(0.01)
+        # its view lags: a lease elsewhere, no in-sync set, an assignment still naming it — the
+        # roles pass would run a learner
+        plane.view.leases[key] = (PrimaryLease("n2", 1, 0), 5)
+        plane.view.assignments[key] = {AssignField.STABLE: frozenset({"n1", "n2"})}
+        plane._learners[key] = learner
+        retire = RetireRequest("z", 0, ("n2", "n3"), 30, 1)
+        assert (await agent.retire(retire)).outcome is RetireOutcome.RETIRED
+        assert seen == [
+            ("learner ended", True, "paused", True),
+            ("restarted", False),
+            ("hosted at the pause's end", False),
+        ]
+        assert not plane._learners_paused
+    finally:
+        learner.cancel()
+        await agent.close()
+        await plane.close()
+
+
+async def test_a_join_judged_by_an_assignment_that_moved_on_is_not_written(
+    client: EtcdClient, tmp_path: Path
+) -> None:
+    """A primary admits a learner by the assignment its view shows; the in-sync set write that
+    adds it compares that assignment's revisions. Stable switched meanwhile (the move that drops
+    the learner's node, whose retire then finds the set without it): the write is refused,
+    batched or checked alone, and the set stays as it was; judged by the current assignment,
+    the same join is written."""
+    keys = KeySpace(f"/t{uuid.uuid4().hex[:12]}/placement")
+    store = await asyncio.to_thread(AgentStore.open, tmp_path / "agent", "n1")
+    db = StoreThread(store)
+    plane = DataPlane("n1", db, client, keys)
+    key = ("z", 0)
+    try:
+        lease = PrimaryLease("n1", 1, 0)
+        lease_rev = await client.put(keys.primary(*key), encode_primary(lease))
+        isr_rev = await client.put(keys.isr(*key), encode_isr(InSyncSet(("n1", "n2"), "n1", 1, 0)))
+        stable_rev = await client.put(
+            keys.assign(*key, AssignField.STABLE),
+            encode_assignment(Assignment(("n1", "n2", "n3"), 1, 0, 0)),
+        )
+        plane.view.leases[key] = (lease, lease_rev)
+        plane.view.assignment_mods[key] = {AssignField.STABLE: stable_rev}
+        judged_by = plane.view.assignment_revisions(key)
+        assert judged_by == ((AssignField.STABLE, stable_rev), (AssignField.PENDING, 0))
+        switched = await client.put(
+            keys.assign(*key, AssignField.STABLE),
+            encode_assignment(Assignment(("n1", "n2"), 1, 0, 0)),
+        )
+        members = frozenset({"n1", "n2", "n3"})
+        with pytest.raises(Unavailable, match=r"assignment .* changed while a learner joined"):
+            await plane.write_isr(key, 1, members, isr_rev, judged_by)
+        assert plane._isr_writes.transactions == 1  # the batched try, then the checked one
+        found = (await client.get(keys.isr(*key))).first()
+        assert found is not None
+        assert found.mod_revision == isr_rev
+        assert _members(found.value) == ("n1", "n2")
+        # a pending written since counts too: judged before it, refused
+        plane.view.assignment_mods[key] = {AssignField.STABLE: switched}
+        judged_by = plane.view.assignment_revisions(key)
+        await client.put(
+            keys.assign(*key, AssignField.PENDING),
+            encode_assignment(Assignment(("n1", "n3"), 1, 0, 0)),
+        )
+        with pytest.raises(Unavailable, match="changed while a learner joined"):
+            await plane.write_isr(key, 1, members, isr_rev, judged_by)
+        pending = (await client.get(keys.assign(*key, AssignField.PENDING))).first()
+        assert pending is not None
+        pending_rev = pending.mod_revision
+        plane.view.assignment_mods[key][AssignField.PENDING] = pending_rev
+        written = await plane.write_isr(
+            key, 1, members, isr_rev, plane.view.assignment_revisions(key)
+        )
+        found = (await client.get(keys.isr(*key))).first()
+        assert found is not None
+        assert found.mod_revision == written
+        assert _members(found.value) == ("n1", "n2", "n3")
+    finally:
+        await plane.close()
+
+
+def _members(raw: bytes) -> tuple[str, ...]:
+    isr = decode_isr(raw)
+    assert isinstance(isr, InSyncSet)
+    return isr.members
