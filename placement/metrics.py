@@ -132,6 +132,12 @@ ISR_CHANGES = Counter(
     ["change"],
     registry=REGISTRY,
 )
+LACKING_PRIMARIES = Counter(
+    "placement_primaries_lacking_entries",
+    "Primaries of this agent that found their replica lacks entries a member knows are"
+    " committed, and left the in-sync set instead of serving (should stay 0).",
+    registry=REGISTRY,
+)
 LEASES_LOST = Counter(
     "placement_primary_leases_lost",
     "Primaries on this agent that stopped leading: expired (its lease ran out locally) or moved"

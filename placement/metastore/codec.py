@@ -707,7 +707,8 @@ def decode_report(raw: bytes) -> MoveReport:
 class InSyncSet:
     """The value of ``{p}/isr/{zone}/{partition:05d}``: the replicas that hold every acknowledged
     write of the partition. ``primary`` wrote it while holding the primary lease of
-    ``lease_epoch``; ``members`` are sorted (a set) and always include ``primary``."""
+    ``lease_epoch``; ``members`` are sorted (a set) and include ``primary`` — but when a primary
+    that found its replica lacks committed entries stepped down (design/data-plane.md)."""
 
     members: Peers
     primary: str
@@ -721,8 +722,6 @@ _ISR_KEYS = frozenset({"v", "members", "primary", "lease_epoch", "ts"})
 def encode_isr(value: InSyncSet) -> bytes:
     members = validate_peers(value.members, "members")
     (primary,) = validate_peers((value.primary,), "primary")
-    if primary not in members:
-        raise InvalidInput("members", f"{list(members)} lacks primary {primary!r}", "include it")
     return _dumps(
         {
             "v": SCHEMA_VERSION,
@@ -738,9 +737,7 @@ def encode_isr(value: InSyncSet) -> bytes:
 def decode_isr(raw: bytes) -> InSyncSet:
     obj = _load_object(raw, _ISR_KEYS)
     members = _peers(obj, "members")
-    primary = obj["primary"]
-    if not isinstance(primary, str) or primary not in members:
-        raise _Bad("primary is not one of members")
+    (primary,) = _peers({"primary": [obj["primary"]]}, "primary")
     return InSyncSet(tuple(sorted(members)), primary, _int(obj, "lease_epoch"), _int(obj, "ts"))
 
 

@@ -40,6 +40,11 @@ class _AppendOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AppendO
     """The replica's view of etcd does not show the sender holding the partition's primary lease at
     this epoch (yet: its view may lag a lease just granted); nothing was applied; retry.
     """
+    APPEND_AHEAD: _AppendOutcome.ValueType  # 6
+    """The replica holds an entry it knows is committed that the sender's log lacks (the sender's
+    log ends below it, or differs at it); nothing was undone; last_index is the replica's commit
+    index. The sender must not serve: it leaves the in-sync set (design/data-plane.md).
+    """
 
 class AppendOutcome(_AppendOutcome, metaclass=_AppendOutcomeEnumTypeWrapper): ...
 
@@ -54,6 +59,11 @@ APPEND_NOT_HOSTED: AppendOutcome.ValueType  # 4
 APPEND_UNPROVEN: AppendOutcome.ValueType  # 5
 """The replica's view of etcd does not show the sender holding the partition's primary lease at
 this epoch (yet: its view may lag a lease just granted); nothing was applied; retry.
+"""
+APPEND_AHEAD: AppendOutcome.ValueType  # 6
+"""The replica holds an entry it knows is committed that the sender's log lacks (the sender's
+log ends below it, or differs at it); nothing was undone; last_index is the replica's commit
+index. The sender must not serve: it leaves the in-sync set (design/data-plane.md).
 """
 Global___AppendOutcome: _TypeAlias = AppendOutcome  # noqa: Y015
 

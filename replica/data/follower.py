@@ -58,6 +58,7 @@ _APPEND_OUTCOMES = {
     AppendResult.OK: AppendOutcome.OK,
     AppendResult.STALE_EPOCH: AppendOutcome.STALE_EPOCH,
     AppendResult.MISMATCH: AppendOutcome.MISMATCH,
+    AppendResult.AHEAD: AppendOutcome.AHEAD,
 }
 
 

@@ -80,6 +80,8 @@ class AppendOutcome(Enum):
     MISMATCH = "mismatch"
     NOT_HOSTED = "not hosted"
     UNPROVEN = "unproven"
+    #: The member holds an entry it knows is committed that the primary's log lacks.
+    AHEAD = "ahead"
 
 
 @dataclass(frozen=True, slots=True)

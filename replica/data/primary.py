@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol, TypeVar
+from typing import NoReturn, Protocol, TypeVar
 
 from placement.aio import wait_event
 from placement.data.partitioning import SEAL_KEY, key_moves, selected
@@ -32,7 +32,7 @@ from placement.failpoints import failpoint
 from placement.logs import log_context, set_log_context
 from placement.metastore.codec import InSyncSet, PrimaryLease
 from placement.metastore.keys import AssignField
-from placement.metrics import ISR_CHANGES
+from placement.metrics import ISR_CHANGES, LACKING_PRIMARIES
 from replica.data.control import Seal
 from replica.data.model import (
     AppendCall,
@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 
 #: Why a member cannot be brought up to date by appends (it needs a snapshot).
 NEEDS_SNAPSHOT = "it needs a snapshot"
+#: Why a member refused an append: it holds a committed entry this primary's log lacks.
+HOLDS_MORE = "it holds committed entries this primary lacks"
 
 T = TypeVar("T")
 
@@ -328,9 +330,12 @@ class Primary:
             yield
 
     async def _until_ready(self) -> None:
-        """Wait (bounded) until the reconcile is done; Unavailable if it takes too long."""
+        """Wait (bounded) until the reconcile is done; Unavailable if it takes too long,
+        NotPrimary once this primary has ended without finishing it."""
         if self.ready.is_set():
             return
+        if self.finished:
+            raise self._not_primary()
         if not await wait_event(self.ready, self._deps.isr_timeout * 2):
             raise Unavailable(f"{self.zone}/{self.partition}: the primary is still reconciling")
 
@@ -596,6 +601,8 @@ class Primary:
         told = self.state.commit_index  # what this round's appends carry
         results = await asyncio.gather(*(self._sync(m, upto) for m in names))
         failed = {m: why for m, why in zip(names, results, strict=True) if why}
+        if ahead := {m: why for m, why in failed.items() if why.startswith(HOLDS_MORE)}:
+            await self._step_down(ahead)
         if failed:
             keep = frozenset(self.members) - failed.keys() | {self._deps.node}
             minimum = self._deps.min_in_sync(self.zone)
@@ -621,6 +628,23 @@ class Primary:
         if upto > self.state.commit_index:
             self.state = replace(self.state, commit_index=upto)
         self._told_commit = told
+
+    async def _step_down(self, ahead: dict[str, str]) -> NoReturn:
+        """Members answered AHEAD: this node's replica lacks entries they know are committed
+        (a replica lost and re-created empty while the ISR still named its node). It must never
+        serve: it writes the ISR without itself — the members hold every acknowledged write —
+        and ends; the driver moves the lease to one of them once this one's term has passed,
+        and this node's learner copies the partition back (design/data-plane.md, "A primary
+        that lacks committed entries")."""
+        log.error(
+            "%s/%s: this replica lacks committed entries (%s); it leaves the in-sync set",
+            self.zone,
+            self.partition,
+            _reasons(ahead),
+        )
+        LACKING_PRIMARIES.inc()
+        await self._set_isr(frozenset(self.members))
+        raise Deposed(f"this replica lacks committed entries ({_reasons(ahead)})")
 
     async def _drop_hopeless(self, failed: dict[str, str], minimum: int) -> set[str]:
         """Members no append can bring back leave the in-sync set even below the minimum —
@@ -688,6 +712,11 @@ class Primary:
                 raise Deposed(f"{member} has seen lease epoch {reply.lease_epoch}")
             if reply.outcome is AppendOutcome.NOT_HOSTED:
                 return "it does not host the partition"
+            if reply.outcome is AppendOutcome.AHEAD:
+                return (
+                    f"{HOLDS_MORE} (its commit index is {reply.last_index}, this log ends at"
+                    f" {self.state.last_index})"
+                )
             if reply.outcome is AppendOutcome.OK:
                 # A member's log may run past ours (an older primary's uncommitted suffix): a
                 # ``tail`` append has it undone; it matches ours up to what we sent.

@@ -73,6 +73,8 @@ class AppendResult(Enum):
     OK = "ok"
     STALE_EPOCH = "stale epoch"
     MISMATCH = "mismatch"
+    #: The primary's log lacks an entry this replica knows is committed (:meth:`follow`).
+    AHEAD = "ahead"
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +379,13 @@ class DataStore:
           an older epoch is undone: the primary does not hold it, so it was never acknowledged
           (entries of this epoch after them are the primary's own, overtaken by this append);
         * the commit index rises to ``min(commit_index, the end of these entries)`` — never over
-          a suffix this append did not match.
+          a suffix this append did not match;
+        * AHEAD, nothing undone, when the append shows that the primary's log lacks an entry
+          this replica knows is committed — which no primary that is an in-sync member can: its
+          log ends (``tail``) below the commit index, before an older primary's entry (the
+          primary's own entries past a late append are not missing from its log); or its entry
+          at a committed index (at or above the base, where the epoch is known) has another
+          epoch (design/data-plane.md, "A primary that lacks committed entries").
         """
         with self._transaction():
             state = self._ensure(zone, partition)
@@ -388,15 +396,29 @@ class DataStore:
             if epoch > state.seen_epoch:
                 state = replace(state, seen_epoch=epoch)
                 self._put_state(zone, partition, state)
+            end = prev_index + len(entries)
+            # The primary's log lacks an entry this replica knows is committed: it ends below
+            # the commit index, before an older primary's entry (``AHEAD``, below).
+            at_commit = replace(state, last_index=state.commit_index)
+            if tail and end < state.commit_index:
+                after = self.epoch_at(zone, partition, end + 1, state)
+                if after is None or after < epoch:
+                    return AppendResult.AHEAD, at_commit
             if prev_index > state.last_index:
                 return AppendResult.MISMATCH, state
-            if self.epoch_at(zone, partition, prev_index, state) != prev_epoch:
-                return AppendResult.MISMATCH, replace(state, last_index=state.commit_index)
+            mine = self.epoch_at(zone, partition, prev_index, state)
+            if mine != prev_epoch:
+                if mine is not None and prev_index <= state.commit_index:
+                    return AppendResult.AHEAD, at_commit  # ... or differs at a committed entry
+                return AppendResult.MISMATCH, at_commit
             todo = list(entries)
             while todo and todo[0].index <= state.last_index:
-                if self.epoch_at(zone, partition, todo[0].index, state) != todo[0].epoch:
+                mine = self.epoch_at(zone, partition, todo[0].index, state)
+                if mine != todo[0].epoch:
                     if todo[0].index <= state.commit_index:
-                        return AppendResult.MISMATCH, replace(state, last_index=state.commit_index)
+                        if mine is not None:
+                            return AppendResult.AHEAD, at_commit
+                        return AppendResult.MISMATCH, at_commit
                     state = self._undo_to(zone, partition, state, todo[0].index - 1)
                     break
                 todo.pop(0)
@@ -404,7 +426,6 @@ class DataStore:
                 if entry.index != state.last_index + 1:
                     return AppendResult.MISMATCH, state
                 state, _ = self._append_one(zone, partition, state, entry)
-            end = prev_index + len(entries)
             if tail and state.last_index > end:
                 after = self.epoch_at(zone, partition, end + 1, state)
                 if after is not None and after < epoch and end >= state.commit_index:

@@ -298,13 +298,19 @@ def test_isr_round_trip_sorts_members(members: set[str], lease_epoch: int, ts: i
     assert encode_isr(decode_isr(raw)) == raw  # type: ignore[arg-type]
 
 
-def test_isr_without_its_primary_is_refused_and_decodes_corrupt() -> None:
+def test_isr_without_its_primary_round_trips_and_a_bad_primary_decodes_corrupt() -> None:
+    """A primary that found its replica lacks committed entries writes the ISR without itself
+    (design/data-plane.md): it encodes and decodes like any other; a primary that is not a
+    node name is refused (encode) or corrupt (decode)."""
     from placement.metastore.codec import Corrupt, InSyncSet, decode_isr, encode_isr
 
-    with pytest.raises(InvalidInput, match="members"):
-        encode_isr(InSyncSet(("a", "b"), "c", 1, 0))
-    raw = b'{"lease_epoch":1,"members":["a"],"primary":"c","ts":0,"v":1}'
-    assert isinstance(decode_isr(raw), Corrupt)
+    stepped_down = InSyncSet(("a", "b"), "c", 1, 0)
+    assert decode_isr(encode_isr(stepped_down)) == stepped_down
+    with pytest.raises(InvalidInput, match="primary"):
+        encode_isr(InSyncSet(("a", "b"), "", 1, 0))
+    for primary in (b'""', b"7", b"null", b'"a/b"'):
+        raw = b'{"lease_epoch":1,"members":["a"],"primary":' + primary + b',"ts":0,"v":1}'
+        assert isinstance(decode_isr(raw), Corrupt), primary
 
 
 @given(st.integers(0, 2**50), st.integers(0, 2**40), st.integers(0, 2**40))

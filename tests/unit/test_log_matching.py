@@ -75,6 +75,7 @@ class Cluster:
                 return False
             result, answer = self.stores[member].follow(*call)
             assert result is not AppendResult.STALE_EPOCH  # nobody saw a later epoch
+            assert result is not AppendResult.AHEAD, "a primary holding every commit refused"
             self.match[member] = min(answer.last_index, state.last_index)
             if result is AppendResult.OK and answer.last_index >= upto:
                 return True
@@ -125,7 +126,8 @@ class Cluster:
 
     def deliver_late(self, i: int) -> None:
         member, call = self.delayed.pop(i)
-        self.stores[member].follow(*call)  # whatever it answers: nobody is waiting for it
+        result, _ = self.stores[member].follow(*call)  # nobody is waiting for the answer ...
+        assert result is not AppendResult.AHEAD  # ... but a late one is never taken for a loss
 
     def check_acked_everywhere(self) -> None:
         for node, s in enumerate(self.stores):
@@ -211,3 +213,34 @@ def test_the_commit_index_never_covers_a_suffix_the_append_did_not_match() -> No
     result, state = follower.follow(Z, P, 2, 2, 1, [], 4)
     assert result is AppendResult.OK
     assert state.commit_index == 2
+
+
+def test_a_primary_whose_log_lacks_committed_entries_is_refused_and_undoes_nothing() -> None:
+    """A replica lost and re-created empty while the in-sync set still named its node, then
+    made primary: its reconcile's tail append says its log ends at 0. A member whose commit
+    index is above that answers AHEAD (its commit index) and keeps every entry — before, the
+    append was answered OK and the empty primary served reads of acknowledged keys as not
+    found. So does a primary whose entry at a committed index has another epoch; a late
+    append of the member's own primary (its later entries of the same epoch) is not one."""
+    member = store()
+    entries = [Entry(i, 1, b"k%d" % i, b"v", False) for i in range(1, 6)]
+    assert member.follow(Z, P, 1, 0, 0, entries, 3)[0] is AppendResult.OK
+    result, state = member.follow(Z, P, 2, 0, 0, [], 0, tail=True)
+    assert (result, state.last_index) == (AppendResult.AHEAD, 3)
+    assert member.state(Z, P).last_index == 5  # type: ignore[union-attr]
+    assert [e.index for e in log_of(member)] == [1, 2, 3, 4, 5]
+    # entries 4, 5 are above the commit index: a primary holding 1..3 undoes them (never acked)
+    result, state = member.follow(Z, P, 2, 3, 1, [], 3, tail=True)
+    assert (result, state.last_index) == (AppendResult.OK, 3)
+    # its entry at a committed index differs: refused, as prev or as one it sends
+    assert member.follow(Z, P, 3, 2, 2, [], 3)[0] is AppendResult.AHEAD
+    assert member.follow(Z, P, 3, 1, 1, [Entry(2, 3, b"x", b"y", False)], 3)[0] is (
+        AppendResult.AHEAD
+    )
+    assert [e.epoch for e in log_of(member)] == [1, 1, 1]
+    # an overtaken tail append of the current primary: its own entries stay, no refusal
+    assert member.follow(Z, P, 3, 3, 1, [Entry(4, 3, b"n", b"1", False)], 4, tail=True)[0] is (
+        AppendResult.OK
+    )
+    result, state = member.follow(Z, P, 3, 3, 1, [], 3, tail=True)
+    assert (result, state.last_index) == (AppendResult.OK, 4)
