@@ -1,7 +1,7 @@
-"""The one way to race asyncio work, to wait for an event with a timeout, to cancel a task and
-wait for it, to stop on SIGTERM/SIGINT, to batch concurrent requests into one call
-(:class:`Coalescer`) and to bound the bytes of work in flight (:class:`ByteBudget`)
-(design/architecture.md, "One of each")."""
+"""The one way to race asyncio work, to wait for an event with a timeout, to broadcast a change
+to its waiters (:class:`Pulse`), to cancel a task and wait for it, to stop on SIGTERM/SIGINT, to
+batch concurrent requests into one call (:class:`Coalescer`) and to bound the bytes of work in
+flight (:class:`ByteBudget`) (design/architecture.md, "One of each")."""
 
 from __future__ import annotations
 
@@ -44,6 +44,25 @@ async def wait_event(event: asyncio.Event, at_most: float | None) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+class Pulse:
+    """A broadcast "it changed": :meth:`fire` wakes every waiter of the current round and starts
+    a new one. Take :attr:`round` before looking at what it guards, then wait on that event: a
+    change between the look and the wait is not missed (a fresh event per round, never cleared,
+    so no waiter can sleep through a fire)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    @property
+    def round(self) -> asyncio.Event:
+        """The event the next :meth:`fire` sets."""
+        return self._event
+
+    def fire(self) -> None:
+        event, self._event = self._event, asyncio.Event()
+        event.set()
 
 
 async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:

@@ -28,7 +28,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from placement.aio import Coalescer, cancel_and_wait, wait_event
+from placement.aio import Coalescer, Pulse, cancel_and_wait, wait_event
 from placement.core.layout import Reshard, check_partitions
 from placement.core.model import effective_min_in_sync
 from placement.core.names import validate_name
@@ -177,12 +177,12 @@ class DataPlane:
         self._changed = asyncio.Event()
         #: Set when a fact a re-sharding report carries changed: put it now (``_reports_loop``).
         self._reports_due = asyncio.Event()
-        #: Set (and replaced) whenever a zone's layout changes: writes refused by a re-sharding
+        #: Fired whenever a zone's layout changes: writes refused by a re-sharding
         #: seal wait on it for the cut-over (``write``).
-        self._layouts_moved = asyncio.Event()
-        #: Set (and replaced) whenever a partition's lease or ISR changes in the view: an
+        self._layouts_moved = Pulse()
+        #: Fired whenever a partition's lease or ISR changes in the view: an
         #: append whose lease the view does not show yet waits on it (``append_many``).
-        self._leases_moved = asyncio.Event()
+        self._leases_moved = Pulse()
         #: Catch-ups waiting for their node to be in a partition's ISR.
         self._joining: dict[Key, asyncio.Event] = {}
         #: Caught-up learners waiting for a change of their partition (``_learner_idle``).
@@ -305,11 +305,9 @@ class DataPlane:
                 continue
             self._note(changes)
             if changes.zones:
-                moved, self._layouts_moved = self._layouts_moved, asyncio.Event()
-                moved.set()
+                self._layouts_moved.fire()
             if changes.partitions:
-                moved, self._leases_moved = self._leases_moved, asyncio.Event()
-                moved.set()
+                self._leases_moved.fire()
             if changes.zones and not self._closed:
                 # A layout moved on (a seal to write, a copy to finish unthrottled): at once,
                 # not after the roles pass, which waits for the store behind the writes.
@@ -360,7 +358,7 @@ class DataPlane:
             left = min(deadline - now, progress + stall - now)
             if left <= 0:
                 break
-            await wait_event(self._leases_moved, min(left, 0.2))
+            await wait_event(self._leases_moved.round, min(left, 0.2))
             if (now_held := self.leases_held()) < held:
                 progress = time.monotonic()
             held = now_held
@@ -749,7 +747,7 @@ class DataPlane:
         seal is dropped, else answered "sealed, retry shortly"). Clients used to retry
         sealed writes every 20 ms: 16 writers made 800 refused calls a second on agents busy
         with the very drain the cut-over waits for (design/resharding.md, SEAL)."""
-        moved = self._layouts_moved  # before the attempt: a flip right after it is not missed
+        moved = self._layouts_moved.round  # before the attempt: a flip right after it is not missed
         k = self._check(zone, partition, key, generation)
         try:
             return await self._submit(k, key, value)
@@ -810,7 +808,7 @@ class DataPlane:
         ``LEASE_LAG_WAIT`` for the view to move before answering UNPROVEN."""
         deadline = time.monotonic() + LEASE_LAG_WAIT
         while (left := deadline - time.monotonic()) > 0:
-            moved = self._leases_moved
+            moved = self._leases_moved.round
             if not view_lags(calls, sender, self._lease):
                 break
             await wait_event(moved, left)

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NoReturn, Protocol, TypeVar
 
-from placement.aio import wait_event
+from placement.aio import Pulse, wait_event
 from placement.data.partitioning import SEAL_KEY, key_moves, selected
 from placement.failpoints import failpoint
 from placement.logs import log_context, set_log_context
@@ -162,8 +162,8 @@ class Primary:
         #: Writes ever queued; every one is in ``_inflight`` or ``_queue`` until it has left
         #: for good (committed or refused), in the order queued (:meth:`settled`).
         self._queued = 0
-        #: Set, and replaced, whenever writes leave: :meth:`settled` waits on it.
-        self._left_moved = asyncio.Event()
+        #: Fired whenever writes leave, and when this primary finishes: :meth:`settled` waits.
+        self._left = Pulse()
         self._wake = asyncio.Event()
         self._probe_due = False
         #: The commit index every member was last told (behind ``state.commit_index`` after a
@@ -178,8 +178,9 @@ class Primary:
         #: The seal as last written through the log (and committed): what ``seal_for`` and
         #: ``unseal`` compare with, so a write that failed is written again.
         self._seal_written: Seal | None = None
-        #: Set, and replaced, whenever ``_seal_written`` changes: draining fetches wait on it.
-        self._seal_moved = asyncio.Event()
+        #: Fired whenever ``_seal_written`` changes, and when this primary finishes: draining
+        #: fetches wait on it.
+        self._seal_moved = Pulse()
         #: A learner about to join: (its node, until when new batches wait for its next fetch),
         #: the event its join sets, and when each learner may get a hold again.
         self._join_hold: tuple[str, float] | None = None
@@ -193,21 +194,25 @@ class Primary:
     async def stop(self, why: str) -> None:
         if not self.finished:
             log.info("primary %s/%s@%d stops: %s", self.zone, self.partition, self.lease_epoch, why)
-        self.finished = True
-        self._fail_queue(self._not_primary())
-        self._seal_changed()  # a draining fetch held for the seal is answered NotPrimary now
+        self._finish()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task
 
-    def _fail_queue(self, error: Exception) -> None:
-        """Fail every write not acknowledged yet (queued, or in a batch that was cut short)."""
+    def _finish(self) -> None:
+        """This primary is done: every write not acknowledged yet (queued, or in a batch that
+        was cut short) fails with NotPrimary, and every waiter wakes to see it — a
+        :meth:`settled` waiter returns, a draining fetch held for the seal is answered
+        NotPrimary. The one way ``finished`` becomes True."""
+        self.finished = True
         queue, self._queue = self._inflight + self._queue, []
         self._inflight = []
+        error = self._not_primary()
         for write in queue:
             if not write.future.done():
                 write.future.set_exception(error)
-        self._writes_left()
+        self._left.fire()
+        self._seal_moved.fire()
 
     def poke(self) -> None:
         """Wake a hibernating primary to look at its members (see the module docstring)."""
@@ -254,11 +259,7 @@ class Primary:
         a key behind the purge's scan (design/resharding.md, ABORT)."""
         target = self._queued
         while not self.finished and self._queued - len(self._queue) - len(self._inflight) < target:
-            await self._left_moved.wait()
-
-    def _writes_left(self) -> None:
-        self._left_moved.set()
-        self._left_moved = asyncio.Event()
+            await self._left.round.wait()
 
     async def seal_for(self, seal: Seal) -> None:
         """Write ``seal`` through the log (once per attempt; again if that write failed);
@@ -270,7 +271,7 @@ class Primary:
             await self.write_many([(SEAL_KEY, seal.encode())])
             self._seal_written = seal
         finally:
-            self._seal_changed()
+            self._seal_moved.fire()
         log.info(
             "%s/%s@%d: sealed for reshard %d (%d -> %d partitions)",
             self.zone,
@@ -280,10 +281,6 @@ class Primary:
             seal.source,
             seal.target,
         )
-
-    def _seal_changed(self) -> None:
-        moved, self._seal_moved = self._seal_moved, asyncio.Event()
-        moved.set()
 
     async def _until_sealed(self, attempt: int) -> None:
         """Wait, at most ``SEAL_FETCH_WAIT``, until this source's seal for ``attempt`` is
@@ -295,7 +292,7 @@ class Primary:
             left = deadline - loop.time()
             if (written is not None and written.attempt >= attempt) or left <= 0:
                 return
-            await wait_event(self._seal_moved, left)
+            await wait_event(self._seal_moved.round, left)
 
     @property
     def seal_written(self) -> Seal | None:
@@ -304,7 +301,7 @@ class Primary:
     def forget_seal(self) -> None:
         """The seal key was deleted through the log (a purge): nothing is sealed any more."""
         self.seal = self._seal_written = None
-        self._seal_changed()
+        self._seal_moved.fire()
 
     async def unseal(self) -> None:
         """Drop a seal whose attempt ended (aborted, or finished and purged elsewhere)."""
@@ -313,7 +310,7 @@ class Primary:
             return
         await self.write_many([(SEAL_KEY, None)])
         self._seal_written = None
-        self._seal_changed()
+        self._seal_moved.fire()
 
     @contextlib.asynccontextmanager
     async def committed(self) -> AsyncIterator[None]:
@@ -324,8 +321,7 @@ class Primary:
                 try:
                     await self._replicate(self.state.last_index)
                 except Deposed:
-                    self.finished = True
-                    self._writes_left()  # a settled() waiter returns: this primary is done
+                    self._finish()
                     raise NotPrimary(self.zone, self.partition, "") from None
             yield
 
@@ -364,7 +360,7 @@ class Primary:
                     self._inflight = batch
                     await self._commit_batch(batch)
                     self._inflight = []
-                    self._writes_left()
+                    self._left.fire()
         except Deposed as e:
             log.info("primary %s/%s@%d deposed: %s", self.zone, self.partition, self.lease_epoch, e)
         except NotHosted as e:  # discarded under it (a retire, an aborted re-sharding)
@@ -376,9 +372,7 @@ class Primary:
         except Exception:
             log.exception("primary %s/%s@%d failed", self.zone, self.partition, self.lease_epoch)
         finally:
-            self.finished = True
-            self._fail_queue(self._not_primary())
-            self._seal_changed()
+            self._finish()
 
     async def _write(self, fn: Callable[..., T], *args: object) -> T:
         """One of this primary's writes to its replica (a part of a group commit), refused
@@ -395,7 +389,7 @@ class Primary:
         self.state = await self._write(self._data.raise_fence, self.lease_epoch)
         sealed = await self._db.call(self._data.get, self.zone, self.partition, SEAL_KEY)
         self.seal = self._seal_written = Seal.decode(sealed) if sealed is not None else None
-        self._seal_changed()
+        self._seal_moved.fire()
         lease, _rev, isr, isr_rev = await self._deps.read_lease_and_isr(self.key)
         if lease is None or lease.node != node or lease.lease_epoch != self.lease_epoch:
             raise Deposed("the lease is not this node's")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.aio import ByteBudget, Coalescer
+from placement.aio import ByteBudget, Coalescer, Pulse, wait_event
 
 
 async def test_items_submitted_during_a_flush_go_out_together_in_the_next() -> None:
@@ -155,3 +155,21 @@ async def test_a_waiter_cancelled_in_the_queue_lets_the_next_in() -> None:
 async def _hold(budget: ByteBudget, amount: int, order: list[str], name: str) -> None:
     async with budget.hold(amount):
         order.append(name)
+
+
+async def test_a_pulse_wakes_every_waiter_of_its_round_and_none_sleeps_through_a_fire() -> None:
+    """Waiters that took the round before a fire all wake; one that takes it after waits for
+    the next fire; a round taken before a fire that happens before the wait starts is still
+    set (the look-then-wait race a cleared event would lose)."""
+    pulse = Pulse()
+    early = pulse.round
+    waiters = [asyncio.ensure_future(pulse.round.wait()) for _ in range(3)]
+    await asyncio.sleep(0)
+    pulse.fire()
+    await asyncio.wait_for(asyncio.gather(*waiters), 1)
+    assert early.is_set()  # taken before the fire, waited on after it: not missed
+    late = pulse.round
+    assert not late.is_set()
+    assert not await wait_event(late, 0.05)
+    pulse.fire()
+    assert await wait_event(late, 0.05)
