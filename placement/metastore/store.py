@@ -127,8 +127,10 @@ class LeaseWrites:
     revision: int
 
 
-#: In-sync sets one :meth:`Metastore.write_isrs` transaction writes at most (two compares each).
-ISR_BATCH = MAX_TXN_OPS // 2
+#: In-sync sets one :meth:`Metastore.write_isrs` transaction writes at most: two compares each,
+#: four for a learner's join (its assignment's stable and pending revisions), within etcd's
+#: limit on a transaction's compares.
+ISR_BATCH = MAX_TXN_OPS // 4
 
 
 @dataclass(frozen=True, slots=True)

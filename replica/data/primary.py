@@ -199,18 +199,21 @@ class Primary:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task
 
-    def _finish(self) -> None:
-        """This primary is done: every write not acknowledged yet (queued, or in a batch that
-        was cut short) fails with NotPrimary, and every waiter wakes to see it — a
-        :meth:`settled` waiter returns, a draining fetch held for the seal is answered
-        NotPrimary. The one way ``finished`` becomes True."""
+    def _finish(self, *, fail_writes: bool = True) -> None:
+        """This primary is done, and every waiter wakes to see it — a :meth:`settled` waiter
+        returns, a draining fetch held for the seal is answered NotPrimary. The one way
+        ``finished`` becomes True. ``fail_writes``: every write not acknowledged yet (queued, or
+        in a batch that was cut short) fails with NotPrimary — not while a batch may still be
+        appended (a read's ``committed()`` found this primary deposed: the replication task
+        ends it, and fails its writes then)."""
         self.finished = True
-        queue, self._queue = self._inflight + self._queue, []
-        self._inflight = []
-        error = self._not_primary()
-        for write in queue:
-            if not write.future.done():
-                write.future.set_exception(error)
+        if fail_writes:
+            queue, self._queue = self._inflight + self._queue, []
+            self._inflight = []
+            error = self._not_primary()
+            for write in queue:
+                if not write.future.done():
+                    write.future.set_exception(error)
         self._left.fire()
         self._seal_moved.fire()
 
@@ -321,7 +324,7 @@ class Primary:
                 try:
                     await self._replicate(self.state.last_index)
                 except Deposed:
-                    self._finish()
+                    self._finish(fail_writes=False)
                     raise NotPrimary(self.zone, self.partition, "") from None
             yield
 
@@ -626,10 +629,12 @@ class Primary:
     async def _step_down(self, ahead: dict[str, str]) -> NoReturn:
         """Members answered AHEAD: this node's replica lacks entries they know are committed
         (a replica lost and re-created empty while the ISR still named its node). It must never
-        serve: it writes the ISR without itself — the members hold every acknowledged write —
-        and ends; the driver moves the lease to one of them once this one's term has passed,
-        and this node's learner copies the partition back (design/data-plane.md, "A primary
-        that lacks committed entries")."""
+        serve: it writes the ISR of only the members that answered AHEAD — they kept their whole
+        log, so they hold every acknowledged write; one that accepted this primary's appends may
+        have undone entries acknowledged above its commit index, and one that did not answer
+        may still get them — and ends. The driver moves the lease to one of them once this
+        one's term has passed, and the other nodes' learners copy the partition back
+        (design/data-plane.md, "A primary that lacks committed entries")."""
         log.error(
             "%s/%s: this replica lacks committed entries (%s); it leaves the in-sync set",
             self.zone,
@@ -637,7 +642,7 @@ class Primary:
             _reasons(ahead),
         )
         LACKING_PRIMARIES.inc()
-        await self._set_isr(frozenset(self.members))
+        await self._set_isr(frozenset(ahead))
         raise Deposed(f"this replica lacks committed entries ({_reasons(ahead)})")
 
     async def _drop_hopeless(self, failed: dict[str, str], minimum: int) -> set[str]:
@@ -687,6 +692,8 @@ class Primary:
             if after < self.state.base_index:
                 return f"{NEEDS_SNAPSHOT} (its log ends at {after})"
             prev_epoch, entries = await self._entries(after, upto)
+            if prev_epoch is None:  # trimmed on disk under a stale base: a guess would be
+                return f"{NEEDS_SNAPSHOT} (its log ends at {after})"  # taken for a conflict
             call = AppendCall(
                 zone=self.zone,
                 partition=self.partition,
@@ -747,9 +754,10 @@ class Primary:
                 return "its view of etcd does not show this node's lease"
             await asyncio.sleep(UNPROVEN_RETRY)
 
-    async def _entries(self, after: int, upto: int) -> tuple[int, list[Entry]]:
-        """The epoch at ``after`` and the entries ``(after, upto]`` (bounded in count and
-        bytes): from the entries this primary wrote recently, else from its log."""
+    async def _entries(self, after: int, upto: int) -> tuple[int | None, list[Entry]]:
+        """The epoch at ``after`` (None: no longer in the log, trimmed since ``state`` was read)
+        and the entries ``(after, upto]`` (bounded in count and bytes): from the entries this
+        primary wrote recently, else from its log."""
         recent = self._recent
         if recent and recent[0].index <= after and recent[-1].index >= upto:
             start = after - recent[0].index
@@ -760,7 +768,7 @@ class Primary:
         entries = await self._db.call(
             self._data.entries, self.zone, self.partition, after, upto, self._deps.fetch_bytes
         )
-        return (epoch or 0), entries
+        return epoch, entries
 
     # -- learners ------------------------------------------------------------------------------
 

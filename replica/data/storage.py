@@ -402,7 +402,9 @@ class DataStore:
             at_commit = replace(state, last_index=state.commit_index)
             if tail and end < state.commit_index:
                 after = self.epoch_at(zone, partition, end + 1, state)
-                if after is None or after < epoch:
+                if after is None and end + 1 < state.base_index:
+                    after = state.base_epoch  # trimmed: epochs only grow along the log
+                if after is not None and after < epoch:
                     return AppendResult.AHEAD, at_commit
             if prev_index > state.last_index:
                 return AppendResult.MISMATCH, state

@@ -28,7 +28,7 @@ from placement.metastore.codec import (
 )
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
-from placement.metastore.store import IsrWrite, Metastore
+from placement.metastore.store import ISR_BATCH, IsrWrite, Metastore
 from replica.data.follower import FIRST_PAGE_BYTES, IDLE_POLL, Learner, LearnerDeps, TokenBucket
 from replica.data.isr_writes import IsrWrites
 from replica.data.model import FetchCall, FetchOutcome, FetchReply, Key
@@ -135,6 +135,26 @@ async def test_isr_writes_keep_a_partition_once_per_transaction_and_closing_answ
     await asyncio.sleep(0.05)  # the first in flight, the second queued behind it
     await stuck.close()
     assert await asyncio.gather(*pending) == [None, None]
+
+
+async def test_a_full_batch_of_joins_fits_one_etcd_transaction(
+    client: EtcdClient, keys: KeySpace
+) -> None:
+    """A learner's join compares its assignment's two revisions on top of the lease's and the
+    ISR's: ``ISR_BATCH`` joins are four compares each, and etcd takes them in one transaction
+    (at 64 per batch, joins overflowed etcd's limit and every write fell back to its own)."""
+    store = Metastore(client, keys)
+    joins = []
+    for p in range(ISR_BATCH):
+        lease_rev = await client.put(
+            keys.primary("z", p), encode_primary(PrimaryLease("n1", 1, 2**40))
+        )
+        isr = InSyncSet(("n1", "n2"), "n1", 1, 0)
+        mods = ((AssignField.STABLE, 0), (AssignField.PENDING, 0))  # absent, as the view saw
+        joins.append(IsrWrite("z", p, isr, lease_rev, 0, mods))
+    revision = await store.write_isrs(joins)
+    assert revision is not None
+    assert len((await client.list_prefix(keys.zone_isr_prefix("z"))).kvs) == ISR_BATCH
 
 
 class _Source:

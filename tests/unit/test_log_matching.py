@@ -244,3 +244,18 @@ def test_a_primary_whose_log_lacks_committed_entries_is_refused_and_undoes_nothi
     )
     result, state = member.follow(Z, P, 3, 3, 1, [], 3, tail=True)
     assert (result, state.last_index) == (AppendResult.OK, 4)
+
+
+def test_a_trimmed_log_judges_a_late_tail_append_by_its_base_epoch() -> None:
+    """A tail append ending below the member's base (its log trimmed since): the entry after its
+    end is gone, but epochs only grow along the log, so an older base epoch proves that entry
+    older than the primary's epoch (AHEAD), while a base of the primary's own epoch proves
+    nothing — a late append of that primary, not a refusal (the review's false positive)."""
+    own, older = store(), store()
+    for member, epoch in ((own, 2), (older, 1)):
+        entries = [Entry(i, epoch, b"k", bytes([i]), False) for i in range(1, 11)]
+        assert member.follow(Z, P, epoch, 0, 0, entries, 10)[0] is AppendResult.OK
+        assert member.trim(Z, P, 2).base_index == 8
+    assert own.follow(Z, P, 2, 3, 2, [], 3, tail=True)[0] is AppendResult.MISMATCH
+    assert older.follow(Z, P, 2, 3, 1, [], 3, tail=True)[0] is AppendResult.AHEAD
+    assert [e.index for e in log_of(older)] == [9, 10]  # nothing undone
