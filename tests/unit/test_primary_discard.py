@@ -4,7 +4,11 @@ not recreate the discarded replica's data state, and it logs no traceback.
 
 A real agent store (sqlite on disk, the store thread's group commit); the etcd side is a
 one-node in-sync set the test hands the primary. Before the fix, the write after the discard
-recreated an empty data state and failed with ``ValueError: entry 2 does not follow 0``."""
+recreated an empty data state and failed with ``ValueError: entry 2 does not follow 0``.
+
+Also the other ends of a discard: an aborted re-sharding's purge against writes still queued,
+a learner's join cancelled during its in-sync-set write, and a replica discarded and re-created
+empty that is then made primary (it must leave the in-sync set, never serve)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from placement.data.partitioning import SEAL_KEY, key_moves, partition_of
 from placement.metastore.codec import InSyncSet, PrimaryLease
 from placement.metastore.keys import AssignField
 from replica.data.control import Seal
+from replica.data.follower import answer_appends
 from replica.data.model import (
     AppendCall,
     AppendOutcome,
@@ -579,3 +584,85 @@ async def test_a_learners_join_cancelled_during_its_isr_write_lets_no_write_comm
             await primary.stop("test over")
     finally:
         await db.close()
+
+
+async def _hosting(path: Path, node: str) -> StoreThread:
+    db = StoreThread(await asyncio.to_thread(AgentStore.open, path, node))
+    await db.call(db.store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
+    return db
+
+
+async def _no_trim(key: Key, count: int) -> None:
+    return None
+
+
+async def test_an_empty_primary_whose_member_holds_committed_entries_leaves_the_isr(
+    tmp_path: Path,
+) -> None:
+    """A primary whose replica lacks committed entries never serves (design/data-plane.md,
+    "A primary that lacks committed entries"). Found by
+    ``test_etcd_faults_mid_rebalance_lose_nothing[sigstop-etcd-leader]``: a replica was retired
+    while a join naming it was in flight, a later catch-up re-created it empty, and the lease
+    moved to it. Its reconcile's tail append ("my log ends at 0") was answered OK by members that
+    keep their committed entries, and the empty primary served every read of an acknowledged key
+    as not found. Now such a member answers AHEAD, and the primary leaves the in-sync set. Real
+    agent stores on every side (the members answer through ``answer_appends``, the follower's
+    own code); the etcd side is handed to the primary."""
+    n1 = await _hosting(tmp_path / "n1", NODE)  # re-created: empty
+    n2 = await _hosting(tmp_path / "n2", "n2")
+    # a member with entries but no commit index yet (no commit notice reached it): the empty
+    # primary's tail append undoes them — it must not stay in the in-sync set
+    n3 = await _hosting(tmp_path / "n3", "n3")
+    entries = [Entry(i, 1, b"k%d" % i, b"v%d" % i, False) for i in range(1, 6)]
+    await n2.call(n2.store.data.follow, ZONE, PARTITION, 1, 0, 0, entries, 5)
+    await n3.call(n3.store.data.follow, ZONE, PARTITION, 1, 0, 0, entries, 0)
+    members = {"n2": n2, "n3": n3}
+    written: list[frozenset[str]] = []
+
+    async def read_lease_and_isr(key: Key) -> LeaseAndIsr:
+        return PrimaryLease(NODE, 2, 0), 7, InSyncSet((NODE, "n2", "n3"), NODE, 1, 0), 3
+
+    async def write_isr(
+        key: Key, epoch: int, members: frozenset[str], rev: int, mods: AssignmentMods = ()
+    ) -> int:
+        written.append(members)
+        return rev + 1
+
+    async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
+        (reply,) = await answer_appends(members[node], [call], _no_trim)
+        return reply
+
+    deps = replace(
+        _deps(n1),
+        send_append=send_append,
+        address_of=lambda node: "127.0.0.1:1",
+        min_in_sync=lambda zone: 2,
+        read_lease_and_isr=read_lease_and_isr,
+        write_isr=write_isr,
+    )
+    primary = Primary(deps, (ZONE, PARTITION), 2)
+    try:
+        for _ in range(250):
+            if primary.finished:
+                break
+            await asyncio.sleep(0.02)
+        assert primary.finished, "the primary went on reconciling"
+        assert not primary.ready.is_set(), "it finished its reconcile: it would serve"
+        # the in-sync set of the member that refused: not this node, not the one it emptied
+        assert written == [frozenset({"n2"})]
+        try:
+            await asyncio.wait_for(primary.submit(b"k9", b"v"), 5)
+        except NotPrimary:
+            pass
+        else:
+            raise AssertionError("a write was acknowledged by a primary lacking entries")
+        # the member undid nothing: every committed entry is still there
+        state = await n2.call(n2.store.data.state, ZONE, PARTITION)
+        assert state is not None
+        assert (state.last_index, state.commit_index) == (5, 5)
+        assert await n2.call(n2.store.data.get, ZONE, PARTITION, b"k5") == b"v5"
+    finally:
+        await primary.stop("test over")
+        await n1.close()
+        await n2.close()
+        await n3.close()
