@@ -345,6 +345,11 @@ class Primary:
         try:
             await self._reconcile()
             self.ready.set()
+            # A new primary looks at its members once: the assignment change that named one
+            # gone may have reached this agent before its lease did, and pokes only the primary
+            # of its moment — the member would otherwise stay in the ISR until the next change.
+            self._probe_due = True
+            self._wake.set()
             while not self.finished:
                 # Hibernate: no timer at all, unless followers still have to learn a commit.
                 behind = self._told_commit < self.state.commit_index

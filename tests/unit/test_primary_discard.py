@@ -666,3 +666,52 @@ async def test_an_empty_primary_whose_member_holds_committed_entries_leaves_the_
         await n1.close()
         await n2.close()
         await n3.close()
+
+
+async def test_a_new_primary_drops_a_member_the_assignment_no_longer_names_without_a_poke(
+    tmp_path: Path,
+) -> None:
+    """The stable switch that named a member gone reached the agent while another node still held
+    the lease (it pokes only the primary of its moment); the lease then moved here. The new
+    primary looks at its members once its reconcile is done. Before, it kept the retired member
+    in the in-sync set until the next assignment or node change: found by
+    ``bench/data_plane_bench.py``, whose zone never settled (two partitions' ISRs kept a node
+    stable no longer named, so its retire never came). Real agent stores on both sides."""
+    n1 = await _hosting(tmp_path / "n1", NODE)
+    n2 = await _hosting(tmp_path / "n2", "n2")
+    written: list[frozenset[str]] = []
+    wrote = asyncio.Event()
+
+    async def read_lease_and_isr(key: Key) -> LeaseAndIsr:
+        return PrimaryLease(NODE, 2, 0), 7, InSyncSet((NODE, "n2"), "n0", 1, 0), 3
+
+    async def write_isr(
+        key: Key, epoch: int, members: frozenset[str], rev: int, mods: AssignmentMods = ()
+    ) -> int:
+        written.append(members)
+        wrote.set()
+        return rev + 1
+
+    async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
+        (reply,) = await answer_appends(n2, [call], _no_trim)
+        return reply
+
+    deps = replace(
+        _deps(n1),
+        send_append=send_append,
+        address_of=lambda node: "127.0.0.1:1",
+        read_lease_and_isr=read_lease_and_isr,
+        write_isr=write_isr,
+        member_gone=lambda key, m: "the assignment no longer names it" if m == "n2" else "",
+    )
+    primary = Primary(deps, (ZONE, PARTITION), 2)
+    try:
+        await asyncio.wait_for(primary.ready.wait(), 5)
+        await asyncio.wait_for(wrote.wait(), 5)
+        assert written == [frozenset({NODE})]
+        assert dict(primary.members) == {}
+        assert await asyncio.wait_for(primary.submit(b"k", b"v"), 5) == (1, 2, False)
+    finally:
+        await primary.stop("test over")
+        await n1.close()
+        await n2.close()
