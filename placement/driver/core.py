@@ -748,7 +748,7 @@ def reshard_facts(
     terms: Mapping[str, int] = MappingProxyType({}),
 ) -> ReshardFacts:
     """What the leader observes of ``reshard`` (design/resharding.md): destinations ready
-    (stable, a live primary lease, an ISR), caught up and drained (their reports), and every
+    (stable, a live primary lease whose holder is in the partition's ISR), caught up and drained (their reports), and every
     partition the layout keeps purged with nothing left beyond it."""
     moves = reshard.moves
 
@@ -774,6 +774,9 @@ def reshard_facts(
             and lease.value.until(terms.get(lease.value.node, 0)) > now_ms
             and isr is not None
             and isinstance(isr.value, InSyncSet)
+            # a primary that stepped down (its replica lacks committed entries) wrote an ISR
+            # without itself and serves nothing until its lease moves
+            and lease.value.node in isr.value.members
         )
 
     destinations = moves.destinations

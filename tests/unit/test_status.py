@@ -249,3 +249,20 @@ def test_a_reshard_report_from_a_deposed_primary_counts_for_nothing() -> None:
     late = replace(zone, primaries=leases, reshard_reports=stale)
     assert reshard_facts(current, reshard, {"a", "b"}, 1_000_000).purged
     assert not reshard_facts(late, reshard, {"a", "b"}, 1_000_000).purged
+
+
+def test_a_destination_whose_primary_left_its_isr_is_not_ready() -> None:
+    """A primary whose replica lacks committed entries steps down: it writes the ISR without
+    itself and serves nothing while its lease runs out (design/data-plane.md, "A primary that
+    lacks committed entries"). The leader must not count that destination as ready."""
+    reshard = Reshard(7, 2, 4, ReshardPhase.PREPARE)
+    stables = {p: ("a", "b") for p in range(4)}
+    view = _view(stables, ("a", "b"), ("a", "b"))
+    zone = view.zones["z"]
+    leases = {p: Versioned(PrimaryLease("a", 2, 2_000_000), b"", 3, 3) for p in range(4)}
+    serving = {p: Versioned(InSyncSet(("a", "b"), "a", 2, 0), b"", 4, 4) for p in range(4)}
+    stepped_down = {**serving, 3: Versioned(InSyncSet(("b",), "a", 2, 0), b"", 5, 5)}
+    ready = replace(zone, primaries=leases, isrs=serving)
+    lacking = replace(zone, primaries=leases, isrs=stepped_down)
+    assert reshard_facts(ready, reshard, {"a", "b"}, 1_000_000).ready
+    assert not reshard_facts(lacking, reshard, {"a", "b"}, 1_000_000).ready
