@@ -43,6 +43,22 @@ from replica.records import AgentStore, StoreThread
 ZONE, PARTITION, NODE, EPOCH = "z", 3, "n1", 1
 
 
+class IsrWrites:
+    """A ``PrimaryDeps.write_isr`` that records each in-sync set written (``written``; ``wrote``
+    is set at the first) and lands it at once."""
+
+    def __init__(self) -> None:
+        self.written: list[frozenset[str]] = []
+        self.wrote = asyncio.Event()
+
+    async def write_isr(
+        self, key: Key, epoch: int, members: frozenset[str], rev: int, mods: AssignmentMods = ()
+    ) -> int:
+        self.written.append(members)
+        self.wrote.set()
+        return rev + 1
+
+
 def _record(hosted: bool) -> PartitionRecord:
     return PartitionRecord(ZONE, PARTITION, 1, 1, 0, (NODE,), None, hosted)
 
@@ -207,8 +223,8 @@ async def test_a_member_behind_the_primarys_snapshot_point_leaves_the_isr_even_b
     """
     db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
     store = db.store
-    written: list[frozenset[str]] = []
-    wrote = asyncio.Event()
+    isr_writes = IsrWrites()
+    written, wrote = isr_writes.written, isr_writes.wrote
     try:
         await db.call(store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
         entries = [Entry(i, EPOCH, b"k%d" % i, b"v") for i in range(1, 11)]
@@ -222,13 +238,6 @@ async def test_a_member_behind_the_primarys_snapshot_point_leaves_the_isr_even_b
         async def read_lease_and_isr(key: Key) -> LeaseAndIsr:
             return lease, 1, isr, 1
 
-        async def write_isr(
-            key: Key, epoch: int, members: frozenset[str], rev: int, mods: AssignmentMods = ()
-        ) -> int:
-            written.append(members)
-            wrote.set()
-            return rev + 1
-
         async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
             return AppendReply(AppendOutcome.MISMATCH, last_index=reported, last_epoch=EPOCH)
 
@@ -236,7 +245,7 @@ async def test_a_member_behind_the_primarys_snapshot_point_leaves_the_isr_even_b
             _deps(db),
             min_in_sync=lambda zone: 2,
             read_lease_and_isr=read_lease_and_isr,
-            write_isr=write_isr,
+            write_isr=isr_writes.write_isr,
             send_append=send_append,
             address_of=lambda node: "127.0.0.1:1",
         )
@@ -385,18 +394,14 @@ async def test_a_learner_joins_under_a_steady_stream_of_writes(tmp_path: Path) -
     from replica.data.model import FetchCall
     from replica.data.primary import JOIN_HOLD
 
-    written: list[frozenset[str]] = []
-
-    async def write_isr(
-        key: Key, epoch: int, members: frozenset[str], rev: int, mods: AssignmentMods = ()
-    ) -> int:
-        written.append(members)
-        return rev + 1
-
+    isr_writes = IsrWrites()
+    written = isr_writes.written
     db = StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path, NODE))
     try:
         await db.call(db.store.commit, _record(True), [CreateReplica(ZONE, PARTITION)])
-        primary = Primary(replace(_deps(db), write_isr=write_isr), (ZONE, PARTITION), EPOCH)
+        primary = Primary(
+            replace(_deps(db), write_isr=isr_writes.write_isr), (ZONE, PARTITION), EPOCH
+        )
         stop = asyncio.Event()
 
         async def writer() -> int:
@@ -617,16 +622,11 @@ async def test_an_empty_primary_whose_member_holds_committed_entries_leaves_the_
     await n2.call(n2.store.data.follow, ZONE, PARTITION, 1, 0, 0, entries, 5)
     await n3.call(n3.store.data.follow, ZONE, PARTITION, 1, 0, 0, entries, 0)
     members = {"n2": n2, "n3": n3}
-    written: list[frozenset[str]] = []
+    isr_writes = IsrWrites()
+    written = isr_writes.written
 
     async def read_lease_and_isr(key: Key) -> LeaseAndIsr:
         return PrimaryLease(NODE, 2, 0), 7, InSyncSet((NODE, "n2", "n3"), NODE, 1, 0), 3
-
-    async def write_isr(
-        key: Key, epoch: int, members: frozenset[str], rev: int, mods: AssignmentMods = ()
-    ) -> int:
-        written.append(members)
-        return rev + 1
 
     async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
         (reply,) = await answer_appends(members[node], [call], _no_trim)
@@ -638,7 +638,7 @@ async def test_an_empty_primary_whose_member_holds_committed_entries_leaves_the_
         address_of=lambda node: "127.0.0.1:1",
         min_in_sync=lambda zone: 2,
         read_lease_and_isr=read_lease_and_isr,
-        write_isr=write_isr,
+        write_isr=isr_writes.write_isr,
     )
     primary = Primary(deps, (ZONE, PARTITION), 2)
     try:
@@ -679,18 +679,10 @@ async def test_a_new_primary_drops_a_member_the_assignment_no_longer_names_witho
     stable no longer named, so its retire never came). Real agent stores on both sides."""
     n1 = await _hosting(tmp_path / "n1", NODE)
     n2 = await _hosting(tmp_path / "n2", "n2")
-    written: list[frozenset[str]] = []
-    wrote = asyncio.Event()
+    isr_writes = IsrWrites()
 
     async def read_lease_and_isr(key: Key) -> LeaseAndIsr:
         return PrimaryLease(NODE, 2, 0), 7, InSyncSet((NODE, "n2"), "n0", 1, 0), 3
-
-    async def write_isr(
-        key: Key, epoch: int, members: frozenset[str], rev: int, mods: AssignmentMods = ()
-    ) -> int:
-        written.append(members)
-        wrote.set()
-        return rev + 1
 
     async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
         (reply,) = await answer_appends(n2, [call], _no_trim)
@@ -701,14 +693,14 @@ async def test_a_new_primary_drops_a_member_the_assignment_no_longer_names_witho
         send_append=send_append,
         address_of=lambda node: "127.0.0.1:1",
         read_lease_and_isr=read_lease_and_isr,
-        write_isr=write_isr,
+        write_isr=isr_writes.write_isr,
         member_gone=lambda key, m: "the assignment no longer names it" if m == "n2" else "",
     )
     primary = Primary(deps, (ZONE, PARTITION), 2)
     try:
         await asyncio.wait_for(primary.ready.wait(), 5)
-        await asyncio.wait_for(wrote.wait(), 5)
-        assert written == [frozenset({NODE})]
+        await asyncio.wait_for(isr_writes.wrote.wait(), 5)
+        assert isr_writes.written == [frozenset({NODE})]
         assert dict(primary.members) == {}
         assert await asyncio.wait_for(primary.submit(b"k", b"v"), 5) == (1, 2, False)
     finally:
