@@ -52,11 +52,16 @@ class IsrWrites:
         self.wrote = asyncio.Event()
 
     async def write_isr(
-        self, key: Key, epoch: int, members: frozenset[str], rev: int, mods: AssignmentMods = ()
+        self,
+        key: Key,
+        lease_epoch: int,
+        members: frozenset[str],
+        isr_revision: int,
+        assignment_mods: AssignmentMods = (),
     ) -> int:
         self.written.append(members)
         self.wrote.set()
-        return rev + 1
+        return isr_revision + 1
 
 
 def _record(hosted: bool) -> PartitionRecord:
@@ -71,7 +76,11 @@ def _deps(db: StoreThread) -> PrimaryDeps:
         return lease, 1, isr, 1
 
     async def write_isr(
-        key: Key, epoch: int, members: frozenset[str], rev: int, mods: AssignmentMods = ()
+        key: Key,
+        lease_epoch: int,
+        members: frozenset[str],
+        isr_revision: int,
+        assignment_mods: AssignmentMods = (),
     ) -> int:
         raise AssertionError("a one-node in-sync set is never rewritten here")
 
@@ -542,11 +551,15 @@ async def test_a_learners_join_cancelled_during_its_isr_write_lets_no_write_comm
     fenced: list[AssignmentMods] = []
 
     async def write_isr(
-        key: Key, epoch: int, members: frozenset[str], rev: int, mods: AssignmentMods = ()
+        key: Key,
+        lease_epoch: int,
+        members: frozenset[str],
+        isr_revision: int,
+        assignment_mods: AssignmentMods = (),
     ) -> int:
-        fenced.append(mods)
+        fenced.append(assignment_mods)
         await landed.wait()  # etcd electing a leader
-        return rev + 1
+        return isr_revision + 1
 
     async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
         appended.append(call)
