@@ -748,8 +748,9 @@ def reshard_facts(
     terms: Mapping[str, int] = MappingProxyType({}),
 ) -> ReshardFacts:
     """What the leader observes of ``reshard`` (design/resharding.md): destinations ready
-    (stable, a live primary lease whose holder is in the partition's ISR), caught up and drained (their reports), and every
-    partition the layout keeps purged with nothing left beyond it."""
+    (stable, a live primary lease whose holder is in the partition's ISR), caught up and
+    drained (their reports), and every partition the layout keeps purged with nothing left
+    beyond it."""
     moves = reshard.moves
 
     def current(p: int, report: ReshardReport) -> bool:

@@ -896,8 +896,9 @@ class DataPlane:
                             for (f, _), kv in zip(assignment_mods, found, strict=True))  # fmt: skip
                 if now != assignment_mods:
                     raise Unavailable(
-                        f"the assignment of {key[0]}/{key[1]} changed while a learner joined;"
-                        " it is judged again by the new one on its next fetch"
+                        f"the assignment of {key[0]}/{key[1]} changed since this in-sync set"
+                        " change was judged (a learner's join, a member leaving); it is judged"
+                        " again on the new one"
                     )
             revision = await self.metastore.write_isr(
                 *key,

@@ -10,7 +10,8 @@ below the zone's minimum); a learner that fetched up to the last entry joins it.
 **Hibernation** (design/data-plane.md): idle, a primary sends nothing. After a burst of writes it
 sends one commit notice (so followers learn the commit index), then sleeps until a write, a read
 that needs a commit, or a :meth:`Primary.poke` from its agent (a member's node left, its pair link
-went down, the partition's assignment changed): then members that are gone leave the ISR.
+went down, the partition's assignment changed) — and once right after its reconcile: then
+members that are gone leave the ISR (fenced by the assignment revisions they were judged by).
 
 Everything it needs from its agent comes through :class:`PrimaryDeps`; the wire is behind
 ``PrimaryDeps.send_append``.
@@ -508,6 +509,7 @@ class Primary:
         that would take it below the zone's minimum (then writes wait for them or fail)."""
         async with self._lock:
             self._check_lease()
+            judged_by = self._deps.assignment_revisions(self.key)
             gone = {m: why for m in self.members if (why := self._deps.member_gone(self.key, m))}
             if not gone:
                 return
@@ -523,7 +525,15 @@ class Primary:
                         minimum,
                     )
                 return
-            await self._set_isr(keep)
+            try:
+                # Fenced by the assignment it was judged by, as a join is: the agent watches
+                # leases and assignments apart, so a new primary's view may not show yet the
+                # pending that names a member which just joined. The change that moved the
+                # assignment on pokes this primary again.
+                await self._set_isr(keep, assignment_mods=judged_by)
+            except Unavailable as e:
+                log.info("%s/%s: members kept: %s", self.zone, self.partition, e)
+                return
             log.warning(
                 "%s/%s: removed from the in-sync set: %s", self.zone, self.partition, _reasons(gone)
             )

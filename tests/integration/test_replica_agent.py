@@ -858,7 +858,7 @@ async def test_a_join_judged_by_an_assignment_that_moved_on_is_not_written(
             encode_assignment(Assignment(("n1", "n2"), 1, 0, 0)),
         )
         members = frozenset({"n1", "n2", "n3"})
-        with pytest.raises(Unavailable, match=r"assignment .* changed while a learner joined"):
+        with pytest.raises(Unavailable, match=r"assignment .* changed since this in-sync set"):
             await plane.write_isr(key, 1, members, isr_rev, judged_by)
         assert plane._isr_writes.transactions == 1  # the batched try, then the checked one
         found = (await client.get(keys.isr(*key))).first()
@@ -872,7 +872,7 @@ async def test_a_join_judged_by_an_assignment_that_moved_on_is_not_written(
             keys.assign(*key, AssignField.PENDING),
             encode_assignment(Assignment(("n1", "n3"), 1, 0, 0)),
         )
-        with pytest.raises(Unavailable, match="changed while a learner joined"):
+        with pytest.raises(Unavailable, match="changed since this in-sync set change was judged"):
             await plane.write_isr(key, 1, members, isr_rev, judged_by)
         pending = (await client.get(keys.assign(*key, AssignField.PENDING))).first()
         assert pending is not None

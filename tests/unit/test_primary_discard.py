@@ -720,3 +720,63 @@ async def test_a_new_primary_drops_a_member_the_assignment_no_longer_names_witho
         await primary.stop("test over")
         await n1.close()
         await n2.close()
+
+
+async def test_a_members_leaving_is_fenced_by_the_assignment_it_was_judged_by(
+    tmp_path: Path,
+) -> None:
+    """The agent watches leases and assignments apart: a new primary's view may not show yet the
+    pending that names a member which just joined. Its probe's ISR write compares the assignment
+    revisions it judged by; when they moved on (etcd refuses: Unavailable), the member stays and
+    the primary serves on (the change pokes it again). And a primary with nothing gone writes no
+    in-sync set at all."""
+    n1 = await _hosting(tmp_path / "n1", NODE)
+    n2 = await _hosting(tmp_path / "n2", "n2")
+    judged_by: AssignmentMods = ((AssignField.STABLE, 7), (AssignField.PENDING, 9))
+    fenced: list[AssignmentMods] = []
+    refused = asyncio.Event()
+    named = {"n2": "the assignment no longer names it"}
+
+    async def read_lease_and_isr(key: Key) -> LeaseAndIsr:
+        return PrimaryLease(NODE, 2, 0), 7, InSyncSet((NODE, "n2"), "n0", 1, 0), 3
+
+    async def write_isr(
+        key: Key,
+        lease_epoch: int,
+        members: frozenset[str],
+        isr_revision: int,
+        assignment_mods: AssignmentMods = (),
+    ) -> int:
+        fenced.append(assignment_mods)
+        refused.set()
+        raise Unavailable("the assignment of z/3 changed since this in-sync set change was judged")
+
+    async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
+        (reply,) = await answer_appends(n2, [call], _no_trim)
+        return reply
+
+    deps = replace(
+        _deps(n1),
+        send_append=send_append,
+        address_of=lambda node: "127.0.0.1:1",
+        read_lease_and_isr=read_lease_and_isr,
+        write_isr=write_isr,
+        member_gone=lambda key, m: named.get(m, ""),
+        assignment_revisions=lambda key: judged_by,
+    )
+    primary = Primary(deps, (ZONE, PARTITION), 2)
+    try:
+        await asyncio.wait_for(refused.wait(), 5)
+        assert fenced == [judged_by]
+        assert await asyncio.wait_for(primary.submit(b"k", b"v"), 5) == (1, 2, False)
+        assert not primary.finished
+        assert dict(primary.members) == {"n2": 1}  # kept, and it has the write
+        assert await n2.call(n2.store.data.get, ZONE, PARTITION, b"k") == b"v"
+        named.clear()  # the view caught up: the pending names n2
+        primary.poke()
+        assert await asyncio.wait_for(primary.submit(b"k2", b"v"), 5) == (2, 2, False)
+        assert fenced == [judged_by], "an in-sync set was written with nothing gone"
+    finally:
+        await primary.stop("test over")
+        await n1.close()
+        await n2.close()
