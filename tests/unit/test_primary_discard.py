@@ -681,6 +681,37 @@ async def test_an_empty_primary_whose_member_holds_committed_entries_leaves_the_
         await n3.close()
 
 
+@contextlib.asynccontextmanager
+async def _new_primary_with_n2(
+    tmp_path: Path, **deps: object
+) -> AsyncIterator[tuple[Primary, StoreThread]]:
+    """Node n1's new primary at epoch 2 of an in-sync set {n1, n2} (written at epoch 1), n2
+    answering through ``answer_appends`` on its own real store; ``deps`` override the rest."""
+    n1 = await _hosting(tmp_path / "n1", NODE)
+    n2 = await _hosting(tmp_path / "n2", "n2")
+
+    async def read_lease_and_isr(key: Key) -> LeaseAndIsr:
+        return PrimaryLease(NODE, 2, 0), 7, InSyncSet((NODE, "n2"), "n0", 1, 0), 3
+
+    async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
+        (reply,) = await answer_appends(n2, [call], _no_trim)
+        return reply
+
+    base = replace(
+        _deps(n1),
+        send_append=send_append,
+        address_of=lambda node: "127.0.0.1:1",
+        read_lease_and_isr=read_lease_and_isr,
+    )
+    primary = Primary(replace(base, **deps), (ZONE, PARTITION), 2)  # type: ignore[arg-type]
+    try:
+        yield primary, n2
+    finally:
+        await primary.stop("test over")
+        await n1.close()
+        await n2.close()
+
+
 async def test_a_new_primary_drops_a_member_the_assignment_no_longer_names_without_a_poke(
     tmp_path: Path,
 ) -> None:
@@ -690,36 +721,16 @@ async def test_a_new_primary_drops_a_member_the_assignment_no_longer_names_witho
     in the in-sync set until the next assignment or node change: found by
     ``bench/data_plane_bench.py``, whose zone never settled (two partitions' ISRs kept a node
     stable no longer named, so its retire never came). Real agent stores on both sides."""
-    n1 = await _hosting(tmp_path / "n1", NODE)
-    n2 = await _hosting(tmp_path / "n2", "n2")
     isr_writes = IsrWrites()
-
-    async def read_lease_and_isr(key: Key) -> LeaseAndIsr:
-        return PrimaryLease(NODE, 2, 0), 7, InSyncSet((NODE, "n2"), "n0", 1, 0), 3
-
-    async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
-        (reply,) = await answer_appends(n2, [call], _no_trim)
-        return reply
-
-    deps = replace(
-        _deps(n1),
-        send_append=send_append,
-        address_of=lambda node: "127.0.0.1:1",
-        read_lease_and_isr=read_lease_and_isr,
-        write_isr=isr_writes.write_isr,
-        member_gone=lambda key, m: "the assignment no longer names it" if m == "n2" else "",
-    )
-    primary = Primary(deps, (ZONE, PARTITION), 2)
-    try:
+    gone = {"n2": "the assignment no longer names it"}
+    async with _new_primary_with_n2(
+        tmp_path, write_isr=isr_writes.write_isr, member_gone=lambda key, m: gone.get(m, "")
+    ) as (primary, _n2):
         await asyncio.wait_for(primary.ready.wait(), 5)
         await asyncio.wait_for(isr_writes.wrote.wait(), 5)
         assert isr_writes.written == [frozenset({NODE})]
         assert dict(primary.members) == {}
         assert await asyncio.wait_for(primary.submit(b"k", b"v"), 5) == (1, 2, False)
-    finally:
-        await primary.stop("test over")
-        await n1.close()
-        await n2.close()
 
 
 async def test_a_members_leaving_is_fenced_by_the_assignment_it_was_judged_by(
@@ -730,15 +741,10 @@ async def test_a_members_leaving_is_fenced_by_the_assignment_it_was_judged_by(
     revisions it judged by; when they moved on (etcd refuses: Unavailable), the member stays and
     the primary serves on (the change pokes it again). And a primary with nothing gone writes no
     in-sync set at all."""
-    n1 = await _hosting(tmp_path / "n1", NODE)
-    n2 = await _hosting(tmp_path / "n2", "n2")
     judged_by: AssignmentMods = ((AssignField.STABLE, 7), (AssignField.PENDING, 9))
     fenced: list[AssignmentMods] = []
     refused = asyncio.Event()
     named = {"n2": "the assignment no longer names it"}
-
-    async def read_lease_and_isr(key: Key) -> LeaseAndIsr:
-        return PrimaryLease(NODE, 2, 0), 7, InSyncSet((NODE, "n2"), "n0", 1, 0), 3
 
     async def write_isr(
         key: Key,
@@ -751,21 +757,12 @@ async def test_a_members_leaving_is_fenced_by_the_assignment_it_was_judged_by(
         refused.set()
         raise Unavailable("the assignment of z/3 changed since this in-sync set change was judged")
 
-    async def send_append(node: str, address: str, call: AppendCall, t: float) -> AppendReply:
-        (reply,) = await answer_appends(n2, [call], _no_trim)
-        return reply
-
-    deps = replace(
-        _deps(n1),
-        send_append=send_append,
-        address_of=lambda node: "127.0.0.1:1",
-        read_lease_and_isr=read_lease_and_isr,
+    async with _new_primary_with_n2(
+        tmp_path,
         write_isr=write_isr,
         member_gone=lambda key, m: named.get(m, ""),
         assignment_revisions=lambda key: judged_by,
-    )
-    primary = Primary(deps, (ZONE, PARTITION), 2)
-    try:
+    ) as (primary, n2):
         await asyncio.wait_for(refused.wait(), 5)
         assert fenced == [judged_by]
         assert await asyncio.wait_for(primary.submit(b"k", b"v"), 5) == (1, 2, False)
@@ -776,7 +773,3 @@ async def test_a_members_leaving_is_fenced_by_the_assignment_it_was_judged_by(
         primary.poke()
         assert await asyncio.wait_for(primary.submit(b"k2", b"v"), 5) == (2, 2, False)
         assert fenced == [judged_by], "an in-sync set was written with nothing gone"
-    finally:
-        await primary.stop("test over")
-        await n1.close()
-        await n2.close()
