@@ -29,7 +29,7 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import NDArray
 
-from placement.algo import domain_keep
+from placement.algo import domain_keep, joint
 from placement.algo.cordon import solve_cordoned
 from placement.algo.fleet import FleetLoad, per_weight, rank
 from placement.algo.hashing import mix64, name_key, name_keys
@@ -99,6 +99,10 @@ def place(
         members = members_matrix(pairs, ctx.partitions, ctx.width, len(eligible))
     load = np.bincount(members.ravel(), minlength=len(eligible))
     primary = choose_primaries(members, load, ctx.cur_primary, ctx.row_key, ctx.primary_rank)
+    if ctx.cordoned is None:
+        members, load, primary = _members_for_primaries(
+            ctx, members, load, primary, zone.failure_domain
+        )
     return _assemble(ctx.names, members, primary, load, ctx.given)
 
 
@@ -526,6 +530,43 @@ def _solve_flat(ctx: _Context) -> I64:
         pairs = solve_cordoned(pb, ctx.weights, ctx.cordoned)
         return members_matrix(pairs, ctx.partitions, ctx.width, len(ctx.names))
     return solve_rows(pb, ctx.width)
+
+
+def _members_for_primaries(
+    ctx: _Context, members: I64, load: I64, primary: I64, attribute: str | None
+) -> tuple[I64, I64, I64]:
+    """``members``, or other members keeping as many current pairs whose primaries change
+    fewer current primaries (:mod:`placement.algo.joint`); with their loads and primaries.
+    With failure domains only for ``D ≥ R'``, each domain keeping its total."""
+    domain: I64 | None = None
+    if attribute is None:
+        _, targets = weighted_targets(ctx.weights, ctx.total, hi=[ctx.partitions] * len(ctx.names))
+        lo, hi = targets.floor, targets.floor + targets.eligible
+    else:
+        dom = _Domains.build(ctx, attribute)
+        if len(dom.labels) < ctx.width:
+            return members, load, primary
+        domain = dom.of_node
+        lo, hi = np.zeros_like(load), np.zeros_like(load)
+        for d, nodes in enumerate(dom.nodes):
+            total = int(load[nodes].sum())
+            if total:
+                inner = demand_targets(dom.node_weights[d], np.ones(total, dtype=np.int64))
+                lo[nodes] = inner.floor
+                hi[nodes] = inner.floor + inner.eligible
+    other = joint.members_for_primaries(
+        members, primary, ctx.cur_primary, ctx.cur_row, ctx.cur_node, lo, hi, domain
+    )
+    if other is not None:
+        other_load = np.bincount(other.ravel(), minlength=len(ctx.names))
+        chosen = choose_primaries(other, other_load, ctx.cur_primary, ctx.row_key, ctx.primary_rank)
+        if _primary_changes(ctx, chosen) < _primary_changes(ctx, primary):
+            return other, other_load, chosen
+    return members, load, primary
+
+
+def _primary_changes(ctx: _Context, primary: I64) -> int:
+    return int(np.count_nonzero((ctx.cur_primary >= 0) & (primary != ctx.cur_primary)))
 
 
 # --- failure domains -----------------------------------------------------------------------------

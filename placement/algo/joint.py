@@ -1,0 +1,262 @@
+"""Members chosen for their primaries too: among the member sets that keep the most current
+pairs, one that lets the most current primaries stay (design/placement.md, "Primaries").
+
+The core keeps the most current pairs; which of several equally good member sets it returns
+decides what the primaries can keep. A row whose current primary lost its membership to a tie,
+or whose primary's node is at its upper bound where another equally good set would raise that
+bound, changes its primary for nothing. This step re-chooses the members on one min-cost
+circulation over the rows, the nodes and their bands:
+
+* row ``p`` sends its ``R'`` units to distinct nodes; a current pair costs ``−B`` (``B`` more
+  than any count of primaries, so no kept pair is ever traded for primaries);
+* the unit to ``p``'s current primary ``c`` may go through ``c``'s *kept-primary port* at a
+  further cost of ``−1``; the port holds at most ``⌈ℓ_c/R'⌉`` units — the most primaries ``c``
+  may lead at its load ``ℓ_c`` — and where ``c``'s ``+1`` replica raises that bound, the port's
+  extra unit is that ``+1`` (a gadget: the ``+1`` slot is shared by the port and the node);
+* node ``i`` ends within its band ``[lo_i, hi_i]``, and the total is fixed.
+
+Starting from the core's members (a feasible circulation), negative cycles are cancelled until
+none is left (Bellman-Ford): then no member set within the bands keeps more pairs, and none
+keeps as many with more ports used. The ports relax the primaries' lower bounds, so the
+primaries chosen afterwards (:func:`placement.algo.preferred.choose_primaries`) may keep fewer
+than the ports promise; the caller keeps whichever member set changes fewer primaries. The
+work (edge relaxations) is bounded by :data:`JOINT_WORK`: a larger zone keeps the core's
+members, and its primaries are those of :mod:`placement.algo.preferred` alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+I64 = NDArray[np.int64]
+
+#: Edge relaxations the cycle searches may spend (about 0.1 s of Python); work, not time, so
+#: the answer is the same on every machine. When it runs out, the members found so far are
+#: kept (every cancelled cycle made them better, none worse).
+JOINT_WORK = 500_000
+#: Zones with more (row, node) edges than this are not tried: building the network alone
+#: would cost more than the searches may.
+JOINT_EDGES = 20_000
+
+
+@dataclass
+class _Network:
+    """A residual graph: edge ``e`` and its reverse ``e ^ 1``."""
+
+    size: int
+    head: list[int] = field(default_factory=list)
+    tail: list[int] = field(default_factory=list)
+    cap: list[int] = field(default_factory=list)
+    cost: list[int] = field(default_factory=list)
+
+    def add(self, a: int, b: int, low: int, high: int, flow: int, cost: int) -> int:
+        """An edge ``a → b`` with bounds ``[low, high]`` carrying ``flow``; its index."""
+        e = len(self.head)
+        self.tail += (a, b)
+        self.head += (b, a)
+        self.cap += (high - flow, flow - low)
+        self.cost += (cost, -cost)
+        return e
+
+    def negative_cycle(self, budget: list[int]) -> list[int] | None:
+        """The edges of one negative cycle of the residual graph, or None when there is none
+        (or ``budget[0]``, the relaxations left, runs out: then ``budget[0] < 0``)."""
+        n = self.size
+        dist = [0] * n
+        parent = [-1] * n
+        live = [e for e in range(len(self.head)) if self.cap[e] > 0]
+        last = -1
+        for _ in range(n):
+            budget[0] -= len(live)
+            if budget[0] < 0:
+                return None
+            last = -1
+            for e in live:
+                a, b = self.tail[e], self.head[e]
+                d = dist[a] + self.cost[e]
+                if d < dist[b]:
+                    dist[b] = d
+                    parent[b] = e
+                    last = b
+            if last < 0:
+                return None
+        for _ in range(n):  # walk back into the cycle
+            last = self.tail[parent[last]]
+        cycle = []
+        v = last
+        while True:
+            e = parent[v]
+            cycle.append(e)
+            v = self.tail[e]
+            if v == last:
+                return cycle
+
+    def push(self, cycle: list[int]) -> None:
+        amount = min(self.cap[e] for e in cycle)
+        for e in cycle:
+            self.cap[e] -= amount
+            self.cap[e ^ 1] += amount
+
+
+def _may_gain(members: I64, primary: I64, current: I64, lo: I64, hi: I64) -> bool:
+    """Whether other members could keep more current primaries, by two bounds that hold for
+    every member set in the bands:
+
+    * a node ``c`` leads at most ``⌈hi_c/R'⌉`` of the ``W_c`` rows it led before, and the
+      rows it leads beyond those must cover the rest of its floor ``⌊lo_c/R'⌋``, so at most
+      ``min(Σ min(W_c, ⌈hi_c/R'⌉), P − Σ max(0, ⌊lo_c/R'⌋ − W_c))`` primaries stay (the
+      usual join: the new node's floor is what the others lose);
+    * the ports (see the module) gain only where a row takes its current primary ``c`` back
+      as a member while ``c``'s port has room, or where ``c``'s ``+1`` replica raises its
+      bound ``⌈ℓ/R'⌉`` while more rows want it than that.
+    """
+    rows, width = members.shape
+    n_nodes = len(hi)
+    valid = current >= 0
+    led = np.bincount(current[valid], minlength=n_nodes)
+    bound = min(
+        int(np.minimum(led, -(-hi // width)).sum()),
+        rows - int(np.maximum(0, lo // width - led).sum()),
+    )
+    if np.count_nonzero(primary == current) >= bound:
+        return False
+    load = np.bincount(members.ravel(), minlength=n_nodes)
+    holds = valid & (members == current[:, None]).any(axis=1)
+    wanted = np.bincount(current[holds], minlength=n_nodes)
+    lost = led - wanted
+    top = -(-load // width)
+    raise_ = (load < hi) & (-(-(load + 1) // width) > top)
+    return bool((((lost > 0) & (wanted < top)) | (raise_ & (wanted + lost > top))).any())
+
+
+def members_for_primaries(
+    members: I64,
+    primary: I64,
+    current: I64,
+    cur_row: I64,
+    cur_node: I64,
+    lo: I64,
+    hi: I64,
+    domain: I64 | None = None,
+) -> I64 | None:
+    """Members (rows × R', each row sorted) keeping as many current pairs as ``members`` and
+    the most current primaries the ports allow; None when nothing changes or the zone is
+    beyond :data:`JOINT_WORK`.
+
+    ``domain[i]``, with failure domains (``D ≥ R'``): node ``i``'s domain; a row then takes at
+    most one node per domain, and every domain keeps the total ``members`` give it (the bands
+    are those of that total).
+
+    ``primary`` is the primary chosen for ``members``, ``current[p]`` the row's current
+    primary or -1, ``cur_row``/``cur_node`` the current pairs and ``[lo_i, hi_i]`` node
+    ``i``'s load band (``hi_i ≤ lo_i + 1``; the loads of ``members`` are within it, and their
+    primaries within ``⌊ℓ_i/R'⌋..⌈ℓ_i/R'⌉``).
+    """
+    rows, width = members.shape
+    n_nodes = len(lo)
+    back = (current >= 0) & (primary != current)
+    if width < 2 or not back.any():
+        return None
+    if rows * n_nodes > JOINT_EDGES or not _may_gain(members, primary, current, lo, hi):
+        return None
+    n_dom = 0 if domain is None else int(domain.max()) + 1
+    hub_base = 2 * rows + 3 * n_nodes
+    dom_base = hub_base + rows * n_dom
+    vertices = dom_base + n_dom + 1
+    held = np.zeros((rows, n_nodes), dtype=np.bool_)
+    held[cur_row, cur_node] = True
+    big = rows + 1
+    net = _Network(vertices)
+    g_base, node_base = rows, 2 * rows
+    port_base, plus_base, sink = 2 * rows + n_nodes, 2 * rows + 2 * n_nodes, vertices - 1
+    member = np.zeros((rows, n_nodes), dtype=np.bool_)
+    member[np.arange(rows)[:, None], members] = True
+    load = member.sum(axis=0)
+    # Start with the ports as full as these members allow: the rows their current primaries
+    # lead first, then the others holding their current primary, each port up to ⌈ℓ/R'⌉.
+    room = (-(-load // width)).tolist()
+    holds = (current >= 0) & member[np.arange(rows), np.maximum(current, 0)]
+    routed = np.zeros(rows, dtype=np.bool_)
+    for p in (
+        np.flatnonzero(holds & (primary == current)).tolist()
+        + np.flatnonzero(holds & (primary != current)).tolist()
+    ):
+        c = int(current[p])
+        if room[c] > 0:
+            room[c] -= 1
+            routed[p] = True
+    # Where a row's units leave from towards node i: the row, or its hub for i's domain.
+    if domain is None:
+        start = [[p] * n_nodes for p in range(rows)]
+    else:
+        of = domain.tolist()
+        start = [[hub_base + p * n_dom + of[i] for i in range(n_nodes)] for p in range(rows)]
+        in_domain = np.zeros((rows, n_dom), dtype=np.int64)
+        np.add.at(in_domain, (np.repeat(np.arange(rows), width), domain[members.ravel()]), 1)
+        for p in range(rows):
+            for d in range(n_dom):
+                net.add(p, hub_base + p * n_dom + d, 0, 1, int(in_domain[p, d]), 0)
+    row_edges: list[tuple[int, int, int]] = []  # (row, node, edge) of the direct edges
+    through: list[int] = []  # per row: the edge row → its gadget, or -1
+    via_port = np.zeros(n_nodes, dtype=np.int64)
+    for p in range(rows):
+        c = int(current[p])
+        at = start[p]
+        if c >= 0:
+            has = bool(holds[p])
+            kept = bool(routed[p])
+            g = g_base + p
+            through.append(net.add(at[c], g, 0, 1, int(has), -big))
+            net.add(g, port_base + c, 0, 1, int(kept), -1)
+            net.add(g, node_base + c, 0, 1, int(has and not kept), 0)
+            via_port[c] += kept
+        else:
+            through.append(-1)
+        for i in range(n_nodes):
+            if i != c:
+                cost = -big if held[p, i] else 0
+                e = net.add(at[i], node_base + i, 0, 1, int(member[p, i]), cost)
+                row_edges.append((p, i, e))
+    # Each node's units end in the sink, or in its domain, which holds its total.
+    ends = [sink] * n_nodes if domain is None else [dom_base + d for d in domain.tolist()]
+    if domain is not None:
+        totals = np.bincount(domain, weights=load, minlength=n_dom).astype(np.int64).tolist()
+        for d in range(n_dom):
+            net.add(dom_base + d, sink, totals[d], totals[d], totals[d], 0)
+    for i in range(n_nodes):
+        low, high, now, ports = int(lo[i]), int(hi[i]), int(load[i]), int(via_port[i])
+        node, port, plus = node_base + i, port_base + i, plus_base + i
+        if high > low and low % width == 0:
+            # The +1 replica raises the bound by one: the port's extra unit is that +1.
+            fixed = low // width
+            plus_port = int(now > low and ports > fixed)
+            net.add(port, node, 0, fixed, ports - plus_port, 0)
+            net.add(port, plus, 0, 1, plus_port, 0)
+            net.add(node, plus, 0, 1, int(now > low) - plus_port, 0)
+            net.add(node, ends[i], low, low, low, 0)
+            net.add(plus, ends[i], 0, 1, now - low, 0)
+        else:
+            net.add(port, node, 0, -(-low // width), ports, 0)
+            net.add(node, ends[i], low, high, now, 0)
+    if min(net.cap) < 0:  # a load or a primary count outside its band: not this step's input
+        return None
+    budget = [JOINT_WORK]
+    changed = False
+    while (cycle := net.negative_cycle(budget)) is not None:
+        net.push(cycle)
+        changed = True
+    if not changed:
+        return None
+    out = np.zeros((rows, n_nodes), dtype=np.bool_)
+    for p, i, e in row_edges:
+        out[p, i] = net.cap[e ^ 1] > 0
+    for p in range(rows):
+        if through[p] >= 0 and net.cap[through[p] ^ 1] > 0:
+            out[p, int(current[p])] = True
+    if np.array_equal(out, member):  # only the ports' use changed
+        return None
+    result = np.nonzero(out)[1].reshape(rows, width)
+    return result.astype(np.int64)
