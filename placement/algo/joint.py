@@ -26,6 +26,7 @@ members, and its primaries are those of :mod:`placement.algo.preferred` alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,6 +102,15 @@ class _Network:
             self.cap[e ^ 1] += amount
 
 
+def primaries_bound(members: I64, current: I64, lo: I64, hi: I64) -> int:
+    """The most current primaries any member set in the bands lets stay (see :func:`_may_gain`)."""
+    rows, width = len(members), int(members.shape[1])
+    led = np.bincount(current[current >= 0], minlength=len(hi))
+    most = int(np.minimum(led, -(-hi // width)).sum())
+    short = int(np.maximum(0, lo // width - led).sum())
+    return min(most, rows - short)
+
+
 def _may_gain(members: I64, primary: I64, current: I64, lo: I64, hi: I64) -> bool:
     """Whether other members could keep more current primaries, by two bounds that hold for
     every member set in the bands:
@@ -113,16 +123,12 @@ def _may_gain(members: I64, primary: I64, current: I64, lo: I64, hi: I64) -> boo
       as a member while ``c``'s port has room, or where ``c``'s ``+1`` replica raises its
       bound ``⌈ℓ/R'⌉`` while more rows want it than that.
     """
-    rows, width = members.shape
+    width = members.shape[1]
     n_nodes = len(hi)
+    if np.count_nonzero(primary == current) >= primaries_bound(members, current, lo, hi):
+        return False
     valid = current >= 0
     led = np.bincount(current[valid], minlength=n_nodes)
-    bound = min(
-        int(np.minimum(led, -(-hi // width)).sum()),
-        rows - int(np.maximum(0, lo // width - led).sum()),
-    )
-    if np.count_nonzero(primary == current) >= bound:
-        return False
     load = np.bincount(members.ravel(), minlength=n_nodes)
     holds = valid & (members == current[:, None]).any(axis=1)
     wanted = np.bincount(current[holds], minlength=n_nodes)
@@ -158,7 +164,7 @@ def members_for_primaries(
     rows, width = members.shape
     n_nodes = len(lo)
     back = (current >= 0) & (primary != current)
-    if width < 2 or not back.any():
+    if not back.any():
         return None
     if rows * n_nodes > JOINT_EDGES or not _may_gain(members, primary, current, lo, hi):
         return None
@@ -260,3 +266,91 @@ def members_for_primaries(
         return None
     result = np.nonzero(out)[1].reshape(rows, width)
     return result.astype(np.int64)
+
+
+#: Member exchanges tried by :func:`exchanges`, counted in member slots of the primaries chosen
+#: for each (rows × R'): a zone of 12 × 3 may try about 1,100 (0.1 s), one of 1,000 × 3 about
+#: 13. Work, not time: the same answer on every machine.
+EXCHANGE_WORK = 40_000
+
+
+def exchanges(
+    members: I64,
+    primary: I64,
+    current: I64,
+    cur_row: I64,
+    cur_node: I64,
+    lo: I64,
+    hi: I64,
+    choose: Callable[[I64], I64],
+    domain: I64 | None = None,
+) -> tuple[I64, I64] | None:
+    """Two rows swapping a member each — loads, kept pairs and domains unchanged — wherever
+    that lets the primaries (``choose(members)``) keep more current primaries; the members
+    and primaries found, or None.
+
+    What the ports cannot see: a node's floor of primaries. A node that must lead one row but
+    is a member only of rows their current primaries still lead takes one of them; swapped
+    into a row without a current primary to keep, it leads that one instead. Tried only while
+    the bound of :func:`primaries_bound` says a primary may still come back, first on the
+    rows whose current primary does not lead them, and within :data:`EXCHANGE_WORK`.
+    """
+    rows, width = members.shape
+    n_nodes = len(lo)
+    if rows * n_nodes > JOINT_EDGES:
+        return None
+    bound = primaries_bound(members, current, lo, hi)
+    held = np.zeros((rows, n_nodes), dtype=np.int64)  # counted: bools would add as "or"
+    held[cur_row, cur_node] = True
+    budget = EXCHANGE_WORK // (rows * width)
+    found: tuple[I64, I64] | None = None
+    best = int(np.count_nonzero(primary == current))
+    while best < bound and budget > 0:
+        blocked = (current >= 0) & (primary != current)
+        # The rows whose current primary does not lead them first, then the others.
+        order = np.flatnonzero(blocked).tolist() + np.flatnonzero(~blocked).tolist()
+        step = _exchange(members, current, held, domain, order, choose, best, budget)
+        if step is None:
+            break
+        members, primary, best, budget = step
+        found = (members, primary)
+    return found
+
+
+def _exchange(
+    members: I64,
+    current: I64,
+    held: I64,
+    domain: I64 | None,
+    order: list[int],
+    choose: Callable[[I64], I64],
+    best: int,
+    budget: int,
+) -> tuple[I64, I64, int, int] | None:
+    """The first exchange of two rows' members (in ``order``, then every later row) whose
+    primaries keep more than ``best`` current primaries: members, primaries, their count and
+    the budget left; None when none does within ``budget`` tries."""
+    rows = [members[p].tolist() for p in range(len(members))]
+    for at, p in enumerate(order):
+        row_p = rows[p]
+        for q in order[at + 1 :]:
+            row_q = rows[q]
+            for y in row_p:
+                if y in row_q:
+                    continue
+                for z in row_q:
+                    if z in row_p or (domain is not None and domain[y] != domain[z]):
+                        continue
+                    if held[p, z] + held[q, y] < held[p, y] + held[q, z]:
+                        continue  # a kept pair lost
+                    budget -= 1
+                    if budget < 0:
+                        return None
+                    trial = members.copy()
+                    trial[p] = sorted([*(n for n in row_p if n != y), z])
+                    trial[q] = sorted([*(n for n in row_q if n != z), y])
+                    chosen = choose(trial)
+                    kept = int(np.count_nonzero(chosen == current))
+                    if kept > best:
+                        return trial, chosen, kept, budget
+    return None

@@ -561,7 +561,16 @@ def _members_for_primaries(
         other_load = np.bincount(other.ravel(), minlength=len(ctx.names))
         chosen = choose_primaries(other, other_load, ctx.cur_primary, ctx.row_key, ctx.primary_rank)
         if _primary_changes(ctx, chosen) < _primary_changes(ctx, primary):
-            return other, other_load, chosen
+            members, load, primary = other, other_load, chosen
+
+    def choose(trial: I64) -> I64:
+        return choose_primaries(trial, load, ctx.cur_primary, ctx.row_key, ctx.primary_rank)
+
+    swapped = joint.exchanges(
+        members, primary, ctx.cur_primary, ctx.cur_row, ctx.cur_node, lo, hi, choose, domain
+    )
+    if swapped is not None:
+        members, primary = swapped
     return members, load, primary
 
 
