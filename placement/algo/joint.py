@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -277,80 +278,129 @@ EXCHANGE_WORK = 40_000
 def exchanges(
     members: I64,
     primary: I64,
+    load: I64,
     current: I64,
     cur_row: I64,
     cur_node: I64,
-    lo: I64,
-    hi: I64,
-    choose: Callable[[I64], I64],
+    bound: int,
+    choose: Callable[[I64, I64], I64],
+    fits: Callable[[I64], bool],
     domain: I64 | None = None,
 ) -> tuple[I64, I64] | None:
-    """Two rows swapping a member each — loads, kept pairs and domains unchanged — wherever
-    that lets the primaries (``choose(members)``) keep more current primaries; the members
-    and primaries found, or None.
+    """Members changed one row at a time — a member moved to another node, or two rows
+    swapping a member each — keeping the current pairs kept, the loads within their targets
+    (``fits(loads)``) and every row's domains distinct, wherever that lets the primaries
+    (``choose(members, loads)``) keep more current primaries; the members and primaries
+    found, or None.
 
-    What the ports cannot see: a node's floor of primaries. A node that must lead one row but
-    is a member only of rows their current primaries still lead takes one of them; swapped
-    into a row without a current primary to keep, it leads that one instead. Tried only while
-    the bound of :func:`primaries_bound` says a primary may still come back, first on the
-    rows whose current primary does not lead them, and within :data:`EXCHANGE_WORK`.
+    What the ports cannot see: a node's floor of primaries, and (with failure domains) which
+    domains take the ``+1`` of their totals. A node that must lead one row but is a member
+    only of rows their current primaries still lead takes one of them; swapped into a row
+    without a current primary to keep, it leads that one instead. Tried while fewer current
+    primaries stay than ``bound`` (:func:`primaries_bound`), first on the rows whose current
+    primary does not lead them, and within :data:`EXCHANGE_WORK`.
     """
     rows, width = members.shape
-    n_nodes = len(lo)
-    if rows * n_nodes > JOINT_EDGES:
-        return None
-    bound = primaries_bound(members, current, lo, hi)
-    held = np.zeros((rows, n_nodes), dtype=np.int64)  # counted: bools would add as "or"
-    held[cur_row, cur_node] = True
-    budget = EXCHANGE_WORK // (rows * width)
-    found: tuple[I64, I64] | None = None
     best = int(np.count_nonzero(primary == current))
-    while best < bound and budget > 0:
+    if best >= bound or rows * len(load) > JOINT_EDGES:
+        return None
+    budget = EXCHANGE_WORK // (rows * width)
+    search = _Search(current, cur_row, cur_node, choose, fits, domain, budget)
+    found: tuple[I64, I64] | None = None
+    while best < bound:
         blocked = (current >= 0) & (primary != current)
         # The rows whose current primary does not lead them first, then the others.
         order = np.flatnonzero(blocked).tolist() + np.flatnonzero(~blocked).tolist()
-        step = _exchange(members, current, held, domain, order, choose, best, budget)
+        step = search.first_better(members, load, order, best)
         if step is None:
             break
-        members, primary, best, budget = step
+        members, load, primary = step
+        best = int(np.count_nonzero(primary == current))
         found = (members, primary)
     return found
 
 
-def _exchange(
-    members: I64,
-    current: I64,
-    held: I64,
-    domain: I64 | None,
-    order: list[int],
-    choose: Callable[[I64], I64],
-    best: int,
-    budget: int,
-) -> tuple[I64, I64, int, int] | None:
-    """The first exchange of two rows' members (in ``order``, then every later row) whose
-    primaries keep more than ``best`` current primaries: members, primaries, their count and
-    the budget left; None when none does within ``budget`` tries."""
-    rows = [members[p].tolist() for p in range(len(members))]
-    for at, p in enumerate(order):
-        row_p = rows[p]
-        for q in order[at + 1 :]:
-            row_q = rows[q]
+class _Search:
+    """The neighbourhood of :func:`exchanges` and what it may spend."""
+
+    def __init__(
+        self,
+        current: I64,
+        cur_row: I64,
+        cur_node: I64,
+        choose: Callable[[I64, I64], I64],
+        fits: Callable[[I64], bool],
+        domain: I64 | None,
+        budget: int,
+    ) -> None:
+        self.current = current
+        self.held = {(int(p), int(i)) for p, i in zip(cur_row, cur_node, strict=True)}
+        self.choose = choose
+        self.fits = fits
+        self.domain = None if domain is None else domain.tolist()
+        self.budget = budget
+
+    def first_better(
+        self, members: I64, load: I64, order: list[int], best: int
+    ) -> tuple[I64, I64, I64] | None:
+        """The first change (rows in ``order``: a move of the row's, then swaps with every
+        later row) whose primaries keep more than ``best``: members, loads and primaries; None
+        when none does within the budget."""
+        rows = [members[p].tolist() for p in range(len(members))]
+        n_nodes = len(load)
+        for at, p in enumerate(order):
+            row_p = rows[p]
             for y in row_p:
-                if y in row_q:
-                    continue
-                for z in row_q:
-                    if z in row_p or (domain is not None and domain[y] != domain[z]):
+                for z in range(n_nodes):
+                    if z in row_p or not self._distinct(row_p, y, z):
                         continue
-                    if held[p, z] + held[q, y] < held[p, y] + held[q, z]:
-                        continue  # a kept pair lost
-                    budget -= 1
-                    if budget < 0:
-                        return None
-                    trial = members.copy()
-                    trial[p] = sorted([*(n for n in row_p if n != y), z])
-                    trial[q] = sorted([*(n for n in row_q if n != z), y])
-                    chosen = choose(trial)
-                    kept = int(np.count_nonzero(chosen == current))
-                    if kept > best:
-                        return trial, chosen, kept, budget
-    return None
+                    moved = load.copy()
+                    moved[y] -= 1
+                    moved[z] += 1
+                    if self._loses(p, y, z) or not self.fits(moved):
+                        continue
+                    found = self._try(members, moved, best, ((p, y, z),))
+                    if found is not False:
+                        return found
+            for q in order[at + 1 :]:
+                row_q = rows[q]
+                for y in row_p:
+                    for z in row_q:
+                        if y in row_q or z in row_p or not self._swaps(y, z):
+                            continue
+                        if self._loses(p, y, z) + self._loses(q, z, y) > 0:
+                            continue  # a kept pair lost
+                        found = self._try(members, load, best, ((p, y, z), (q, z, y)))
+                        if found is not False:
+                            return found
+        return None
+
+    def _distinct(self, row: list[int], y: int, z: int) -> bool:
+        """Whether ``z`` may replace ``y`` in ``row`` with the row's domains still distinct."""
+        dom = self.domain
+        return dom is None or dom[z] == dom[y] or all(dom[n] != dom[z] for n in row)
+
+    def _swaps(self, y: int, z: int) -> bool:
+        return self.domain is None or self.domain[y] == self.domain[z]
+
+    def _loses(self, p: int, y: int, z: int) -> int:
+        """Kept pairs lost when row ``p`` trades ``y`` for ``z`` (-1: one more kept)."""
+        return int((p, y) in self.held) - int((p, z) in self.held)
+
+    def _try(
+        self, members: I64, load: I64, best: int, changes: tuple[tuple[int, int, int], ...]
+    ) -> tuple[I64, I64, I64] | Literal[False] | None:
+        """The change's members, loads and primaries if they keep more than ``best``; False
+        if not; None when the budget is spent."""
+        self.budget -= 1
+        if self.budget < 0:
+            return None
+        trial = members.copy()
+        for p, y, z in changes:
+            row = trial[p].tolist()
+            row[row.index(y)] = z
+            trial[p] = sorted(row)
+        chosen = self.choose(trial, load)
+        if int(np.count_nonzero(chosen == self.current)) > best:
+            return trial, load, chosen
+        return False

@@ -537,41 +537,122 @@ def _members_for_primaries(
 ) -> tuple[I64, I64, I64]:
     """``members``, or other members keeping as many current pairs whose primaries change
     fewer current primaries (:mod:`placement.algo.joint`); with their loads and primaries.
-    With failure domains only for ``D ≥ R'``, each domain keeping its total."""
-    domain: I64 | None = None
+    With failure domains only for ``D ≥ R'``."""
+
+    changed = (ctx.cur_primary >= 0) & (primary != ctx.cur_primary)
+    if ctx.partitions * len(ctx.names) > joint.JOINT_EDGES or not changed.any():
+        return members, load, primary
+
+    def choose(trial: I64, loads: I64) -> I64:
+        return choose_primaries(trial, loads, ctx.cur_primary, ctx.row_key, ctx.primary_rank)
+
     if attribute is None:
         _, targets = weighted_targets(ctx.weights, ctx.total, hi=[ctx.partitions] * len(ctx.names))
-        lo, hi = targets.floor, targets.floor + targets.eligible
+        bands = _Bands(targets.floor, targets.floor + targets.eligible)
+        domain = None
     else:
         dom = _Domains.build(ctx, attribute)
         if len(dom.labels) < ctx.width:
             return members, load, primary
+        bands = _DomainBands(ctx, dom)
         domain = dom.of_node
-        lo, hi = np.zeros_like(load), np.zeros_like(load)
-        for d, nodes in enumerate(dom.nodes):
-            total = int(load[nodes].sum())
-            if total:
-                inner = demand_targets(dom.node_weights[d], np.ones(total, dtype=np.int64))
-                lo[nodes] = inner.floor
-                hi[nodes] = inner.floor + inner.eligible
+    lo, hi = bands.at(load)
     other = joint.members_for_primaries(
         members, primary, ctx.cur_primary, ctx.cur_row, ctx.cur_node, lo, hi, domain
     )
     if other is not None:
         other_load = np.bincount(other.ravel(), minlength=len(ctx.names))
-        chosen = choose_primaries(other, other_load, ctx.cur_primary, ctx.row_key, ctx.primary_rank)
+        chosen = choose(other, other_load)
         if _primary_changes(ctx, chosen) < _primary_changes(ctx, primary):
             members, load, primary = other, other_load, chosen
-
-    def choose(trial: I64) -> I64:
-        return choose_primaries(trial, load, ctx.cur_primary, ctx.row_key, ctx.primary_rank)
-
-    swapped = joint.exchanges(
-        members, primary, ctx.cur_primary, ctx.cur_row, ctx.cur_node, lo, hi, choose, domain
+    bound = joint.primaries_bound(members, ctx.cur_primary, *bands.widest())
+    exchanged = joint.exchanges(
+        members,
+        primary,
+        load,
+        ctx.cur_primary,
+        ctx.cur_row,
+        ctx.cur_node,
+        bound,
+        choose,
+        bands.fits,
+        domain,
     )
-    if swapped is not None:
-        members, primary = swapped
+    if exchanged is not None:
+        members, primary = exchanged
+        load = np.bincount(members.ravel(), minlength=len(ctx.names))
     return members, load, primary
+
+
+class _Bands:
+    """Every node's load band ``[lo, hi]`` (no failure domain: the same for every load)."""
+
+    def __init__(self, lo: I64, hi: I64) -> None:
+        self.lo, self.hi = lo, hi
+
+    def at(self, load: I64) -> tuple[I64, I64]:
+        """The bands that hold with the domain totals of ``load``."""
+        return self.lo, self.hi
+
+    def widest(self) -> tuple[I64, I64]:
+        """Bands that every load meeting the targets is within."""
+        return self.lo, self.hi
+
+    def fits(self, load: I64) -> bool:
+        return bool(((load >= self.lo) & (load <= self.hi)).all())
+
+
+class _DomainBands(_Bands):
+    """``D ≥ R'``: domain ``d`` holds ``T_d`` (the floor of its share, or the floor + 1 where
+    it may), its nodes the bands of the water-fill of ``T_d`` inside it."""
+
+    def __init__(self, ctx: _Context, dom: _Domains) -> None:
+        n_dom = len(dom.labels)
+        _, self.totals = weighted_targets(dom.weights, ctx.total, hi=[ctx.partitions] * n_dom)
+        self.dom = dom
+        self.inner: dict[tuple[int, int], tuple[I64, I64]] = {}
+        lows, highs = [], []
+        for d in range(n_dom):
+            floor = int(self.totals.floor[d])
+            ends = [
+                self._inner(d, t) for t in range(floor, floor + 1 + int(self.totals.eligible[d]))
+            ]
+            lows.append((dom.nodes[d], np.minimum.reduce([e[0] for e in ends])))
+            highs.append((dom.nodes[d], np.maximum.reduce([e[1] for e in ends])))
+        lo = np.zeros(len(ctx.names), dtype=np.int64)
+        hi = np.zeros(len(ctx.names), dtype=np.int64)
+        for (nodes, low), (_, high) in zip(lows, highs, strict=True):
+            lo[nodes] = low
+            hi[nodes] = high
+        super().__init__(lo, hi)
+
+    def _inner(self, d: int, total: int) -> tuple[I64, I64]:
+        key = (d, total)
+        if key not in self.inner:
+            if total:
+                t = demand_targets(self.dom.node_weights[d], np.ones(total, dtype=np.int64))
+                self.inner[key] = (t.floor, t.floor + t.eligible)
+            else:
+                zero = np.zeros(len(self.dom.nodes[d]), dtype=np.int64)
+                self.inner[key] = (zero, zero)
+        return self.inner[key]
+
+    def at(self, load: I64) -> tuple[I64, I64]:
+        lo, hi = np.zeros_like(load), np.zeros_like(load)
+        for d, nodes in enumerate(self.dom.nodes):
+            lo[nodes], hi[nodes] = self._inner(d, int(load[nodes].sum()))
+        return lo, hi
+
+    def fits(self, load: I64) -> bool:
+        for d, nodes in enumerate(self.dom.nodes):
+            total = int(load[nodes].sum())
+            floor = int(self.totals.floor[d])
+            if not floor <= total <= floor + int(self.totals.eligible[d]):
+                return False
+            low, high = self._inner(d, total)
+            if ((load[nodes] < low) | (load[nodes] > high)).any():
+                return False
+        return True
 
 
 def _primary_changes(ctx: _Context, primary: I64) -> int:

@@ -4,8 +4,10 @@ The function's kept pairs must equal the optimum on random small zones, without 
 failure domains (``D ≥ R'``)
 — P ≤ 12, N ≤ 8, R ≤ 4, weights, selectors, arbitrary current assignments with departed nodes,
 duplicates, over-long rows and stray partitions (design/placement.md, "Why the number of moves
-is the minimum"). The recorded 10,000-instance run, with failure domains and primary changes,
-is bench/placement_oracle_bench.py (bench/results/placement_oracle.md).
+is the minimum"); and so must the primary changes without failure domains (with them, at
+most one zone per seed is above; design/placement.md, "Members chosen for their primaries").
+The recorded 10,000-instance run, with failure domains and primary changes, is
+bench/placement_oracle_bench.py (bench/results/placement_oracle.md).
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ def test_kept_pairs_equal_the_exact_optimum_without_failure_domains(seed: int) -
         result = place(zone, nodes, current)
         got = kept_and_changes(zone, nodes, current, result.assignments)
         assert got.kept == best.kept, (zone, nodes, current, got, best)
-        assert got.primary_changes >= best.primary_changes  # the oracle's is the minimum
+        # The members chosen for their primaries (placement.algo.joint): the fewest changes
+        # on every one of these zones (3 of the bench's 5,000 flat zones are 1 above).
+        assert got.primary_changes == best.primary_changes, (zone, nodes, current, got, best)
         checked += 1
     assert checked >= 40
 
@@ -81,7 +85,7 @@ def test_kept_pairs_equal_the_exact_optimum_with_failure_domains(
     """With ``D ≥ R'`` failure domains: jointly minimal over domains and nodes
     (placement.algo.domain_keep), and the joint bound is never below the optimum."""
     rng = random.Random(1000 + seed)
-    checked = 0
+    checked = above = 0
     bounds: list[int] = []
     real = domain_keep.cut_bound
 
@@ -103,8 +107,14 @@ def test_kept_pairs_equal_the_exact_optimum_with_failure_domains(
         got = kept_and_changes(zone, nodes, current, result.assignments)
         assert got.kept == best.kept, (zone, nodes, current, got, best)
         assert all(b >= best.kept for b in bounds), (zone, nodes, current, bounds, best)
+        assert got.primary_changes >= best.primary_changes  # the oracle's is the minimum
+        above += got.primary_changes > best.primary_changes
         checked += 1
     assert checked >= 35
+    # 2 of these 411 zones keep one primary fewer than the minimum (44 of the bench's 4,394:
+    # which domains take the +1 and the primaries' floors, seen together only several
+    # changes deep; design/placement.md, Limits); without placement.algo.joint, 19.
+    assert above <= 1, above
 
 
 def test_a_kept_set_the_levels_cannot_complete_is_solved_on_the_whole_network() -> None:
