@@ -38,7 +38,7 @@ I64 = NDArray[np.int64]
 #: Edge relaxations the cycle searches may spend (about 0.1 s of Python); work, not time, so
 #: the answer is the same on every machine. When it runs out, the members found so far are
 #: kept (every cancelled cycle made them better, none worse).
-JOINT_WORK = 500_000
+JOINT_WORK = 2_000_000
 #: Zones with more (row, node) edges than this are not tried: building the network alone
 #: would cost more than the searches may.
 JOINT_EDGES = 20_000
@@ -53,6 +53,8 @@ class _Network:
     tail: list[int] = field(default_factory=list)
     cap: list[int] = field(default_factory=list)
     cost: list[int] = field(default_factory=list)
+    #: The edges out of each vertex, built at the first search.
+    out: list[list[int]] = field(default_factory=list)
 
     def add(self, a: int, b: int, low: int, high: int, flow: int, cost: int) -> int:
         """An edge ``a → b`` with bounds ``[low, high]`` carrying ``flow``; its index."""
@@ -65,36 +67,65 @@ class _Network:
 
     def negative_cycle(self, budget: list[int]) -> list[int] | None:
         """The edges of one negative cycle of the residual graph, or None when there is none
-        (or ``budget[0]``, the relaxations left, runs out: then ``budget[0] < 0``)."""
+        (or ``budget[0]``, the relaxations left, runs out: then ``budget[0] < 0``).
+
+        Bellman-Ford from every vertex at once (all at distance 0), each round relaxing only
+        the edges out of the vertices the round before improved; after every round the
+        parent graph is searched for a cycle — any cycle there is negative — so a cycle is
+        found as soon as it forms, not after ``n`` rounds."""
         n = self.size
+        if not self.out:
+            self.out = [[] for _ in range(n)]
+            for e, a in enumerate(self.tail):
+                self.out[a].append(e)
+        head, cap, cost, out = self.head, self.cap, self.cost, self.out
         dist = [0] * n
         parent = [-1] * n
-        live = [e for e in range(len(self.head)) if self.cap[e] > 0]
-        last = -1
+        active = list(range(n))
         for _ in range(n):
-            budget[0] -= len(live)
-            if budget[0] < 0:
+            improved: list[int] = []
+            seen = bytearray(n)
+            for a in active:
+                edges = out[a]
+                budget[0] -= len(edges)
+                da = dist[a]
+                for e in edges:
+                    if cap[e] > 0:
+                        b = head[e]
+                        d = da + cost[e]
+                        if d < dist[b]:
+                            dist[b] = d
+                            parent[b] = e
+                            if not seen[b]:
+                                seen[b] = 1
+                                improved.append(b)
+            if budget[0] < 0 or not improved:
                 return None
-            last = -1
-            for e in live:
-                a, b = self.tail[e], self.head[e]
-                d = dist[a] + self.cost[e]
-                if d < dist[b]:
-                    dist[b] = d
-                    parent[b] = e
-                    last = b
-            if last < 0:
-                return None
-        for _ in range(n):  # walk back into the cycle
-            last = self.tail[parent[last]]
-        cycle = []
-        v = last
-        while True:
-            e = parent[v]
-            cycle.append(e)
-            v = self.tail[e]
-            if v == last:
+            cycle = self._parent_cycle(parent, improved)
+            if cycle is not None:
                 return cycle
+            active = improved
+        return None
+
+    def _parent_cycle(self, parent: list[int], starts: list[int]) -> list[int] | None:
+        """A cycle of the parent graph reached from ``starts`` (its edges), or None; O(n)."""
+        stamp = [-1] * self.size
+        tail = self.tail
+        for k, v in enumerate(starts):
+            while v >= 0 and stamp[v] < 0:
+                stamp[v] = k
+                e = parent[v]
+                v = tail[e] if e >= 0 else -1
+            if v >= 0 and stamp[v] == k:  # back on this walk's own path: a cycle
+                cycle = []
+                u = v
+                while True:
+                    e = parent[u]
+                    cycle.append(e)
+                    u = tail[e]
+                    if u == v:
+                        return cycle
+        return None
 
     def push(self, cycle: list[int]) -> None:
         amount = min(self.cap[e] for e in cycle)
@@ -269,10 +300,11 @@ def members_for_primaries(
     return result.astype(np.int64)
 
 
-#: Member exchanges tried by :func:`exchanges`, counted in member slots of the primaries chosen
-#: for each (rows × R'): a zone of 12 × 3 may try about 1,100 (0.1 s), one of 1,000 × 3 about
-#: 13. Work, not time: the same answer on every machine.
-EXCHANGE_WORK = 40_000
+#: What :func:`exchanges` may spend: one unit per candidate change looked at, and the member
+#: slots (rows × R') of the primaries chosen for each candidate that keeps the targets — a
+#: zone of 12 × 3 may try about 1,000, one of 1,000 × 3 about 10 (at most about 0.2 s).
+#: Work, not time: the same answer on every machine.
+EXCHANGE_WORK = 50_000
 
 
 def exchanges(
@@ -284,12 +316,13 @@ def exchanges(
     cur_node: I64,
     bound: int,
     choose: Callable[[I64, I64], I64],
-    fits: Callable[[I64], bool],
+    fits: Callable[[I64, int, int], bool],
     domain: I64 | None = None,
 ) -> tuple[I64, I64] | None:
     """Members changed one row at a time — a member moved to another node, or two rows
     swapping a member each — keeping the current pairs kept, the loads within their targets
-    (``fits(loads)``) and every row's domains distinct, wherever that lets the primaries
+    (``fits(loads, y, z)``: with one replica moved from ``y`` to ``z``) and every row's
+    domains distinct, wherever that lets the primaries
     (``choose(members, loads)``) keep more current primaries; the members and primaries
     found, or None.
 
@@ -300,12 +333,11 @@ def exchanges(
     primaries stay than ``bound`` (:func:`primaries_bound`), first on the rows whose current
     primary does not lead them, and within :data:`EXCHANGE_WORK`.
     """
-    rows, width = members.shape
+    rows = len(members)
     best = int(np.count_nonzero(primary == current))
     if best >= bound or rows * len(load) > JOINT_EDGES:
         return None
-    budget = EXCHANGE_WORK // (rows * width)
-    search = _Search(current, cur_row, cur_node, choose, fits, domain, budget)
+    search = _Search(current, cur_row, cur_node, choose, fits, domain, EXCHANGE_WORK)
     found: tuple[I64, I64] | None = None
     while best < bound:
         blocked = (current >= 0) & (primary != current)
@@ -321,7 +353,8 @@ def exchanges(
 
 
 class _Search:
-    """The neighbourhood of :func:`exchanges` and what it may spend."""
+    """The neighbourhood of :func:`exchanges` and what it may spend: one unit per candidate
+    looked at, ``rows × R'`` per candidate whose primaries are chosen."""
 
     def __init__(
         self,
@@ -329,7 +362,7 @@ class _Search:
         cur_row: I64,
         cur_node: I64,
         choose: Callable[[I64, I64], I64],
-        fits: Callable[[I64], bool],
+        fits: Callable[[I64, int, int], bool],
         domain: I64 | None,
         budget: int,
     ) -> None:
@@ -350,23 +383,32 @@ class _Search:
         n_nodes = len(load)
         for at, p in enumerate(order):
             row_p = rows[p]
+            self.budget -= len(row_p) * n_nodes
+            if self.budget < 0:
+                return None
             for y in row_p:
                 for z in range(n_nodes):
                     if z in row_p or not self._distinct(row_p, y, z):
                         continue
+                    if self._loses(p, y, z) > 0 or not self.fits(load, y, z):
+                        continue
                     moved = load.copy()
                     moved[y] -= 1
                     moved[z] += 1
-                    if self._loses(p, y, z) or not self.fits(moved):
-                        continue
                     found = self._try(members, moved, best, ((p, y, z),))
                     if found is not False:
                         return found
-            for q in order[at + 1 :]:
+            later = order[at + 1 :]
+            self.budget -= len(later) * len(row_p) ** 2
+            if self.budget < 0:
+                return None
+            for q in later:
                 row_q = rows[q]
                 for y in row_p:
+                    if y in row_q:
+                        continue
                     for z in row_q:
-                        if y in row_q or z in row_p or not self._swaps(y, z):
+                        if z in row_p or not self._swaps(row_p, row_q, y, z):
                             continue
                         if self._loses(p, y, z) + self._loses(q, z, y) > 0:
                             continue  # a kept pair lost
@@ -380,8 +422,10 @@ class _Search:
         dom = self.domain
         return dom is None or dom[z] == dom[y] or all(dom[n] != dom[z] for n in row)
 
-    def _swaps(self, y: int, z: int) -> bool:
-        return self.domain is None or self.domain[y] == self.domain[z]
+    def _swaps(self, row_p: list[int], row_q: list[int], y: int, z: int) -> bool:
+        """Whether ``y`` of ``row_p`` and ``z`` of ``row_q`` may trade places (loads and
+        domain totals stay; both rows' domains must stay distinct)."""
+        return self._distinct(row_p, y, z) and self._distinct(row_q, z, y)
 
     def _loses(self, p: int, y: int, z: int) -> int:
         """Kept pairs lost when row ``p`` trades ``y`` for ``z`` (-1: one more kept)."""
@@ -392,7 +436,7 @@ class _Search:
     ) -> tuple[I64, I64, I64] | Literal[False] | None:
         """The change's members, loads and primaries if they keep more than ``best``; False
         if not; None when the budget is spent."""
-        self.budget -= 1
+        self.budget -= members.size
         if self.budget < 0:
             return None
         trial = members.copy()

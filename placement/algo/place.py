@@ -598,8 +598,10 @@ class _Bands:
         """Bands that every load meeting the targets is within."""
         return self.lo, self.hi
 
-    def fits(self, load: I64) -> bool:
-        return bool(((load >= self.lo) & (load <= self.hi)).all())
+    def fits(self, load: I64, y: int, z: int) -> bool:
+        """Whether ``load`` with one replica moved from node ``y`` to node ``z`` meets the
+        targets (``load`` does)."""
+        return bool(load[y] > self.lo[y] and load[z] < self.hi[z])
 
 
 class _DomainBands(_Bands):
@@ -643,14 +645,22 @@ class _DomainBands(_Bands):
             lo[nodes], hi[nodes] = self._inner(d, int(load[nodes].sum()))
         return lo, hi
 
-    def fits(self, load: I64) -> bool:
-        for d, nodes in enumerate(self.dom.nodes):
-            total = int(load[nodes].sum())
+    def fits(self, load: I64, y: int, z: int) -> bool:
+        of = self.dom.of_node
+        if of[y] == of[z]:  # the domain's total stays, and so do its bands
+            lo, hi = self._inner(int(of[y]), int(load[self.dom.nodes[of[y]]].sum()))
+            at_y, at_z = self.dom.local[y], self.dom.local[z]
+            return bool(load[y] > lo[at_y] and load[z] < hi[at_z])
+        for d, step in ((int(of[y]), -1), (int(of[z]), 1)):
+            nodes = self.dom.nodes[d]
+            loads = load[nodes].copy()
+            loads[self.dom.local[y if step < 0 else z]] += step
+            total = int(loads.sum())
             floor = int(self.totals.floor[d])
             if not floor <= total <= floor + int(self.totals.eligible[d]):
                 return False
-            low, high = self._inner(d, total)
-            if ((load[nodes] < low) | (load[nodes] > high)).any():
+            lo, hi = self._inner(d, total)
+            if ((loads < lo) | (loads > hi)).any():
                 return False
         return True
 

@@ -48,8 +48,9 @@ def test_with_failure_domains_a_domain_keeps_the_node_that_led() -> None:
 def test_never_fewer_kept_pairs_nor_more_primary_changes_than_without_it(
     domains: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On the oracle's random small zones: the same kept pairs as the core's members, never
-    more primary changes, every target met — and fewer changes somewhere."""
+    """On the oracle's random small zones: at least the kept pairs of the core's members (a
+    cycle may also find one the core missed), never more primary changes, every target met —
+    and fewer changes somewhere."""
     rng = random.Random(7 + domains)
     fewer = 0
     for _ in range(600):
@@ -63,7 +64,41 @@ def test_never_fewer_kept_pairs_nor_more_primary_changes_than_without_it(
         check_all(zone, nodes, with_it)
         a = kept_and_changes(zone, nodes, current, with_it.assignments)
         b = kept_and_changes(zone, nodes, current, without.assignments)
-        assert a.kept == b.kept, (zone, nodes, current)
+        assert a.kept >= b.kept, (zone, nodes, current)  # more, where the core missed one
         assert a.primary_changes <= b.primary_changes, (zone, nodes, current)
         fewer += a.primary_changes < b.primary_changes
     assert fewer >= 3
+
+
+def test_the_exchanges_charge_every_candidate_they_look_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: only the candidates whose primaries were chosen were charged, so a
+    zone of 6,000 × 2 on 4 racks looked at millions of refused swaps after a leave (6.6 s).
+    Every candidate looked at costs a unit of EXCHANGE_WORK now."""
+    zone = ZoneSpec("z", 6000, 2, failure_domain="rack")
+    nodes = [Node(f"n{i}", {"rack": f"r{i}"}, 1.0) for i in range(4)]
+    current = {p: list(r) for p, r in enumerate(place(zone, nodes, {}).assignments)}
+    looked = 0
+    real = joint._Search._loses
+
+    def counted(self: joint._Search, p: int, y: int, z: int) -> int:
+        nonlocal looked
+        looked += 1
+        return real(self, p, y, z)
+
+    monkeypatch.setattr(joint._Search, "_loses", counted)
+    result = place(zone, nodes[1:], current)
+    check_all(zone, nodes[1:], result)
+    assert 0 < looked <= joint.EXCHANGE_WORK
+
+
+def test_a_small_zone_spread_over_many_more_racks_keeps_every_primary() -> None:
+    """Found by review: 20 partitions moving from 30 nodes to 1,000 in 100 racks. The
+    circulation has 5,000 vertices and 24,000 edges; a search that waited n rounds for each
+    cycle found none within JOINT_WORK, and 3 primaries changed. Now each cycle is taken as
+    soon as it forms (and the 9 it takes fit JOINT_WORK): every primary stays."""
+    zone = ZoneSpec("z", 20, 3, failure_domain="rack")
+    nodes = [Node(f"n{i:04d}", {"rack": f"r{i % 100}"}, 1.0) for i in range(1000)]
+    current = {p: list(r) for p, r in enumerate(place(zone, nodes[:30], {}).assignments)}
+    result = place(zone, nodes, current)
+    check_all(zone, nodes, result)
+    assert [row[0] for row in result.assignments] == [current[p][0] for p in range(20)]
