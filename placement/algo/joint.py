@@ -27,11 +27,12 @@ members, and its primaries are those of :mod:`placement.algo.preferred` alone.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
+
+from placement.algo.network import Network
 
 I64 = NDArray[np.int64]
 
@@ -42,96 +43,6 @@ JOINT_WORK = 2_000_000
 #: Zones with more (row, node) edges than this are not tried: building the network alone
 #: would cost more than the searches may.
 JOINT_EDGES = 20_000
-
-
-@dataclass
-class _Network:
-    """A residual graph: edge ``e`` and its reverse ``e ^ 1``."""
-
-    size: int
-    head: list[int] = field(default_factory=list)
-    tail: list[int] = field(default_factory=list)
-    cap: list[int] = field(default_factory=list)
-    cost: list[int] = field(default_factory=list)
-    #: The edges out of each vertex, built at the first search.
-    out: list[list[int]] = field(default_factory=list)
-
-    def add(self, a: int, b: int, low: int, high: int, flow: int, cost: int) -> int:
-        """An edge ``a → b`` with bounds ``[low, high]`` carrying ``flow``; its index."""
-        e = len(self.head)
-        self.tail += (a, b)
-        self.head += (b, a)
-        self.cap += (high - flow, flow - low)
-        self.cost += (cost, -cost)
-        return e
-
-    def negative_cycle(self, budget: list[int]) -> list[int] | None:
-        """The edges of one negative cycle of the residual graph, or None when there is none
-        (or ``budget[0]``, the relaxations left, runs out: then ``budget[0] < 0``).
-
-        Bellman-Ford from every vertex at once (all at distance 0), each round relaxing only
-        the edges out of the vertices the round before improved; after every round the
-        parent graph is searched for a cycle — any cycle there is negative — so a cycle is
-        found as soon as it forms, not after ``n`` rounds."""
-        n = self.size
-        if not self.out:
-            self.out = [[] for _ in range(n)]
-            for e, a in enumerate(self.tail):
-                self.out[a].append(e)
-        head, cap, cost, out = self.head, self.cap, self.cost, self.out
-        dist = [0] * n
-        parent = [-1] * n
-        active = list(range(n))
-        for _ in range(n):
-            improved: list[int] = []
-            seen = bytearray(n)
-            for a in active:
-                edges = out[a]
-                budget[0] -= len(edges)
-                da = dist[a]
-                for e in edges:
-                    if cap[e] > 0:
-                        b = head[e]
-                        d = da + cost[e]
-                        if d < dist[b]:
-                            dist[b] = d
-                            parent[b] = e
-                            if not seen[b]:
-                                seen[b] = 1
-                                improved.append(b)
-            if budget[0] < 0 or not improved:
-                return None
-            cycle = self._parent_cycle(parent, improved)
-            if cycle is not None:
-                return cycle
-            active = improved
-        return None
-
-    def _parent_cycle(self, parent: list[int], starts: list[int]) -> list[int] | None:
-        """A cycle of the parent graph reached from ``starts`` (its edges), or None; O(n)."""
-        stamp = [-1] * self.size
-        tail = self.tail
-        for k, v in enumerate(starts):
-            while v >= 0 and stamp[v] < 0:
-                stamp[v] = k
-                e = parent[v]
-                v = tail[e] if e >= 0 else -1
-            if v >= 0 and stamp[v] == k:  # back on this walk's own path: a cycle
-                cycle = []
-                u = v
-                while True:
-                    e = parent[u]
-                    cycle.append(e)
-                    u = tail[e]
-                    if u == v:
-                        return cycle
-        return None
-
-    def push(self, cycle: list[int]) -> None:
-        amount = min(self.cap[e] for e in cycle)
-        for e in cycle:
-            self.cap[e] -= amount
-            self.cap[e ^ 1] += amount
 
 
 def primaries_bound(members: I64, current: I64, lo: I64, hi: I64) -> int:
@@ -207,7 +118,7 @@ def members_for_primaries(
     held = np.zeros((rows, n_nodes), dtype=np.bool_)
     held[cur_row, cur_node] = True
     big = rows + 1
-    net = _Network(vertices)
+    net = Network(vertices)
     g_base, node_base = rows, 2 * rows
     port_base, plus_base, sink = 2 * rows + n_nodes, 2 * rows + 2 * n_nodes, vertices - 1
     member = np.zeros((rows, n_nodes), dtype=np.bool_)
@@ -236,7 +147,7 @@ def members_for_primaries(
         np.add.at(in_domain, (np.repeat(np.arange(rows), width), domain[members.ravel()]), 1)
         for p in range(rows):
             for d in range(n_dom):
-                net.add(p, hub_base + p * n_dom + d, 0, 1, int(in_domain[p, d]), 0)
+                net.add(p, hub_base + p * n_dom + d, 1, flow=int(in_domain[p, d]))
     row_edges: list[tuple[int, int, int]] = []  # (row, node, edge) of the direct edges
     through: list[int] = []  # per row: the edge row → its gadget, or -1
     via_port = np.zeros(n_nodes, dtype=np.int64)
@@ -247,23 +158,23 @@ def members_for_primaries(
             has = bool(holds[p])
             kept = bool(routed[p])
             g = g_base + p
-            through.append(net.add(at[c], g, 0, 1, int(has), -big))
-            net.add(g, port_base + c, 0, 1, int(kept), -1)
-            net.add(g, node_base + c, 0, 1, int(has and not kept), 0)
+            through.append(net.add(at[c], g, 1, cost=-big, flow=int(has)))
+            net.add(g, port_base + c, 1, cost=-1, flow=int(kept))
+            net.add(g, node_base + c, 1, flow=int(has and not kept))
             via_port[c] += kept
         else:
             through.append(-1)
         for i in range(n_nodes):
             if i != c:
                 cost = -big if held[p, i] else 0
-                e = net.add(at[i], node_base + i, 0, 1, int(member[p, i]), cost)
+                e = net.add(at[i], node_base + i, 1, cost=cost, flow=int(member[p, i]))
                 row_edges.append((p, i, e))
     # Each node's units end in the sink, or in its domain, which holds its total.
     ends = [sink] * n_nodes if domain is None else [dom_base + d for d in domain.tolist()]
     if domain is not None:
         totals = np.bincount(domain, weights=load, minlength=n_dom).astype(np.int64).tolist()
         for d in range(n_dom):
-            net.add(dom_base + d, sink, totals[d], totals[d], totals[d], 0)
+            net.add(dom_base + d, sink, totals[d], flow=totals[d], low=totals[d])
     for i in range(n_nodes):
         low, high, now, ports = int(lo[i]), int(hi[i]), int(load[i]), int(via_port[i])
         node, port, plus = node_base + i, port_base + i, plus_base + i
@@ -271,28 +182,28 @@ def members_for_primaries(
             # The +1 replica raises the bound by one: the port's extra unit is that +1.
             fixed = low // width
             plus_port = int(now > low and ports > fixed)
-            net.add(port, node, 0, fixed, ports - plus_port, 0)
-            net.add(port, plus, 0, 1, plus_port, 0)
-            net.add(node, plus, 0, 1, int(now > low) - plus_port, 0)
-            net.add(node, ends[i], low, low, low, 0)
-            net.add(plus, ends[i], 0, 1, now - low, 0)
+            net.add(port, node, fixed, flow=ports - plus_port)
+            net.add(port, plus, 1, flow=plus_port)
+            net.add(node, plus, 1, flow=int(now > low) - plus_port)
+            net.add(node, ends[i], low, flow=low, low=low)
+            net.add(plus, ends[i], 1, flow=now - low)
         else:
-            net.add(port, node, 0, -(-low // width), ports, 0)
-            net.add(node, ends[i], low, high, now, 0)
+            net.add(port, node, -(-low // width), flow=ports)
+            net.add(node, ends[i], high, flow=now, low=low)
     if min(net.cap) < 0:  # a load or a primary count outside its band: not this step's input
         return None
     budget = [JOINT_WORK]
     changed = False
     while (cycle := net.negative_cycle(budget)) is not None:
-        net.push(cycle)
+        net.push_cycle(cycle)
         changed = True
     if not changed:
         return None
     out = np.zeros((rows, n_nodes), dtype=np.bool_)
     for p, i, e in row_edges:
-        out[p, i] = net.cap[e ^ 1] > 0
+        out[p, i] = net.flow(e) > 0
     for p in range(rows):
-        if through[p] >= 0 and net.cap[through[p] ^ 1] > 0:
+        if through[p] >= 0 and net.flow(through[p]) > 0:
             out[p, int(current[p])] = True
     if np.array_equal(out, member):  # only the ports' use changed
         return None
