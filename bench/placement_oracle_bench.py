@@ -108,6 +108,7 @@ def _nothing(*args: object, **kwargs: object) -> None:
 #: instances and on instances with domains: counted where the primaries change more than the
 #: optimum.
 PRIMARY_VARIANTS: dict[str, tuple[str, dict[str, Callable[..., object]]]] = {
+    "(none)": ("nothing: the product, for comparison on the same instances", {}),
     "no-ports": (
         "the member sets are not re-chosen on the circulation with kept-primary ports",
         {"members_for_primaries": _nothing},
