@@ -36,7 +36,7 @@ from placement.algo.network import Network
 
 I64 = NDArray[np.int64]
 
-#: Edge relaxations the cycle searches may spend (about 0.1 s of Python); work, not time, so
+#: Edge relaxations the cycle searches may spend (about 0.2 s of Python); work, not time, so
 #: the answer is the same on every machine. When it runs out, the members found so far are
 #: kept (every cancelled cycle made them better, none worse).
 JOINT_WORK = 2_000_000
@@ -93,7 +93,7 @@ def members_for_primaries(
 ) -> I64 | None:
     """Members (rows × R', each row sorted) keeping as many current pairs as ``members`` and
     the most current primaries the ports allow; None when nothing changes or the zone is
-    beyond :data:`JOINT_WORK`.
+    beyond :data:`JOINT_EDGES`.
 
     ``domain[i]``, with failure domains (``D ≥ R'``): node ``i``'s domain; a row then takes at
     most one node per domain, and every domain keeps the total ``members`` give it (the bands

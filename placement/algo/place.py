@@ -613,19 +613,15 @@ class _DomainBands(_Bands):
         _, self.totals = weighted_targets(dom.weights, ctx.total, hi=[ctx.partitions] * n_dom)
         self.dom = dom
         self.inner: dict[tuple[int, int], tuple[I64, I64]] = {}
-        lows, highs = [], []
-        for d in range(n_dom):
+        lo = np.zeros(len(ctx.names), dtype=np.int64)
+        hi = np.zeros(len(ctx.names), dtype=np.int64)
+        for d, nodes in enumerate(dom.nodes):
             floor = int(self.totals.floor[d])
             ends = [
                 self._inner(d, t) for t in range(floor, floor + 1 + int(self.totals.eligible[d]))
             ]
-            lows.append((dom.nodes[d], np.minimum.reduce([e[0] for e in ends])))
-            highs.append((dom.nodes[d], np.maximum.reduce([e[1] for e in ends])))
-        lo = np.zeros(len(ctx.names), dtype=np.int64)
-        hi = np.zeros(len(ctx.names), dtype=np.int64)
-        for (nodes, low), (_, high) in zip(lows, highs, strict=True):
-            lo[nodes] = low
-            hi[nodes] = high
+            lo[nodes] = np.minimum.reduce([e[0] for e in ends])
+            hi[nodes] = np.maximum.reduce([e[1] for e in ends])
         super().__init__(lo, hi)
 
     def _inner(self, d: int, total: int) -> tuple[I64, I64]:
