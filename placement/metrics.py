@@ -71,6 +71,14 @@ REBALANCE_RPCS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+ADOPTS = Counter(
+    "placement_driver_adopts",
+    "Adopts ended (a member of an idle stable given its replica record: a new zone's members,"
+    " the term's sweep, after a cancel): done, stale (a newer move covers the node) or left"
+    " (no answer after its attempts: the next term's sweep sends it again).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 LEASE_WRITES = Counter(
     "placement_driver_primary_lease_writes",
     "Primary-lease writes by the leader: granted (a new holder or epoch), capped (the same holder:"

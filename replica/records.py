@@ -392,9 +392,16 @@ class StoreThread:
     one fsync, not one each.
     """
 
-    def __init__(self, store: AgentStore) -> None:
+    def __init__(self, store: AgentStore, executor: ThreadPoolExecutor | None = None) -> None:
+        """``executor``: a one-worker executor shared with other stores (the fleet simulator's
+        nodes of one process share one, so that hundreds of stores are not hundreds of threads
+        contending for one interpreter lock); it stays open when this store closes. None: a
+        thread of its own."""
         self.store = store
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-store")
+        self._owns_executor = executor is None
+        self._executor = executor or ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="agent-store"
+        )
         self._parts: list[_Part] = []
         self._parts_lock = threading.Lock()
         self._group_queued = False
@@ -468,7 +475,8 @@ class StoreThread:
 
     async def close(self) -> None:
         await self.call(self.store.close)
-        self._executor.shutdown(wait=True)
+        if self._owns_executor:
+            self._executor.shutdown(wait=True)
 
 
 def _settle_all(parts: list[_Part], outcomes: list[tuple[bool, object]]) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -97,12 +98,14 @@ async def start_agent(
     data_config: DataConfig | None = None,
     advertise: str | None = None,
     tls: TlsMaterial | None = None,
+    store_executor: ThreadPoolExecutor | None = None,
 ) -> RunningAgent:
     """Bind ``listen``, open the data dir, start serving; raises ``PlacementError`` on bad input.
 
     Binding comes first so that a bad or taken address leaves the data dir untouched. With an
     etcd client the agent also runs the data plane (``DataService``, ``ReplicationService``) and
-    a rebalance's catch-up copies data (unless ``catch_up`` is given).
+    a rebalance's catch-up copies data (unless ``catch_up`` is given). ``store_executor``: the
+    store's thread, shared with other agents of the process (:class:`StoreThread`).
     """
     validate_name(node, "--node")
     if tls is not None:  # peers accept this node's appends only under its own name
@@ -115,7 +118,7 @@ async def start_agent(
     except BaseException:
         await server.stop(None)
         raise
-    db = StoreThread(store)
+    db = StoreThread(store, store_executor)
     plane: DataPlane | None = None
     if etcd_client is not None and keys is not None:
         plane = DataPlane(

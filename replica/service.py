@@ -321,6 +321,11 @@ class ReplicaAgent:
             return
         if move.phase not in (Phase.DONE, Phase.FAILED):
             return
+        if move.old == move.new:
+            # An adopt (old = new = stable): the driver resends it until DONE, so a report
+            # would tell it nothing, and a zone creation's adopts would write one per replica
+            # (design/control-plane.md, "Retire and adopt").
+            return
         report = MoveReport(
             job.revision,
             record.accepted_epoch,

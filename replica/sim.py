@@ -39,6 +39,7 @@ import logging
 import resource
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from placement.aio import stop_on_signals
@@ -77,13 +78,22 @@ class SimNode:
         self.running: RunningAgent | None = None
         self.registration: Registration | None = None
 
-    async def start(self, client: EtcdClient, keys: KeySpace, ttl: int, on_fatal: _Fatal) -> None:
+    async def start(
+        self,
+        client: EtcdClient,
+        keys: KeySpace,
+        ttl: int,
+        on_fatal: _Fatal,
+        store_thread: ThreadPoolExecutor,
+    ) -> None:
         if self.running is not None:
             raise PlacementError(f"node {self.name} is running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # No etcd client for the agent itself: no data plane, so the catch-up is the plain
         # record_catch_up (creates the replica record, copies nothing).
-        running = await start_agent(self.name, "127.0.0.1:0", self.data_dir, on_fatal=on_fatal)
+        running = await start_agent(
+            self.name, "127.0.0.1:0", self.data_dir, on_fatal=on_fatal, store_executor=store_thread
+        )
         registration = Registration(
             client,
             keys,
@@ -142,6 +152,10 @@ class Fleet:
         self.ttl = ttl
         self.on_fatal = on_fatal
         self.nodes: dict[str, SimNode] = {}
+        #: The one thread running every node's store calls: a thread per node would be hundreds
+        #: of threads contending for the interpreter lock, which starved the process's lease
+        #: keep-alives (every node lost its registration at once under a zone creation's burst).
+        self.store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-store")
 
     def node(self, name: str) -> SimNode:
         if name not in self.nodes:
@@ -149,7 +163,9 @@ class Fleet:
         return self.nodes[name]
 
     async def start(self, name: str) -> None:
-        await self.node(name).start(self.client, self.keys, self.ttl, self.on_fatal)
+        await self.node(name).start(
+            self.client, self.keys, self.ttl, self.on_fatal, self.store_thread
+        )
 
     async def stop(self, name: str) -> None:
         if name not in self.nodes:
@@ -236,6 +252,7 @@ async def run(args: argparse.Namespace) -> int:
                 stopped.cancel()
         finally:
             await fleet.stop_all()
+            fleet.store_thread.shutdown(wait=True)
     for error in on_fatal.errors:
         log.critical("a node's store failed: %s", error)
     return 1 if on_fatal.errors else 0

@@ -241,8 +241,6 @@ class Driver:
         self._wake = asyncio.Event()
         #: This term's batcher of finishes (design/control-plane.md, "Batched finishes").
         self._endings: Coalescer[Ending, TransitionResult | PlacementError] | None = None
-        #: This term's batcher of deletes of adopts' move reports (nothing waits for them).
-        self._report_clears: Coalescer[tuple[str, int, str], None] | None = None
         #: This term's batcher of the movers' first reads of their partitions.
         self._reads: Coalescer[tuple[str, int], PartitionState] | None = None
         #: Revision of the leader's last applied lease write (the next pass waits to see it).
@@ -461,12 +459,6 @@ class Driver:
         builder = ViewBuilder(self.keys)
         memo = PlanMemo()
         seen = watch.changes
-        self._report_clears = Coalescer(
-            lambda reports: self._clear_reports(reports, fence),
-            limit=READS_PER_FLUSH,
-            name="report-clears",
-            key=lambda report: report,
-        )
         self._reads = Coalescer(
             lambda partitions: self.store.read_partitions(partitions, fence),
             limit=READS_PER_FLUSH,
@@ -525,8 +517,6 @@ class Driver:
             await endings.close()
             reads, self._reads = self._reads, None
             await reads.close()
-            clears, self._report_clears = self._report_clears, None
-            await clears.close()
             await watch.close()
 
     def _idle(self, plan: PassPlan, failed: int) -> float:
@@ -1253,22 +1243,16 @@ class Driver:
             except AgentUnavailable as e:
                 log.warning("%s/%d: adopt on %s left to the next term's sweep: %s", zone,
                             partition, node, e)  # fmt: skip
+                metrics.ADOPTS.labels("left").inc()
                 return
             if answer.outcome in ("DONE", "STALE"):
                 break
             busy += 1  # catching up: ask again (not an attempt against a silent agent)
             await self._sleep(self.config.retire_retry.delay(busy))
+        metrics.ADOPTS.labels(answer.outcome.lower()).inc()
         if answer.outcome == "DONE":
             self.stats["adopted"] += 1
-            clears = self._report_clears
-            if clears is not None:  # the catch-up's report woke nobody and would stay
-                with contextlib.suppress(StoreUnavailable):
-                    await clears.submit((zone, partition, node))
         log.debug("%s/%d: adopt on %s at %d -> %s", zone, partition, node, revision, answer.outcome)
-
-    async def _clear_reports(self, reports: list[tuple[str, int, str]], fence: Fence) -> list[None]:
-        await self.store.clear_reports(reports, fence)
-        return [None] * len(reports)
 
     async def _retire(
         self, zone: str, partition: int, node: str, stable: Peers, revision: int, fence: Fence

@@ -25,6 +25,17 @@ from pathlib import Path
 
 from placement.errors import InvalidInput, PlacementError
 
+#: etcd's backend batching for the product's write bursts (design/deployment.md, "etcd under
+#: write bursts"): etcd 3.4 copies every write not yet committed to its database for each read
+#: it opens — one per compare of a transaction and one per keep-alive answer's header — so a
+#: burst of fenced transactions with the default batch (100 ms, 10,000 writes) held applies, and
+#: with them every lease's renewal, for over a second. At most 500 writes or 10 ms between
+#: commits keeps each copy small.
+BACKEND_BATCHING: tuple[str, ...] = (
+    "--backend-batch-limit", "500",
+    "--backend-batch-interval", "10ms",
+)  # fmt: skip
+
 #: Seconds a member has to report healthy.
 START_TIMEOUT = 30.0
 #: Seconds between health probes of a starting member.
@@ -116,6 +127,7 @@ class EtcdMember:
             "--listen-metrics-urls", metrics,
             "--logger", "zap",
             "--log-outputs", "stderr",
+            *BACKEND_BATCHING,
         ]  # fmt: skip
         if self.fast:
             argv += ["--heartbeat-interval", "25", "--election-timeout", "250"]

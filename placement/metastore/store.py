@@ -884,15 +884,6 @@ class Metastore:
         prefix = self.keys.partition_progress_prefix(zone, partition)
         await self.client.txn((fence.compare(),), (Delete(prefix, prefix_range_end(prefix)),), ())
 
-    async def clear_reports(self, reports: Sequence[tuple[str, int, str]], fence: Fence) -> None:
-        """Delete the move reports of these (zone, partition, node)s, in fenced transactions of
-        at most etcd's op limit (nothing happens in one whose fence fails)."""
-        per_txn = MAX_TXN_OPS
-        for start in range(0, len(reports), per_txn):
-            chunk = reports[start : start + per_txn]
-            deletes = tuple(Delete(self.keys.progress(z, p, n)) for z, p, n in chunk)
-            await self.client.txn((fence.compare(),), deletes, ())
-
     async def retire_partitions(
         self, zone: str, partitions: Sequence[int], expected_layout_mod: int, fence: Fence
     ) -> int:

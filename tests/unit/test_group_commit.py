@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,27 @@ async def test_concurrent_callers_are_grouped_while_the_thread_is_busy(tmp_path:
         assert db.groups < db.grouped / 2, (db.groups, db.grouped)  # fsyncs shared
     finally:
         await db.close()
+
+
+async def test_stores_sharing_one_thread_each_commit_their_own_and_close_alone(
+    tmp_path: Path,
+) -> None:
+    """The fleet simulator's nodes share one store thread: each store's group commits to its
+    own file, and closing one store leaves the thread serving the others."""
+    shared = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shared-store")
+    try:
+        dbs = [
+            StoreThread(await asyncio.to_thread(AgentStore.open, tmp_path / n, n), shared)
+            for n in ("n1", "n2")
+        ]
+        for i, db in enumerate(dbs):
+            await db.group(db.store.data.append_writes, "z", i, [entry(1, b"k%d" % i)], 0)
+        await dbs[0].close()
+        await dbs[1].group(dbs[1].store.data.append_writes, "z", 7, [entry(1, b"after")], 0)
+        await dbs[1].close()
+        assert on_disk(tmp_path / "n1") == {("z", 0): b"k0"}
+        assert on_disk(tmp_path / "n2") == {("z", 1): b"k1", ("z", 7): b"after"}
+        # Still open: the stores' owner shuts it down, not a store's close.
+        assert shared.submit(lambda: 1).result() == 1
+    finally:
+        shared.shutdown(wait=True)
