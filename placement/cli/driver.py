@@ -42,6 +42,12 @@ if TYPE_CHECKING:
 
     AddServicers = Callable[[grpc.aio.Server, Driver], Sequence[str]]
 
+#: Operations (compares and ops) of the driver's write transactions in flight at once: two
+#: full transactions. A pass's zones write concurrently, and eight queued transactions of 128
+#: keys each held etcd's applies — and so every lease renewal — for seconds (design/deployment.md,
+#: "etcd under write bursts").
+WRITE_WINDOW = 2 * 129
+
 
 async def serve_driver(
     endpoints: Sequence[str],
@@ -107,7 +113,9 @@ async def serve_driver(
     )
     async with (
         contextlib.AsyncExitStack() as closing,
-        EtcdClient(list(endpoints), credentials=etcd_credentials) as client,
+        EtcdClient(
+            list(endpoints), credentials=etcd_credentials, write_window=WRITE_WINDOW
+        ) as client,
         EtcdClient(
             list(endpoints), credentials=etcd_credentials, call_timeout=2 * PROBE_EVERY
         ) as probe_client,

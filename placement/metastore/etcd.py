@@ -42,7 +42,7 @@ from typing import Any, Literal, TypeAlias
 
 from aetcd import rpc
 
-from placement.aio import cancel_and_wait
+from placement.aio import ByteBudget, cancel_and_wait
 from placement.core.closing import AsyncClosing
 from placement.core.retry import Backoff, RetryPolicy, Rng, Sleep
 from placement.errors import (
@@ -425,7 +425,14 @@ class EtcdClient(AsyncClosing):
         sleep: Sleep = asyncio.sleep,
         rng: Rng = random.random,
         credentials: EtcdCredentials | None = None,
+        write_window: int | None = None,
     ) -> None:
+        """``write_window``: at most this many operations (compares and ops) of write
+        transactions in flight at once, first come first served (None: no bound). etcd applies
+        writes one after another and a lease renewal waits for every committed write to be
+        applied (at most 1 s, then it fails): a writer that queues many large transactions at
+        once expires every lease on the cluster, its own included (design/deployment.md, "etcd
+        under write bursts")."""
         if isinstance(endpoints, str):
             endpoints = [e for e in endpoints.split(",") if e.strip()]
         if not endpoints:
@@ -447,6 +454,8 @@ class EtcdClient(AsyncClosing):
         self._keepalives: KeepAliveThread | None = None
         self._watches: set[Watch] = set()
         self._prober = Prober(self.credentials.tls, ETCD_TLS_OPTIONS)
+        self.write_window = write_window
+        self._writes = ByteBudget(write_window) if write_window is not None else None
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -465,6 +474,7 @@ class EtcdClient(AsyncClosing):
             watch_resume_window=self.watch_resume_window,
             rng=self._rng,
             credentials=self.credentials,
+            write_window=self.write_window,
         )
         twin._active = self._active
         return twin
@@ -723,13 +733,20 @@ class EtcdClient(AsyncClosing):
     async def put(self, key: bytes, value: bytes, *, lease: int = 0) -> int:
         """Unconditional put; returns the revision. Only for keys nobody else may own."""
         request = rpc.PutRequest(key=key, value=value, lease=lease)
-        response = await self._unary("put", "kv", "Put", request, idempotent=False)
+        response = await self._write(1, "put", "Put", request)
         return int(response.header.revision)
 
     async def delete(self, key: bytes, range_end: bytes | None = None) -> DeleteResult:
         request = _ranged(rpc.DeleteRangeRequest(key=key), range_end)
-        response = await self._unary("delete", "kv", "DeleteRange", request, idempotent=False)
+        response = await self._write(1, "delete", "DeleteRange", request)
         return DeleteResult(int(response.header.revision), int(response.deleted))
+
+    async def _write(self, size: int, what: str, method: str, request: Any) -> Any:
+        """A KV write call of ``size`` operations, within the client's write window."""
+        if self._writes is None:
+            return await self._unary(what, "kv", method, request, idempotent=False)
+        async with self._writes.hold(size):
+            return await self._unary(what, "kv", method, request, idempotent=False)
 
     async def txn(
         self,
@@ -740,11 +757,14 @@ class EtcdClient(AsyncClosing):
         """One atomic transaction. A read-only one fails over to the next endpoint on UNAVAILABLE;
         one that writes raises :class:`StoreUnavailable` with an unknown outcome."""
         txn = Txn(tuple(compares), tuple(success), tuple(failure))
+        read_only = _is_read_only(txn)
         started = time.monotonic()
         try:
-            response = await self._unary(
-                "txn", "kv", "Txn", _txn_pb(txn), idempotent=_is_read_only(txn)
-            )
+            if read_only:
+                response = await self._unary("txn", "kv", "Txn", _txn_pb(txn), idempotent=True)
+            else:
+                size = len(txn.compares) + len(txn.success) + len(txn.failure)
+                response = await self._write(size, "txn", "Txn", _txn_pb(txn))
         except StoreUnavailable:
             ETCD_TXN_SECONDS.labels("unavailable").observe(time.monotonic() - started)
             raise

@@ -103,6 +103,32 @@ async def test_txn_compares_and_branches(client: EtcdClient, prefix: str) -> Non
     assert (await client.get(b)).first() is None
 
 
+async def test_a_write_window_queues_writes_beyond_it_and_never_reads(
+    etcd: Any, prefix: str
+) -> None:
+    """``EtcdClient(write_window=N)``: write calls wait, first come first served, while N
+    operations of writes are in flight; reads never wait for it."""
+    key = f"{prefix}/window/".encode()
+    async with EtcdClient([etcd.endpoint], call_timeout=5.0, write_window=4) as c:
+        window = c._writes
+        assert window is not None
+        async with window.hold(4):  # the window is full
+            write = asyncio.create_task(c.txn((), (Put(key + b"a", b"1"),)))
+            put = asyncio.create_task(c.put(key + b"b", b"1"))
+            read = await asyncio.wait_for(c.txn((), (Get(key + b"a"),)), WAIT)
+            assert read.succeeded
+            assert (await asyncio.wait_for(c.get(key + b"a"), WAIT)).first() is None
+            await asyncio.sleep(0.2)
+            assert not write.done()
+            assert not put.done()
+        assert (await asyncio.wait_for(write, WAIT)).succeeded
+        await asyncio.wait_for(put, WAIT)
+        # Many at once, far beyond the window: every one lands.
+        pairs = [(Put(key + b"x%d" % i, b"x"), Put(key + b"y%d" % i, b"y")) for i in range(20)]
+        await asyncio.wait_for(asyncio.gather(*(c.txn((), ops) for ops in pairs)), WAIT)
+        assert len((await c.list_prefix(key)).kvs) == 42
+
+
 async def test_limits_are_reported_as_invalid_input(client: EtcdClient, prefix: str) -> None:
     too_many = [Put(f"{prefix}/m{i}".encode(), b"x") for i in range(MAX_TXN_OPS + 1)]
     with pytest.raises(InvalidInput, match="too many operations"):
