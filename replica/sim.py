@@ -152,9 +152,8 @@ class Fleet:
         self.ttl = ttl
         self.on_fatal = on_fatal
         self.nodes: dict[str, SimNode] = {}
-        #: The one thread running every node's store calls: a thread per node would be hundreds
-        #: of threads contending for the interpreter lock, which starved the process's lease
-        #: keep-alives (every node lost its registration at once under a zone creation's burst).
+        #: The one thread running every node's store calls: a thread per node was 265 threads
+        #: per process, hundreds of them runnable at once under a burst of adopts.
         self.store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-store")
 
     def node(self, name: str) -> SimNode:

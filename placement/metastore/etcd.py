@@ -454,7 +454,6 @@ class EtcdClient(AsyncClosing):
         self._keepalives: KeepAliveThread | None = None
         self._watches: set[Watch] = set()
         self._prober = Prober(self.credentials.tls, ETCD_TLS_OPTIONS)
-        self.write_window = write_window
         self._writes = ByteBudget(write_window) if write_window is not None else None
 
     @property
@@ -474,7 +473,7 @@ class EtcdClient(AsyncClosing):
             watch_resume_window=self.watch_resume_window,
             rng=self._rng,
             credentials=self.credentials,
-            write_window=self.write_window,
+            write_window=self._writes.capacity if self._writes is not None else None,
         )
         twin._active = self._active
         return twin
