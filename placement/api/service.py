@@ -27,6 +27,7 @@ from placement.core.zonespec import validate_zone_spec
 from placement.driver.core import (
     ClusterView,
     DecodeCache,
+    TargetsMemo,
     build_view,
     view_zone_status,
 )
@@ -272,15 +273,17 @@ def status_on_view(
     now_ms: int,
     alarms: Sequence[str] = (),
     cache: DecodeCache | None = None,
+    memo: TargetsMemo | None = None,
 ) -> ZoneStatusView | None:
     """Zone ``name``'s status as GetZoneStatus answers it, on ``view`` (built from ``kvs``, one
     read at ``view.revision`` holding at least what ``Metastore.read_zone_snapshot`` reads):
     ``driver.core.view_zone_status`` with the replicas' sizes and NO_LEADER when no leader key
     is in ``kvs``; ``alarms`` (etcd's raised alarms, one line each) lead its details. None: no
     readable config."""
-    leader = any(key.startswith(keys.leader_prefix()) for key in kvs)
+    leaders = keys.leader_prefix()
+    leader = any(key.startswith(leaders) for key in kvs)
     sizes = replica_sizes(keys, kvs, name, cache)
-    status = view_zone_status(view, name, now_ms, leader=leader, sizes=sizes)
+    status = view_zone_status(view, name, now_ms, leader=leader, sizes=sizes, memo=memo)
     if status is None:
         return None
     return ZoneStatusView(
@@ -324,6 +327,7 @@ class PlacementAPI:
         self.cache = cache
         self._clock_ms = clock_ms
         self._decoded: dict[str, DecodeCache] = {}  # per zone: only changed keys decoded again
+        self._placed = TargetsMemo()  # zones polled at their targets are not placed again
         # Per zone and partition: the view made from the cache and its keys' mod revisions,
         # and the partition's keys (see _cached_views). A zone the cache no longer holds is
         # forgotten when it is next asked for.
@@ -432,7 +436,7 @@ class PlacementAPI:
         decoded = self._decoded.setdefault(name, DecodeCache())
         view = build_view(self.keys, kvs, revision, decoded)
         status = status_on_view(
-            self.keys, view, kvs, name, self._clock_ms(), self.alarms(), decoded
+            self.keys, view, kvs, name, self._clock_ms(), self.alarms(), decoded, self._placed
         )
         if status is None:
             raise ZoneNotFound(name)  # dropped between the two reads

@@ -545,6 +545,7 @@ def plan_zone_targets(
     kept: int = 0,
     cordoned: frozenset[str] = frozenset(),
     tally: FleetTally | None = None,
+    memo: TargetsMemo | None = None,
 ) -> tuple[dict[int, Peers], dict[int, Peers], int] | str:
     """``(creates, triggers, R)`` for one zone, or a reason string when it cannot be placed.
 
@@ -555,10 +556,18 @@ def plan_zone_targets(
 
     ``tally``: the fleet's loads, zones placed so far in this pass counted with their targets
     (:class:`~placement.algo.fleet.FleetTally`); the zone's ties go to the nodes it loads
-    least, and the tally then counts this zone's targets."""
-    own = current_loads(zone) if tally is not None else None
-    fleet = tally.others(*own) if tally is not None and own is not None else None
-    targets = zone_targets(zone, spec, nodes, applied, kept, cordoned, fleet)
+    least, and the tally then counts this zone's targets — unless ``memo`` held them: then they
+    are the zone's current assignment, which the tally already counts."""
+    own: tuple[Counter[str], Counter[str]] | None = None
+
+    def fleet() -> FleetLoad | None:
+        nonlocal own
+        if tally is None:
+            return None
+        own = current_loads(zone)
+        return tally.others(*own)
+
+    targets = zone_targets(zone, spec, nodes, applied, kept, cordoned, memo=memo, fleet_of=fleet)
     if isinstance(targets, str):
         return targets
     if tally is not None and own is not None:
@@ -596,6 +605,47 @@ def target_writes(
     return creates, triggers
 
 
+class TargetsMemo:
+    """Each zone's targets from its last placement that its assignment already matched, with
+    the inputs they were placed on: :func:`zone_targets` on the same inputs, with the current
+    assignment still equal to them, returns them without placing again. Sound because placement's
+    output fed back is a fixed point whatever the fleet's loads (design/placement.md, "Fleet-wide
+    balance"; ``tests/unit/test_placement_fleet.py``) — the zone's ties cannot change them. A pass
+    that grants or renews leases, or a status poll, re-decides zones whose assignment did not
+    change: this spares the placement, the largest part of those decisions
+    (``bench/results/driver_pass.md``)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[tuple[object, ...], dict[int, Peers]]] = {}
+        self.reused = 0
+
+    def get(
+        self, name: str, inputs: tuple[object, ...], current: dict[int, Peers]
+    ) -> dict[int, Peers] | None:
+        held = self._held.get(name)
+        if held is None or held[0] != inputs or held[1] != current:
+            return None
+        self.reused += 1
+        return dict(held[1])
+
+    def put(
+        self,
+        name: str,
+        inputs: tuple[object, ...],
+        current: dict[int, Peers],
+        targets: dict[int, Peers],
+    ) -> None:
+        if targets == current:
+            self._held[name] = (inputs, dict(targets))
+        else:
+            self._held.pop(name, None)
+
+    def retain(self, zones: Mapping[str, object]) -> None:
+        """Forget zones no longer in the view."""
+        for name in [n for n in self._held if n not in zones]:
+            del self._held[name]
+
+
 def zone_targets(
     zone: ZoneView,
     spec: ZoneSpec,
@@ -604,6 +654,8 @@ def zone_targets(
     kept: int = 0,
     cordoned: frozenset[str] = frozenset(),
     fleet: FleetLoad | None = None,
+    memo: TargetsMemo | None = None,
+    fleet_of: Callable[[], FleetLoad | None] | None = None,
 ) -> dict[int, Peers] | str:
     """The placement target of every partition ``0..P-1`` of one zone on the data nodes
     ``applied`` (and of a shrink's removed partitions that lost a member, see
@@ -611,7 +663,27 @@ def zone_targets(
     the replicas be" — a pass, the status outlook, a dry-run plan — asks it here. Nodes in
     ``cordoned`` keep their replicas and take no new ones (design/placement.md, "Cordoned
     nodes"). ``fleet``: the other zones' loads, which break ties (design/placement.md,
-    "Fleet-wide balance")."""
+    "Fleet-wide balance"); ``fleet_of``: asked for them instead, only when the zone is placed.
+    ``memo``: see :class:`TargetsMemo`."""
+    if not applied:
+        return "no data nodes"
+    current: dict[int, Peers] = {}
+    for p, state in zone.partitions.items():
+        peers = current_peers(state)
+        if peers is not None and p < spec.partitions:
+            current[p] = peers
+    removed = {
+        p: peers
+        for p in range(spec.partitions, kept)
+        if (found := zone.partitions.get(p)) is not None
+        and (peers := current_peers(found)) is not None
+    }
+    lost = [p for p, peers in removed.items() if not set(peers) <= set(applied)]
+    inputs = (spec, applied, cordoned, tuple(nodes.get(n) for n in applied))
+    if memo is not None and not lost:
+        held = memo.get(zone.name, inputs, current)
+        if held is not None:
+            return held
     # A data node whose record is gone (held down by the scale-down delay) matched the selector
     # when it was applied: it keeps matching it until the delay removes it.
     eligible = [
@@ -620,24 +692,14 @@ def zone_targets(
         else Node(n, dict(spec.node_selector))
         for n in applied
     ]
-    if not eligible:
-        return "no data nodes"
-    current: dict[int, Peers] = {}
-    for p, state in zone.partitions.items():
-        peers = current_peers(state)
-        if peers is not None and p < spec.partitions:
-            current[p] = peers
+    if fleet_of is not None:
+        fleet = fleet_of()
     result = _placed(spec, eligible, current, cordoned, fleet)
     if isinstance(result, str):
         return result
     targets = dict(enumerate(result.assignments))
-    removed = {
-        p: peers
-        for p in range(spec.partitions, kept)
-        if (found := zone.partitions.get(p)) is not None
-        and (peers := current_peers(found)) is not None
-    }
-    lost = [p for p, peers in removed.items() if not set(peers) <= set(applied)]
+    if memo is not None and not lost:
+        memo.put(zone.name, inputs, current, targets)
     if lost:
         wide = _placed(replace(spec, partitions=kept), eligible, current | removed, cordoned, fleet)
         if isinstance(wide, str):
@@ -833,8 +895,11 @@ class ZoneOutlook:
     unplaceable: str = ""
 
 
-def zone_outlook(view: ClusterView, name: str, now_ms: int) -> ZoneOutlook | None:
-    """:class:`ZoneOutlook` of zone ``name`` in ``view`` (None: no readable config)."""
+def zone_outlook(
+    view: ClusterView, name: str, now_ms: int, memo: TargetsMemo | None = None
+) -> ZoneOutlook | None:
+    """:class:`ZoneOutlook` of zone ``name`` in ``view`` (None: no readable config); ``memo``:
+    the placements to reuse (:class:`TargetsMemo`)."""
     zone = view.zones.get(name)
     if zone is None or not isinstance(zone.spec, ZoneSpec):
         return None
@@ -846,7 +911,7 @@ def zone_outlook(view: ClusterView, name: str, now_ms: int) -> ZoneOutlook | Non
     held = holddown_remaining(spec, record, now_ms)
     applied = record.applied
     kept = kept_partitions(zone.layout, spec)
-    targets = zone_targets(zone, spec, view.nodes, applied, kept, view.cordoned)
+    targets = zone_targets(zone, spec, view.nodes, applied, kept, view.cordoned, memo=memo)
     if isinstance(targets, str):
         return ZoneOutlook(due, held, applied, (), 0, targets)
     creates, triggers = target_writes(zone, targets)
@@ -896,10 +961,12 @@ def view_zone_status(
     *,
     leader: bool = True,
     sizes: Mapping[int, int] | None = None,
+    memo: TargetsMemo | None = None,
 ) -> ZoneStatus | None:
     """Zone ``name``'s status on ``view`` by the leader's own rules (its outlook, its reshard's
     progress): what GetZoneStatus answers and the leader's gauges show. None: no readable
-    config. ``sizes``: partition -> bytes of its largest replica (progress and ETA)."""
+    config. ``sizes``: partition -> bytes of its largest replica (progress and ETA); ``memo``:
+    the placements to reuse (:class:`TargetsMemo`)."""
     zone = view.zones.get(name)
     if zone is None or not isinstance(zone.spec, ZoneSpec):
         return None
@@ -912,7 +979,7 @@ def view_zone_status(
         zone.datanodes,
         now_ms / 1000,
         progress,
-        outlook=zone_outlook(view, name, now_ms),
+        outlook=zone_outlook(view, name, now_ms, memo),
         leader=leader,
         sizes=sizes,
         cordoned=view.cordoned,
@@ -951,12 +1018,13 @@ def plan_zone(
     leases: LeaseConfig | None,
     silent: frozenset[str] = frozenset(),
     tally: Callable[[], FleetTally] | None = None,
+    targets: TargetsMemo | None = None,
 ) -> ZonePlan:
     """Everything the leader should do now for zone ``name``, decided on ``view`` alone;
     ``silent``: registered nodes whose agents did not answer the leader's last probe — they get
     no lease and none of theirs is renewed (design/control-plane.md, "Primary leases");
     ``tally``: the pass's fleet tally, asked for when the zone is placed (design/placement.md,
-    "Fleet-wide balance")."""
+    "Fleet-wide balance"); ``targets``: the placements to reuse (:class:`TargetsMemo`)."""
     plan = ZonePlan()
     spec = zone.spec
     if not view.paused:
@@ -1008,6 +1076,7 @@ def plan_zone(
         kept,
         view.cordoned,
         tally() if tally is not None else None,
+        targets,
     )
     if isinstance(decided, str):
         plan.skipped = decided
@@ -1080,6 +1149,8 @@ class PlanMemo:
         self.reused = 0
         #: every zone's current loads, for the passes' fleet tallies
         self.fleet = FleetLoads()
+        #: the zones' placements, for the plans decided again (their leases changed, say)
+        self.targets = TargetsMemo()
 
     def plan(
         self,
@@ -1103,7 +1174,7 @@ class PlanMemo:
             self.reused += 1
             return held[1]
         self.decided += 1
-        plan = plan_zone(view, name, zone, now_ms, leases, silent, tally)
+        plan = plan_zone(view, name, zone, now_ms, leases, silent, tally, self.targets)
         if plan.writes:
             self._plans.pop(name, None)
         else:
@@ -1115,6 +1186,7 @@ class PlanMemo:
         """Forget zones no longer in the view."""
         for name in [n for n in self._plans if n not in zones]:
             del self._plans[name]
+        self.targets.retain(zones)
 
 
 def plan_pass(

@@ -70,6 +70,7 @@ from placement.driver.core import (
     Drive,
     PassPlan,
     PlanMemo,
+    TargetsMemo,
     Verdict,
     WriteDataNodes,
     WritePrimaries,
@@ -223,6 +224,8 @@ class Driver:
         self._leadership: Leadership | None = None
         self._leader_api: str | None = None
         self._view: ClusterView | None = None
+        #: The gauges' placements (their own: the metrics thread reads them; TargetsMemo).
+        self._gauge_targets = TargetsMemo()
         #: This term's list-watch of the whole prefix (the replica sizes a move's bytes count).
         self._watch: ListWatch | None = None
         self._movers: dict[tuple[str, int], tuple[Drive, asyncio.Task[None]]] = {}
@@ -301,6 +304,7 @@ class Driver:
         if view is None or self.fence() is None:
             return []
         now_ms = self.now_ms()
+        self._gauge_targets.retain(view.zones)
         replicas: Counter[str] = Counter({node: 0 for node in view.nodes})
         primaries: Counter[str] = Counter({node: 0 for node in view.nodes})
         states: dict[tuple[str, ...], float] = {}
@@ -312,7 +316,8 @@ class Driver:
             for lease in zone.primaries.values():
                 if isinstance(lease.value, PrimaryLease) and view.lease_until(lease.value) > now_ms:
                     primaries[lease.value.node] += 1
-            status = view_zone_status(view, zone.name, now_ms)  # what GetZoneStatus says
+            # what GetZoneStatus says
+            status = view_zone_status(view, zone.name, now_ms, memo=self._gauge_targets)
             assert status is not None  # its config is readable (checked above)
             for state_name in ZoneStatusState:
                 states[(zone.name, state_name.value)] = float(status.state is state_name)

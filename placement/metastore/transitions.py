@@ -113,7 +113,9 @@ class PartitionState:
     trigger: Versioned[TriggerMark] | None = None
 
     def entry(self, f: AssignField) -> Versioned[object] | None:
-        entry: Versioned[object] | None = getattr(self, f.value)
+        # ``f`` is a str (StrEnum): the attribute's name itself, with no enum ``.value`` lookup
+        # (a pass asks this for every partition of the fleet several times).
+        entry: Versioned[object] | None = getattr(self, f)
         return entry
 
     def mod(self, f: AssignField) -> int:
@@ -123,10 +125,11 @@ class PartitionState:
 
     def peers(self, f: AssignField) -> Peers | None:
         """Peers of stable/pending/planned; ``None`` when absent or corrupt."""
-        entry = self.entry(f)
-        if entry is None or not isinstance(entry.value, Assignment):
+        entry: Versioned[object] | None = getattr(self, f)
+        if entry is None:
             return None
-        return entry.value.peers
+        value = entry.value
+        return value.peers if isinstance(value, Assignment) else None
 
     def holders(self) -> frozenset[str]:
         """The nodes that hold a replica (stable) or are taking one (pending)."""

@@ -4,6 +4,7 @@ pass that reuses the plans of untouched zones plans exactly what a pass deciding
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -12,7 +13,14 @@ from hypothesis import strategies as st
 from placement.algo.place import place
 from placement.core.layout import ZoneLayout
 from placement.core.model import Node, ZoneSpec
-from placement.driver.core import ClusterView, PlanMemo, build_view, plan_pass
+from placement.driver.core import (
+    ClusterView,
+    PlanMemo,
+    TargetsMemo,
+    build_view,
+    plan_pass,
+    zone_targets,
+)
 from placement.driver.incremental import ViewBuilder, view_group
 from placement.driver.leases import LeaseConfig
 from placement.metastore.codec import (
@@ -313,3 +321,59 @@ def test_a_round_of_term_renewals_decides_no_zone_again() -> None:
     assert memo.decided == 2
     assert regrant == plan_pass(ended, 12_000, leases)
     assert regrant.primaries  # the leases of `gone` are granted again (a new epoch)
+
+
+def test_a_zone_decided_again_at_its_targets_is_not_placed_again() -> None:
+    """TargetsMemo: a zone decided again while its assignment still equals its last targets (its
+    leases ended, say) reuses them — the plan is the one placing it again gives — and a zone
+    whose placement inputs or assignment changed is placed again."""
+    mirror, holders = settled_zone(20_000)
+    builder, memo, leases = ViewBuilder(KEYS), PlanMemo(), LeaseConfig()
+    view = builder.build(mirror.revision, mirror.groups, mirror.stamps)
+    plan_pass(view, 0, leases, memo)
+    assert memo.targets.reused == 0  # placed once, at its targets: held
+    due = plan_pass(view, 20_000, leases, memo)  # the leases ended: re-decided, not re-placed
+    assert due.primaries
+    assert memo.targets.reused == 1
+    assert due == plan_pass(view, 20_000, leases)
+    # a node's weight changes: the zone's placement inputs differ, so it is placed again
+    heavy = sorted(holders)[0]
+    mirror.put_all({KEYS.node(heavy): encode_node(NodeRecord(heavy, "127.0.0.1:1", weight=3))})
+    weighed = builder.build(mirror.revision, mirror.groups, mirror.stamps)
+    moved = plan_pass(weighed, 20_000, leases, memo)
+    assert memo.targets.reused == 1
+    assert moved == plan_pass(weighed, 20_000, leases)
+    # its targets now differ from its assignment (the weight moves replicas at the next trigger):
+    # none are held, so it is placed again at every decision until the assignment follows
+    plan_pass(weighed, 20_001, leases, memo)
+    assert memo.targets.reused == 1
+
+
+def test_targets_held_for_a_zone_are_not_reused_once_its_assignment_moved_off_them() -> None:
+    """A move in flight to another balanced assignment (which placement keeps, being minimal)
+    must not get the targets held from before it: they would move the partition back."""
+    mirror, _ = settled_zone(20_000)
+    view = ViewBuilder(KEYS).build(mirror.revision, mirror.groups, mirror.stamps)
+    zone = view.zones["z"]
+    assert isinstance(zone.spec, ZoneSpec)
+    memo = TargetsMemo()
+    held = zone_targets(zone, zone.spec, view.nodes, NODES, memo=memo)
+    assert zone_targets(zone, zone.spec, view.nodes, NODES, memo=memo) == held
+    assert memo.reused == 1
+    stable = held[0]
+    for peers in itertools.permutations(NODES, 2):
+        mirror.put_all(
+            {
+                KEYS.assign("z", 0, AssignField.PENDING): encode_assignment(
+                    Assignment(peers, 2, 2, 2)
+                )
+            }
+        )
+        moving = ViewBuilder(KEYS).build(mirror.revision, mirror.groups, mirror.stamps)
+        fresh = zone_targets(moving.zones["z"], zone.spec, moving.nodes, NODES)
+        assert not isinstance(fresh, str)
+        if set(peers) != set(stable) and fresh[0] == peers:
+            break
+    else:
+        raise AssertionError("no other balanced member set for partition 0")
+    assert zone_targets(moving.zones["z"], zone.spec, moving.nodes, NODES, memo=memo) == fresh
