@@ -5,8 +5,10 @@
 Pure functions on a synthetic prefix, no etcd and no other process, so the figures are the
 decision's own CPU (the driver runs it on its event loop, design/control-plane.md "One pass"):
 
-* **creation**: ``--zones`` zone configs with their data-nodes records on ``--nodes`` registered
-  nodes and no partition yet: the pass that places every zone and creates its partitions;
+* **creation**: ``--zones`` zone configs with their layouts and data-nodes records on ``--nodes``
+  registered nodes and no partition yet: the pass that places every zone and creates its
+  partitions; then the same burst as the leader runs it, in passes of its budget
+  (``PASS_BUDGET``) on the incremental view, each pass's creations landing before the next;
 * **grant**: every partition created (stable + trigger keys, as that pass wrote them), no
   primary lease yet: the pass that grants every lease (a fresh memo, as after a leader change);
 * **memo, changed**: the same view again with the memo of the grant pass — a zone whose plan had
@@ -38,22 +40,28 @@ from driver_view_bench import prefix  # noqa: E402
 from run_info import run_section, uptime  # noqa: E402
 
 from placement.api.service import status_on_view  # noqa: E402
+from placement.core.layout import ZoneLayout  # noqa: E402
 from placement.core.model import ZoneSpec  # noqa: E402
 from placement.driver.core import (  # noqa: E402
     DecodeCache,
+    PassPlan,
     PlanMemo,
     TargetsMemo,
     build_view,
     plan_pass,
 )
+from placement.driver.incremental import ViewBuilder, view_group  # noqa: E402
 from placement.driver.leases import LeaseConfig  # noqa: E402
+from placement.driver.loop import PASS_BUDGET  # noqa: E402
 from placement.metastore.codec import (  # noqa: E402
     Assignment,
     DataNodes,
+    LayoutValue,
     NodeRecord,
     TriggerMark,
     encode_assignment,
     encode_datanodes,
+    encode_layout,
     encode_node,
     encode_trigger,
     encode_zone_spec,
@@ -66,16 +74,72 @@ NOW_MS = 1_000_000
 
 
 class Prefix:
-    """A growing synthetic prefix: ``put`` stamps each key with the next revision."""
+    """A growing synthetic prefix: ``put`` stamps each key with the next revision, and keeps the
+    groups and stamps of the leader's list-watch (``placement.driver.incremental``)."""
 
     def __init__(self) -> None:
         self.keys = KeySpace("/bench")
         self.kvs: dict[bytes, KeyValue] = {}
         self.revision = 0
+        self._group = view_group(self.keys)
+        self.groups: dict[str, dict[bytes, KeyValue]] = {}
+        self.stamps: dict[str, int] = {}
 
     def put(self, key: bytes, value: bytes) -> None:
         self.revision += 1
-        self.kvs[key] = KeyValue(key, value, self.revision, self.revision, 1, 0)
+        kv = KeyValue(key, value, self.revision, self.revision, 1, 0)
+        self.kvs[key] = kv
+        name = self._group(key)
+        if name is not None:
+            self.groups.setdefault(name, {})[key] = kv
+            self.stamps[name] = self.revision
+
+    def land(self, plan: PassPlan) -> None:
+        """A pass's partition creations, as their writes come back through the watch."""
+        for create in plan.creates:
+            for p, peers in create.stables.items():
+                stable = Assignment(tuple(peers), 1, 0, 2)
+                self.put(
+                    self.keys.assign(create.zone, p, AssignField.STABLE),
+                    encode_assignment(stable),
+                )
+                self.put(
+                    self.keys.assign(create.zone, p, AssignField.TRIGGER),
+                    encode_trigger(TriggerMark(2, 1, 0)),
+                )
+
+
+def fleet(zones: int, partitions: int, nodes: int) -> Prefix:
+    """``nodes`` registered nodes and ``zones`` zone configs with their layouts and data-nodes
+    records: every zone waiting for its partitions."""
+    bench = Prefix()
+    names = tuple(f"n{i:04d}" for i in range(nodes))
+    for n in names:
+        bench.put(bench.keys.node(n), encode_node(NodeRecord(n, "127.0.0.1:1")))
+    for z in (f"z{z:03d}" for z in range(zones)):
+        bench.put(bench.keys.zone(z), encode_zone_spec(ZoneSpec(z, partitions, 3)))
+        bench.put(bench.keys.layout(z), encode_layout(LayoutValue(ZoneLayout(1, partitions), 1, 0)))
+        bench.put(bench.keys.datanodes(z), encode_datanodes(DataNodes(names, names, None, None)))
+    return bench
+
+
+def budgeted_creation(zones: int, partitions: int, nodes: int) -> tuple[int, float, float]:
+    """The creation burst as the leader runs it: passes with its budget (``PASS_BUDGET``) on
+    the incremental view, each pass's creations landing before the next. (passes, longest
+    pass's decision ms, all passes' decisions ms); the view builds are not counted."""
+    bench = fleet(zones, partitions, nodes)
+    builder, memo = ViewBuilder(bench.keys), PlanMemo()
+    passes, longest, total = 0, 0.0, 0.0
+    while True:
+        view = builder.build(bench.revision, bench.groups, bench.stamps)
+        gc.collect()
+        started = time.perf_counter()
+        plan = plan_pass(view, NOW_MS, None, memo, budget=PASS_BUDGET)
+        took = time.perf_counter() - started
+        passes, longest, total = passes + 1, max(longest, took), total + took
+        bench.land(plan)
+        if not plan.deferred:
+            return passes, longest * 1000, total * 1000
 
 
 def timed(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
@@ -122,28 +186,14 @@ def main() -> int:
     started, load = time.time(), [uptime()]
     leases = LeaseConfig()
 
-    bench = Prefix()
-    nodes = tuple(f"n{i:04d}" for i in range(args.nodes))
-    for n in nodes:
-        bench.put(bench.keys.node(n), encode_node(NodeRecord(n, "127.0.0.1:1")))
-    zones = [f"z{z:03d}" for z in range(args.zones)]
-    for z in zones:
-        bench.put(bench.keys.zone(z), encode_zone_spec(ZoneSpec(z, args.partitions, 3)))
-        bench.put(bench.keys.datanodes(z), encode_datanodes(DataNodes(nodes, nodes, None, None)))
+    bench = fleet(args.zones, args.partitions, args.nodes)
     view = build_view(bench.keys, bench.kvs, bench.revision)
     creation, plan = timed(lambda: plan_pass(view, NOW_MS, leases, PlanMemo()), args.repeat)
-    assert len(plan.creates) == args.zones  # type: ignore[attr-defined]
+    assert isinstance(plan, PassPlan)
+    assert len(plan.creates) == args.zones
+    passes, longest, total = budgeted_creation(args.zones, args.partitions, args.nodes)
 
-    for create in plan.creates:  # type: ignore[attr-defined]
-        for p, peers in create.stables.items():
-            stable = Assignment(tuple(peers), 1, 0, 2)
-            bench.put(
-                bench.keys.assign(create.zone, p, AssignField.STABLE), encode_assignment(stable)
-            )
-            bench.put(
-                bench.keys.assign(create.zone, p, AssignField.TRIGGER),
-                encode_trigger(TriggerMark(2, 1, 0)),
-            )
+    bench.land(plan)
     view = build_view(bench.keys, bench.kvs, bench.revision)
     grant, plan = timed(lambda: plan_pass(view, NOW_MS, leases, PlanMemo()), args.repeat)
     granted = sum(len(w.leases) for w in plan.primaries)  # type: ignore[attr-defined]
@@ -163,6 +213,9 @@ def main() -> int:
         "| figure | ms |",
         "|---|---:|",
         f"| creation pass (place every zone, create its partitions) | {creation * 1000:.0f} |",
+        f"| creation in passes of the driver's budget ({PASS_BUDGET:,} partitions): longest"
+        f" pass (of {passes}) | {longest:.0f} |",
+        f"| the same: all those passes' decisions together | {total:.0f} |",
         f"| grant pass (every primary lease; fresh memo) | {grant * 1000:.0f} |",
         f"| pass after the grant, before its echo (memo of the grant pass) | {again * 1000:.0f} |",
         f"| GetZoneStatus decision, one zone of {args.partitions} on 5 nodes (median of 21) |"

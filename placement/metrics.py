@@ -58,6 +58,12 @@ PASS_SECONDS = Histogram(
     buckets=_PASSES,
     registry=REGISTRY,
 )
+ZONES_DEFERRED = Counter(
+    "placement_driver_zones_deferred",
+    "Zones a pass left for the next one, its budget of partitions decided spent"
+    ' (design/control-plane.md, "A budget per pass"); the next pass follows at once.',
+    registry=REGISTRY,
+)
 MOVES = Counter(
     "placement_driver_moves",
     "Rebalances of the zone that ended: done (stable switched), cancelled (reverted to the old"

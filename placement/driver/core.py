@@ -44,6 +44,7 @@ Per zone, in this order:
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections import Counter
@@ -493,6 +494,8 @@ class PassPlan:
     #: health-checks them just before, off the pass (design/control-plane.md, "Primary
     #: leases"). None: no holder has a term to renew.
     term_round: tuple[int, frozenset[str]] | None = None
+    #: Zones this pass's budget left for the next pass (:func:`plan_pass`), in name order.
+    deferred: tuple[str, ...] = ()
 
     @property
     def writes(self) -> bool:
@@ -606,14 +609,16 @@ def target_writes(
 
 
 class TargetsMemo:
-    """Each zone's targets from its last placement that its assignment already matched, with
-    the inputs they were placed on: :func:`zone_targets` on the same inputs, with the current
-    assignment still equal to them, returns them without placing again. Sound because placement's
-    output fed back is a fixed point whatever the fleet's loads (design/placement.md, "Fleet-wide
-    balance"; ``tests/unit/test_placement_fleet.py``) — the zone's ties cannot change them. A pass
-    that grants or renews leases, or a status poll, re-decides zones whose assignment did not
-    change: this spares the placement, the largest part of those decisions
-    (``bench/results/driver_pass.md``)."""
+    """Each zone's targets from its last placement, with the inputs they were placed on:
+    :func:`zone_targets` on the same inputs, once the zone's assignment (pending, else stable)
+    equals them, returns them without placing again. Sound because placement's output fed back
+    is a fixed point whatever the fleet's loads (design/placement.md, "Fleet-wide balance";
+    ``tests/unit/test_placement_fleet.py``): placing the zone from its targets gives them back,
+    and the zone's ties cannot change them. A pass after its own creations or triggers landed,
+    one that grants or renews leases, or a status poll decides zones whose assignment is their
+    target: this spares the placement, the largest part of those decisions
+    (``bench/results/driver_pass.md``). An assignment that differs from the targets held (a
+    move to another balanced set, say) is placed again."""
 
     def __init__(self) -> None:
         self._held: dict[str, tuple[tuple[object, ...], dict[int, Peers]]] = {}
@@ -628,17 +633,8 @@ class TargetsMemo:
         self.reused += 1
         return dict(held[1])
 
-    def put(
-        self,
-        name: str,
-        inputs: tuple[object, ...],
-        current: dict[int, Peers],
-        targets: dict[int, Peers],
-    ) -> None:
-        if targets == current:
-            self._held[name] = (inputs, dict(targets))
-        else:
-            self._held.pop(name, None)
+    def put(self, name: str, inputs: tuple[object, ...], targets: dict[int, Peers]) -> None:
+        self._held[name] = (inputs, dict(targets))
 
     def retain(self, zones: Mapping[str, object]) -> None:
         """Forget zones no longer in the view."""
@@ -699,7 +695,7 @@ def zone_targets(
         return result
     targets = dict(enumerate(result.assignments))
     if memo is not None and not lost:
-        memo.put(zone.name, inputs, current, targets)
+        memo.put(zone.name, inputs, targets)
     if lost:
         wide = _placed(replace(spec, partitions=kept), eligible, current | removed, cordoned, fleet)
         if isinstance(wide, str):
@@ -1151,8 +1147,11 @@ class PlanMemo:
         self.fleet = FleetLoads()
         #: the zones' placements, for the plans decided again (their leases changed, say)
         self.targets = TargetsMemo()
+        #: Where the next pass starts deciding (the last zone a pass decided before it ran out
+        #: of its budget; None: the first zone): see :func:`plan_pass`.
+        self.cursor: str | None = None
 
-    def plan(
+    def held(
         self,
         view: ClusterView,
         name: str,
@@ -1160,8 +1159,8 @@ class PlanMemo:
         now_ms: int,
         leases: LeaseConfig | None,
         silent: frozenset[str] = frozenset(),
-        tally: Callable[[], FleetTally] | None = None,
-    ) -> ZonePlan:
+    ) -> ZonePlan | None:
+        """The zone's kept plan when it still holds (see the class), else None."""
         inputs = (zone, view.nodes, view.draining, view.cordoned, view.paused, silent)
         held = self._plans.get(name)
         if (
@@ -1173,6 +1172,35 @@ class PlanMemo:
         ):
             self.reused += 1
             return held[1]
+        return None
+
+    def plan(
+        self,
+        view: ClusterView,
+        name: str,
+        zone: ZoneView,
+        now_ms: int,
+        leases: LeaseConfig | None,
+        silent: frozenset[str] = frozenset(),
+        tally: Callable[[], FleetTally] | None = None,
+    ) -> ZonePlan:
+        held = self.held(view, name, zone, now_ms, leases, silent)
+        if held is not None:
+            return held
+        return self.decide(view, name, zone, now_ms, leases, silent, tally)
+
+    def decide(
+        self,
+        view: ClusterView,
+        name: str,
+        zone: ZoneView,
+        now_ms: int,
+        leases: LeaseConfig | None,
+        silent: frozenset[str] = frozenset(),
+        tally: Callable[[], FleetTally] | None = None,
+    ) -> ZonePlan:
+        """The zone decided (:func:`plan_zone`), its plan kept when it writes nothing."""
+        inputs = (zone, view.nodes, view.draining, view.cordoned, view.paused, silent)
         self.decided += 1
         plan = plan_zone(view, name, zone, now_ms, leases, silent, tally, self.targets)
         if plan.writes:
@@ -1195,6 +1223,7 @@ def plan_pass(
     leases: LeaseConfig | None = None,
     memo: PlanMemo | None = None,
     silent: frozenset[str] = frozenset(),
+    budget: int | None = None,
 ) -> PassPlan:
     """Everything the leader should do now, decided on ``view`` alone (``memo``: reusing the
     plans of zones nothing happened to; the result is the same; ``silent``: see
@@ -1203,17 +1232,47 @@ def plan_pass(
     Zones are decided in name order with one fleet tally (counted when a zone is first placed),
     so each zone's ties see the targets of the zones placed before it in the pass — the order
     and the tally of the pipeline's engines (``placement.pipeline.engines.plan_local``). A zone
-    nothing happened to is a fixed point whatever the tally, so a memo's plan stays valid."""
+    nothing happened to is a fixed point whatever the tally, so a memo's plan stays valid.
+
+    ``budget`` (with a memo): the partitions this pass may decide — zones whose kept plan holds
+    cost nothing, every zone decided costs its partition count, and the zone that crosses the
+    budget is still decided. The zones left are **deferred**: they write nothing in this pass,
+    their moves in flight are driven as before, the leases they hold count for the terms, and
+    the pass is due again at once (``next_due_ms == now_ms``); the next one starts after the
+    last zone decided (``PlanMemo.cursor``), so every zone is decided within
+    ``⌈fleet partitions / budget⌉`` passes. The zones still go in name order: a later pass's
+    tally counts the zones decided before it at their targets, as their writes land. Without
+    a budget nothing is deferred."""
     if memo is not None:
         memo.retain(view.zones)
     fleet = memo.fleet if memo is not None else FleetLoads()
     tally = functools.cache(lambda: fleet.tally(view.zones))
-    decided = {
-        name: memo.plan(view, name, view.zones[name], now_ms, leases, silent, tally)
-        if memo is not None
-        else plan_zone(view, name, view.zones[name], now_ms, leases, silent, tally)
-        for name in sorted(view.zones)
-    }
+    names = sorted(view.zones)
+    if memo is not None and budget is not None and memo.cursor is not None:
+        start = bisect.bisect_right(names, memo.cursor)
+        names = names[start:] + names[:start]
+    decided: dict[str, ZonePlan] = {}
+    deferred: list[str] = []
+    spent = 0
+    for name in names:
+        zone = view.zones[name]
+        if memo is None:
+            decided[name] = plan_zone(view, name, zone, now_ms, leases, silent, tally)
+            continue
+        kept = memo.held(view, name, zone, now_ms, leases, silent)
+        if kept is not None:
+            decided[name] = kept
+        elif budget is not None and spent >= budget:
+            deferred.append(name)
+        else:
+            decided[name] = memo.decide(view, name, zone, now_ms, leases, silent, tally)
+            spent += _decision_size(zone)
+            if budget is not None:
+                memo.cursor = name
+    if memo is not None and not deferred:
+        memo.cursor = None
+    for name in deferred:
+        decided[name] = _deferred(view, view.zones[name], now_ms, silent, leases is not None)
     plans = {name: decided[name] for name in view.zones}
     due = [t for plan in plans.values() for t in plan.due]
     terms = None
@@ -1253,7 +1312,36 @@ def plan_pass(
         min(due, default=None),
         terms,
         term_round,
+        tuple(sorted(deferred)),
     )
+
+
+def _decision_size(zone: ZoneView) -> int:
+    """What deciding ``zone`` counts against a pass's budget: its partitions (those it has, or
+    those its config asks for), at least 1."""
+    spec = zone.spec
+    return max(1, len(zone.partitions), spec.partitions if isinstance(spec, ZoneSpec) else 0)
+
+
+def _deferred(
+    view: ClusterView, zone: ZoneView, now_ms: int, silent: frozenset[str], leases: bool
+) -> ZonePlan:
+    """The plan of a zone a pass's budget defers (:func:`plan_pass`): no write; its moves in
+    flight still driven (a mover whose drive a pass leaves out exits); the holders of its
+    standing leases, so their terms are renewed as before; due again at once."""
+    plan = ZonePlan(due=[now_ms])
+    if not view.paused:
+        plan.drives.extend(d for s in zone.partitions.values() if (d := drive_action(s)))
+    if leases and isinstance(zone.spec, ZoneSpec):  # as plan_zone: no lease of a zone without
+        kept = kept_partitions(zone.layout, zone.spec)
+        stables = {
+            p: peers
+            for p, s in zone.partitions.items()
+            if p < kept and (peers := s.peers(AssignField.STABLE)) is not None
+        }
+        live = set(view.nodes) - silent
+        plan.holders = lease_holders(stables, zone.primaries, {}, live, now_ms, view.term_until)
+    return plan
 
 
 def stale_terms(view: ClusterView, now_ms: int, config: LeaseConfig) -> dict[str, int]:

@@ -143,6 +143,10 @@ class _Reports:
 
 #: Zones whose writes a pass executes at once.
 EXECUTE_ZONES = 8
+#: Partitions a pass decides at most before it defers the other zones to the next pass, which
+#: follows at once (``core.plan_pass``): about 0.1 s of decisions on one core at 1,000 nodes
+#: (``bench/results/driver_pass.md``), so no pass holds the event loop for seconds.
+PASS_BUDGET = 5_000
 #: Partitions per ``Metastore.read_partitions`` call of the movers' first reads.
 READS_PER_FLUSH = 1024
 #: Finishes per ``Metastore.end_moves`` call (it packs them into transactions within etcd's
@@ -186,6 +190,9 @@ class DriverConfig:
     #: False trusts the node record alone (a lease outlives a killed holder by up to the
     #: registration TTL more).
     probe_holders: bool = True
+    #: Partitions a pass decides before it defers the other zones to the next one
+    #: (``core.plan_pass``; design/control-plane.md, "A budget per pass").
+    pass_budget: int = PASS_BUDGET
 
 
 class Driver:
@@ -488,10 +495,23 @@ class Driver:
                 self._adopt_created(view, fence)
                 self.liveness.forget(view.nodes)
                 plan = plan_pass(
-                    view, self.now_ms(), self.config.leases, memo, self.liveness.silent()
+                    view,
+                    self.now_ms(),
+                    self.config.leases,
+                    memo,
+                    self.liveness.silent(),
+                    self.config.pass_budget,
                 )
+                if plan.deferred:
+                    metrics.ZONES_DEFERRED.inc(len(plan.deferred))
                 try:
                     await self._execute(plan, fence)
+                    if plan.deferred:
+                        # The next pass decides the deferred zones at once: on a view holding
+                        # this pass's writes, so their tally counts the zones decided here at
+                        # their targets, as one pass deciding all would (core.plan_pass).
+                        revision = await self.client.current_revision()
+                        self._written = max(self._written, revision)
                     attempt = 0
                 except (StoreUnavailable, Conflict) as e:
                     attempt += 1

@@ -51,6 +51,7 @@ from placement.metastore.kv import EventKind, TxnResult
 from placement.metastore.store import Metastore
 from placement.metastore.transitions import Fence, Outcome
 from placement.metastore.txn import Compare, Op, Put
+from placement.metrics import REGISTRY
 from placement.security.credentials import EtcdCredentials
 from placement.security.tls import TlsMaterial
 from replica.records import AgentStore
@@ -441,6 +442,39 @@ async def test_a_new_zone_gives_its_first_members_their_replica_records(
         after = await store.read_zone("fresh")
         assert [after.partition(p).peers(AssignField.STABLE) for p in range(6)] == stables
         assert all(s.pending is None for s in after.partitions.values())
+
+
+def _deferred_zones() -> float:
+    return REGISTRY.get_sample_value("placement_driver_zones_deferred_total") or 0.0
+
+
+async def test_zones_created_at_once_beyond_a_pass_s_budget_are_all_placed_in_turn(
+    etcd: object, cluster: Cluster, client: EtcdClient, keys: KeySpace
+) -> None:
+    """With a budget of one zone's partitions per pass, five zones created at once are decided
+    in turn (the passes defer the others, counted by the metric) and each ends on its target,
+    its first members holding their replica records, every primary lease granted."""
+    endpoint = etcd.endpoint  # type: ignore[attr-defined]
+    for i in range(3):
+        await cluster.start_agent(f"n{i}", etcd=endpoint)
+    deferred = _deferred_zones()
+    specs = [ZoneSpec(f"burst{z}", partitions=4, replicas=2) for z in range(5)]
+    async with running_driver(endpoint, keys, pass_budget=4) as driver:
+        fence = await leader_fence(driver)
+        store = cluster.store
+        for spec in specs:
+            assert (await store.create_zone(spec, fence)).applied
+        for spec in specs:
+            await eventually(lambda spec=spec: converged(store, spec), f"{spec.name} placed")
+
+        async def adopted_and_led() -> bool:
+            if driver.stats["adopted"] != 5 * 4 * 2:
+                return False
+            found = await client.list_prefix(keys.primary_prefix())
+            return len([kv for kv in found.kvs if b"/@term/" not in kv.key]) == 5 * 4
+
+        await eventually(adopted_and_led, "every first member adopted, every lease granted")
+    assert _deferred_zones() > deferred
 
 
 async def test_a_node_that_leaves_and_returns_within_the_scale_down_delay_moves_nothing(

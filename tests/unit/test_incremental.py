@@ -5,6 +5,7 @@ pass that reuses the plans of untouched zones plans exactly what a pass deciding
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -12,9 +13,10 @@ from hypothesis import strategies as st
 
 from placement.algo.place import place
 from placement.core.layout import ZoneLayout
-from placement.core.model import Node, ZoneSpec
+from placement.core.model import Node, Peers, ZoneSpec
 from placement.driver.core import (
     ClusterView,
+    PassPlan,
     PlanMemo,
     TargetsMemo,
     build_view,
@@ -377,3 +379,110 @@ def test_targets_held_for_a_zone_are_not_reused_once_its_assignment_moved_off_th
     else:
         raise AssertionError("no other balanced member set for partition 0")
     assert zone_targets(moving.zones["z"], zone.spec, moving.nodes, NODES, memo=memo) == fresh
+
+
+def _state(mirror: Mirror) -> tuple[int, dict[str, dict[bytes, KeyValue]], dict[str, int]]:
+    return mirror.revision, mirror.groups, mirror.stamps
+
+
+def _creating(zones: int, partitions: int) -> Mirror:
+    """``zones`` zones z0.. of ``partitions`` × 2 on every node, configs, layouts and data nodes
+    written, no partition created yet."""
+    mirror = Mirror()
+    puts = {KEYS.node(n): encode_node(NodeRecord(n, "127.0.0.1:1")) for n in NODES}
+    for z in range(zones):
+        name = f"z{z}"
+        puts[KEYS.zone(name)] = encode_zone_spec(ZoneSpec(name, partitions, 2))
+        puts[KEYS.layout(name)] = encode_layout(LayoutValue(ZoneLayout(1, partitions), 1, 0))
+        puts[KEYS.datanodes(name)] = encode_datanodes(DataNodes(NODES, NODES, None, None))
+    mirror.put_all(puts)
+    return mirror
+
+
+def _land_creates(mirror: Mirror, plan: PassPlan) -> None:
+    """The pass's partition creations, as its writes come back through the watch."""
+    puts: dict[bytes, bytes] = {}
+    for create in plan.creates:
+        for p, peers in create.stables.items():
+            puts[KEYS.assign(create.zone, p, AssignField.STABLE)] = encode_assignment(
+                Assignment(tuple(peers), 1, 1, 1)
+            )
+            puts[KEYS.assign(create.zone, p, AssignField.TRIGGER)] = encode_trigger(
+                TriggerMark(create.trigger_revision, 1, 1)
+            )
+    if puts:
+        mirror.put_all(puts)
+
+
+def test_a_budgeted_pass_defers_zones_and_decides_them_in_turn_as_one_pass_would() -> None:
+    """A pass's budget bounds the partitions it decides; the zones left write nothing, make the
+    pass due again at once, and are decided first by the next passes — which, each on a view
+    holding the writes before it, create exactly what one pass deciding every zone creates
+    (the same zone order, the same fleet tally). Leases aside (``leases=None``): a zone whose
+    writes do not land is decided again, and so deferred again, for good."""
+    whole = plan_pass(ViewBuilder(KEYS).build(*_state(_creating(6, 4))), 0, None, PlanMemo())
+    assert len(whole.creates) == 6
+    assert not whole.deferred
+    mirror = _creating(6, 4)
+    builder, memo = ViewBuilder(KEYS), PlanMemo()
+    created: dict[str, Mapping[int, Peers]] = {}
+    for _ in range(10):
+        decided = memo.decided
+        plan = plan_pass(builder.build(*_state(mirror)), 0, None, memo, budget=8)
+        assert memo.decided - decided <= 2  # 4 partitions each: the second one crosses 8
+        created.update((c.zone, c.stables) for c in plan.creates)
+        assert not {c.zone for c in plan.creates} & set(plan.deferred)
+        assert (plan.next_due_ms == 0) == bool(plan.deferred)  # due again at once
+        _land_creates(mirror, plan)
+        if not plan.deferred:
+            break
+    else:
+        raise AssertionError("zones still deferred after 10 passes")
+    assert created == {c.zone: c.stables for c in whole.creates}
+    assert memo.cursor is None
+
+
+def test_a_deferred_zone_keeps_its_moves_driven_and_its_holders_terms() -> None:
+    """Deferred, a zone writes nothing, but its move in flight is still driven (a mover whose
+    drive a pass leaves out would exit) and the holders of its leases count for the term
+    round, as when it is decided."""
+    mirror, holders = settled_zone(10_000)
+    mirror.put_all(
+        {
+            KEYS.assign("z", 0, AssignField.PENDING): encode_assignment(
+                Assignment(("n0", "n1"), 2, 2, 2)
+            )
+        }
+    )
+    for z in range(3):  # zones decided first (name order: "a…" before "z"), spending the budget
+        name = f"a{z}"
+        mirror.put_all(
+            {
+                KEYS.zone(name): encode_zone_spec(ZoneSpec(name, 4, 2)),
+                KEYS.datanodes(name): encode_datanodes(DataNodes(NODES, NODES, None, None)),
+            }
+        )
+    view = ViewBuilder(KEYS).build(*_state(mirror))
+    leases = LeaseConfig()
+    full = plan_pass(view, 5_001, leases)
+    plan = plan_pass(view, 5_001, leases, PlanMemo(), budget=4)
+    assert "z" in plan.deferred
+    assert [d for d in plan.drives if d.zone == "z"] == [d for d in full.drives if d.zone == "z"]
+    assert [d for d in plan.drives if d.zone == "z"]
+    assert plan.terms is not None
+    assert full.terms is not None
+    assert holders <= set(plan.terms.writes) == set(full.terms.writes)
+    assert not [w for w in plan.primaries if w.zone == "z"]
+
+
+def test_a_budget_decides_every_zone_in_turn_even_while_the_first_keep_writing() -> None:
+    """Zones whose writes have not landed yet are decided again at every pass; the budget still
+    reaches every other zone within ⌈partitions / budget⌉ passes (the next pass starts after
+    the last zone decided)."""
+    builder, memo = ViewBuilder(KEYS), PlanMemo()
+    view = builder.build(*_state(_creating(6, 4)))
+    seen: set[str] = set()
+    for _ in range(3):
+        plan = plan_pass(view, 0, LeaseConfig(), memo, budget=8)
+        seen |= {c.zone for c in plan.creates}
+    assert seen == {f"z{z}" for z in range(6)}
