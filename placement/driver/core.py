@@ -1174,21 +1174,6 @@ class PlanMemo:
             return held[1]
         return None
 
-    def plan(
-        self,
-        view: ClusterView,
-        name: str,
-        zone: ZoneView,
-        now_ms: int,
-        leases: LeaseConfig | None,
-        silent: frozenset[str] = frozenset(),
-        tally: Callable[[], FleetTally] | None = None,
-    ) -> ZonePlan:
-        held = self.held(view, name, zone, now_ms, leases, silent)
-        if held is not None:
-            return held
-        return self.decide(view, name, zone, now_ms, leases, silent, tally)
-
     def decide(
         self,
         view: ClusterView,
