@@ -20,10 +20,14 @@ Answers and what the client does (:func:`decide`, pure):
 * ``UNAVAILABLE`` with trailing ``x-retry-after-ms = N`` (a write refused while its partition
   is sealed for a re-sharding cut-over, which lasts a fraction of a second): retry at the same
   target after N ms (at most ``MAX_RETRY_AFTER``), routes kept, no backoff.
-* ``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``ABORTED``, ``NOT_FOUND``, a connection error, or no
-  primary known: re-read the routes from the drivers and retry with capped, jittered exponential
-  backoff until ``deadline`` (default 15 s) has passed since the call began; then
-  :class:`DataUnavailable` names the operation, partition, target and last error.
+* ``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``ABORTED``, ``NOT_FOUND``, ``CANCELLED`` (the agent
+  stopped the call: its server shutting down after a SIGTERM — as after a dropped connection,
+  the write may or may not have been applied, and a put or delete sent again is the same
+  write), a connection error, or no primary known: re-read the routes from the drivers and
+  retry with capped, jittered exponential backoff until ``deadline`` (default 15 s) has passed
+  since the call began; then :class:`DataUnavailable` names the operation, partition, target
+  and last error. (A call this client cancels itself raises ``asyncio.CancelledError``, never
+  this code.)
 * ``INVALID_ARGUMENT``: :class:`~placement.errors.InvalidInput` (after one route refresh, in case
   the zone's partition count changed under a cached table).
 * ``PERMISSION_DENIED``, ``UNAUTHENTICATED``, or a TLS handshake that refused a certificate:
@@ -99,6 +103,7 @@ RETRY_CODES = frozenset(
         grpc.StatusCode.DEADLINE_EXCEEDED,
         grpc.StatusCode.ABORTED,
         grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.CANCELLED,
     }
 )
 #: Codes that say the caller's certificate (its role) is refused.

@@ -69,8 +69,12 @@ def test_decide() -> None:
     assert isinstance(decide(fp, "", None, target="h:1", redirects=0), Retry)
     assert isinstance(decide(fp, "", "n2@h:2", target="h:2", redirects=0), Retry)
     assert isinstance(decide(fp, "", "n2@h:2", target="h:1", redirects=3), Retry)
-    for code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.ABORTED, Code.NOT_FOUND):
+    retried = (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.ABORTED, Code.NOT_FOUND)
+    for code in retried:
         assert isinstance(decide(code, "x", None, target="h:1", redirects=0), Retry)
+    # an agent whose server stopped the call (a SIGTERM's shutdown): its fate is unknown, as
+    # after a dropped connection — sent again (test_drain's SIGTERM test saw it fail a write)
+    assert isinstance(decide(Code.CANCELLED, "CANCELLED", None, target="h:1", redirects=0), Retry)
     assert decide(Code.INVALID_ARGUMENT, "bad key", None, target="h:1", redirects=0) == Fail(
         Code.INVALID_ARGUMENT, "bad key"
     )
