@@ -432,6 +432,8 @@ class PlacementAPI:
         else:
             revision, kvs = await self.store.read_zone_snapshot(name)
             _check_revision(revision, read)
+            if kvs.get(self.keys.zone(name)) is None:
+                self._forget(name)
             _readable(name, kvs.get(self.keys.zone(name)))
         decoded = self._decoded.setdefault(name, DecodeCache())
         view = build_view(self.keys, kvs, revision, decoded)
@@ -439,6 +441,7 @@ class PlacementAPI:
             self.keys, view, kvs, name, self._clock_ms(), self.alarms(), decoded, self._placed
         )
         if status is None:
+            self._forget(name)
             raise ZoneNotFound(name)  # dropped between the two reads
         return status
 
@@ -501,6 +504,17 @@ class PlacementAPI:
         _check_revision(revision, read)
         return revision, tuple(e.record for e in entries if isinstance(e.record, NodeRecord))
 
+    def holds(self, zone: str) -> bool:
+        """Whether anything is kept for ``zone`` between reads (decoded keys, views, targets)."""
+        memos = (self._memo, self._partition_keys, self._decoded)
+        return zone in self._placed or any(zone in memo for memo in memos)
+
+    def _forget(self, zone: str) -> None:
+        """Drop what is kept for a zone that no longer exists."""
+        for memo in (self._memo, self._partition_keys, self._decoded):
+            memo.pop(zone, None)
+        self._placed.forget(zone)
+
     async def _cache(self, read: ReadOptions, zone: str | None = None) -> ReadCache | None:
         """The read cache when it may answer ``read`` now (None: read etcd). A ``zone`` it does
         not hold is read from etcd, which says for sure: a client that created it a moment ago
@@ -511,8 +525,7 @@ class PlacementAPI:
         if cache is None or not await cache.ready(read.min_revision, read.linearizable):
             return None
         if zone is not None and cache.get(self.keys.zone(zone)) is None:
-            for memo in (self._memo, self._partition_keys, self._decoded):
-                memo.pop(zone, None)
+            self._forget(zone)
             return None
         return cache
 

@@ -641,6 +641,13 @@ class TargetsMemo:
         for name in [n for n in self._held if n not in zones]:
             del self._held[name]
 
+    def forget(self, name: str) -> None:
+        """Forget one zone (dropped)."""
+        self._held.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._held
+
 
 def zone_targets(
     zone: ZoneView,
@@ -1161,11 +1168,10 @@ class PlanMemo:
         silent: frozenset[str] = frozenset(),
     ) -> ZonePlan | None:
         """The zone's kept plan when it still holds (see the class), else None."""
-        inputs = (zone, view.nodes, view.draining, view.cordoned, view.paused, silent)
         held = self._plans.get(name)
         if (
             held is not None
-            and all(a is b for a, b in zip(held[0], inputs, strict=True))
+            and all(a is b for a, b in zip(held[0], _plan_inputs(view, zone, silent), strict=True))
             and held[3] == leases
             and (held[2] is None or now_ms < held[2])
             and held[4] == _term_states(zone, view.term_until, now_ms)
@@ -1185,13 +1191,13 @@ class PlanMemo:
         tally: Callable[[], FleetTally] | None = None,
     ) -> ZonePlan:
         """The zone decided (:func:`plan_zone`), its plan kept when it writes nothing."""
-        inputs = (zone, view.nodes, view.draining, view.cordoned, view.paused, silent)
         self.decided += 1
         plan = plan_zone(view, name, zone, now_ms, leases, silent, tally, self.targets)
         if plan.writes:
             self._plans.pop(name, None)
         else:
             states = _term_states(zone, view.term_until, now_ms)
+            inputs = _plan_inputs(view, zone, silent)
             self._plans[name] = (inputs, plan, min(plan.due, default=None), leases, states)
         return plan
 
@@ -1200,6 +1206,11 @@ class PlanMemo:
         for name in [n for n in self._plans if n not in zones]:
             del self._plans[name]
         self.targets.retain(zones)
+
+
+def _plan_inputs(view: ClusterView, zone: ZoneView, silent: frozenset[str]) -> tuple[object, ...]:
+    """What a kept plan was decided on, compared by identity (see :class:`PlanMemo`)."""
+    return (zone, view.nodes, view.draining, view.cordoned, view.paused, silent)
 
 
 def plan_pass(

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from placement.api.service import PlacementAPI, ReadOptions
+from placement.api.service import PlacementAPI, ReadOptions, ZoneNotFound
 from placement.api.servicer import register
 from placement.core.model import ZoneSpec
 from placement.errors import InvalidInput, StoreUnavailable
@@ -112,6 +112,22 @@ async def test_the_cache_answers_what_etcd_answers_at_the_same_revision(
     status = await cached.zone_status(ZONE, ReadOptions(linearizable=True))
     assert (status.partitions_total, status.partitions_done) == (PARTITIONS, PARTITIONS - 1)
     assert await _same(cached, direct) >= written
+
+
+async def test_a_dropped_zone_is_not_found_and_nothing_is_kept_for_it(
+    apis: tuple[PlacementAPI, PlacementAPI],
+) -> None:
+    cached, direct = apis
+    for api in (cached, direct):
+        await api.zone_status(ZONE)
+        await api.assignments(ZONE, limit=5)
+        assert api.holds(ZONE)
+    written = (await cached.client.delete(cached.keys.zone(ZONE))).revision
+    read = ReadOptions(min_revision=written)
+    for api in (cached, direct):
+        with pytest.raises(ZoneNotFound):
+            await api.zone_status(ZONE, read)
+        assert not api.holds(ZONE)
 
 
 async def test_a_revision_from_the_future_is_refused_naming_it(
