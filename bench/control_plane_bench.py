@@ -443,6 +443,45 @@ def _machine_busy() -> float:
     return (sum(values[:8]) - idle) / _TICK
 
 
+#: ``--profile DIR``: py-spy samples every driver and agent process from registration to
+#: stable, one collapsed-stack file per process (``DIR/run*/NAME.txt``).
+PROFILE: Path | None = None
+PROFILE_PERF = False
+
+
+def start_profiles(cluster: Cluster, run: str) -> list[subprocess.Popen[bytes]]:
+    """py-spy on every Python child (not etcd), sampling without pausing it; with
+    ``--profile-perf``, one ``perf record -g`` of every child, etcd included (native frames:
+    the interpreter, gRPC's core, SQLite, the kernel)."""
+    if PROFILE is None:
+        return []
+    out = PROFILE / run
+    out.mkdir(parents=True, exist_ok=True)
+    children = [c for c in cluster.children if c.proc is not None]
+    if PROFILE_PERF:
+        pids = ",".join(str(c.proc.pid) for c in children if c.proc is not None)
+        argv = ["perf", "record", "-F", "499", "-g", "-p", pids, "-o", str(out / "perf.data")]
+        return [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    spy = str(Path(sys.executable).parent / "py-spy")
+    return [
+        subprocess.Popen(
+            [spy, "record", "--nonblocking", "-r", "250", "-f", "raw"]
+            + ["-p", str(c.proc.pid), "-o", str(out / f"{c.name}.txt")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for c in children
+        if c.proc is not None and c.name != "etcd"
+    ]
+
+
+def stop_profiles(spies: list[subprocess.Popen[bytes]]) -> None:
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+    for spy in spies:
+        spy.wait(timeout=30)
+
+
 def cpu_snapshot(cluster: Cluster, new_node: str) -> dict[str, float]:
     """CPU seconds so far per role: driver, etcd, old agents, the new agent, this benchmark,
     and the machine as a whole."""
@@ -598,6 +637,7 @@ async def measure_join(
     rev: dict[str, int] = {}
     polls: dict[str, int] = {}
     cpu_at: dict[str, dict[str, float]] = {}
+    spies: list[subprocess.Popen[bytes]] = []
     pending: set[bytes] = set()
     planned: set[bytes] = set()
     revisions: dict[int, dict[str, int]] = {}  # revision -> kind -> keys of it written there
@@ -625,6 +665,8 @@ async def measure_join(
             if e.kv.key == node_key and e.kind is EventKind.PUT:
                 mark("registered", revision, now)
                 cpu_at.setdefault("registered", cpu_snapshot(cluster, node))
+                if not spies:
+                    spies.extend(start_profiles(cluster, cluster.base.name))
             elif e.kv.key == datanodes_key and e.kind is EventKind.PUT:
                 record = decode_datanodes(e.kv.value)
                 if isinstance(record, DataNodes) and node in record.applied:
@@ -654,6 +696,8 @@ async def measure_join(
         if "datanodes" in t and "first_trigger" in t and not pending and not planned:
             mark("stable", batch.revision, now)
             cpu_at.setdefault("stable", cpu_snapshot(cluster, node))
+            stop_profiles(spies)
+            spies.clear()
             done.set()
 
     async def watcher() -> None:
@@ -1143,6 +1187,8 @@ def driver_flags_of(args: argparse.Namespace, per_node: int | None = None) -> li
     flags: list[str] = []
     if args.max_moves is not None:
         flags += ["--max-moves", str(args.max_moves)]
+    if args.max_mib_per_node is not None:
+        flags += ["--max-mib-per-node", str(args.max_mib_per_node)]
     per_node = per_node if per_node is not None else args.max_moves_per_node
     if per_node is not None:
         flags += ["--max-moves-per-node", str(per_node)]
@@ -1248,13 +1294,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-moves-per-node", type=int, default=None, help="driver --max-moves-per-node"
     )
     parser.add_argument(
+        "--max-mib-per-node", type=int, default=None, help="driver --max-mib-per-node"
+    )
+    parser.add_argument(
         "--variant-per-node",
         type=int,
         default=None,
         help="one extra join with this driver --max-moves-per-node (throttle effect)",
     )
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="py-spy every driver and agent from registration to stable into this directory",
+    )
+    parser.add_argument(
+        "--profile-perf", action="store_true", help="with --profile: perf record instead"
+    )
     args = parser.parse_args(argv)
+    global PROFILE, PROFILE_PERF
+    PROFILE, PROFILE_PERF = args.profile, args.profile_perf
     started = time.monotonic()
     with sigterm_raises():
         try:

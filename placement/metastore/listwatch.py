@@ -12,7 +12,10 @@ The recipe (Kubernetes' reflector, Patroni's KV cache): list the prefix at a rev
 
 Watches only *wake* consumers: :meth:`ListWatch.wait_newer` returns the latest snapshot once
 something changed, coalescing any number of events. A :class:`Snapshot` is immutable (a read-only
-mapping nobody else holds), so consumers decide on a consistent view at one revision.
+mapping nobody else holds), so consumers decide on a consistent view at one revision. A snapshot
+copies the prefix; a consumer that keeps its own state instead takes what changed from a
+:class:`Follower` (:meth:`ListWatch.follow`) and reads those keys live — a cost per changed key,
+not per key of the prefix.
 
 States: ``SYNCED`` (watching) -> ``RETRYING`` (etcd unreachable, snapshot kept, retrying with
 backoff) -> ``SYNCED``; ``CLOSED`` is final.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -67,6 +71,23 @@ class Update:
     reset: bool
 
 
+class Follower:
+    """The keys of one consumer's list-watch that may have changed since its last :meth:`take`:
+    every key an applied event named (put or deleted), and after a re-list every key before and
+    after it. Read each one live (:meth:`ListWatch.get`; absent = deleted) before the next
+    ``await``. A key can be named with its value unchanged (a re-list): consumers apply values
+    idempotently."""
+
+    __slots__ = ("__weakref__", "_keys")
+
+    def __init__(self) -> None:
+        self._keys: set[bytes] = set()
+
+    def take(self) -> set[bytes]:
+        keys, self._keys = self._keys, set()
+        return keys
+
+
 class ListWatch(AsyncClosing):
     """Keeps an in-memory copy of ``prefix`` current; see the module docstring."""
 
@@ -104,6 +125,7 @@ class ListWatch(AsyncClosing):
         self._snapshot: Snapshot | None = None
         self._snapshot_changes = -1
         self._changed = asyncio.Condition()
+        self._followers: weakref.WeakSet[Follower] = weakref.WeakSet()
         self._task: asyncio.Task[None] | None = None
         self._watch: Watch | None = None
         self._failure: BaseException | None = None
@@ -165,6 +187,12 @@ class ListWatch(AsyncClosing):
         """A number that changes with every applied change that is not quiet, and every list
         (:meth:`wait_change` waits for it to move)."""
         return self._changes
+
+    def follow(self) -> Follower:
+        """A :class:`Follower` of every change from now on (held weakly: drop it to stop)."""
+        follower = Follower()
+        self._followers.add(follower)
+        return follower
 
     def live(self) -> Mapping[bytes, KeyValue]:
         """Every key as of :attr:`revision`, live like :meth:`group`."""
@@ -251,7 +279,10 @@ class ListWatch(AsyncClosing):
 
     async def _list(self) -> None:
         listed = await self._client.list_prefix(self._prefix, page_size=self._page_size)
+        before = self._kvs
         self._kvs = {kv.key: kv for kv in listed.kvs}
+        for follower in self._followers:
+            follower._keys.update(before.keys(), self._kvs.keys())
         self._groups = {}
         group_of = self._group_of
         if group_of is not None:
@@ -275,10 +306,13 @@ class ListWatch(AsyncClosing):
 
     async def _apply(self, batch: WatchBatch) -> None:
         self._batches += 1
+        followers = list(self._followers)
         for event in batch.events:
             if event.kv.mod_revision <= self._revision:
                 continue  # already in the list (cannot happen with start = R + 1; kept as a guard)
             key = event.kv.key
+            for follower in followers:
+                follower._keys.add(key)
             name = self._group_of(key) if self._group_of is not None else None
             if name is not None:
                 self._stamps[name] = self._batches

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from placement.aio import Coalescer, Pulse, cancel_and_wait, wait_event
@@ -45,7 +45,7 @@ from placement.metastore.codec import (
 from placement.metastore.etcd import EtcdClient
 from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import KeyValue
-from placement.metastore.listwatch import ListWatch
+from placement.metastore.listwatch import Follower, ListWatch
 from placement.metastore.store import IsrWrite, Metastore
 from placement.metrics import CATCH_UP_RATE, CATCH_UP_SECONDS, LEASES_LOST, GaugeFamily
 from placement.security.tls import TlsMaterial
@@ -165,7 +165,6 @@ class DataPlane:
             tls=tls,
         )
         self._watches: list[ListWatch] = []
-        self._seen: list[Mapping[bytes, KeyValue]] = []
         self._pending = Changes()
         #: The replicas this agent holds, as of the last full roles pass (or a catch-up since).
         self._held: set[Key] = set()
@@ -256,12 +255,13 @@ class DataPlane:
             self.keys.assign_prefix(),
         ):
             watch = ListWatch(self.client, prefix)
-            snapshot = await watch.start()
+            await watch.start()
+            # Followed from its first list on (nothing awaited in between): each change costs
+            # the keys it names, not a copy of the prefix (tens of thousands of keys in a fleet).
+            follower = watch.follow()
             self._watches.append(watch)
-            self.view.apply({}, snapshot.kvs)
-            self._seen.append(snapshot.kvs)
-        for i, watch in enumerate(self._watches):
-            self._tasks.append(asyncio.create_task(self._follow_watch(i, watch)))
+            self.view.apply(watch.live().keys(), watch.live())
+            self._tasks.append(asyncio.create_task(self._follow_watch(watch, follower)))
         self._tasks.append(asyncio.create_task(self._roles_loop(), name="data-roles"))
         self._tasks.append(asyncio.create_task(self._sizes_loop(), name="data-sizes"))
         self._tasks.append(asyncio.create_task(self._reports_loop(), name="reshard-reports"))
@@ -285,9 +285,9 @@ class DataPlane:
         await self._isr_reads.close()
         await self.peers.close()
 
-    async def _follow_watch(self, i: int, watch: ListWatch) -> None:
+    async def _follow_watch(self, watch: ListWatch, follower: Follower) -> None:
         try:
-            await self._follow(i, watch)
+            await self._follow(watch, follower)
         except PlacementError as e:
             if self._closed:
                 return
@@ -295,12 +295,11 @@ class DataPlane:
             if self.on_fatal is not None:
                 self.on_fatal(e)
 
-    async def _follow(self, i: int, watch: ListWatch) -> None:
-        snapshot = watch.snapshot()
+    async def _follow(self, watch: ListWatch, follower: Follower) -> None:
+        seen = -1  # apply at once what changed since the follower was made
         while not self._closed:
-            snapshot = await watch.wait_newer(snapshot)
-            changes = self.view.apply(self._seen[i], snapshot.kvs)
-            self._seen[i] = snapshot.kvs
+            seen = await watch.wait_change(seen)
+            changes = self.view.apply(follower.take(), watch.live())
             if not changes:
                 continue
             self._note(changes)

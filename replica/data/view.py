@@ -10,7 +10,7 @@ a thousand integer compares, not a thousand decodes of every key the agent knows
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from placement.core.layout import ZoneLayout
@@ -111,15 +111,18 @@ class View:
         mods = self.assignment_mods.get(key, {})
         return tuple((f, mods.get(f, 0)) for f in _HOLDING)
 
-    def apply(self, old: Mapping[bytes, KeyValue], new: Mapping[bytes, KeyValue]) -> Changes:
-        """Bring the view from snapshot ``old`` of a watched prefix to ``new``."""
+    def apply(self, keys: Iterable[bytes], live: Mapping[bytes, KeyValue]) -> Changes:
+        """Bring the view's ``keys`` to their values in ``live`` (a watched prefix as its
+        list-watch has it; a key absent there is deleted): what a :class:`Follower` took, or
+        every key of a first list. Applying a key's current value again changes nothing but
+        may name it in the changes."""
         changes = Changes()
-        for key, kv in new.items():
-            before = old.get(key)
-            if before is None or before.mod_revision != kv.mod_revision:
+        for key in keys:
+            kv = live.get(key)
+            if kv is None:
+                self._set(key, None, 0, changes)
+            else:
                 self._set(key, kv.value, kv.mod_revision, changes)
-        for key in old.keys() - new.keys():
-            self._set(key, None, 0, changes)
         return changes
 
     def _set(self, raw_key: bytes, value: bytes | None, revision: int, changes: Changes) -> None:

@@ -27,6 +27,16 @@ def _state(snapshot: Snapshot) -> dict[bytes, tuple[bytes, int]]:
     return {k: (kv.value, kv.mod_revision) for k, kv in snapshot.kvs.items()}
 
 
+def _mirror_apply(mirror: dict[bytes, tuple[bytes, int]], lw: ListWatch, taken: set[bytes]) -> None:
+    """What a follower's consumer does: each key taken read live, absent = deleted."""
+    for key in taken:
+        kv = lw.get(key)
+        if kv is None:
+            mirror.pop(key, None)
+        else:
+            mirror[key] = (kv.value, kv.mod_revision)
+
+
 async def _until(lw: ListWatch, last: Snapshot, pred: Any) -> Snapshot:
     async with asyncio.timeout(WAIT):
         while not pred(last):
@@ -39,7 +49,10 @@ async def test_snapshots_follow_the_prefix_and_are_immutable(
 ) -> None:
     base = f"{prefix}/lw/".encode()
     await client.put(base + b"a", b"1")
+    await client.put(base + b"z", b"untouched")
     async with ListWatch(client, base, page_size=2) as lw:
+        follower = lw.follow()
+        mirror = _state(lw.snapshot())
         first = lw.snapshot()
         assert first.generation == 1
         assert _state(first) == await _etcd_state(client, base)
@@ -51,6 +64,11 @@ async def test_snapshots_follow_the_prefix_and_are_immutable(
         last = await _until(lw, first, lambda s: s.revision >= rev)
         assert _state(last) == await _etcd_state(client, base)
         assert base + b"a" in first.kvs, "an old snapshot never changes"
+        taken = follower.take()
+        assert taken == {base + b"a", base + b"b", base + b"c"}, "the keys changed, only they"
+        _mirror_apply(mirror, lw, taken)
+        assert mirror == _state(last)
+        assert follower.take() == set()
         updates = lw.updates()
         update = await anext(updates)
         assert update.reset
@@ -118,6 +136,8 @@ async def test_relists_when_compacted_while_disconnected(etcd_factory: Any) -> N
             client, b"/q/", sleep=gated_sleep, backoff=Backoff(RetryPolicy(0.01, 0.01, floor=0.5))
         )
         first = await lw.start()
+        follower = lw.follow()
+        mirror = _state(first)
         try:
             server.kill()
             async with asyncio.timeout(WAIT):
@@ -134,6 +154,12 @@ async def test_relists_when_compacted_while_disconnected(etcd_factory: Any) -> N
             assert lw.resets == 1
             assert last.revision >= rev
             assert _state(last) == await _etcd_state(writer, b"/q/")
+            # The follower names every key before and after the re-list: /q/0's delete, which
+            # no event carried, included.
+            taken = follower.take()
+            assert b"/q/0" in taken
+            _mirror_apply(mirror, lw, taken)
+            assert mirror == _state(last)
             rev = await writer.put(b"/q/9", b"after")
             last = await _until(lw, last, lambda s: s.revision >= rev)
             assert _state(last) == await _etcd_state(writer, b"/q/")
