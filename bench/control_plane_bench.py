@@ -462,11 +462,10 @@ def start_profiles(cluster: Cluster, run: str) -> list[subprocess.Popen[bytes]]:
         pids = ",".join(str(c.proc.pid) for c in children if c.proc is not None)
         argv = ["perf", "record", "-F", "499", "-g", "-p", pids, "-o", str(out / "perf.data")]
         return [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    spy = str(Path(sys.executable).parent / "py-spy")
+    spy = [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "250"]
     return [
         subprocess.Popen(
-            [spy, "record", "--nonblocking", "-r", "250", "-f", "raw"]
-            + ["-p", str(c.proc.pid), "-o", str(out / f"{c.name}.txt")],
+            [*spy, "-f", "raw", "-p", str(c.proc.pid), "-o", str(out / f"{c.name}.txt")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
