@@ -13,6 +13,12 @@ decision's own CPU (the driver runs it on its event loop, design/control-plane.m
   primary lease yet: the pass that grants every lease (a fresh memo, as after a leader change);
 * **memo, changed**: the same view again with the memo of the grant pass — a zone whose plan had
   writes is decided again (the pass after the grant, before its echo);
+* **join**: the fleet settled (every lease granted and landed, the memo warm), then one more
+  node registered: the first pass with the driver's budget and the next ones (most zones
+  deferred; its writes not landed, as while they are in flight);
+* **gauges**: the leader's state gauges over that fleet (``driver.gauges.fleet_gauges``): the
+  loop as it was before ``GaugeMemo`` (every partition and lease counted at every scrape), a
+  first scrape, and a scrape of the same view with the memo of the last;
 * **status**: ``build_view`` + ``status_on_view`` of one zone of ``--partitions`` on 5 nodes
   after one key changed (the API's GetZoneStatus on its decode cache), the median of 21;
   without and with the placement memo the API keeps (``TargetsMemo``).
@@ -28,6 +34,7 @@ import gc
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,13 +50,16 @@ from placement.api.service import status_on_view  # noqa: E402
 from placement.core.layout import ZoneLayout  # noqa: E402
 from placement.core.model import ZoneSpec  # noqa: E402
 from placement.driver.core import (  # noqa: E402
+    ClusterView,
     DecodeCache,
     PassPlan,
     PlanMemo,
     TargetsMemo,
     build_view,
     plan_pass,
+    view_zone_status,
 )
+from placement.driver.gauges import GaugeMemo, fleet_gauges  # noqa: E402
 from placement.driver.incremental import ViewBuilder, view_group  # noqa: E402
 from placement.driver.leases import LeaseConfig  # noqa: E402
 from placement.driver.loop import PASS_BUDGET  # noqa: E402
@@ -58,11 +68,14 @@ from placement.metastore.codec import (  # noqa: E402
     DataNodes,
     LayoutValue,
     NodeRecord,
+    PrimaryLease,
     TriggerMark,
     encode_assignment,
     encode_datanodes,
     encode_layout,
     encode_node,
+    encode_primary,
+    encode_term,
     encode_trigger,
     encode_zone_spec,
 )
@@ -93,6 +106,15 @@ class Prefix:
         if name is not None:
             self.groups.setdefault(name, {})[key] = kv
             self.stamps[name] = self.revision
+
+    def land_leases(self, plan: PassPlan) -> None:
+        """A pass's primary leases and lease terms, as their writes come back."""
+        for write in plan.primaries:
+            for p, lease in write.leases.items():
+                self.put(self.keys.primary(write.zone, p), encode_primary(lease.lease))
+        if plan.terms is not None:
+            for node, term in plan.terms.writes.items():
+                self.put(self.keys.term(node), encode_term(term.term))
 
     def land(self, plan: PassPlan) -> None:
         """A pass's partition creations, as their writes come back through the watch."""
@@ -140,6 +162,53 @@ def budgeted_creation(zones: int, partitions: int, nodes: int) -> tuple[int, flo
         bench.land(plan)
         if not plan.deferred:
             return passes, longest * 1000, total * 1000
+
+
+def joined_passes(bench: Prefix, leases: LeaseConfig, passes: int) -> tuple[float, float, int]:
+    """The fleet settled (memo warm), then one more node registered: every zone is decided
+    again, a budget's worth per pass, the rest deferred. (first pass ms, median of the next
+    ``passes`` ms, zones deferred in the first); the passes' writes do not land, as while
+    they are in flight."""
+    builder, memo = ViewBuilder(bench.keys), PlanMemo()
+    view = builder.build(bench.revision, bench.groups, bench.stamps)
+    plan_pass(view, NOW_MS, leases, memo, budget=PASS_BUDGET)
+    bench.put(bench.keys.node("joined"), encode_node(NodeRecord("joined", "127.0.0.1:1")))
+    view = builder.build(bench.revision, bench.groups, bench.stamps)
+    runs, deferred = [], 0
+    for i in range(passes + 1):
+        gc.collect()
+        started = time.perf_counter()
+        plan = plan_pass(view, NOW_MS + i, leases, memo, budget=PASS_BUDGET)
+        runs.append(time.perf_counter() - started)
+        deferred = deferred or len(plan.deferred)
+    return runs[0] * 1000, statistics.median(runs[1:]) * 1000, deferred
+
+
+def scrapes(view: ClusterView, repeat: int) -> tuple[float, float, float]:
+    """The leader's gauges over the fleet's view (ms): the loop as it was before ``GaugeMemo``
+    (every partition and lease counted at every scrape; the zones' placements kept in a
+    ``TargetsMemo``, which on this tree keeps their outlooks too), a first scrape with a fresh
+    memo, and a scrape of the same view with the memo of the last."""
+    targets = TargetsMemo()
+
+    def recounted() -> None:
+        replicas: Counter[str] = Counter()
+        primaries: Counter[str] = Counter()
+        for zone in view.zones.values():
+            for state in zone.partitions.values():
+                replicas.update(state.peers(AssignField.STABLE) or ())
+            for lease in zone.primaries.values():
+                if isinstance(lease.value, PrimaryLease) and view.lease_until(lease.value) > NOW_MS:
+                    primaries[lease.value.node] += 1
+            view_zone_status(view, zone.name, NOW_MS, memo=targets)
+
+    recounted()
+    before, _ = timed(recounted, repeat)
+    first, _ = timed(lambda: fleet_gauges(view, NOW_MS, GaugeMemo(), {}), repeat)
+    memo = GaugeMemo()
+    fleet_gauges(view, NOW_MS, memo, {})
+    kept, _ = timed(lambda: fleet_gauges(view, NOW_MS, memo, {}), repeat)
+    return before * 1000, first * 1000, kept * 1000
 
 
 def timed(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
@@ -201,6 +270,11 @@ def main() -> int:
     memo = PlanMemo()
     plan_pass(view, NOW_MS, leases, memo)
     again, _ = timed(lambda: plan_pass(view, NOW_MS, leases, memo), args.repeat)
+    bench.land_leases(plan)
+    view = build_view(bench.keys, bench.kvs, bench.revision)
+    assert sum(len(z.primaries) for z in view.zones.values()) == args.zones * args.partitions
+    scrape_before, scrape_first, scrape_kept = scrapes(view, args.repeat)
+    join_first, join_next, join_deferred = joined_passes(bench, leases, 5)
     status = status_ms(args.partitions, memo=False)
     status_memo = status_ms(args.partitions, memo=True)
     load.append(uptime())
@@ -218,6 +292,13 @@ def main() -> int:
         f"| the same: all those passes' decisions together | {total:.0f} |",
         f"| grant pass (every primary lease; fresh memo) | {grant * 1000:.0f} |",
         f"| pass after the grant, before its echo (memo of the grant pass) | {again * 1000:.0f} |",
+        f"| a node joins the settled fleet: first pass with the budget ({join_deferred} zones"
+        f" deferred) | {join_first:.0f} |",
+        f"| the same: the next passes, its writes not landed yet (median of 5) | {join_next:.0f} |",
+        f"| the leader's gauges, every lease granted: every partition and lease counted at every"
+        f" scrape (the zones' statuses with a kept `TargetsMemo`) | {scrape_before:.0f} |",
+        f"| the same with `GaugeMemo`: first scrape | {scrape_first:.0f} |",
+        f"| the same: a scrape of the same view | {scrape_kept:.0f} |",
         f"| GetZoneStatus decision, one zone of {args.partitions} on 5 nodes (median of 21) |"
         f" {status:.1f} |",
         f"| the same with the API's placement memo (`TargetsMemo`) | {status_memo:.1f} |",

@@ -1,4 +1,5 @@
-"""Process-wide settings of the long-running services (driver, agent, fleet simulator).
+"""Process-wide settings of the long-running services (driver, agent, fleet simulator) and of
+the Spark engine's planning worker (``pipeline.spark_plan``).
 
 **The cyclic garbage collector** (design/decisions.md, "Garbage collector"). CPython frees almost
 every object by reference counting; the cyclic collector only finds cycles. By default it runs a

@@ -48,7 +48,7 @@ import bisect
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
@@ -623,6 +623,22 @@ class TargetsMemo:
     def __init__(self) -> None:
         self._held: dict[str, tuple[tuple[object, ...], dict[int, Peers]]] = {}
         self.reused = 0
+        #: per zone: the inputs and the time-free part of its outlook (:func:`zone_outlook`):
+        #: what a status poll or a scrape of an unchanged zone reuses
+        self._outlooks: dict[str, tuple[tuple[object, ...], tuple[tuple[int, ...], int, str]]] = {}
+
+    def outlook(
+        self, name: str, inputs: tuple[object, ...]
+    ) -> tuple[tuple[int, ...], int, str] | None:
+        held = self._outlooks.get(name)
+        if held is None or held[0] != inputs:
+            return None
+        return held[1]
+
+    def put_outlook(
+        self, name: str, inputs: tuple[object, ...], found: tuple[tuple[int, ...], int, str]
+    ) -> None:
+        self._outlooks[name] = (inputs, found)
 
     def get(
         self, name: str, inputs: tuple[object, ...], current: dict[int, Peers]
@@ -638,15 +654,17 @@ class TargetsMemo:
 
     def retain(self, zones: Mapping[str, object]) -> None:
         """Forget zones no longer in the view."""
-        for name in [n for n in self._held if n not in zones]:
-            del self._held[name]
+        for held in (self._held, self._outlooks):
+            for name in [n for n in held if n not in zones]:
+                del held[name]
 
     def forget(self, name: str) -> None:
         """Forget one zone (dropped)."""
         self._held.pop(name, None)
+        self._outlooks.pop(name, None)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._held
+        return name in self._held or name in self._outlooks
 
 
 def zone_targets(
@@ -914,9 +932,43 @@ def zone_outlook(
     held = holddown_remaining(spec, record, now_ms)
     applied = record.applied
     kept = kept_partitions(zone.layout, spec)
+    # the zone and the nodes by identity (an unchanged zone's view is the same object)
+    inputs = (_Same(zone), _Same(view.nodes), applied, view.cordoned, kept)
+    found = memo.outlook(name, inputs) if memo is not None else None
+    if found is None:
+        found = _off_target(zone, spec, view, applied, kept, memo)
+        if memo is not None:
+            memo.put_outlook(name, inputs, found)
+    off, stuck, unplaceable = found
+    return ZoneOutlook(due, held, applied, off, stuck, unplaceable)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Same:
+    """A value compared by identity in a tuple compared with ``==``."""
+
+    value: object
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
+def _off_target(
+    zone: ZoneView,
+    spec: ZoneSpec,
+    view: ClusterView,
+    applied: tuple[str, ...],
+    kept: int,
+    memo: TargetsMemo | None,
+) -> tuple[tuple[int, ...], int, str]:
+    """The time-free part of :func:`zone_outlook`: the partitions off their targets, the stuck
+    moves, and why the zone cannot be placed ("" when it can)."""
     targets = zone_targets(zone, spec, view.nodes, applied, kept, view.cordoned, memo=memo)
     if isinstance(targets, str):
-        return ZoneOutlook(due, held, applied, (), 0, targets)
+        return (), 0, targets
     creates, triggers = target_writes(zone, targets)
     off = {*creates, *triggers}
     for p, target in targets.items():
@@ -925,8 +977,7 @@ def zone_outlook(
             found is None or set(target) != set(current_peers(found) or ())
         ):
             off.add(p)
-    stuck = len(abandoned_moves(zone, applied))
-    return ZoneOutlook(due, held, applied, tuple(sorted(off)), stuck)
+    return tuple(sorted(off)), len(abandoned_moves(zone, applied)), ""
 
 
 def observed_nodes(
@@ -940,9 +991,11 @@ def observed_nodes(
     it back: the rebalance adds the new members, and the lease follows once they are in sync."""
     live, leaving = set(view.nodes), view.leaving
     leading = set()
-    for p, lease in zone.primaries.items():
+    for p, lease in zone.primaries.items() if view.draining else ():
         value = lease.value
-        if not isinstance(value, PrimaryLease) or view.lease_until(value) <= now_ms:
+        if not isinstance(value, PrimaryLease) or value.node not in view.draining:
+            continue  # only a draining holder can be held back
+        if view.lease_until(value) <= now_ms:
             continue
         state = zone.partitions.get(p)
         peers = (state.peers(AssignField.STABLE) if state is not None else None) or ()
@@ -1157,6 +1210,11 @@ class PlanMemo:
         #: Where the next pass starts deciding (the last zone a pass decided before it ran out
         #: of its budget; None: the first zone): see :func:`plan_pass`.
         self.cursor: str | None = None
+        #: per deferred zone: what its deferred plan was made on (compared by identity), until
+        #: when it holds, its drives and its holders (see :meth:`deferred`)
+        self._deferred: dict[
+            str, tuple[tuple[object, ...], int, tuple[Drive, ...], frozenset[str]]
+        ] = {}
 
     def held(
         self,
@@ -1201,10 +1259,39 @@ class PlanMemo:
             self._plans[name] = (inputs, plan, min(plan.due, default=None), leases, states)
         return plan
 
+    def deferred(
+        self,
+        view: ClusterView,
+        name: str,
+        zone: ZoneView,
+        now_ms: int,
+        silent: frozenset[str],
+        live: Set[str],
+        leases: bool,
+    ) -> ZonePlan:
+        """The plan of a zone the pass's budget defers (:func:`_deferred`), due again at once.
+        A pass defers most zones of a fleet while it creates or moves some, and a deferred
+        zone's drives and holders are a walk over all its partitions: they are kept while its
+        view, the nodes, the silent nodes, the pause flag and the terms are the same objects
+        and no lease of its holders has ended."""
+        inputs = (zone, view.nodes, silent, view.paused, view.term_until, leases)
+        held = self._deferred.get(name)
+        if (
+            held is None
+            or now_ms >= held[1]
+            or any(a is not b for a, b in zip(held[0], inputs, strict=True))
+        ):
+            drives, holders, until = _deferred(view, zone, now_ms, live, leases)
+            held = (inputs, until, drives, holders)
+            self._deferred[name] = held
+        return ZonePlan(drives=list(held[2]), holders=held[3], due=[now_ms])
+
     def retain(self, zones: Mapping[str, ZoneView]) -> None:
         """Forget zones no longer in the view."""
         for name in [n for n in self._plans if n not in zones]:
             del self._plans[name]
+        for name in [n for n in self._deferred if n not in zones]:
+            del self._deferred[name]
         self.targets.retain(zones)
 
 
@@ -1265,17 +1352,19 @@ def plan_pass(
             spent += _decision_size(zone)
             if budget is not None:
                 memo.cursor = name
+    live = set(view.nodes) - silent
     if memo is not None and not deferred:
         memo.cursor = None
     for name in deferred:
-        decided[name] = _deferred(view, view.zones[name], now_ms, silent, leases is not None)
+        assert memo is not None  # only a memo's budget defers
+        zone = view.zones[name]
+        decided[name] = memo.deferred(view, name, zone, now_ms, silent, live, leases is not None)
     plans = {name: decided[name] for name in view.zones}
     due = [t for plan in plans.values() for t in plan.due]
     terms = None
     term_round = None
     if leases is not None:
         holders = frozenset().union(*(plan.holders for plan in plans.values()))
-        live = set(view.nodes) - silent
         writes = plan_terms(view.terms, holders, live, now_ms, leases)
         drops = stale_terms(view, now_ms, leases)
         if writes or drops:
@@ -1319,25 +1408,39 @@ def _decision_size(zone: ZoneView) -> int:
     return max(1, len(zone.partitions), spec.partitions if isinstance(spec, ZoneSpec) else 0)
 
 
+#: A time after every lease's end (a deferred zone's holders with no lease that can end).
+_FOREVER = 2**63 - 1
+
+
 def _deferred(
-    view: ClusterView, zone: ZoneView, now_ms: int, silent: frozenset[str], leases: bool
-) -> ZonePlan:
-    """The plan of a zone a pass's budget defers (:func:`plan_pass`): no write; its moves in
-    flight still driven (a mover whose drive a pass leaves out exits); the holders of its
-    standing leases, so their terms are renewed as before; due again at once."""
-    plan = ZonePlan(due=[now_ms])
-    if not view.paused:
-        plan.drives.extend(d for s in zone.partitions.values() if (d := drive_action(s)))
-    if leases and isinstance(zone.spec, ZoneSpec):  # as plan_zone: no lease of a zone without
-        kept = kept_partitions(zone.layout, zone.spec)
-        stables = {
-            p: peers
-            for p, s in zone.partitions.items()
-            if p < kept and (peers := s.peers(AssignField.STABLE)) is not None
-        }
-        live = set(view.nodes) - silent
-        plan.holders = lease_holders(stables, zone.primaries, {}, live, now_ms, view.term_until)
-    return plan
+    view: ClusterView, zone: ZoneView, now_ms: int, live: Set[str], leases: bool
+) -> tuple[tuple[Drive, ...], frozenset[str], int]:
+    """What the plan of a zone a pass's budget defers (:func:`plan_pass`) carries — no write;
+    its moves in flight still driven (a mover whose drive a pass leaves out exits); the
+    holders of its standing leases, so their terms are renewed as before — and until when
+    (ms) those holders stay the same on the same view: the earliest end of the leases they
+    hold (an ended lease stays ended while the terms are the same)."""
+    drives = (
+        () if view.paused else tuple(d for s in zone.partitions.values() if (d := drive_action(s)))
+    )
+    if not leases or not isinstance(zone.spec, ZoneSpec):  # as plan_zone: no lease without
+        return drives, frozenset(), _FOREVER
+    kept = kept_partitions(zone.layout, zone.spec)
+    stables = {
+        p: peers
+        for p, s in zone.partitions.items()
+        if p < kept and (peers := s.peers(AssignField.STABLE)) is not None
+    }
+    holders = lease_holders(stables, zone.primaries, {}, live, now_ms, view.term_until)
+    ends = (
+        until
+        for p in stables
+        if (entry := zone.primaries.get(p)) is not None
+        and isinstance(lease := entry.value, PrimaryLease)
+        and lease.node in holders
+        and (until := lease.until(view.term_until.get(lease.node, 0))) > now_ms
+    )
+    return drives, holders, min(ends, default=_FOREVER)
 
 
 def stale_terms(view: ClusterView, now_ms: int, config: LeaseConfig) -> dict[str, int]:

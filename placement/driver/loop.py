@@ -55,7 +55,7 @@ from typing import Any
 from placement import metrics
 from placement.aio import ByteBudget, Coalescer, cancel_and_wait, first_done
 from placement.core.layout import Step
-from placement.core.model import Peers, ZoneSpec
+from placement.core.model import Peers
 from placement.core.retry import Clock, RetryPolicy, Sleep, retry
 from placement.core.throttles import (
     DEFAULT_MAX_BYTES_PER_NODE,
@@ -70,7 +70,6 @@ from placement.driver.core import (
     Drive,
     PassPlan,
     PlanMemo,
-    TargetsMemo,
     Verdict,
     WriteDataNodes,
     WritePrimaries,
@@ -78,13 +77,12 @@ from placement.driver.core import (
     aggregate,
     drive_action,
     plan_pass,
-    view_zone_status,
 )
+from placement.driver.gauges import GaugeMemo, fleet_gauges
 from placement.driver.health import EtcdHealth
 from placement.driver.incremental import ViewBuilder, view_group
 from placement.driver.leases import LeaseConfig
 from placement.driver.liveness import Liveness
-from placement.driver.status import ZoneStatusState
 from placement.errors import (
     Conflict,
     CredentialError,
@@ -99,7 +97,6 @@ from placement.metastore.codec import (
     LeaderRecord,
     MoveReport,
     NodeRecord,
-    PrimaryLease,
     ReplicaSize,
     decode_leader,
     decode_size,
@@ -231,8 +228,8 @@ class Driver:
         self._leadership: Leadership | None = None
         self._leader_api: str | None = None
         self._view: ClusterView | None = None
-        #: The gauges' placements (their own: the metrics thread reads them; TargetsMemo).
-        self._gauge_targets = TargetsMemo()
+        #: The gauges' counts and placements per zone (their own: the metrics thread uses it).
+        self._gauges = GaugeMemo()
         #: This term's list-watch of the whole prefix (the replica sizes a move's bytes count).
         self._watch: ListWatch | None = None
         self._movers: dict[tuple[str, int], tuple[Drive, asyncio.Task[None]]] = {}
@@ -310,54 +307,8 @@ class Driver:
         view = self._view
         if view is None or self.fence() is None:
             return []
-        now_ms = self.now_ms()
-        self._gauge_targets.retain(view.zones)
-        replicas: Counter[str] = Counter({node: 0 for node in view.nodes})
-        primaries: Counter[str] = Counter({node: 0 for node in view.nodes})
-        states: dict[tuple[str, ...], float] = {}
-        for zone in view.zones.values():
-            if not isinstance(zone.spec, ZoneSpec):
-                continue
-            for state in zone.partitions.values():
-                replicas.update(state.peers(AssignField.STABLE) or ())
-            for lease in zone.primaries.values():
-                if isinstance(lease.value, PrimaryLease) and view.lease_until(lease.value) > now_ms:
-                    primaries[lease.value.node] += 1
-            # what GetZoneStatus says
-            status = view_zone_status(view, zone.name, now_ms, memo=self._gauge_targets)
-            assert status is not None  # its config is readable (checked above)
-            for state_name in ZoneStatusState:
-                states[(zone.name, state_name.value)] = float(status.state is state_name)
         moving = Counter(zone for zone, _ in list(self._movers))
-        in_flight: dict[tuple[str, ...], float] = {(z,): moving.get(z, 0) for z in view.zones}
-        return [
-            metrics.GaugeFamily(
-                "placement_zone_state",
-                "1 for the zone's current status (READY, HOLDDOWN, REBALANCING, RESHARDING),"
-                " 0 for the others; from the leader's view.",
-                ("zone", "state"),
-                states,
-            ),
-            metrics.GaugeFamily(
-                "placement_driver_moves_in_flight",
-                "Partitions of the zone being rebalanced now (a mover sending Rebalance or"
-                " CancelRebalance).",
-                ("zone",),
-                in_flight,
-            ),
-            metrics.GaugeFamily(
-                "placement_node_replicas",
-                "Replicas the node holds in stable assignments, over every zone.",
-                ("node",),
-                {(n,): float(c) for n, c in replicas.items()},
-            ),
-            metrics.GaugeFamily(
-                "placement_node_primaries",
-                "Unexpired primary leases the node holds, over every zone.",
-                ("node",),
-                {(n,): float(c) for n, c in primaries.items()},
-            ),
-        ]
+        return fleet_gauges(view, self.now_ms(), self._gauges, moving)
 
     # -- the instance loop -------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ from placement.pipeline.planning import COUNTER_KINDS, FleetTotals, partition_si
 from placement.pipeline.rows import snapshot_rows
 from placement.pipeline.spark_inputs import partition_sizes, read_frame
 from placement.pipeline.spark_master import Master, probe_master
+from placement.runtime import tune_gc
 
 #: A zone's rows; a counter kind's row carries the zone's counters as ``keys`` / ``values``.
 RESULT_SCHEMA = (
@@ -196,8 +197,15 @@ def _planner(
     tally = FleetTally()
     tally.add(*current)
     last: list[str] = []  # the zone planned before
+    tuned: list[bool] = []
 
     def plan_group(key: tuple[Any, ...], stable: pa.Table, sizes: pa.Table) -> pa.Table:
+        if not tuned:
+            # The one task plans every zone in this worker: a default collector rescanned
+            # the tally, the inputs and the worker's modules on every few hundred
+            # allocations (the local engine pauses it, cli/plan.py).
+            tune_gc()
+            tuned.append(True)
         zone = zones.get(str(key[0].as_py()))
         if zone is None or stable.num_rows == 0:
             return _RESULT_ARROW.empty_table()

@@ -21,8 +21,10 @@ from placement.driver.core import (
     TargetsMemo,
     build_view,
     plan_pass,
+    zone_outlook,
     zone_targets,
 )
+from placement.driver.gauges import GaugeMemo, fleet_gauges
 from placement.driver.incremental import ViewBuilder, view_group
 from placement.driver.leases import LeaseConfig
 from placement.metastore.codec import (
@@ -52,6 +54,7 @@ from placement.metastore.codec import (
 )
 from placement.metastore.keys import AssignField, KeySpace
 from placement.metastore.kv import KeyValue
+from placement.metrics import GaugeFamily
 
 KEYS = KeySpace("/t")
 ZONES = ("z0", "z1")
@@ -473,6 +476,88 @@ def test_a_deferred_zone_keeps_its_moves_driven_and_its_holders_terms() -> None:
     assert full.terms is not None
     assert holders <= set(plan.terms.writes) == set(full.terms.writes)
     assert not [w for w in plan.primaries if w.zone == "z"]
+
+
+def test_a_deferred_zones_drives_and_holders_are_kept_until_a_lease_ends_or_its_view_moves() -> (
+    None
+):
+    """A zone deferred pass after pass is not walked again while its view is the same: its
+    drives and holders are kept — until a holder's lease ends (then it is no holder) or the
+    zone's view changes (a new move to drive)."""
+    mirror, holders = settled_zone(10_000)
+    pending = encode_assignment(Assignment(("n0", "n1"), 2, 2, 2))
+    mirror.put_all({KEYS.assign("z", 0, AssignField.PENDING): pending})
+    builder, memo = ViewBuilder(KEYS), PlanMemo()
+    view = builder.build(*_state(mirror))
+    zone, live = view.zones["z"], set(view.nodes)
+    silent: frozenset[str] = frozenset()  # one object: inputs are compared by identity
+    first = memo.deferred(view, "z", zone, 5_001, silent, live, True)
+    assert first.holders == holders
+    assert [d.partition for d in first.drives] == [0]
+    assert first.due == [5_001]
+    kept = memo.deferred(view, "z", zone, 9_999, silent, live, True)
+    assert (kept.holders, kept.drives, kept.due) == (holders, first.drives, [9_999])
+    ended = memo.deferred(view, "z", zone, 10_000, silent, live, True)
+    assert ended.holders == frozenset()  # every lease ended with its holder's term
+    mirror.put_all({KEYS.assign("z", 1, AssignField.PENDING): pending})
+    moved = builder.build(*_state(mirror))
+    again = memo.deferred(moved, "z", moved.zones["z"], 5_002, silent, live, True)
+    assert sorted(d.partition for d in again.drives) == [0, 1]
+    assert again.holders == holders
+
+
+def _samples(families: list[GaugeFamily]) -> dict[str, Mapping[tuple[str, ...], float]]:
+    return {f.name: f.samples for f in families}
+
+
+def test_the_gauges_keep_a_zones_counts_until_its_view_moves_or_a_counted_lease_ends() -> None:
+    """A scrape counts what a fresh one would: a zone's replicas and leases are kept while its
+    view is the same object, and counted again once a counted lease ended or the zone moved."""
+    mirror, _ = settled_zone(10_000)
+    builder, memo = ViewBuilder(KEYS), GaugeMemo()
+    view = builder.build(*_state(mirror))
+    for now in (5_000, 9_999, 10_000):
+        kept = _samples(fleet_gauges(view, now, memo, {}))
+        assert kept == _samples(fleet_gauges(view, now, GaugeMemo(), {}))
+        leases = sum(kept["placement_node_primaries"].values())
+        assert leases == (4 if now < 10_000 else 0)  # every lease ends with its holder's term
+    assert sum(kept["placement_node_replicas"].values()) == 8
+    before = kept["placement_node_replicas"]
+    moved = encode_assignment(Assignment(("n2", "n1"), 2, 2, 2))  # partition 0: n0 → n2
+    mirror.put_all({KEYS.assign("z", 0, AssignField.STABLE): moved})
+    after = builder.build(*_state(mirror))
+    counted = _samples(fleet_gauges(after, 10_000, memo, {"z": 1}))
+    assert counted == _samples(fleet_gauges(after, 10_000, GaugeMemo(), {"z": 1}))
+    assert counted["placement_node_replicas"][("n0",)] == before[("n0",)] - 1
+    assert counted["placement_driver_moves_in_flight"] == {("z",): 1}
+    # a node joins: the zone's status (its outlook, kept with the targets) is decided again
+    mirror.put_all({KEYS.node("n3"): encode_node(NodeRecord("n3", "127.0.0.1:1"))})
+    joined = builder.build(*_state(mirror))
+    states = _samples(fleet_gauges(joined, 10_000, memo, {}))["placement_zone_state"]
+    assert states == _samples(fleet_gauges(joined, 10_000, GaugeMemo(), {}))["placement_zone_state"]
+    assert states[("z", "READY")] == 0.0
+    assert counted["placement_zone_state"][("z", "READY")] == 1.0
+
+
+def test_a_zones_outlook_is_kept_only_while_its_view_is_the_same() -> None:
+    """The targets' part of a zone's outlook (off-target partitions, stuck moves) is kept with
+    its placement while the zone, the nodes and the cordons are the same objects: the same
+    answer as deciding it afresh, before and after two partitions are moved off balance."""
+    mirror, _ = settled_zone(10_000)
+    builder, memo = ViewBuilder(KEYS), TargetsMemo()
+    view = builder.build(*_state(mirror))
+    settled = zone_outlook(view, "z", 5_000, memo)
+    assert settled == zone_outlook(view, "z", 5_000)
+    assert settled is not None
+    assert settled.off_target == ()
+    assert zone_outlook(view, "z", 5_000, memo) == settled
+    crowded = encode_assignment(Assignment(("n1", "n2"), 2, 2, 2))
+    mirror.put_all({KEYS.assign("z", p, AssignField.STABLE): crowded for p in (0, 1)})
+    moved = builder.build(*_state(mirror))
+    off = zone_outlook(moved, "z", 5_000, memo)
+    assert off == zone_outlook(moved, "z", 5_000)
+    assert off is not None
+    assert off.off_target  # n1 holds 4 of 8 replicas, n0 1: some partition must move
 
 
 def test_a_budget_decides_every_zone_in_turn_even_while_the_first_keep_writing() -> None:
