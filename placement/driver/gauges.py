@@ -8,6 +8,7 @@ reuses an unchanged zone's), so a scrape walks only the zones that changed since
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Mapping
 
@@ -29,6 +30,8 @@ class GaugeMemo:
     (:class:`TargetsMemo`, for its status)."""
 
     def __init__(self) -> None:
+        #: held by :func:`fleet_gauges`: two scrapes at once (two scrapers) take turns
+        self.lock = threading.Lock()
         self.targets = TargetsMemo()
         self._replicas: dict[str, tuple[ZoneView, Counter[str]]] = {}
         self._primaries: dict[str, tuple[ZoneView, Mapping[str, int], int, Counter[str]]] = {}
@@ -76,6 +79,13 @@ def fleet_gauges(
     """The gauges of the leader's ``view``: each zone's status (what GetZoneStatus says), its
     moves in flight (``moving``: zone -> partitions being moved), and per node the replicas in
     stable assignments and the unexpired primary leases over every zone."""
+    with memo.lock:
+        return _fleet_gauges(view, now_ms, memo, moving)
+
+
+def _fleet_gauges(
+    view: ClusterView, now_ms: int, memo: GaugeMemo, moving: Mapping[str, int]
+) -> list[metrics.GaugeFamily]:
     memo.retain(view.zones)
     replicas: Counter[str] = Counter({node: 0 for node in view.nodes})
     primaries: Counter[str] = Counter({node: 0 for node in view.nodes})
