@@ -127,15 +127,16 @@ async def _grow_under_writers(
     etcd: EtcdClient,
     keys: KeySpace,
     tmp_path: Path,
+    values: int = 32,
 ) -> tuple[driver_pb2.ZoneLayout, dict[bytes, bytes], Path, asyncio.Event, asyncio.Task[Any]]:
-    """Zone kv of 4 partitions with 2 MB in it (half of which a grow to 8 moves), four writers
-    running, and the grow to 8 asked: (the layout before, the bulk keys, the writers' record,
-    their stop event, their task)."""
+    """Zone kv of 4 partitions with ``values`` × 64 KiB in it (2 MB by default, half of which a
+    grow to 8 moves), four writers running, and the grow to 8 asked: (the layout before, the
+    bulk keys, the writers' record, their stop event, their task)."""
     await _create(api, 4)
     before = await _settled_layout(api, 4, c)
     await _serving(client, 4)
     await _in_sync(etcd, keys, 4)  # before the data: a late member would crawl through it
-    bulk = await _preload(client, 32, 64 << 10)
+    bulk = await _preload(client, values, 64 << 10)
     record = tmp_path / "writers.jsonl"
     stop = asyncio.Event()
     writers = asyncio.create_task(run_writers(client, ZONE, 4, 30, 600.0, record, stop, readers=2))
@@ -511,8 +512,10 @@ async def test_sigkilled_primaries_of_a_destination_then_of_a_source_mid_copy_lo
         DataClient(c.driver_apis, tls=c.tls("client"), deadline=60.0) as client,
         EtcdClient([etcd.endpoint]) as etcd_client,
     ):
+        # Twice the default data: the copy must outlast two kills, each waiting for the lease
+        # to move (with 2 MB it once reached SEAL before the second, in CI).
         _, bulk, record, stop, writers = await _grow_under_writers(
-            c, api, client, etcd_client, keys, tmp_path
+            c, api, client, etcd_client, keys, tmp_path, values=64
         )
         await _copying(etcd_client, keys, api)
         for partition in (4, 0):  # a destination, then a source
